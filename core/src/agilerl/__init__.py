@@ -1,0 +1,37 @@
+"""agilerl: train RL agents, multi-agent teams, contextual bandits and fine-tuned LLMs from one
+validated YAML manifest. This is the core; paradigms come from plugins (entry-point group
+``agilerl``). ``import agilerl`` imports no torch and no plugin.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agilerl.hookspecs import hookimpl
+from agilerl.registry import MANIFEST_REGISTRY
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from agilerl.training.loop import TrainResult
+    from agilerl.training.trainer import LocalTrainer, train
+
+_LAZY = {
+    "LocalTrainer": "agilerl.training.trainer",
+    "train": "agilerl.training.trainer",
+    "TrainResult": "agilerl.training.loop",
+    "load_manifest": "agilerl.models.manifest",
+    "validate_manifest": "agilerl.models.manifest",
+    "TrainingManifest": "agilerl.models.manifest",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agilerl' has no attribute {name!r}")
+
+
+__all__ = ["MANIFEST_REGISTRY", "LocalTrainer", "TrainResult", "__version__", "hookimpl", "train"]

@@ -1,0 +1,285 @@
+"""The ``agilerl`` command line.
+
+Exit codes: 0 success; 1 invalid input (a manifest that fails validation, an unknown name);
+2 the command could not run (a missing file, a broken plugin); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agilerl import __version__
+from agilerl.errors import AgileRLError, ManifestError
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+def _parse_set(values: Sequence[str]) -> dict[str, Any]:
+    """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML scalars)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise AgileRLError(f"--set expects SECTION.FIELD=VALUE, got {item!r}")
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+    return merged
+
+
+def _load(path: str, overrides: Sequence[str] = ()) -> Any:
+    from agilerl.models.manifest import read_manifest_file, validate_manifest
+
+    data = read_manifest_file(path)
+    if overrides:
+        data = _merge(data, _parse_set(overrides))
+    return validate_manifest(data, source=path)
+
+
+# --------------------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        manifest = _load(args.manifest, args.set or ())
+    except ManifestError as exc:
+        if args.json:
+            _print_json({"valid": False, "problems": [{"path": p.path, "message": p.message} for p in exc.problems]})
+        else:
+            print(str(exc), file=sys.stderr)
+        return 1
+    except AgileRLError as exc:
+        if args.json:
+            _print_json({"valid": False, "error": str(exc), "exit_code": exc.exit_code})
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        _print_json({"valid": True, "manifest": manifest.to_dict()})
+        return 0
+    print(f"{args.manifest}: valid")
+    print(describe(manifest))
+    return 0
+
+
+def describe(manifest: Any) -> str:
+    """A short human summary of a validated manifest."""
+    from agilerl.registry import MANIFEST_REGISTRY
+
+    algo, env, t = manifest.algorithm, manifest.environment, manifest.training
+    entry = MANIFEST_REGISTRY.entry(algo.name)
+    lines = [
+        f"  algorithm   {algo.name} ({type(algo).paradigm}/{type(algo).regime}, from {entry.provider})",
+        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)})",
+        f"  training    max_steps {t.max_steps}, evo_steps {manifest.evo_steps}, pop_size {t.pop_size}"
+        + (f", target_score {t.target_score}" if t.target_score is not None else ""),
+        f"  evolution   {'on' if manifest.hpo else 'off'}",
+    ]
+    changed = algo.model_dump(exclude_defaults=True)
+    if changed:
+        lines.append("  set fields  " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+    return "\n".join(lines)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from agilerl.training.trainer import LocalTrainer
+
+    kwargs: dict[str, Any] = {}
+    if args.run_dir:
+        kwargs["run_dir"] = args.run_dir
+    if args.no_progress:
+        kwargs["progress"] = False
+    if args.device:
+        kwargs["device"] = args.device
+    if args.resume and not args.manifest:
+        trainer = LocalTrainer.from_checkpoint(args.resume, **kwargs)
+    elif args.manifest:
+        manifest = _load(args.manifest, args.set or ())
+        trainer = LocalTrainer(manifest, resume_from=args.resume, **kwargs)
+    else:
+        raise AgileRLError("agilerl train needs a manifest path, or --resume CHECKPOINT")
+    result = trainer.train()
+    best = result.population[0]
+    print(
+        f"done: {result.generations} generation(s), stopped by {result.stopped_by}; "
+        f"best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
+    )
+    print(f"run directory: {result.run_dir}")
+    if result.elite_path:
+        print(f"elite saved to: {result.elite_path}")
+    if result.checkpoint_path:
+        print(f"last checkpoint: {result.checkpoint_path}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from agilerl.schema import manifest_json_schema
+
+    text = json.dumps(manifest_json_schema(), indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        print(f"wrote {args.output}")
+    else:
+        print(text)
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from agilerl.plugins import plugin_infos
+
+    infos = plugin_infos()
+    if args.json:
+        _print_json([i.as_dict() for i in infos])
+        return 0
+    if not infos:
+        print("no plugins installed (pip install agilerl-plugin-gym, for example)")
+    for i in infos:
+        status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
+        print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")
+    return 0
+
+
+def cmd_algorithms(args: argparse.Namespace) -> int:
+    from agilerl.registry import MANIFEST_REGISTRY
+
+    rows = [
+        {"name": e.key, "spec": f"{e.value.__module__}.{e.value.__qualname__}", "paradigm": e.value.paradigm,
+         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider}
+        for e in MANIFEST_REGISTRY.entries()
+    ]  # fmt: skip
+    if args.json:
+        _print_json(rows)
+    else:
+        for r in rows:
+            print(f"{r['name']:<14} {r['paradigm']}/{r['regime']:<12} env_type={r['env_type']:<8} ({r['provider']})")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from agilerl.registry import ENV_TYPES
+
+    rows = [
+        {"env_type": e.key, "spec": e.value.spec_cls.__name__, "provider": e.provider,
+         "functions": sorted(e.value.functions)}
+        for e in ENV_TYPES.entries()
+    ]  # fmt: skip
+    if args.json:
+        _print_json(rows)
+    else:
+        for r in rows:
+            print(f"{r['env_type']:<10} {r['spec']:<16} ({r['provider']})")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from agilerl.plot import plot_run
+
+    out = plot_run(args.run_dir, args.output)
+    print(f"wrote {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agilerl", description="Train RL agents from a validated manifest.")
+    parser.add_argument("--version", action="version", version=f"agilerl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
+    p.add_argument("manifest", nargs="?", help="YAML or JSON manifest")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file")
+    p.add_argument("--run-dir", help="where metrics and the elite go")
+    p.add_argument("--device", help="cpu, cuda, auto (overrides training.device)")
+    p.add_argument("--no-progress", action="store_true", help="no progress output")
+    p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a manifest field")
+    p.set_defaults(handler=cmd_train)
+
+    p = sub.add_parser("validate", help="validate a manifest (exit 0 valid, 1 invalid, 2 could not run)")
+    p.add_argument("manifest")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a manifest field")
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("schema", help="print the manifest's JSON Schema (all registered algorithms and envs)")
+    p.add_argument("-o", "--output", help="write to a file")
+    p.set_defaults(handler=cmd_schema)
+
+    p = sub.add_parser("plugins", help="list plugins, versions and hooks")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_plugins)
+
+    p = sub.add_parser("algorithms", help="list registered algorithms")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_algorithms)
+
+    p = sub.add_parser("envs", help="list registered environment types")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_envs)
+
+    p = sub.add_parser("plot", help="write a PNG learning curve for a run directory")
+    p.add_argument("run_dir")
+    p.add_argument("-o", "--output", help="PNG path (default RUN_DIR/learning_curve.png)")
+    p.set_defaults(handler=cmd_plot)
+
+    return parser
+
+
+def _add_plugin_commands(parser: argparse.ArgumentParser) -> None:
+    from agilerl.plugins import get_plugin_manager
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    get_plugin_manager().hook.agilerl_register_commands(subparsers=sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    core_commands = {"train", "validate", "schema", "plugins", "algorithms", "envs", "plot"}
+    try:
+        # Plugin commands load plugins; core commands load them only when they need a registry.
+        if not argv or argv[0] not in core_commands | {"-h", "--help", "--version"} or argv[0] in {"-h", "--help"}:
+            _add_plugin_commands(parser)
+        args = parser.parse_args(argv)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return 2
+        return int(args.handler(args) or 0)
+    except AgileRLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug or an unexpected failure: one line, traceback on demand
+        if os.environ.get("AGILERL_TRACEBACK"):
+            raise
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print("(set AGILERL_TRACEBACK=1 to see the traceback)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

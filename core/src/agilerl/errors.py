@@ -1,0 +1,128 @@
+"""Error types that carry a message a person can act on.
+
+Every error agilerl raises on bad input is an :class:`AgileRLError`: the CLI prints its message (one
+screen, no traceback) and exits with its ``exit_code``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+# Names that live in a plugin we publish: used to tell people what to install.
+KNOWN_PROVIDERS: dict[str, str] = {
+    **dict.fromkeys(["PPO", "DQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3"], "agilerl-plugin-gym"),
+    **dict.fromkeys(["NeuralUCB", "NeuralTS"], "agilerl-plugin-bandit"),
+    **dict.fromkeys(["SFT", "DPO", "GRPO", "LLMREINFORCE"], "agilerl-plugin-llm"),
+    # env types
+    "gym": "agilerl-plugin-gym",
+    "bandit": "agilerl-plugin-bandit",
+    "rollout": "agilerl-plugin-llm",
+    "dataset": "agilerl-plugin-llm",
+    # paradigms
+    "single_agent": "agilerl-plugin-gym",
+    "multi_agent": "agilerl-plugin-gym",
+    "llm": "agilerl-plugin-llm",
+    # seed API names that live in plugins
+    **dict.fromkeys(["GymEnvSpec", "make_gym_env", "make_pz_env", "make_single_env"], "agilerl-plugin-gym"),
+    **dict.fromkeys(["BanditEnvSpec", "make_bandit_env"], "agilerl-plugin-bandit"),
+    **dict.fromkeys(["LLMEnvSpec", "make_llm_env", "make_rollout_env_factory"], "agilerl-plugin-llm"),
+}
+
+
+def closest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The candidate most like ``name`` (case-insensitive), or None."""
+    cands = list(candidates)
+    lowered = {c.lower(): c for c in cands}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=cutoff)
+    return lowered[hits[0]] if hits else None
+
+
+class AgileRLError(Exception):
+    """Base class: bad input or configuration that a user can fix."""
+
+    exit_code: int = 1
+
+
+class PluginError(AgileRLError):
+    """A plugin could not be loaded or registered something inconsistent."""
+
+    exit_code = 2
+
+
+class DuplicateRegistrationError(PluginError):
+    """Two providers registered the same name in one table."""
+
+
+class UnknownNameError(AgileRLError, KeyError):
+    """A name (algorithm, env type, paradigm, ...) that no installed plugin registered."""
+
+    def __init__(self, kind: str, name: str, registered: Sequence[str]) -> None:
+        self.kind, self.name, self.registered = kind, name, list(registered)
+        parts = [f"unknown {kind} {name!r}."]
+        hint = closest(name, registered)
+        if hint is not None and hint != name:
+            parts.append(f"Did you mean {hint!r}?")
+        provider = KNOWN_PROVIDERS.get(name) or KNOWN_PROVIDERS.get(hint or "")
+        if provider and hint in (None, name):
+            parts.append(f"It is provided by {provider!r}: pip install {provider}")
+        shown = ", ".join(sorted(registered)) if registered else "(none: is a plugin installed?)"
+        parts.append(f"Registered {kind}s: {shown}.")
+        super().__init__(" ".join(parts))
+
+    def __str__(self) -> str:  # KeyError quotes its message; we don't want that
+        return str(self.args[0])
+
+
+class MissingPluginError(AgileRLError, ImportError):
+    """A seed API name whose implementation lives in a plugin that is not installed."""
+
+    def __init__(self, name: str, provider: str | None = None) -> None:
+        provider = provider or KNOWN_PROVIDERS.get(name)
+        if provider:
+            msg = f"{name} is provided by the plugin {provider!r}, which is not installed or not loaded: pip install {provider}"
+        else:
+            msg = f"{name} is not provided by any loaded plugin"
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a manifest: where, and what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '<manifest>'}: {self.message}"
+
+
+class ManifestError(AgileRLError):
+    """A manifest failed validation. ``problems`` holds one entry per field."""
+
+    def __init__(self, problems: Sequence[Problem], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        n = len(self.problems)
+        head = f"invalid manifest{where}: {n} problem{'s' if n != 1 else ''}"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+
+
+class ManifestFileError(AgileRLError):
+    """The manifest file is missing or unreadable: the command could not run (exit 2)."""
+
+    exit_code = 2
+
+
+class ManifestSyntaxError(AgileRLError):
+    """The manifest file is not valid YAML/JSON: the manifest is invalid (exit 1)."""
+
+
+class TrainingInterrupted(AgileRLError):
+    """Ctrl-C during training; a checkpoint was written first when possible."""
+
+    exit_code = 130

@@ -1,0 +1,376 @@
+"""Registries: what plugins provide, keyed by name.
+
+* :data:`MANIFEST_REGISTRY` (an :class:`AlgorithmRegistry`): ``algorithm.name`` -> spec class.
+* :data:`ENV_TYPES`: ``environment.env_type`` -> spec class and factory.
+* :data:`BUILDERS`: paradigm -> builder class.
+* :data:`STRATEGIES`: (paradigm, regime) -> strategy class.
+
+Each fills itself from the plugin hooks on first use. A name registered twice is an error naming
+both providers; an unknown name lists what is registered, the closest match, and the plugin to
+install when core knows it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from agilerl import plugins
+from agilerl.errors import DuplicateRegistrationError, MissingPluginError, PluginError, UnknownNameError
+
+if TYPE_CHECKING:
+    from agilerl.models.base import AlgorithmSpec, EnvSpec
+
+T = TypeVar("T")
+AlgoSpecT = TypeVar("AlgoSpecT", bound="AlgorithmSpec")
+
+IN_PROCESS = "<in-process>"
+
+
+def resolve(obj: Any, what: str = "object") -> Any:
+    """Import ``"module:attr"`` strings; return other objects unchanged."""
+    if not isinstance(obj, str):
+        return obj
+    module_name, sep, attr = obj.partition(":")
+    if not sep or not module_name or not attr:
+        raise PluginError(f"{what} {obj!r} is not of the form 'module:attribute'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PluginError(f"cannot import {module_name!r} for {what} {obj!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise PluginError(f"module {module_name!r} has no attribute {attr!r} ({what})") from exc
+    return target
+
+
+@dataclass
+class Entry(Generic[T]):
+    """One registration: the value and who provided it."""
+
+    key: str
+    value: T
+    provider: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Table(Generic[T]):
+    """A name -> entry table that fills itself from one registration hook."""
+
+    kind = "name"
+    hook = ""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry[T]] | None = None
+        self._manual: dict[str, Entry[T]] = {}
+        self._lock = threading.RLock()
+        plugins.on_change(self.invalidate)
+
+    # --- filling -----------------------------------------------------------------------------
+    def invalidate(self) -> None:
+        with self._lock:
+            self._entries = None
+
+    def _put(self, table: dict[str, Entry[T]], entry: Entry[T]) -> None:
+        old = table.get(entry.key)
+        if old is not None and old.value is not entry.value:
+            raise DuplicateRegistrationError(
+                f"{self.kind} {entry.key!r} is registered twice: by {old.provider!r} and by "
+                f"{entry.provider!r}. Uninstall one of them, or disable one with "
+                f"AGILERL_DISABLE_PLUGINS={entry.provider}."
+            )
+        table[entry.key] = entry
+
+    def _make_register(self, table: dict[str, Entry[T]], provider: str) -> Callable[..., Any]:
+        raise NotImplementedError
+
+    def _fill(self) -> dict[str, Entry[T]]:
+        with self._lock:
+            if self._entries is not None:
+                return self._entries
+            pm = plugins.get_plugin_manager()
+            table: dict[str, Entry[T]] = {}
+            caller = getattr(pm.hook, self.hook)
+            # Call each implementation on its own so every entry knows its provider.
+            for impl in reversed(caller.get_hookimpls()):
+                register = self._make_register(table, impl.plugin_name)
+                kwargs = {"register": register}
+                impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
+            for entry in self._manual.values():
+                self._put(table, entry)
+            self._entries = table
+            return table
+
+    # --- reading -----------------------------------------------------------------------------
+    def entry(self, key: str) -> Entry[T]:
+        table = self._fill()
+        try:
+            return table[key]
+        except KeyError:
+            raise UnknownNameError(self.kind, key, list(table)) from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._fill()
+
+    def keys(self) -> list[str]:
+        return sorted(self._fill())
+
+    def entries(self) -> list[Entry[T]]:
+        table = self._fill()
+        return [table[k] for k in sorted(table)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+
+# --------------------------------------------------------------------------------------------------
+# Algorithms
+# --------------------------------------------------------------------------------------------------
+
+
+class RegisterAlgorithm(Protocol):
+    def __call__(
+        self,
+        spec_cls: type[AlgorithmSpec],
+        name: str | None = None,
+        *,
+        algorithm: Any = None,
+        builder: Any = None,
+        strategy: Any = None,
+    ) -> None: ...
+
+
+class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
+    """Maps the manifest's ``algorithm.name`` to the spec class that validates it."""
+
+    kind = "algorithm"
+    hook = "agilerl_register_algorithms"
+
+    def _make_register(self, table: dict[str, Entry[Any]], provider: str) -> Callable[..., Any]:
+        def register(
+            spec_cls: type[AlgorithmSpec],
+            name: str | None = None,
+            *,
+            algorithm: Any = None,
+            builder: Any = None,
+            strategy: Any = None,
+        ) -> None:
+            key = name or spec_cls.default_name()
+            extra = {"algorithm": algorithm, "builder": builder, "strategy": strategy}
+            self._put(table, Entry(key, spec_cls, provider, extra))
+
+        return register
+
+    def add(
+        self,
+        name: str,
+        spec_cls: type[AlgorithmSpec],
+        *,
+        algorithm: Any = None,
+        builder: Any = None,
+        strategy: Any = None,
+    ) -> None:
+        """Register ``spec_cls`` under ``name`` in this process (plugins use the hook instead)."""
+        with self._lock:
+            extra = {"algorithm": algorithm, "builder": builder, "strategy": strategy}
+            entry: Entry[Any] = Entry(name, spec_cls, IN_PROCESS, extra)
+            if self._entries is not None:
+                self._put(self._entries, entry)
+            self._put(self._manual, entry)
+
+    def remove(self, name: str) -> None:
+        """Undo :meth:`add` (tests)."""
+        with self._lock:
+            self._manual.pop(name, None)
+            self.invalidate()
+
+    def get(self, name: str) -> type[AlgorithmSpec]:
+        """The spec class registered as ``name``. Raises ``KeyError`` when unknown."""
+        return self.entry(name).value
+
+    def create(self, name: str, /, **fields: Any) -> AlgorithmSpec:
+        """Build and validate a spec from its registry name and field values."""
+        spec = self.get(name).model_validate(fields)
+        spec._registry_name = name
+        return spec
+
+    def names(self) -> list[str]:
+        """Every registered algorithm name, sorted."""
+        return self.keys()
+
+    def items(self) -> list[tuple[str, type[AlgorithmSpec]]]:
+        """Every (name, spec class) pair, sorted by name."""
+        return [(e.key, e.value) for e in self.entries()]
+
+    def name_of(self, spec_cls: type[AlgorithmSpec]) -> str | None:
+        """The registered name of ``spec_cls`` (or of its nearest registered base class)."""
+        table = self._fill()
+        for cls in spec_cls.__mro__:
+            for entry in table.values():
+                if entry.value is cls:
+                    return entry.key
+        return None
+
+    def entry_for(self, spec: AlgorithmSpec) -> Entry[Any] | None:
+        name = spec.name
+        table = self._fill()
+        if name in table:
+            return table[name]
+        found = self.name_of(type(spec))
+        return table[found] if found else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Environment types
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EnvType:
+    env_type: str
+    spec_cls: type[EnvSpec]
+    factory: Any
+    functions: dict[str, Any]
+
+
+class RegisterEnvType(Protocol):
+    def __call__(
+        self,
+        env_type: str,
+        spec_cls: type[EnvSpec],
+        factory: Any,
+        *,
+        functions: dict[str, Any] | None = None,
+    ) -> None: ...
+
+
+class EnvTypeRegistry(_Table[EnvType]):
+    """``environment.env_type`` -> spec class, factory and named helper functions."""
+
+    kind = "env_type"
+    hook = "agilerl_register_env_types"
+
+    def _make_register(self, table: dict[str, Entry[EnvType]], provider: str) -> Callable[..., Any]:
+        def register(
+            env_type: str,
+            spec_cls: type[EnvSpec],
+            factory: Any,
+            *,
+            functions: dict[str, Any] | None = None,
+        ) -> None:
+            value = EnvType(env_type, spec_cls, factory, dict(functions or {}))
+            self._put(table, Entry(env_type, value, provider))
+
+        return register
+
+    def add(self, env_type: str, spec_cls: type[EnvSpec], factory: Any, **functions: Any) -> None:
+        with self._lock:
+            entry = Entry(env_type, EnvType(env_type, spec_cls, factory, functions), IN_PROCESS)
+            if self._entries is not None:
+                self._put(self._entries, entry)
+            self._put(self._manual, entry)
+
+    def remove(self, env_type: str) -> None:
+        with self._lock:
+            self._manual.pop(env_type, None)
+            self.invalidate()
+
+    def spec_class(self, env_type: str) -> type[EnvSpec]:
+        return self.entry(env_type).value.spec_cls
+
+    def factory(self, env_type: str) -> Callable[..., Any]:
+        return resolve(self.entry(env_type).value.factory, f"factory of env_type {env_type!r}")  # type: ignore[no-any-return]
+
+    def function(self, name: str) -> Callable[..., Any]:
+        """A named helper (``make_pz_env``, ...) registered with an env type."""
+        for entry in self.entries():
+            if name in entry.value.functions:
+                return resolve(entry.value.functions[name], name)  # type: ignore[no-any-return]
+        raise MissingPluginError(name)
+
+    def spec_classes(self) -> dict[str, type[EnvSpec]]:
+        return {e.key: e.value.spec_cls for e in self.entries()}
+
+
+# --------------------------------------------------------------------------------------------------
+# Builders and strategies
+# --------------------------------------------------------------------------------------------------
+
+
+class RegisterBuilder(Protocol):
+    def __call__(self, paradigm: str, builder: Any) -> None: ...
+
+
+class BuilderRegistry(_Table[Any]):
+    kind = "paradigm"
+    hook = "agilerl_register_builders"
+
+    def _make_register(self, table: dict[str, Entry[Any]], provider: str) -> Callable[..., Any]:
+        def register(paradigm: str, builder: Any) -> None:
+            self._put(table, Entry(paradigm, builder, provider))
+
+        return register
+
+    def add(self, paradigm: str, builder: Any) -> None:
+        with self._lock:
+            entry = Entry(paradigm, builder, IN_PROCESS)
+            if self._entries is not None:
+                self._put(self._entries, entry)
+            self._put(self._manual, entry)
+
+    def remove(self, paradigm: str) -> None:
+        with self._lock:
+            self._manual.pop(paradigm, None)
+            self.invalidate()
+
+    def get(self, paradigm: str) -> Any:
+        return resolve(self.entry(paradigm).value, f"builder for paradigm {paradigm!r}")
+
+
+class RegisterStrategy(Protocol):
+    def __call__(self, paradigm: str, regime: str, strategy: Any) -> None: ...
+
+
+def strategy_key(paradigm: str, regime: str) -> str:
+    return f"{paradigm}/{regime}"
+
+
+class StrategyRegistry(_Table[Any]):
+    kind = "strategy"
+    hook = "agilerl_register_strategies"
+
+    def _make_register(self, table: dict[str, Entry[Any]], provider: str) -> Callable[..., Any]:
+        def register(paradigm: str, regime: str, strategy: Any) -> None:
+            self._put(table, Entry(strategy_key(paradigm, regime), strategy, provider))
+
+        return register
+
+    def add(self, paradigm: str, regime: str, strategy: Any) -> None:
+        with self._lock:
+            entry = Entry(strategy_key(paradigm, regime), strategy, IN_PROCESS)
+            if self._entries is not None:
+                self._put(self._entries, entry)
+            self._put(self._manual, entry)
+
+    def remove(self, paradigm: str, regime: str) -> None:
+        with self._lock:
+            self._manual.pop(strategy_key(paradigm, regime), None)
+            self.invalidate()
+
+    def get(self, paradigm: str, regime: str) -> Any:
+        table = self._fill()
+        for key in (strategy_key(paradigm, regime), strategy_key(paradigm, "*")):
+            if key in table:
+                return resolve(table[key].value, f"strategy {key!r}")
+        raise UnknownNameError(self.kind, strategy_key(paradigm, regime), list(table))
+
+
+MANIFEST_REGISTRY = AlgorithmRegistry()
+ENV_TYPES = EnvTypeRegistry()
+BUILDERS = BuilderRegistry()
+STRATEGIES = StrategyRegistry()

@@ -1,0 +1,110 @@
+"""Strategies pick and drive the loop that trains a paradigm. One per (paradigm, regime).
+
+The core's evolutionary loop (:func:`agilerl.training.loop.evolutionary_loop`) owns what every
+paradigm shares: generations, evaluation, selection and mutation, checkpoints, Ctrl-C, progress and
+metrics. A strategy supplies the paradigm's part: how to make the env, how one agent learns for a
+number of steps, and how it is evaluated. A paradigm whose training does not fit that shape
+overrides :meth:`TrainingStrategy.get_training_loop`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from agilerl.errors import AgileRLError
+from agilerl.models.base import AlgorithmSpec
+from agilerl.models.env import make_env
+from agilerl.registry import MANIFEST_REGISTRY, STRATEGIES, resolve
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+    from agilerl.models.sections import TrainingSpec
+    from agilerl.training.run import Run
+
+TrainingLoop = Callable[..., Any]
+
+
+class TrainingStrategy:
+    """Paradigm-keyed run-time orchestration for an algorithm spec."""
+
+    paradigm: ClassVar[str] = ""
+    regime: ClassVar[str] = ""
+    default_loop: ClassVar[TrainingLoop | str | None] = "agilerl.training.loop:evolutionary_loop"
+    #: Unit counted by ``agent.steps`` and ``training.max_steps`` (for progress output).
+    step_unit: ClassVar[str] = "step"
+
+    # --- seed API ----------------------------------------------------------------------------
+    def get_training_loop(self, spec: AlgorithmSpec) -> TrainingLoop:
+        """The loop that trains ``spec``: called as ``loop(run, strategy, **trainer_kwargs)``."""
+        if self.default_loop is None:
+            raise NotImplementedError(f"{type(self).__name__} names no training loop")
+        return resolve(self.default_loop, "training loop")  # type: ignore[no-any-return]
+
+    def get_trainer_kwargs(
+        self,
+        spec: AlgorithmSpec,
+        *,
+        training: TrainingSpec,
+        env_spec: Any,
+        memory: Any = None,
+        n_step_memory: Any = None,
+    ) -> dict[str, Any]:
+        """Extra keyword arguments the training loop takes (none for the core loop)."""
+        return {}
+
+    # --- what the core loop calls -----------------------------------------------------------
+    def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> Any:
+        """The training environment (default: ``make_env(manifest.environment, seed=seed)``)."""
+        return make_env(manifest.environment, seed=seed)
+
+    def make_eval_env(self, manifest: TrainingManifest, *, seed: int | None, train_env: Any) -> Any:
+        """The evaluation environment (default: the training env)."""
+        return train_env
+
+    def setup(self, run: Run) -> None:
+        """Create shared run state (replay buffers, ...) before training starts."""
+
+    def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
+        """Train ``agent`` for about ``num_steps`` steps, advancing ``agent.steps``; return metrics."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement learn()")
+
+    def evaluate(self, agent: Any, run: Run) -> float:
+        """Fitness of ``agent``: its mean return over ``training.eval_loop`` episodes."""
+        t = run.manifest.training
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+
+    def after_selection(self, run: Run, population: list[Any]) -> None:
+        """Called after selection and mutation replaced the population (release old resources)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Shared run state to checkpoint (weights-only safe values)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def close(self, run: Run) -> None:
+        """Release envs and workers."""
+        for env in {id(run.env): run.env, id(run.eval_env): run.eval_env}.values():
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+
+
+def select_strategy(spec: AlgorithmSpec) -> TrainingStrategy:
+    """Return the strategy that trains ``spec``, from its ``paradigm`` and ``regime``."""
+    if not isinstance(spec, AlgorithmSpec):
+        raise TypeError(f"select_strategy needs an AlgorithmSpec, got {type(spec).__name__}")
+    entry = MANIFEST_REGISTRY.entry_for(spec)
+    override = entry.extra.get("strategy") if entry else None
+    if override is not None:
+        cls = resolve(override, f"strategy of {spec.name!r}")
+    else:
+        if not type(spec).paradigm:
+            raise AgileRLError(f"{type(spec).__name__} declares no paradigm; set the class variable `paradigm`")
+        cls = STRATEGIES.get(type(spec).paradigm, type(spec).regime)
+    return cls() if isinstance(cls, type) else cls  # type: ignore[no-any-return]
+
+
+__all__ = ["TrainingLoop", "TrainingStrategy", "select_strategy"]

@@ -1,0 +1,77 @@
+"""Helpers for testing plugins, shipped with core. Use as a pytest plugin in your conftest::
+
+    pytest_plugins = ["agilerl.testing"]
+
+Fixtures:
+
+``agilerl_strict``
+    strict plugin loading (a broken plugin fails the test) for the test's duration.
+``register_plugin``
+    ``register_plugin(obj, name=None)`` registers an in-process plugin object; it is removed after
+    the test and the registries refill.
+``write_manifest``
+    ``write_manifest(dict, name="manifest.yaml")`` writes a YAML manifest to ``tmp_path``.
+``run_cli``
+    ``run_cli("validate", path)`` runs ``agilerl`` in-process and returns ``(exit_code, out, err)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agilerl import plugins
+
+
+def assert_registered(*, algorithms: list[str] = (), env_types: list[str] = ()) -> None:  # type: ignore[assignment]
+    """Fail unless the named algorithms and env types are in the registries."""
+    from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+
+    missing = [a for a in algorithms if a not in MANIFEST_REGISTRY] + [e for e in env_types if e not in ENV_TYPES]
+    assert not missing, f"not registered: {missing}; loaded plugins: {[i.name for i in plugins.plugin_infos()]}"
+
+
+@pytest.fixture
+def agilerl_strict(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    yield
+
+
+@pytest.fixture
+def register_plugin() -> Iterator[Callable[..., str]]:
+    names: list[str] = []
+
+    def _register(obj: object, name: str | None = None) -> str:
+        registered = plugins.register_plugin(obj, name=name)
+        names.append(registered)
+        return registered
+
+    yield _register
+    for name in names:
+        plugins.unregister_plugin(name)
+
+
+@pytest.fixture
+def write_manifest(tmp_path: Path) -> Callable[..., Path]:
+    def _write(data: dict[str, Any], name: str = "manifest.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    from agilerl.cli import main
+
+    def _run(*args: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return _run

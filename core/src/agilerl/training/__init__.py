@@ -1,0 +1,1 @@
+"""Training orchestration: the run state, the evolutionary loop, metrics and the local trainer."""

@@ -1,0 +1,37 @@
+"""The state of one training run, shared by the loop and the strategy."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agilerl.builders import AlgorithmBuilder
+    from agilerl.hpo.mutation import Mutations
+    from agilerl.hpo.selection import TournamentSelection
+    from agilerl.models.manifest import TrainingManifest
+    from agilerl.training.metrics import MetricsLogger
+
+
+@dataclass
+class Run:
+    manifest: TrainingManifest
+    population: list[Any]
+    env: Any
+    eval_env: Any
+    builder: type[AlgorithmBuilder]
+    run_dir: Path
+    rng: random.Random
+    logger: MetricsLogger
+    device: str = "cpu"
+    seed: int | None = None
+    selection: TournamentSelection | None = None
+    mutations: Mutations | None = None
+    generation: int = 0
+    #: Free-form per-run state for strategies (buffers, env iterators, ...).
+    extras: dict[str, Any] = field(default_factory=dict)
+    #: Resume payload, if the run continues a checkpoint.
+    resume: dict[str, Any] | None = None
+    progress: bool = True

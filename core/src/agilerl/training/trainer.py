@@ -1,0 +1,183 @@
+"""LocalTrainer: manifest in, trained population out. ``agilerl train`` is a thin wrapper."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from agilerl import checkpoint
+from agilerl.builders import AlgorithmBuildRuntime, select_builder
+from agilerl.errors import AgileRLError
+from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
+from agilerl.hpo.selection import TournamentSelection
+from agilerl.models.manifest import TrainingManifest, load_manifest
+from agilerl.strategies import select_strategy
+from agilerl.training.loop import TrainResult, restore_rng
+from agilerl.training.metrics import MetricsLogger
+from agilerl.training.run import Run
+
+
+def _seed_everything(seed: int | None, threads: int | None, device: str) -> None:
+    if seed is not None:
+        random.seed(seed)
+    if importlib.util.find_spec("numpy") is not None and seed is not None:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if threads is not None or device == "cpu":
+            torch.set_num_threads(threads or 1)
+        if seed is not None:
+            torch.manual_seed(seed)
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+    return "cpu"
+
+
+class LocalTrainer:
+    """Train a population described by a manifest, on this machine.
+
+    ``LocalTrainer.from_manifest("ppo.yaml").train()`` = validate -> make env -> build ``pop_size``
+    agents with the selected builder -> run the selected strategy's loop -> return the population
+    (best first) and its fitnesses.
+    """
+
+    def __init__(
+        self,
+        manifest: TrainingManifest,
+        *,
+        resume_from: str | os.PathLike[str] | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        progress: bool | None = None,
+        device: str | None = None,
+    ) -> None:
+        self.manifest = manifest
+        self.resume_from = Path(resume_from) if resume_from is not None else None
+        self._resume: dict[str, Any] | None = None
+        if self.resume_from is not None:
+            self._resume = checkpoint.load(self.resume_from)
+        t = manifest.training
+        self.device = resolve_device(device or t.device)
+        self.progress = t.progress if progress is None else progress
+        self.run_dir = Path(run_dir or t.run_dir or self._default_run_dir())
+        self.builder = select_builder(manifest.algorithm)
+        self.strategy = select_strategy(manifest.algorithm)
+
+    @classmethod
+    def from_manifest(
+        cls, source: str | os.PathLike[str] | dict[str, Any] | TrainingManifest, **kwargs: Any
+    ) -> LocalTrainer:
+        return cls(load_manifest(source), **kwargs)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> LocalTrainer:
+        """Continue the run saved in ``path`` with the manifest stored in it."""
+        payload = checkpoint.load(path)
+        return cls(load_manifest(payload["manifest"]), resume_from=path, **kwargs)
+
+    def _default_run_dir(self) -> str:
+        label = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.manifest.algorithm.name}-{self.manifest.environment.label}")
+        return str(Path("runs") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+    def train(self) -> TrainResult:
+        manifest = self.manifest
+        t = manifest.training
+        seed = t.seed
+        _seed_everything(seed, t.torch_threads, self.device)
+        strategy = self.strategy
+        env = strategy.make_env(manifest, seed=seed)
+        eval_env = strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
+        rng = random.Random(seed)
+        selection = mutations = None
+        if manifest.hpo:
+            sel = manifest.tournament_selection
+            sel_seed = (
+                manifest.mutation.rand_seed if manifest.mutation and manifest.mutation.rand_seed is not None else seed
+            )
+            selection = TournamentSelection(
+                sel.tournament_size if sel else 2,
+                sel.elitism if sel else True,
+                rng=random.Random(sel_seed),
+            )
+            if manifest.mutation is not None:
+                mseed = manifest.mutation.rand_seed if manifest.mutation.rand_seed is not None else seed
+                mutations = Mutations(manifest.mutation, manifest.algorithm, rng=random.Random(mseed))
+        hp_config: dict[str, tuple[float, float]] = {}
+        if manifest.mutation is not None:
+            hp_config = {k: (r.min, r.max) for k, r in resolve_hp_ranges(manifest.algorithm, manifest.mutation).items()}
+        saved_agents = (self._resume or {}).get("agents")
+        pop_size = len(saved_agents) if saved_agents else t.pop_size
+        population = []
+        for i in range(pop_size):
+            runtime = AlgorithmBuildRuntime(
+                index=i,
+                device=self.device,
+                seed=None if seed is None else seed + i,
+                hp_config=hp_config,
+                resume_state=saved_agents[i] if saved_agents else None,
+                manifest=manifest,
+            )
+            agent = self.builder.build_for_run(manifest.algorithm, env=env, manifest=manifest, runtime=runtime)
+            if runtime.resume_state is not None:
+                agent.load_state_dict(runtime.resume_state)
+            population.append(agent)
+        logger = MetricsLogger(self.run_dir)
+        run = Run(
+            manifest=manifest,
+            population=population,
+            env=env,
+            eval_env=eval_env,
+            builder=self.builder,
+            run_dir=self.run_dir,
+            rng=rng,
+            logger=logger,
+            device=self.device,
+            seed=seed,
+            selection=selection,
+            mutations=mutations,
+            resume=self._resume,
+            progress=self.progress,
+        )
+        strategy.setup(run)
+        if self._resume is not None:
+            run.generation = int(self._resume.get("generation", 0))
+            strategy.load_state_dict(self._resume.get("strategy", {}))
+            restore_rng(run, self._resume["rng"])
+        loop = strategy.get_training_loop(manifest.algorithm)
+        kwargs = strategy.get_trainer_kwargs(
+            manifest.algorithm, training=t, env_spec=manifest.environment, memory=run.extras.get("memory")
+        )
+        try:
+            result: TrainResult = loop(run, strategy, **kwargs)
+        finally:
+            strategy.close(run)
+            logger.close()
+        if t.save_elite and result.population:
+            from agilerl.training.loop import write_checkpoint
+
+            elite_run = Run(**{**run.__dict__, "population": [result.population[0]]})
+            result.elite_path = write_checkpoint(elite_run, strategy, self.run_dir / "elite.pt", phase="evaluated")
+        return result
+
+
+def train(source: str | os.PathLike[str] | dict[str, Any] | TrainingManifest, **kwargs: Any) -> TrainResult:
+    """Shorthand for ``LocalTrainer.from_manifest(source, **kwargs).train()``."""
+    return LocalTrainer.from_manifest(source, **kwargs).train()
+
+
+__all__ = ["AgileRLError", "LocalTrainer", "TrainResult", "train"]

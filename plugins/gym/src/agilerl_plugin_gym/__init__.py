@@ -1,0 +1,3 @@
+"""agilerl plugin: gym."""
+
+__version__ = "0.1.0"

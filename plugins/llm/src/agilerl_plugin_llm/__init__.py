@@ -1,0 +1,3 @@
+"""agilerl plugin: llm."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install agilerl (core + every package under plugins/) and the dev tools into ./.venv.
+#
+# New plugins are picked up without editing anything: every plugins/*/pyproject.toml is installed.
+# On a machine without CUDA, torch is pinned to its CPU build (constraints/cpu.txt) so pip does
+# not pull a multi-GB CUDA build; with CUDA (nvidia-smi present) pip resolves torch normally.
+# Set AGILERL_VENV to use another virtualenv directory, PYTHON to pick the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${AGILERL_VENV:-.venv}
+python=${PYTHON:-python3}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[install] creating $venv"
+  "$python" -m venv "$venv"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+"${pip[@]}" install -q --upgrade pip
+constraints=()
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  constraints=(-c constraints/cpu.txt)
+  echo "[install] no CUDA found: using the CPU build of torch"
+  "${pip[@]}" install -q "${constraints[@]}" torch
+fi
+packages=(-e core)
+for dir in plugins/*/; do
+  [ -f "$dir/pyproject.toml" ] && packages+=(-e "${dir%/}")
+done
+echo "[install] installing: ${packages[*]}"
+"${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" -r requirements-dev.txt
+echo "[install] done: $("$venv/bin/agilerl" --version)"
