@@ -1,3 +1,46 @@
-"""Hook implementations of agilerl-plugin-llm (filled in as the plugin grows)."""
+"""Hook implementations of agilerl-plugin-llm.
+
+Split by part: ``agilerl_plugin_llm.dataset.registration`` (SFT, DPO, dataset envs, the shared
+builder) and ``agilerl_plugin_llm.rollout.registration`` (GRPO, LLMREINFORCE, rollout envs and the
+rollout-source hook). Keep imports here cheap: no torch or transformers at registration.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+from agilerl import hookimpl
+from agilerl_plugin_llm.dataset import registration as dataset
+from agilerl_plugin_llm.rollout import registration as rollout
+
+
+@hookimpl
+def agilerl_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
+    from agilerl_plugin_llm import hookspecs
+
+    plugin_manager.add_hookspecs(hookspecs)
+
+
+@hookimpl
+def agilerl_register_algorithms(register: Any) -> None:
+    dataset.register_algorithms(register)
+    rollout.register_algorithms(register)
+
+
+@hookimpl
+def agilerl_register_env_types(register: Any) -> None:
+    dataset.register_env_types(register)
+    rollout.register_env_types(register)
+
+
+@hookimpl
+def agilerl_register_builders(register: Any) -> None:
+    dataset.register_builders(register)
+
+
+@hookimpl
+def agilerl_register_strategies(register: Any) -> None:
+    dataset.register_strategies(register)
+    rollout.register_strategies(register)

@@ -1,0 +1,1 @@
+"""multi-agent reinforcement learning."""

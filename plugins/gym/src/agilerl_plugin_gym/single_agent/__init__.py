@@ -1,0 +1,1 @@
+"""single-agent reinforcement learning."""

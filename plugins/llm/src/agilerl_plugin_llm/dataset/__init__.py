@@ -1,0 +1,1 @@
+"""LLM dataset fine-tuning."""

@@ -1,0 +1,1 @@
+"""LLM rollout fine-tuning."""
