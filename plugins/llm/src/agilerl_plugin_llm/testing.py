@@ -1,0 +1,185 @@
+"""Test helpers for LLM plugin authors: a tiny causal LM and tokenizer, built offline in milliseconds.
+
+Use as a pytest plugin (``pytest_plugins = ["agilerl_plugin_llm.testing"]``) to get the fixture
+``tiny_model_dir``, or call :func:`build_tiny_model` yourself. From a shell::
+
+    python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model
+
+What gets built (and why):
+
+* a byte-level BPE tokenizer trained in memory with ``tokenizers`` (~400 tokens) on a small corpus,
+  wrapped as a fast tokenizer with ``<pad>``/``<s>``/``</s>``/``<unk>`` and the ChatML markers
+  ``<|im_start|>``/``<|im_end|>``, and a ChatML chat template whose assistant turns sit inside a
+  ``{% generation %}`` block, so ``apply_chat_template(..., return_assistant_tokens_mask=True)`` marks
+  the tokens an SFT loss trains on;
+* a 2-layer ``LlamaConfig`` model (hidden 64, 4 heads, 2 KV heads, tied embeddings, ~100k
+  parameters). ``initializer_range`` is 0.2 rather than the usual 0.02: with tiny random tied
+  embeddings a LoRA adapter alone cannot move the output distribution, so LoRA runs would not learn.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Special tokens of the tiny tokenizer, in id order (ids 0..5).
+SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>"]
+
+#: ChatML; the assistant's content and its closing marker are the "generation" the mask selects.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "{{ '<|im_start|>assistant\n' }}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{{ '\n' }}"
+    "{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_WORDS = (
+    "the a an one two three four five six seven eight nine ten red blue green yellow black white "
+    "cat dog bird fish cow horse sheep apple pear plum bread milk tea water sun moon star sky sea "
+    "yes no true false good bad big small hot cold up down left right zero answer question say "
+    "word number color animal food please thank you hello hi what is are which who how many and or"
+).split()
+
+
+def default_corpus() -> list[str]:
+    """~120 short sentences over a small vocabulary (enough for a ~400-token BPE)."""
+    lines: list[str] = []
+    for i, w in enumerate(_WORDS):
+        nxt = _WORDS[(i * 7 + 3) % len(_WORDS)]
+        lines.append(f"what is {w}? the answer is {nxt}.")
+        lines.append(f"Say {w} {nxt} {i} times, please.")
+    lines += [f"{a} + {b} = {a + b}" for a in range(10) for b in range(0, 10, 3)]
+    return lines
+
+
+def build_tokenizer(vocab_corpus: Iterable[str] | None = None, *, vocab_size: int = 400) -> Any:
+    """A fast byte-level BPE tokenizer with special tokens and a ChatML template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = list(vocab_corpus) if vocab_corpus is not None else default_corpus()
+    tok.train_from_iterator(corpus + ["\n".join(corpus[:8])], trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.padding_side = "right"
+    return fast
+
+
+def build_tiny_model(
+    path: str | Path,
+    *,
+    vocab_corpus: Iterable[str] | None = None,
+    seed: int = 0,
+    initializer_range: float = 0.2,
+    num_hidden_layers: int = 2,
+    hidden_size: int = 64,
+    max_position_embeddings: int = 512,
+    chat_template: str | None = CHAT_TEMPLATE,
+) -> Path:
+    """Build a tiny Llama causal LM and its tokenizer and ``save_pretrained`` both into ``path``.
+
+    :param path: Directory to write (created if missing).
+    :param vocab_corpus: Sentences to train the BPE tokenizer on (default: :func:`default_corpus`).
+    :param seed: Seed for the model's random weights (same seed, same weights).
+    :param initializer_range: Std of the random weights; keep ~0.2 when LoRA must learn.
+    :param chat_template: The tokenizer's chat template; ``None`` saves a tokenizer without one
+        (for testing the "chat template missing" error).
+    :returns: ``path`` as a :class:`~pathlib.Path`.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(vocab_corpus)
+    if chat_template is None:
+        tokenizer.chat_template = None
+    else:
+        tokenizer.chat_template = chat_template
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        initializer_range=initializer_range,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    # Seed only this build: fork the RNG so callers' torch random state is left as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding a tiny causal LM + tokenizer (ChatML template), built once per session.
+
+    Treat it as read-only; build your own with :func:`build_tiny_model` to change it.
+    """
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llm") / "model")
+
+
+@pytest.fixture
+def tiny_model_factory(tmp_path: Path) -> Iterator[Any]:
+    """``tiny_model_factory(name="m", **kwargs)`` builds a fresh tiny model dir under ``tmp_path``."""
+
+    def _build(name: str = "model", **kwargs: Any) -> Path:
+        return build_tiny_model(tmp_path / name, **kwargs)
+
+    yield _build
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agilerl_plugin_llm.testing build-tiny-model DIR [--seed N]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m agilerl_plugin_llm.testing")
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build-tiny-model", help="write a tiny causal LM + tokenizer to DIR")
+    build.add_argument("dir")
+    build.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    path = build_tiny_model(args.dir, seed=args.seed)
+    print(f"tiny model written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
