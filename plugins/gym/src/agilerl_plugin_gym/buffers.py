@@ -1,0 +1,262 @@
+"""Preallocated experience buffers (public API, shared by the RL plugins).
+
+* :class:`ReplayBuffer` — a ring buffer of transitions for off-policy learning (DQN, DDPG, TD3,
+  MADDPG ...). Storage is numpy, allocated once; :meth:`ReplayBuffer.add` copies a *batch* of
+  transitions (one row per vector env) in a single slice assignment and :meth:`ReplayBuffer.sample`
+  returns torch tensors. Fields are free-form: you name them on the first ``add``.
+* :class:`RolloutBuffer` — fixed-size on-policy storage of ``(num_steps, num_envs)`` torch tensors
+  with Generalised Advantage Estimation (PPO, IPPO ...), aware of Gymnasium 1.x *next-step*
+  autoreset (see :meth:`RolloutBuffer.compute_returns_and_advantages`).
+
+Both save to / load from ``state_dict()`` made of tensors and python scalars only, so they ride in an
+agilerl checkpoint (``torch.load(weights_only=True)``), including the sampling RNG.
+
+Example::
+
+    buf = ReplayBuffer(100_000, seed=0)
+    buf.add(obs=obs, action=act, reward=rew, next_obs=nxt, done=term)   # arrays of shape (n, ...)
+    batch = buf.sample(128)                                              # dict of tensors
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["ReplayBuffer", "RolloutBuffer", "numpy_rng_state", "set_numpy_rng_state"]
+
+
+def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A numpy Generator's state as checkpoint-safe python values (ints as strings: they are 128-bit)."""
+    state = rng.bit_generator.state
+    return {
+        "bit_generator": state["bit_generator"],
+        "state": str(state["state"]["state"]),
+        "inc": str(state["state"]["inc"]),
+        "has_uint32": int(state["has_uint32"]),
+        "uinteger": int(state["uinteger"]),
+    }
+
+
+def set_numpy_rng_state(rng: np.random.Generator, saved: Mapping[str, Any]) -> None:
+    """Restore what :func:`numpy_rng_state` returned."""
+    rng.bit_generator.state = {
+        "bit_generator": saved["bit_generator"],
+        "state": {"state": int(saved["state"]), "inc": int(saved["inc"])},
+        "has_uint32": int(saved["has_uint32"]),
+        "uinteger": int(saved["uinteger"]),
+    }
+
+
+class ReplayBuffer:
+    """Uniform-sampling ring buffer, preallocated on the first :meth:`add`.
+
+    :param max_size: capacity in transitions (the manifest's ``replay_buffer.max_size``).
+    :param device: where :meth:`sample` puts its tensors.
+    :param seed: seed of the sampling RNG (``None``: nondeterministic).
+    :param dtypes: optional numpy dtype per field (default: the dtype of the first batch added,
+        with float64 stored as float32).
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        dtypes: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_size < 1:
+            raise ValueError("max_size must be >= 1")
+        self.max_size = int(max_size)
+        self.device = torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        self.dtypes = dict(dtypes or {})
+        self.data: dict[str, np.ndarray] = {}
+        self.pos = 0
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _allocate(self, fields: Mapping[str, np.ndarray]) -> None:
+        for key, value in fields.items():
+            dtype = np.dtype(self.dtypes.get(key, value.dtype))
+            if dtype == np.float64:
+                dtype = np.dtype(np.float32)
+            self.data[key] = np.zeros((self.max_size, *value.shape[1:]), dtype=dtype)
+
+    def add(self, mask: np.ndarray | None = None, **fields: Any) -> int:
+        """Store a batch of transitions: each field is an array with one row per transition.
+
+        ``mask`` (bool, one per row) keeps only the rows where it is True (e.g. drop the
+        transitions of sub-envs that just auto-reset). Returns the number of rows stored.
+        """
+        arrays = {k: np.asarray(v) for k, v in fields.items()}
+        if mask is not None:
+            mask = np.asarray(mask, dtype=bool)
+            if not mask.all():
+                arrays = {k: v[mask] for k, v in arrays.items()}
+        n = len(next(iter(arrays.values())))
+        if n == 0:
+            return 0
+        if not self.data:
+            self._allocate(arrays)
+        if n > self.max_size:  # only the newest max_size rows can survive
+            arrays = {k: v[-self.max_size :] for k, v in arrays.items()}
+            n = self.max_size
+        end = self.pos + n
+        if end <= self.max_size:
+            for k, v in arrays.items():
+                self.data[k][self.pos : end] = v.reshape(self.data[k][self.pos : end].shape)
+        else:
+            first = self.max_size - self.pos
+            for k, v in arrays.items():
+                self.data[k][self.pos :] = v[:first].reshape(self.data[k][self.pos :].shape)
+                self.data[k][: n - first] = v[first:].reshape(self.data[k][: n - first].shape)
+        self.pos = end % self.max_size
+        self.size = min(self.size + n, self.max_size)
+        return n
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """``batch_size`` transitions drawn uniformly with replacement, as tensors on ``device``."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        idx = self.rng.integers(0, self.size, size=batch_size)
+        return {k: torch.from_numpy(v[idx]).to(self.device, non_blocking=True) for k, v in self.data.items()}
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "max_size": self.max_size,
+            "pos": self.pos,
+            "size": self.size,
+            "rng": numpy_rng_state(self.rng),
+            "data": {k: torch.from_numpy(v[: self.size].copy()) for k, v in self.data.items()},
+            "shapes": {k: list(v.shape[1:]) for k, v in self.data.items()},
+            "dtypes": {k: str(v.dtype) for k, v in self.data.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.max_size = int(state["max_size"])
+        self.pos = int(state["pos"])
+        self.size = int(state["size"])
+        set_numpy_rng_state(self.rng, state["rng"])
+        self.data = {}
+        for k, t in state["data"].items():
+            arr = np.zeros((self.max_size, *state["shapes"][k]), dtype=np.dtype(state["dtypes"][k]))
+            arr[: self.size] = t.numpy()
+            self.data[k] = arr
+
+
+class RolloutBuffer:
+    """On-policy storage for ``num_steps`` vector steps of ``num_envs`` envs, with GAE.
+
+    Tensors are allocated once; :meth:`add` writes step ``t`` in place. Per step it stores the
+    observation the policy acted on, the action, its log-probability, the value estimate, the
+    reward, ``terminated``/``done`` flags of that step, and ``valid``: False for the step a sub-env
+    spends auto-resetting under Gymnasium's next-step autoreset (its action was ignored and its
+    reward is meaningless), so the loss skips it.
+
+    :param num_steps: vector steps per rollout.
+    :param num_envs: parallel envs.
+    :param obs_shape: one observation's shape.
+    :param action_shape: one action's shape (``()`` for Discrete).
+    :param obs_dtype: observation dtype (uint8 images stay uint8 until the network).
+    :param action_dtype: ``torch.long`` for discrete actions, ``torch.float32`` for continuous.
+    """
+
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        *,
+        obs_dtype: torch.dtype = torch.float32,
+        action_dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.num_steps, self.num_envs = int(num_steps), int(num_envs)
+        self.device = torch.device(device)
+        T, N = self.num_steps, self.num_envs
+        z = lambda *s, dtype=torch.float32: torch.zeros(*s, dtype=dtype, device=self.device)  # noqa: E731
+        self.obs = z(T, N, *obs_shape, dtype=obs_dtype)
+        self.actions = z(T, N, *action_shape, dtype=action_dtype)
+        self.log_probs = z(T, N)
+        self.values = z(T, N)
+        self.rewards = z(T, N)
+        self.terminated = z(T, N)
+        self.dones = z(T, N)
+        self.valid = z(T, N)
+        self.advantages = z(T, N)
+        self.returns = z(T, N)
+
+    def add(
+        self,
+        t: int,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        log_prob: torch.Tensor,
+        value: torch.Tensor,
+        reward: torch.Tensor | np.ndarray,
+        terminated: torch.Tensor | np.ndarray,
+        done: torch.Tensor | np.ndarray,
+        valid: torch.Tensor | np.ndarray,
+    ) -> None:
+        """Write vector step ``t``."""
+        self.obs[t] = obs
+        self.actions[t] = action
+        self.log_probs[t] = log_prob
+        self.values[t] = value
+        self.rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
+        self.terminated[t] = torch.as_tensor(terminated, dtype=torch.float32)
+        self.dones[t] = torch.as_tensor(done, dtype=torch.float32)
+        self.valid[t] = torch.as_tensor(valid, dtype=torch.float32)
+
+    @torch.no_grad()
+    def compute_returns_and_advantages(
+        self, last_value: torch.Tensor, last_valid: torch.Tensor, gamma: float, gae_lambda: float
+    ) -> None:
+        """GAE(lambda) under next-step autoreset.
+
+        For a step that ended an episode, the observation of the *following* step is the final
+        observation (the reset arrives one step later), so ``values[t + 1]`` is V(final obs): we
+        bootstrap from it unless the episode *terminated*, which handles truncation correctly.
+        Credit never flows back across an episode end (``done``), and the auto-reset step itself
+        (``valid == 0``) gets advantage 0. ``last_value``/``last_valid`` describe the observation
+        after the last stored step.
+        """
+        last_gae = torch.zeros(self.num_envs, device=self.device)
+        for t in reversed(range(self.num_steps)):
+            if t == self.num_steps - 1:
+                next_value, next_valid = last_value, last_valid
+            else:
+                next_value, next_valid = self.values[t + 1], self.valid[t + 1]
+            # A done step's successor is the auto-reset step: it is the final obs, so bootstrap off
+            # it unless terminated. A valid step's successor otherwise continues the episode.
+            bootstrap = gamma * next_value * (1.0 - self.terminated[t])
+            delta = self.rewards[t] + bootstrap - self.values[t]
+            # Propagate only inside an episode; the auto-reset step contributes nothing.
+            carry = gamma * gae_lambda * (1.0 - self.dones[t]) * next_valid * last_gae
+            last_gae = (delta + carry) * self.valid[t]
+            self.advantages[t] = last_gae
+        self.returns = self.advantages + self.values
+
+    def flat(self) -> dict[str, torch.Tensor]:
+        """All valid steps flattened to ``(n, ...)``, for minibatching."""
+        mask = self.valid.reshape(-1).bool()
+        out = {
+            "obs": self.obs.reshape(-1, *self.obs.shape[2:]),
+            "actions": self.actions.reshape(-1, *self.actions.shape[2:]),
+            "log_probs": self.log_probs.reshape(-1),
+            "values": self.values.reshape(-1),
+            "advantages": self.advantages.reshape(-1),
+            "returns": self.returns.reshape(-1),
+        }
+        if bool(mask.all()):
+            return out
+        return {k: v[mask] for k, v in out.items()}
