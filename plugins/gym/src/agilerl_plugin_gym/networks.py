@@ -32,6 +32,7 @@ so a mutated network can be rebuilt before ``load_state_dict`` (checkpoint resum
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -171,7 +172,7 @@ class EvolvableMLP(nn.Module):
     # --- structure -----------------------------------------------------------------------------
     def _build(self) -> None:
         dims = [self.in_dim, *self.hidden_size]
-        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
+        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(dims))
         self.norms = nn.ModuleList(nn.LayerNorm(h) if self.layer_norm else nn.Identity() for h in self.hidden_size)
         self.acts = nn.ModuleList(activation_layer(self.activation) for _ in self.hidden_size)
         self.output = nn.Linear(dims[-1], self.out_dim)

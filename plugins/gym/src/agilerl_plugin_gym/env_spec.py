@@ -1,0 +1,82 @@
+"""``GymEnvSpec``: the manifest's ``environment`` section for gymnasium (and PettingZoo) envs.
+
+Pydantic only — cheap to import, so registration and ``agilerl validate`` never import gymnasium
+or torch. Construction lives in :mod:`agilerl_plugin_gym.envs`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, Field, field_validator
+
+from agilerl.models import EnvSpec
+
+WrapperEntry = str | tuple[str, dict[str, Any]]
+
+
+class GymEnvSpec(EnvSpec):
+    """A gymnasium / PettingZoo environment, or a custom one from an entrypoint.
+
+    Exactly one way of making the env is used, in this order: ``factory`` (a ``module:function``
+    called with ``entrypoint`` (if given) and ``env_config``), ``entrypoint`` (a registered id or a
+    ``module:Class`` called with ``env_config``), else ``name`` as a registered gymnasium id
+    (``version`` is appended as ``-v<version>`` when ``name`` has none).
+    """
+
+    env_type: Literal["gym"] = "gym"
+    name: Annotated[str, Field(min_length=1, description="Registered id (CartPole-v1) or a label for custom envs.")]
+    num_envs: Annotated[int, Field(ge=1, description="Parallel envs in the vector env.")] = 32
+    version: str | int | None = Field(default=None, description="Appended to name as -v<version> when name has none.")
+    custom: bool = Field(default=False, description="A custom env (made from entrypoint/factory, not gym's registry).")
+    default_type: str = Field(default="float32", description="dtype float observations are cast to.")
+    entrypoint: str | None = Field(default=None, description="Registered id, or module:Class of a gymnasium.Env.")
+    factory: str | None = Field(default=None, description="module:function returning an env (e.g. gymnasium:make).")
+    path: str | None = Field(default=None, description="Directory added to sys.path before importing entrypoint.")
+    env_config: dict[str, Any] | str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("env_config", "config"),
+        description="Keyword arguments for the env constructor, or a path to a YAML/JSON file of them.",
+    )
+    env_wrappers: list[WrapperEntry] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("env_wrappers", "wrappers"),
+        description="Wrappers applied to each env: 'module.Class' or ['module.Class', {kwargs}].",
+    )
+    sync: bool = Field(default=False, description="SyncVectorEnv (one process) instead of AsyncVectorEnv.")
+
+    @field_validator("env_wrappers", mode="before")
+    @classmethod
+    def _wrapper_entries(cls, value: Any) -> Any:
+        # YAML has no tuples: accept [path, kwargs] and {path: kwargs} as well.
+        if not isinstance(value, list):
+            return value
+        out: list[Any] = []
+        for item in value:
+            if isinstance(item, dict) and len(item) == 1:
+                (path, kwargs), *_ = item.items()
+                out.append((path, dict(kwargs or {})))
+            elif isinstance(item, list) and len(item) == 2:
+                out.append((item[0], dict(item[1] or {})))
+            else:
+                out.append(item)
+        return out
+
+    @field_validator("entrypoint", "factory")
+    @classmethod
+    def _import_path(cls, value: str | None) -> str | None:
+        if value is not None and value.count(":") > 1:
+            raise ValueError(f"{value!r} is not 'module:attribute' (or a registered gym id)")
+        return value
+
+    @property
+    def env_id(self) -> str:
+        """The gymnasium id this spec names (``name`` plus ``-v<version>`` when given)."""
+        name = self.name
+        if self.version is not None and "-v" not in name:
+            name = f"{name}-v{self.version}"
+        return name
+
+    @property
+    def label(self) -> str:
+        return self.env_id

@@ -1,0 +1,258 @@
+"""Environment construction from a :class:`GymEnvSpec` (public API).
+
+* :func:`make_gym_env` — a gymnasium vector env (``AsyncVectorEnv`` unless ``sync: true``).
+* :func:`make_single_env` — one (non-vectorised) env; a PettingZoo ``ParallelEnv`` with
+  ``multi_agent=True``.
+* :func:`make_env` — the factory registered for ``env_type: gym``; ``multi_agent=True`` hands over to
+  ``agilerl_plugin_gym.multi_agent.vec_env:make_pz_env``.
+
+Vector envs use Gymnasium 1.x's default *next-step* autoreset: the step after an episode ends
+returns the reset observation (reward 0) and ignores the action. The algorithms in this plugin drop
+that transition (:class:`agilerl_plugin_gym.buffers.RolloutBuffer` masks it; off-policy collection
+does not store it).
+
+Every problem with the spec is raised here, in the main process and before any worker starts, as
+:class:`GymEnvError` naming the manifest field and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agilerl.errors import AgileRLError, closest
+from agilerl_plugin_gym.env_spec import GymEnvSpec
+
+__all__ = ["GymEnvError", "check_gym_id", "make_env", "make_gym_env", "make_single_env", "resolve_import"]
+
+
+class GymEnvError(AgileRLError):
+    """The environment section names something that cannot be made."""
+
+
+def resolve_import(path: str, field: str) -> Any:
+    """Import ``module:attr`` or ``module.attr``; a :class:`GymEnvError` naming ``field`` if it fails."""
+    if ":" in path:
+        module_name, _, attr = path.partition(":")
+    else:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise GymEnvError(f"{field}: {path!r} is not an import path; write it as 'package.module:Name'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # an ImportError, or anything the module raises while importing
+        raise GymEnvError(
+            f"{field}: cannot import module {module_name!r} for {path!r}: {type(exc).__name__}: {exc}. "
+            "Check the spelling, that the package is installed, or set environment.path to its directory."
+        ) from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            names = [n for n in dir(target) if not n.startswith("_")]
+            hint = closest(part, names)
+            raise GymEnvError(
+                f"{field}: module {module_name!r} has no attribute {attr!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+            ) from None
+    return target
+
+
+def check_gym_id(env_id: str, field: str = "environment.name") -> None:
+    """Raise :class:`GymEnvError` with a did-you-mean when ``env_id`` is not in gymnasium's registry."""
+    if ":" in env_id:  # "module:EnvId" imports the module that registers the id first
+        module_name, _, bare = env_id.partition(":")
+        resolve_import(f"{module_name}:__name__", field)
+        env_id = bare
+    if env_id in gym.registry:
+        return
+    ids = list(gym.registry)
+    hint = closest(env_id, ids, cutoff=0.5)
+    msg = f"{field}: {env_id!r} is not a registered gymnasium environment"
+    msg += f"; did you mean {hint!r}?" if hint else "."
+    msg += " For your own env class set environment.entrypoint: 'module:Class' (and custom: true)."
+    raise GymEnvError(msg)
+
+
+def _env_config(spec: GymEnvSpec) -> dict[str, Any]:
+    cfg = spec.env_config
+    if cfg is None:
+        return {}
+    if isinstance(cfg, dict):
+        return dict(cfg)
+    path = Path(cfg)
+    if not path.is_file():
+        raise GymEnvError(f"environment.env_config: {cfg!r} is neither a mapping nor an existing YAML/JSON file")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise GymEnvError(f"environment.env_config: {cfg} must hold a mapping of keyword arguments")
+    return data
+
+
+def _add_path(spec: GymEnvSpec) -> None:
+    if spec.path:
+        p = str(Path(spec.path).resolve())
+        if not Path(p).is_dir():
+            raise GymEnvError(f"environment.path: {spec.path!r} is not a directory")
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def _wrapper_list(entries: Sequence[Any] | None, field: str) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
+    out: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+    for i, entry in enumerate(entries or ()):
+        where = f"{field}[{i}]"
+        if isinstance(entry, (tuple, list)) and len(entry) == 2:
+            target, kwargs = entry
+        else:
+            target, kwargs = entry, {}
+        if isinstance(target, str):
+            target = resolve_import(target, where)
+        if not callable(target):
+            raise GymEnvError(f"{where}: {target!r} is not a wrapper class or callable")
+        out.append((target, dict(kwargs or {})))
+    return out
+
+
+def _maker(spec: GymEnvSpec) -> Callable[[], gym.Env[Any, Any]]:
+    """A zero-argument function that makes one raw env, after checking every name it uses."""
+    _add_path(spec)
+    cfg = _env_config(spec)
+    if spec.factory:
+        fn = resolve_import(spec.factory, "environment.factory")
+        return partial(fn, spec.entrypoint, **cfg) if spec.entrypoint else partial(fn, **cfg)
+    if spec.entrypoint:
+        if ":" in spec.entrypoint or (spec.custom and "." in spec.entrypoint):
+            cls = resolve_import(spec.entrypoint, "environment.entrypoint")
+            return partial(cls, **cfg)
+        check_gym_id(spec.entrypoint, "environment.entrypoint")
+        return partial(gym.make, spec.entrypoint, **cfg)
+    if spec.custom:
+        raise GymEnvError("environment.entrypoint: a custom env needs entrypoint: 'module:Class' (or a factory)")
+    check_gym_id(spec.env_id)
+    return partial(gym.make, spec.env_id, **cfg)
+
+
+def _single(
+    spec: GymEnvSpec,
+    make_raw: Callable[[], gym.Env[Any, Any]],
+    wrappers: list[tuple[Callable[..., Any], dict[str, Any]]],
+) -> gym.Env[Any, Any]:
+    env = make_raw()
+    if not isinstance(env, gym.Env):
+        raise GymEnvError(
+            f"environment: the entrypoint/factory returned {type(env).__name__}, not a gymnasium.Env "
+            "(for PettingZoo envs use a multi-agent algorithm)"
+        )
+    obs_space = env.observation_space
+    want = np.dtype(spec.default_type)
+    if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype.kind == "f" and obs_space.dtype != want:
+        env = gym.wrappers.DtypeObservation(env, want)
+    for wrapper, kwargs in wrappers:
+        env = wrapper(env, **kwargs)
+    return env
+
+
+def make_single_env(spec: GymEnvSpec, *, multi_agent: bool = False) -> Any:
+    """Create a single (non-vectorised) environment: a ``gymnasium.Env`` (or a PettingZoo
+    ``ParallelEnv`` when ``multi_agent``), wrapped with ``env_wrappers``."""
+    if multi_agent:
+        return _make_pz_single(spec)
+    make_raw = _maker(spec)
+    return _single(spec, make_raw, _wrapper_list(spec.env_wrappers, "environment.env_wrappers"))
+
+
+def _make_pz_single(spec: GymEnvSpec) -> Any:
+    _add_path(spec)
+    cfg = _env_config(spec)
+    if spec.factory:
+        fn = resolve_import(spec.factory, "environment.factory")
+        env = fn(spec.entrypoint, **cfg) if spec.entrypoint else fn(**cfg)
+    elif spec.entrypoint:
+        env = resolve_import(spec.entrypoint, "environment.entrypoint")(**cfg)
+    else:
+        module = resolve_import(f"{spec.name}:parallel_env", "environment.name")
+        env = module(**cfg)
+    for wrapper, kwargs in _wrapper_list(spec.env_wrappers, "environment.env_wrappers"):
+        env = wrapper(env, **kwargs)
+    return env
+
+
+def make_gym_env(
+    spec: GymEnvSpec,
+    extra_wrappers: list[type] | None = None,
+    wrappers: Sequence[tuple[Any, dict[str, Any]] | str | Callable[..., Any]] | None = None,
+) -> gym.vector.VectorEnv[Any, Any, Any]:
+    """Instantiate the vectorised gym environment.
+
+    :param spec: the environment section.
+    :param extra_wrappers: wrapper classes applied (without arguments) to each env, after the
+        manifest's ``env_wrappers``.
+    :param wrappers: more wrappers, each ``(class_or_path, kwargs)``, an import path or a callable,
+        applied after ``env_wrappers`` and before ``extra_wrappers``.
+    :returns: ``SyncVectorEnv`` when ``spec.sync`` else ``AsyncVectorEnv`` (next-step autoreset).
+    """
+    make_raw = _maker(spec)
+    wrapper_list = _wrapper_list(spec.env_wrappers, "environment.env_wrappers")
+    wrapper_list += _wrapper_list(wrappers, "wrappers")
+    wrapper_list += [(w, {}) for w in extra_wrappers or ()]
+    thunk = partial(_single, spec, make_raw, wrapper_list)
+    # Make one env here first: a constructor or wrapper that fails does so in this process with a
+    # readable error, not inside a worker.
+    try:
+        probe = thunk()
+    except AgileRLError:
+        raise
+    except Exception as exc:
+        raise GymEnvError(f"environment {spec.label!r}: creating the env failed: {type(exc).__name__}: {exc}") from exc
+    fns = [thunk] * spec.num_envs
+    if spec.sync:
+        # Reuse the probe as the first env instead of throwing it away.
+        return gym.vector.SyncVectorEnv([lambda: probe, *fns[1:]])
+    probe.close()
+    return gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+
+
+def make_env(
+    spec: GymEnvSpec,
+    *,
+    multi_agent: bool = False,
+    seed: int | None = None,
+    extra_wrappers: list[type] | None = None,
+    wrappers: Sequence[Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The ``env_type: gym`` factory behind :func:`agilerl.models.env.make_env`.
+
+    ``multi_agent=True`` builds the PettingZoo vector env (``make_pz_env``). ``seed`` seeds the
+    action space; episodes are seeded by the first ``reset(seed=...)``, which the strategies do.
+    """
+    if multi_agent:
+        import inspect
+
+        from agilerl.registry import resolve
+
+        make_pz_env = resolve("agilerl_plugin_gym.multi_agent.vec_env:make_pz_env", "make_pz_env")
+        given = {"extra_wrappers": extra_wrappers, "wrappers": wrappers, "seed": seed, **kwargs}
+        params = inspect.signature(make_pz_env).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            given = {k: v for k, v in given.items() if k in params}
+        return make_pz_env(spec, **given)
+    env = make_gym_env(spec, extra_wrappers=extra_wrappers, wrappers=wrappers)
+    if seed is not None:
+        env.action_space.seed(seed)
+    return env

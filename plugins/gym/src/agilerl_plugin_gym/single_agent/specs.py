@@ -1,0 +1,147 @@
+"""Manifest ``algorithm`` sections of the single-agent algorithms (pydantic only: cheap to import).
+
+Field names and defaults follow AgileRL's manifests, so AgileRL users' files validate unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from agilerl.errors import Problem
+from agilerl.models import SingleAgentAlgorithmSpec
+
+if TYPE_CHECKING:
+    from agilerl.models import TrainingManifest
+
+_RL_RANGES: dict[str, tuple[float, float]] = {
+    "batch_size": (8, 512),
+    "lr": (6.25e-5, 1e-2),
+    "lr_actor": (6.25e-5, 1e-2),
+    "lr_critic": (6.25e-5, 1e-2),
+    "gamma": (0.9, 0.9999),
+    "tau": (1e-4, 1e-2),
+    "learn_step": (1, 10),
+}
+
+
+class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
+    """Base of this plugin's single-agent specs: shared validation-time checks."""
+
+    def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        problems: list[Problem] = []
+        env = manifest.environment
+        if env.env_type != "gym":
+            problems.append(Problem("environment.env_type", f"{self.name} trains on gym environments (env_type: gym)"))
+            return problems
+        uses_registry = not (getattr(env, "entrypoint", None) or getattr(env, "factory", None) or env.custom)
+        if uses_registry and ":" not in env.env_id:
+            # Importing gymnasium's registry is cheap (no torch): catch a typo before anything runs.
+            from agilerl_plugin_gym.envs import GymEnvError, check_gym_id
+
+            try:
+                check_gym_id(env.env_id)
+            except GymEnvError as exc:
+                problems.append(Problem("environment.name", str(exc).removeprefix("environment.name: ")))
+        return problems
+
+
+class PPOSpec(GymAlgorithmSpec):
+    """Proximal Policy Optimisation (clipped objective, GAE), discrete or continuous actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "on_policy"
+    default_evo_steps: ClassVar[int] = 10_000
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        **_RL_RANGES,
+        "learn_step": (512, 8192),
+        "gae_lambda": (0.8, 0.99),
+        "clip_coef": (0.05, 0.35),
+        "ent_coef": (1e-3, 0.1),
+        "vf_coef": (0.1, 1.0),
+        "max_grad_norm": (0.1, 5.0),
+        "update_epochs": (1, 10),
+    }
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+
+    num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
+    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout.")] = 4096
+    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step.")] = 64
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
+    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages).")] = 0.95
+    action_std_init: Annotated[float, Field(gt=0, description="Initial std of the Gaussian policy (Box actions).")] = (
+        0.6
+    )
+    clip_coef: Annotated[float, Field(gt=0, description="PPO ratio clip range (and value clip range).")] = 0.2
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.01
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
+    target_kl: Annotated[
+        float | None, Field(gt=0, description="Stop the update epochs early when approx KL exceeds this.")
+    ] = None
+    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
+    share_encoders: bool = Field(default=True, description="Actor and critic share one encoder.")
+    normalize_advantages: bool = Field(default=True, description="Normalise advantages per minibatch.")
+    clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
+    recurrent: bool = Field(default=False, description="Recurrent PPO (not supported here: must be false).")
+    rollout_buffer_config: dict[str, Any] | None = Field(
+        default=None, description="Accepted for AgileRL compatibility."
+    )
+    max_seq_len: int | None = Field(default=None, description="Accepted for AgileRL compatibility (recurrent only).")
+    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = "chunked"
+
+    @field_validator("recurrent")
+    @classmethod
+    def _no_recurrent(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false")
+        return value
+
+
+class DQNSpec(GymAlgorithmSpec):
+    """Deep Q-Network (double DQN, soft target updates), discrete actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "off_policy"
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+
+    learn_step: Annotated[
+        int,
+        Field(ge=1, description="Env steps per gradient step: below num_envs means several updates per vector step."),
+    ] = 5
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
+    cudagraphs: bool = Field(default=False, description="Accepted for AgileRL compatibility (unused).")
+
+
+class DDPGSpec(GymAlgorithmSpec):
+    """Deep Deterministic Policy Gradient, continuous (Box) actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "off_policy"
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "policy_freq": (1, 10)}
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
+
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
+    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
+    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate.")] = 1e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor (and target) update.")] = 2
+    O_U_noise: bool = Field(default=True, description="Ornstein-Uhlenbeck exploration noise (else Gaussian).")
+    expl_noise: Annotated[float, Field(ge=0, description="Exploration noise scale (fraction of action range).")] = 0.1
+    mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
+    theta: Annotated[float, Field(ge=0, description="OU mean-reversion rate.")] = 0.15
+    dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
+    share_encoders: bool = Field(default=False, description="Accepted for AgileRL compatibility (unused).")
+    vect_noise_dim: Annotated[int, Field(ge=1, description="Accepted for AgileRL compatibility.")] = 1
+
+
+class TD3Spec(DDPGSpec):
+    """Twin Delayed DDPG: twin critics, target policy smoothing, delayed policy updates."""
+
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 5e-3
+    policy_noise: Annotated[float, Field(ge=0, description="Target policy smoothing noise (fraction of range).")] = 0.2
+    noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
