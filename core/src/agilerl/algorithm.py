@@ -42,7 +42,7 @@ class AlgorithmBase:
         if not hasattr(self, name):
             raise KeyError(f"{type(self).__name__} has no hyperparameter {name!r}")
         if name in self.integer_hyperparameters:
-            value = max(1, int(round(value)))
+            value = max(1, round(value))
         old = getattr(self, name)
         setattr(self, name, value)
         if old != value:

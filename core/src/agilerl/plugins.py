@@ -170,8 +170,8 @@ def register_plugin(plugin: object, name: str | None = None) -> str:
 
 def unregister_plugin(name: str) -> None:
     """Remove a plugin registered with :func:`register_plugin`."""
-    assert _pm is not None
-    _pm.unregister(name=name)
+    if _pm is not None and _pm.get_plugin(name) is not None:
+        _pm.unregister(name=name)
     _infos.pop(name, None)
     for listener in list(_listeners):
         listener()

@@ -30,10 +30,10 @@ def manifest_json_schema() -> dict[str, Any]:
         s["x-paradigm"], s["x-regime"], s["x-default-env-type"] = cls.paradigm, cls.regime, cls.default_env_type
         algo_variants.append(s)
     env_variants = []
-    for env_type, cls in ENV_TYPES.spec_classes().items():
-        s = _model_schema(cls, defs)
+    for env_type, env_cls in ENV_TYPES.spec_classes().items():
+        s = _model_schema(env_cls, defs)
         s.setdefault("properties", {})["env_type"] = {"const": env_type}
-        s["title"] = f"{cls.__name__} (env_type {env_type})"
+        s["title"] = f"{env_cls.__name__} (env_type {env_type})"
         env_variants.append(s)
     props: dict[str, Any] = {
         "apiVersion": {"const": API_VERSION, "default": API_VERSION},

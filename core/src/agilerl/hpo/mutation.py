@@ -96,7 +96,7 @@ class Mutations:
         factor = r.grow_factor if self.rng.random() < 0.5 else r.shrink_factor
         value = min(max(current * factor, r.min), r.max)
         if isinstance(agent.get_hyperparameter(name), int) and not isinstance(agent.get_hyperparameter(name), bool):
-            value = int(round(value))
+            value = round(value)
             value = int(min(max(value, int(r.min) if r.min >= 1 else 1), r.max))
         agent.set_hyperparameter(name, value)
         return name

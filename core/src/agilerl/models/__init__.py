@@ -55,9 +55,9 @@ def __getattr__(name: str) -> Any:
     for _, cls in MANIFEST_REGISTRY.items():
         if cls.__name__ == name:
             return cls
-    for cls in ENV_TYPES.spec_classes().values():
-        if cls.__name__ == name:
-            return cls
+    for env_cls in ENV_TYPES.spec_classes().values():
+        if env_cls.__name__ == name:
+            return env_cls
     base = name[: -len("Spec")]
     raise MissingPluginError(name if name in {"GymEnvSpec", "BanditEnvSpec", "LLMEnvSpec"} else base)
 

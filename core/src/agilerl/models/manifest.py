@@ -76,7 +76,8 @@ class TrainingManifest(BaseModel):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value.model_dump(exclude_defaults=True)
-        return json.loads(json.dumps(out, default=str))
+        result: dict[str, Any] = json.loads(json.dumps(out, default=str))
+        return result
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,7 +249,8 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
                 problems.append(Problem(f"mutation.rl_hp_selection.{key}", msg))
         probs = manifest.mutation.probabilities
         for op, weight in probs.operator_weights().items():
-            if weight > 0 and op not in type(algo).supported_mutations:
+            # Only what the manifest asked for is an error; unsupported defaults are dropped below.
+            if weight > 0 and op not in type(algo).supported_mutations and op in probs.model_fields_set:
                 problems.append(Problem(
                     f"mutation.probabilities.{op}",
                     f"{algo.name} supports only {', '.join(sorted(type(algo).supported_mutations))}; "
@@ -308,10 +310,16 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
     if "num_envs" in type(manifest.algorithm).model_fields and "num_envs" not in manifest.algorithm.model_fields_set:
         num_envs = getattr(manifest.environment, "num_envs", None)
         if num_envs is not None:
-            manifest.algorithm.num_envs = num_envs
+            setattr(manifest.algorithm, "num_envs", num_envs)  # noqa: B010
     problems = _cross_checks(manifest)
     if problems:
         raise ManifestError(problems, source)
+    if manifest.mutation is not None:
+        supported = type(manifest.algorithm).supported_mutations
+        probs = manifest.mutation.probabilities
+        drop = {op: 0.0 for op, w in probs.operator_weights().items() if w > 0 and op not in supported}
+        if drop:
+            manifest.mutation.probabilities = probs.model_copy(update=drop)
     return manifest
 
 

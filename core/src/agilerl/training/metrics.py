@@ -24,7 +24,7 @@ class MetricsLogger:
         self._tb: Any = None
         if tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter  # type: ignore[import-not-found]
+                from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
             except Exception:  # tensorboard (or torch) not installed: files only

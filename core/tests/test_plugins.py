@@ -1,0 +1,157 @@
+"""Plugin loading: entry points, isolation of broken plugins, strict mode, allowlist, bad hooks."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agilerl import hookimpl, plugins
+from agilerl.errors import DuplicateRegistrationError, PluginError
+from agilerl.registry import MANIFEST_REGISTRY
+
+
+def make_distribution(root: Path, dist: str, module: str, source: str, version: str = "1.2.3") -> None:
+    """A real installed distribution on disk: a module plus dist-info with an `agilerl` entry point."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[agilerl]\n{module} = {module}\n")
+
+
+GOOD = """
+    from agilerl import hookimpl
+    from agilerl.models import AlgorithmSpec
+
+    class GoodAlgoSpec(AlgorithmSpec):
+        paradigm = "toy"
+
+    @hookimpl
+    def agilerl_register_algorithms(register):
+        register(GoodAlgoSpec)
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on sys.path for fake installed distributions; plugins reloaded around the test."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("AGILERL_STRICT_PLUGINS", raising=False)
+    plugins.reset()
+    yield tmp_path
+    for name in [m for m in sys.modules if m.startswith(("good_plugin", "broken_plugin", "typo_plugin", "dup_"))]:
+        del sys.modules[name]
+    monkeypatch.undo()
+    plugins.reset()
+
+
+def test_plugins_are_discovered_through_entry_points(site: Path) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    assert "GoodAlgo" in MANIFEST_REGISTRY.names()
+    info = {i.name: i for i in plugins.plugin_infos()}["good_plugin"]
+    assert (info.distribution, info.version, info.error) == ("good-plugin", "1.2.3", None)
+    assert info.hooks == ["agilerl_register_algorithms"]
+    assert MANIFEST_REGISTRY.entry("GoodAlgo").provider == "good_plugin"
+
+
+def test_a_broken_plugin_is_reported_and_the_others_still_work(site: Path) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "broken-plugin", "broken_plugin", "raise RuntimeError('kaboom')\n", version="0.9")
+    with pytest.warns(
+        plugins.PluginLoadWarning, match=r"'broken_plugin' \(broken-plugin 0.9\) failed to load: RuntimeError: kaboom"
+    ):
+        names = MANIFEST_REGISTRY.names()
+    assert "GoodAlgo" in names
+    info = {i.name: i for i in plugins.plugin_infos()}["broken_plugin"]
+    assert info.error == "RuntimeError: kaboom"
+
+
+def test_strict_mode_reraises(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_distribution(site, "broken-plugin", "broken_plugin", "raise RuntimeError('kaboom')\n")
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match="kaboom"):
+        MANIFEST_REGISTRY.names()
+
+
+def test_allowlist_loads_only_the_named_plugins(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "broken-plugin", "broken_plugin", "raise RuntimeError('kaboom')\n")
+    monkeypatch.setenv("AGILERL_LOAD_PLUGINS", "good-plugin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the broken one is not even imported
+        assert [i.name for i in plugins.plugin_infos()] == ["good_plugin"]
+    plugins.reset()
+    monkeypatch.setenv("AGILERL_LOAD_PLUGINS", "")
+    assert plugins.plugin_infos() == []
+    assert MANIFEST_REGISTRY.names() == []
+
+
+def test_disable_list(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    monkeypatch.setenv("AGILERL_DISABLE_PLUGINS", "good_plugin")
+    assert "GoodAlgo" not in MANIFEST_REGISTRY.names()
+
+
+def test_a_misspelled_hook_implementation_is_rejected(site: Path) -> None:
+    make_distribution(
+        site,
+        "typo-plugin",
+        "typo_plugin",
+        """
+        from agilerl import hookimpl
+
+        @hookimpl
+        def agilerl_register_algorithm(register):  # missing the final 's'
+            pass
+        """,
+    )
+    with pytest.raises(PluginError, match="agilerl_register_algorithm"):
+        MANIFEST_REGISTRY.names()
+
+
+def test_two_plugins_registering_one_name_is_an_error_naming_both(site: Path) -> None:
+    for i in (1, 2):
+        make_distribution(site, f"dup-{i}", f"dup_{i}", GOOD)
+    with pytest.raises(DuplicateRegistrationError) as info:
+        MANIFEST_REGISTRY.names()
+    assert "'dup_1'" in str(info.value) and "'dup_2'" in str(info.value)
+    assert "GoodAlgo" in str(info.value)
+
+
+def test_in_process_plugins_and_plugin_defined_hookspecs(register_plugin: Any) -> None:
+    """A plugin can add hook specs of its own; another plugin implements them."""
+    import types
+
+    from agilerl.hookspecs import hookspec
+
+    specs = types.ModuleType("my_specs")
+
+    def my_register_widgets(register: Any) -> None:
+        """Plugin-defined hook."""
+
+    specs.my_register_widgets = hookspec(my_register_widgets)  # type: ignore[attr-defined]
+
+    class Host:
+        @hookimpl
+        def agilerl_add_hookspecs(self, plugin_manager: Any) -> None:
+            plugin_manager.add_hookspecs(specs)
+
+    class Impl:
+        @hookimpl
+        def my_register_widgets(self, register: Any) -> None:
+            register("widget")
+
+    plugins.reset()
+    plugins.load_plugins()
+    pm = plugins.get_plugin_manager()
+    Host().agilerl_add_hookspecs(pm)  # what load_plugins does for entry-point plugins
+    register_plugin(Impl(), name="impl")
+    got: list[str] = []
+    pm.hook.my_register_widgets(register=got.append)
+    assert got == ["widget"]
