@@ -77,7 +77,7 @@ def build_tokenizer(vocab_corpus: Iterable[str] | None = None, *, vocab_size: in
         show_progress=False,
     )
     corpus = list(vocab_corpus) if vocab_corpus is not None else default_corpus()
-    tok.train_from_iterator(corpus + ["\n".join(corpus[:8])], trainer=trainer)
+    tok.train_from_iterator([*corpus, "\n".join(corpus[:8])], trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token="<pad>",

@@ -1,0 +1,291 @@
+"""``LLMAlgorithm``: what every LLM algorithm of this plugin shares.
+
+It owns the policy (a causal LM, usually with a LoRA ``actor`` adapter), the tokenizer, the AdamW
+optimizer and the reference policy, and implements the core's algorithm protocol on top of
+:class:`agilerl.algorithm.AlgorithmBase`:
+
+* ``clone()`` copies only what trains: frozen weights (the base model under LoRA, the reference
+  adapter or reference model) are shared between clones, so a population costs one base model;
+* ``state_dict()`` holds the trainable tensors (the actor adapter, or every weight without LoRA), the
+  reference adapter and the optimizer state: all ``torch.load(weights_only=True)``-safe;
+* changing ``lr`` rebuilds the optimizer (keeping its moments).
+
+Subclasses (SFT, DPO, GRPO, LLMREINFORCE) write the loss; :meth:`LLMAlgorithm.optimize` runs it
+over mini-batches (one optimizer step each) and micro-batches (gradient accumulation), and
+:func:`sequence_logprobs` computes log-probabilities of the response tokens only.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from agilerl.algorithm import AlgorithmBase
+from agilerl.models import LLMAlgorithmSpec
+from agilerl_plugin_llm import model as llm_model
+
+Batch = dict[str, torch.Tensor]
+#: ``loss_fn(micro_batch) -> (loss_sum, stats)``: the loss *summed* over the micro-batch's units.
+LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, float]]]
+
+
+def sequence_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Per-token log-probabilities of the tokens selected by ``loss_mask`` (shape ``[B, T]``, zeros elsewhere).
+
+    ``loss_mask[b, t]`` marks token ``t`` as one the policy produced (a response token). Position
+    ``t`` is predicted from the logits at ``t - 1``. To keep memory small, the vocabulary projection
+    runs only at the positions that predict a selected token (``[N, V]`` rather than ``[B, T, V]``)
+    when the model exposes its decoder and ``lm_head``; otherwise the full logits are used.
+    """
+    targets = input_ids[:, 1:]
+    select = loss_mask[:, 1:].bool()
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    if not bool(select.any()):
+        return out
+    base = model.get_base_model() if llm_model.is_peft(model) else model
+    decoder = getattr(base, "model", None)
+    lm_head = getattr(base, "lm_head", None)
+    softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
+    if decoder is not None and lm_head is not None and not softcap:
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        logits = lm_head(hidden[:, :-1][select])
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1][select]
+    if temperature != 1.0:
+        logits = logits / temperature
+    # cross_entropy = -log_softmax gathered at the target: one fused op, no [N, V] log-prob copy.
+    token_logprobs = -F.cross_entropy(logits.float(), targets[select], reduction="none")
+    out[:, 1:][select] = token_logprobs
+    return out
+
+
+def trim_padding(batch: Mapping[str, torch.Tensor], mask_key: str = "attention_mask") -> Batch:
+    """Drop the trailing columns that are padding in every row (right-padded batches)."""
+    mask = batch[mask_key]
+    length = int(mask.sum(dim=1).max().item()) if mask.numel() else 0
+    length = max(length, 1)
+    return {k: (v[:, :length] if v.dim() >= 2 and v.shape[1] == mask.shape[1] else v) for k, v in batch.items()}
+
+
+def slice_batch(batch: Mapping[str, torch.Tensor], start: int, stop: int) -> Batch:
+    return {k: v[start:stop] for k, v in batch.items()}
+
+
+def batch_rows(batch: Mapping[str, torch.Tensor]) -> int:
+    return int(next(iter(batch.values())).shape[0])
+
+
+class LLMAlgorithm(AlgorithmBase):
+    """Base class of the LLM algorithms.
+
+    :param spec: The validated algorithm spec (an ``LLMAlgorithmSpec``).
+    :param tokenizer: The tokenizer (shared, never copied).
+    :param model: A pre-built policy (e.g. from a clone); loaded from
+        ``spec.pretrained_model_name_or_path`` when omitted.
+    :param reference_model: A frozen reference for full fine-tuning (built when needed and omitted).
+    :param index: Population index.
+    :param device: torch device.
+    """
+
+    #: Whether this algorithm needs a reference policy (DPO, GRPO with beta > 0).
+    needs_reference: bool = False
+
+    lr: float
+    batch_size: int
+    max_grad_norm: float
+
+    def __init__(
+        self,
+        spec: LLMAlgorithmSpec,
+        *,
+        tokenizer: Any,
+        model: Any = None,
+        reference_model: Any = None,
+        index: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__(spec, index=index)
+        self.device = torch.device(device)
+        self.tokenizer = tokenizer
+        self.micro_batch_size_per_gpu = spec.micro_batch_size_per_gpu
+        self.mini_batch_size = spec.mini_batch_size
+        if not hasattr(self, "lr"):
+            self.lr = float(getattr(spec, "lr", 1e-5))
+        if model is None:
+            if not spec.pretrained_model_name_or_path:
+                raise llm_model.ModelLoadError(
+                    "network.pretrained_model_name_or_path is required (a local model dir or cached HF id)"
+                )
+            model = llm_model.load_model(
+                spec.pretrained_model_name_or_path,
+                lora_config=spec.lora_config,
+                use_separate_reference_adapter=spec.use_separate_reference_adapter and self.needs_reference,
+                gradient_checkpointing=spec.gradient_checkpointing,
+                max_model_len=spec.max_model_len,
+                attn_implementation=spec.attn_implementation,
+                device=self.device,
+            )
+        self.model = model
+        if reference_model is None and self.needs_reference and not llm_model.is_peft(model):
+            # Full fine-tuning: the reference is a frozen snapshot of the starting weights.
+            reference_model = copy.deepcopy(model).requires_grad_(False).eval()
+        self.reference_model = reference_model
+        self.optimizer = self._make_optimizer()
+
+    # --- parameters and optimizer --------------------------------------------------------------
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        params = self.trainable_parameters()
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        return torch.optim.AdamW(params, lr=float(self.lr))
+
+    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
+        if name == "lr" and getattr(self, "optimizer", None) is not None:
+            # Rebuild with the new rate but keep AdamW's moments: a mutated agent should not lose
+            # what it learned about its gradients' scale.
+            state = self.optimizer.state_dict()
+            self.optimizer = self._make_optimizer()
+            self.optimizer.load_state_dict(state)
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(new)
+
+    # --- reference policy ----------------------------------------------------------------------
+    def reference(self) -> Any:
+        """Context manager yielding the reference policy module (gradients off)."""
+        return llm_model.reference_policy(self.model, self.reference_model)
+
+    def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
+        """Per-token log-probs of ``batch["loss_mask"]`` tokens under the policy (or the reference)."""
+        ids, am, lm = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+        if reference:
+            with self.reference() as ref:
+                return sequence_logprobs(ref, ids, am, lm, **kwargs)
+        return sequence_logprobs(self.model, ids, am, lm, **kwargs)
+
+    # --- optimisation --------------------------------------------------------------------------
+    def to_device(self, batch: Mapping[str, torch.Tensor]) -> Batch:
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    def optimize(
+        self,
+        batch: Mapping[str, torch.Tensor],
+        loss_fn: LossFn,
+        *,
+        units: Callable[[Batch], float] = lambda b: float(batch_rows(b)),
+    ) -> dict[str, float]:
+        """Run ``loss_fn`` over ``batch`` and step the optimizer.
+
+        The batch is cut into mini-batches of ``mini_batch_size`` rows (default: all), one optimizer
+        step each; every mini-batch into micro-batches of ``micro_batch_size_per_gpu`` rows (default:
+        the mini-batch) whose gradients accumulate. ``loss_fn`` returns the loss summed over its
+        micro-batch's units (rows, or tokens); it is divided by ``units(mini_batch)`` so the step
+        sees the mini-batch mean whatever the micro-batch size. Returns mean stats.
+        """
+        self.model.train()
+        n = batch_rows(batch)
+        mini = min(self.mini_batch_size or n, n)
+        micro = min(self.micro_batch_size_per_gpu or mini, mini)
+        totals: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        steps = 0
+        for start in range(0, n, mini):
+            mini_batch = slice_batch(batch, start, min(start + mini, n))
+            denom = max(units(mini_batch), 1e-8)
+            self.optimizer.zero_grad(set_to_none=True)
+            for m_start in range(0, batch_rows(mini_batch), micro):
+                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, m_start, m_start + micro)))
+                loss_sum, stats = loss_fn(micro_batch)
+                (loss_sum / denom).backward()
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + float(v)
+                    counts[k] = counts.get(k, 0) + 1
+            if self.max_grad_norm and self.max_grad_norm > 0:
+                norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.max_grad_norm)
+                totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm)
+                counts["grad_norm"] = counts.get("grad_norm", 0) + 1
+            self.optimizer.step()
+            steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        out = {k: totals[k] / counts[k] for k in totals}
+        out["optimizer_steps"] = float(steps)
+        return out
+
+    # --- population ----------------------------------------------------------------------------
+    def _shared_objects(self) -> Iterator[Any]:
+        """Objects clones share instead of copying: tokenizer and every frozen tensor."""
+        yield self.tokenizer
+        for p in self.model.parameters():
+            if not p.requires_grad:
+                yield p
+        if self.reference_model is not None:
+            yield self.reference_model
+
+    def clone(self, index: int | None = None) -> LLMAlgorithm:
+        memo: dict[int, Any] = {id(obj): obj for obj in self._shared_objects()}
+        optimizer = self.optimizer
+        self.optimizer = None  # type: ignore[assignment]
+        try:
+            twin = copy.deepcopy(self, memo)
+        finally:
+            self.optimizer = optimizer
+        twin.optimizer = twin._make_optimizer()
+        twin.optimizer.load_state_dict(optimizer.state_dict())
+        if index is not None:
+            twin.index = int(index)
+        return twin
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["weights"] = llm_model.trainable_state(self.model)
+        ref = {
+            n: p.detach().to("cpu", copy=True)
+            for n, p in self.model.named_parameters()
+            if f".{llm_model.REFERENCE}." in n and "lora_" in n
+        }
+        state["reference_weights"] = ref or None
+        state["optimizer"] = self.optimizer.state_dict()
+        state["micro_batch_size_per_gpu"] = self.micro_batch_size_per_gpu
+        state["mini_batch_size"] = self.mini_batch_size
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        llm_model.load_weights(self.model, state["weights"], what="weights")
+        if state.get("reference_weights"):
+            llm_model.load_weights(self.model, state["reference_weights"], what="reference adapter")
+        if state.get("optimizer") is not None:
+            self.optimizer = self._make_optimizer()
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.micro_batch_size_per_gpu = state.get("micro_batch_size_per_gpu", self.micro_batch_size_per_gpu)
+        self.mini_batch_size = state.get("mini_batch_size", self.mini_batch_size)
+
+    def export_merged(self, path: Any) -> Any:
+        """Write a plain HF model directory (actor adapter merged into the base) to ``path``."""
+        return llm_model.export_merged(self.model, self.tokenizer, path)
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+        raise NotImplementedError
+
+
+def finite_or(value: float, default: float) -> float:
+    return value if math.isfinite(value) else default
+
+
+__all__ = ["Batch", "LLMAlgorithm", "LossFn", "batch_rows", "sequence_logprobs", "slice_batch", "trim_padding"]

@@ -1,0 +1,297 @@
+"""Loading the policy: model and tokenizer from a local directory or the local Hugging Face cache,
+LoRA adapters through peft, the reference policy, gradient checkpointing, pad token and chat template.
+
+Nothing here downloads: a model that is neither a local directory nor in the local cache is an
+:class:`agilerl.errors.AgileRLError` that says so before any training starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agilerl.errors import AgileRLError
+
+log = logging.getLogger(__name__)
+
+ACTOR = "actor"
+REFERENCE = "reference"
+
+
+class ModelLoadError(AgileRLError):
+    """The model or tokenizer could not be found or loaded."""
+
+
+class ChatTemplateError(AgileRLError):
+    """The tokenizer has no usable chat template."""
+
+
+def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A local directory holding the model: ``name_or_path`` itself, or its snapshot in the HF cache.
+
+    :raises ModelLoadError: if it is neither (downloads are never attempted).
+    """
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"pretrained_model_name_or_path {text!r} is a file; give the model's directory")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"pretrained_model_name_or_path {text!r} has no config.json: not a Hugging Face model "
+                "directory (save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
+            )
+        return path
+    looks_like_path = text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep in text.replace("/", "")
+    if not looks_like_path:
+        try:
+            from huggingface_hub import snapshot_download
+
+            return Path(snapshot_download(text, local_files_only=True))
+        except Exception as exc:  # LocalEntryNotFoundError, HFValidationError, ...
+            log.debug("not in the local HF cache: %s (%s)", text, exc)
+    raise ModelLoadError(
+        f"pretrained_model_name_or_path {text!r} was not found: it is not a local directory "
+        f"(relative to {Path.cwd()}) and not in the local Hugging Face cache. agilerl never downloads "
+        "at run time: download it beforehand (huggingface-cli download <id>) or point at a directory "
+        "written with save_pretrained (e.g. python -m agilerl_plugin_llm.testing build-tiny-model DIR)."
+    )
+
+
+def load_tokenizer(
+    name_or_path: str | os.PathLike[str],
+    *,
+    chat_template_path: str | os.PathLike[str] | None = None,
+    padding_side: str = "right",
+) -> Any:
+    """The tokenizer of a local model, with a pad token and (optionally) a replaced chat template.
+
+    A tokenizer without a pad token gets its EOS (or UNK) token as pad: padding positions are
+    always masked out, so which token pads does not change any loss.
+    """
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load a tokenizer from {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+    if chat_template_path is not None:
+        template = Path(chat_template_path).expanduser()
+        if not template.is_file():
+            raise ChatTemplateError(f"environment.chat_template_path {str(template)!r} does not exist")
+        tokenizer.chat_template = template.read_text(encoding="utf-8")
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.eos_token or tokenizer.unk_token
+        if fallback is None:
+            raise ModelLoadError(f"the tokenizer at {str(path)!r} has no pad, eos or unk token to pad with")
+        tokenizer.pad_token = fallback
+    tokenizer.padding_side = padding_side
+    return tokenizer
+
+
+def check_chat_template(tokenizer: Any, *, where: str = "the tokenizer") -> None:
+    """Raise :class:`ChatTemplateError` unless the tokenizer can format a chat."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ChatTemplateError(
+            f"{where} has no chat template, but environment.apply_chat_template is true. Set "
+            "environment.chat_template_path to a Jinja template file, use a model whose tokenizer has one, "
+            "or set environment.apply_chat_template: false to feed plain text."
+        )
+
+
+def peft_lora_config(lora_config: Any) -> Any:
+    """Translate the manifest's ``lora_config`` (``lora_r``, ``lora_alpha``, ...) into a peft ``LoraConfig``."""
+    from peft import LoraConfig
+
+    if hasattr(lora_config, "model_dump"):
+        lora_config = lora_config.model_dump()
+    cfg = dict(lora_config)
+    kwargs: dict[str, Any] = {
+        "r": int(cfg.get("lora_r", cfg.get("r", 16))),
+        "lora_alpha": float(cfg.get("lora_alpha", 32)),
+        "target_modules": cfg.get("target_modules", "all-linear"),
+        "lora_dropout": float(cfg.get("lora_dropout", 0.05)),
+        "task_type": cfg.get("task_type", "CAUSAL_LM"),
+    }
+    if cfg.get("target_parameters"):
+        kwargs["target_parameters"] = list(cfg["target_parameters"])
+    return LoraConfig(**kwargs)
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str],
+    *,
+    lora_config: Any = None,
+    use_separate_reference_adapter: bool = False,
+    gradient_checkpointing: bool = False,
+    max_model_len: int | None = None,
+    attn_implementation: str | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+) -> Any:
+    """Load a causal LM for training.
+
+    With ``lora_config`` the result is a peft model whose trainable adapter is ``"actor"``; with
+    ``use_separate_reference_adapter`` a frozen ``"reference"`` adapter (a copy of the actor's
+    initial weights) is added, otherwise the reference policy is the base with adapters disabled.
+    Without LoRA every weight trains and the caller keeps a frozen copy when it needs a reference.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(name_or_path)
+    device = torch.device(device)
+    if dtype is None:
+        # Train in float32 on CPU (bf16 matmuls are slow there); keep the checkpoint's dtype on GPU.
+        dtype = torch.float32 if device.type == "cpu" else None
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    else:
+        kwargs["dtype"] = "auto"
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load a causal LM from {str(path)!r}: {type(exc).__name__}: {exc}") from exc
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if max_model_len is not None and limit is not None and max_model_len > limit:
+        log.warning("max_model_len %d exceeds the model's max_position_embeddings %d", max_model_len, limit)
+    model.config.use_cache = False
+    model.to(device)
+    if gradient_checkpointing:
+        # Non-reentrant checkpointing needs no input that requires grad, so it works under LoRA too.
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if lora_config is None:
+        return model
+    from peft import get_peft_model
+
+    peft_cfg = peft_lora_config(lora_config)
+    model = get_peft_model(model, peft_cfg, adapter_name=ACTOR)
+    if use_separate_reference_adapter:
+        model.add_adapter(REFERENCE, peft_cfg)
+        copy_adapter(model, ACTOR, REFERENCE)
+        model.set_adapter(ACTOR)
+    freeze_except_actor(model)
+    return model
+
+
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def adapter_names(model: Any) -> list[str]:
+    return list(getattr(model, "peft_config", {}) or {})
+
+
+def _adapter_params(model: Any, adapter: str) -> dict[str, torch.nn.Parameter]:
+    marker = f".{adapter}."
+    return {n: p for n, p in model.named_parameters() if marker in n and "lora_" in n}
+
+
+def copy_adapter(model: Any, src: str, dst: str) -> None:
+    """Copy the weights of adapter ``src`` into adapter ``dst`` (same config)."""
+    source = _adapter_params(model, src)
+    target = _adapter_params(model, dst)
+    with torch.no_grad():
+        for name, param in source.items():
+            target[name.replace(f".{src}.", f".{dst}.")].copy_(param)
+
+
+def freeze_except_actor(model: Any) -> None:
+    """Only the actor adapter trains: the base and the reference adapter stay frozen."""
+    for name, param in model.named_parameters():
+        param.requires_grad_(f".{ACTOR}." in name and "lora_" in name)
+
+
+@contextlib.contextmanager
+def reference_policy(model: Any, reference_model: Any = None) -> Iterator[Any]:
+    """Run the reference policy: a frozen copy, the ``reference`` adapter, or the adapter-disabled base.
+
+    Yields the module to call. Gradients are off inside.
+    """
+    with torch.no_grad():
+        if reference_model is not None:
+            yield reference_model
+        elif is_peft(model) and REFERENCE in adapter_names(model):
+            model.set_adapter(REFERENCE)
+            try:
+                yield model
+            finally:
+                model.set_adapter(ACTOR)
+                freeze_except_actor(model)
+        elif is_peft(model):
+            with model.disable_adapter():
+                yield model
+        else:
+            raise ValueError("no reference policy: full fine-tuning needs a frozen reference_model")
+
+
+def export_merged(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> Path:
+    """Write a plain Hugging Face model directory: the actor adapter merged into a copy of the base."""
+    import copy
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    if is_peft(model):
+        twin = copy.deepcopy(model)
+        twin.set_adapter(ACTOR)
+        for name in adapter_names(twin):
+            if name != ACTOR:
+                twin.delete_adapter(name)
+        merged = twin.merge_and_unload()
+    else:
+        merged = model
+    merged.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    """The trainable weights (LoRA actor adapter, or every weight without LoRA) as CPU copies."""
+    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_weights(model: Any, weights: Mapping[str, torch.Tensor], *, what: str = "weights") -> None:
+    """Copy named tensors into the model's parameters (names as in ``named_parameters``)."""
+    params = dict(model.named_parameters())
+    missing = [n for n in weights if n not in params]
+    if missing:
+        raise AgileRLError(
+            f"checkpoint {what} do not fit this model: {len(missing)} unknown tensors (e.g. {missing[0]!r}); "
+            "was it saved with a different model or lora_config?"
+        )
+    with torch.no_grad():
+        for name, tensor in weights.items():
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+
+__all__ = [
+    "ACTOR",
+    "REFERENCE",
+    "ChatTemplateError",
+    "ModelLoadError",
+    "adapter_names",
+    "check_chat_template",
+    "copy_adapter",
+    "export_merged",
+    "freeze_except_actor",
+    "is_peft",
+    "load_model",
+    "load_tokenizer",
+    "load_weights",
+    "peft_lora_config",
+    "reference_policy",
+    "resolve_model_path",
+    "trainable_state",
+]

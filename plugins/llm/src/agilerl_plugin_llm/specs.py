@@ -1,0 +1,306 @@
+"""Manifest specs of the LLM plugin: the ``environment`` section (:class:`LLMEnvSpec`) and the dataset
+algorithms (:class:`SFTSpec`, :class:`DPOSpec`).
+
+Pure pydantic: importing this module imports neither torch nor transformers, so ``agilerl validate``
+stays fast. Field names follow AgileRL's published ``LLMEnvSpec``; fields we do not implement yet
+(Ray/pod hosting, segmented and restarted episodes) fail validation with a "not supported" message
+instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import AliasChoices, Field, model_validator
+
+from agilerl.errors import Problem
+from agilerl.models import EnvSpec, LLMAlgorithmSpec
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+
+# --------------------------------------------------------------------------------------------------
+# Environment
+# --------------------------------------------------------------------------------------------------
+
+#: Fields of AgileRL's spec that need its Ray / Kubernetes runtime (env hosts, pods) or its async
+#: per-episode path. Setting any of them is an error, not a silent no-op.
+UNSUPPORTED_ENV_FIELDS: dict[str, str] = {
+    "env_hosts": "env hosts need a Ray runtime",
+    "env_image": "env images run as pods under a Ray/Kubernetes runtime",
+    "env_port": "env hosts need a Ray runtime",
+    "env_sessions_per_host": "env hosts need a Ray runtime",
+    "env_session_ports": "env hosts need a Ray runtime",
+    "cpus_per_env_host": "env hosts need a Ray runtime",
+    "env_host_memory_bytes": "env hosts need a Ray runtime",
+    "env_host_memory_limit_bytes": "env hosts need a Ray runtime",
+    "env_host_ready_timeout_s": "env hosts need a Ray runtime",
+    "env_services": "env services run beside env hosts under a Ray runtime",
+    "env_host_resource": "env hosts need a Ray runtime",
+    "segment_prompt_tokens": "segmented episodes need the async per-episode rollout path",
+    "segment_max_images": "segmented episodes need the async per-episode rollout path",
+    "restart_keep_turns": "restarted episodes need the async per-episode rollout path",
+}
+
+#: Fields that only mean something for ``env_type: rollout`` (rejected on a dataset env).
+ROLLOUT_ONLY_FIELDS: tuple[str, ...] = (
+    "prompt_template", "rubric_file_path", "rubric_name", "max_reward", "entrypoint", "factory",
+    "env_config", "env_packages", "max_turns", "action_error_field", "strict_chat_template_boundary",
+    "observation_field", "observation_processor", "env_url", "mcp_tool", "action_field",
+    "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars",
+)  # fmt: skip
+
+
+class LLMEnvSpec(EnvSpec):
+    """The dataset or interactive environment an LLM algorithm fine-tunes against.
+
+    ``env_type: dataset`` is teacher-forced over rows (``objective`` picks the loss: ``sft`` or
+    ``preference``). ``env_type: rollout`` is generative and comes from exactly one source: dataset
+    rows plus a rubric, an ``entrypoint`` (a Python text env), or an ``env_url`` (an OpenEnv service).
+    """
+
+    env_type: Literal["rollout", "dataset"]
+    num_envs: Annotated[int | None, Field(ge=1)] = None
+    version: str | int | None = None
+    objective: Annotated[
+        Literal["preference", "sft"] | None,
+        Field(description="Dataset env loss: sft (prompt -> response) or preference (chosen vs rejected). "
+                          "Defaults to the algorithm's (SFT: sft, DPO: preference)."),
+    ] = None  # fmt: skip
+    dataset: Annotated[
+        str | None, Field(description="A dataset by name: a local file or directory, else a cached HF dataset id.")
+    ] = None
+    dataset_path: Annotated[
+        str | None, Field(description="Local rows: .json, .jsonl, .csv or .parquet (or a save_to_disk dir).")
+    ] = None
+    hf_dataset_id: Annotated[
+        str | None, Field(description="A Hugging Face dataset id, read from the local cache only (no downloads).")
+    ] = None
+    columns: Annotated[
+        dict[str, str] | None,
+        Field(description="Column remapping {expected: actual}, e.g. {prompt: question, response: answer}."),
+    ] = None
+    response_column: Annotated[
+        str | None, Field(description="SFT: the column holding the target response (default 'response').")
+    ] = None
+    prompt_template: dict[str, Any] | None = None
+    rubric_file_path: Annotated[
+        str | None, Field(validation_alias=AliasChoices("rubric_file_path", "reward_file_path"))
+    ] = None
+    rubric_name: Annotated[
+        str | None, Field(min_length=1, validation_alias=AliasChoices("rubric_name", "reward_fn_name"))
+    ] = None
+    max_reward: float | None = None
+    train_test_split: Annotated[
+        float | None,
+        Field(ge=0.0, le=1.0, description="Fraction of rows used for training; the rest is held out (default 0.9)."),
+    ] = None
+    entrypoint: str | None = None
+    factory: str | None = None
+    env_config: dict[str, Any] | None = None
+    name: str | None = None
+    env_packages: dict[str, Any] | None = None
+    max_turns: Annotated[int | None, Field(ge=1)] = None
+    segment_prompt_tokens: Annotated[int | None, Field(ge=1)] = None
+    segment_max_images: Annotated[int | None, Field(ge=1)] = None
+    restart_keep_turns: Annotated[int, Field(ge=0)] = 0
+    action_error_field: str = ""
+    strict_chat_template_boundary: bool | None = None
+    observation_field: str | None = None
+    observation_processor: str | None = None
+    env_url: str | list[str] | None = None
+    mcp_tool: str | None = None
+    action_field: str | None = None
+    request_timeout_s: Annotated[float | None, Field(ge=0.0)] = None
+    max_concurrent_resets: Annotated[int | None, Field(ge=1)] = None
+    adaptive_task_sampling: bool = False
+    env_hosts: Annotated[int | None, Field(ge=1)] = None
+    env_image: str | None = None
+    env_port: Annotated[int | None, Field(ge=1, le=65535)] = None
+    env_sessions_per_host: Annotated[int | None, Field(ge=1)] = None
+    env_session_ports: dict[str, int] = Field(default_factory=dict)
+    cpus_per_env_host: Annotated[float | None, Field(gt=0.0)] = None
+    env_host_memory_bytes: Annotated[int | None, Field(gt=0)] = None
+    env_host_memory_limit_bytes: Annotated[int | None, Field(gt=0)] = None
+    env_host_ready_timeout_s: Annotated[float | None, Field(gt=0.0)] = None
+    env_services: list[dict[str, Any]] = Field(default_factory=list)
+    env_host_resource: str | None = None
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    chat_template_kwargs: Annotated[
+        dict[str, Any], Field(description="Extra keyword arguments for tokenizer.apply_chat_template.")
+    ] = Field(default_factory=dict)
+    chat_template_path: Annotated[
+        str | None, Field(description="A Jinja chat template file that replaces the tokenizer's own.")
+    ] = None
+    apply_chat_template: Annotated[
+        bool, Field(description="Format prompts with the tokenizer's chat template (false: plain text).")
+    ] = True
+
+    @model_validator(mode="after")
+    def _check(self) -> LLMEnvSpec:
+        unsupported = [
+            f"{name} ({why})"
+            for name, why in UNSUPPORTED_ENV_FIELDS.items()
+            if name in self.model_fields_set and getattr(self, name) not in (None, 0, {}, [])
+        ]
+        if unsupported:
+            raise ValueError(
+                "not supported by agilerl-plugin-llm yet: " + "; ".join(unsupported) + ". Remove these fields."
+            )
+        if self.env_type == "dataset":
+            misplaced = [
+                n for n in ROLLOUT_ONLY_FIELDS if n in self.model_fields_set and getattr(self, n) not in (None, {}, [])
+            ]
+            if misplaced:
+                raise ValueError(
+                    f"{', '.join(misplaced)} only apply to env_type: rollout; a dataset env reads rows "
+                    "(dataset_path / hf_dataset_id) and needs none of them"
+                )
+            if not self.has_rows:
+                raise ValueError("a dataset env needs rows: set dataset_path (a local file) or hf_dataset_id")
+        return self
+
+    @property
+    def has_rows(self) -> bool:
+        """Whether the spec names dataset rows."""
+        return bool(self.dataset_path or self.hf_dataset_id or self.dataset)
+
+    @property
+    def dataset_backed_rollout(self) -> bool:
+        """Whether this rollout env serves labelled rows scored by a rubric."""
+        return self.env_type == "rollout" and self.has_rows and not (self.entrypoint or self.env_url)
+
+    @property
+    def label(self) -> str:
+        """Human-readable label: name, dataset, URL, entrypoint, or image."""
+        url = self.env_url[0] if isinstance(self.env_url, list) and self.env_url else self.env_url
+        for value in (self.name, self.dataset, self.dataset_path, self.hf_dataset_id, url, self.entrypoint):
+            if value:
+                text = str(value).rstrip("/")
+                return text.rsplit("/", 1)[-1] if self.dataset_path == value else text
+        return self.env_type
+
+
+# --------------------------------------------------------------------------------------------------
+# Dataset algorithms
+# --------------------------------------------------------------------------------------------------
+
+#: Inherited ``LLMAlgorithmSpec`` fields no code path here implements yet; setting one is an error.
+UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
+    "quantization": "bitsandbytes quantization is not supported yet",
+    "activation_offload": "activation offloading is not supported yet",
+    "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
+    "use_sequence_packing": "sequence packing is not supported yet",
+    "lora_target_scope": "lora_target_scope is not supported yet; use network.lora_config.target_modules",
+    "chunk_rows": "chunked rows are not supported yet",
+    "fsdp": "FSDP needs torchrun, which this plugin does not drive yet",
+    "use_liger_kernel": "Liger kernels are not supported yet",
+    "use_mamba_kernels": "Mamba kernels are not supported yet",
+}
+
+
+def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
+    """Problems shared by every LLM algorithm of this plugin (used by the spec validators)."""
+    problems: list[str] = []
+    for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
+        if name in spec.model_fields_set and getattr(spec, name) not in (None, False, {}):
+            problems.append(f"{name}: {why}")
+    micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
+    if micro is not None and mini is not None and mini % micro:
+        problems.append(f"mini_batch_size ({mini}) must be a multiple of micro_batch_size_per_gpu ({micro})")
+    if mini is not None and mini > spec.batch_size:
+        problems.append(f"mini_batch_size ({mini}) cannot exceed batch_size ({spec.batch_size})")
+    return problems
+
+
+class DatasetLLMSpec(LLMAlgorithmSpec):
+    """Fields every teacher-forced (dataset) LLM algorithm shares.
+
+    ``batch_size`` is the number of rows (SFT) or preference pairs (DPO) per training iteration;
+    ``training.max_steps`` and ``evo_steps`` count those iterations. Each iteration is split into
+    optimizer steps of ``mini_batch_size`` rows (default: all of them), each accumulated over forward
+    passes of ``micro_batch_size_per_gpu`` rows (default: the whole mini-batch).
+    """
+
+    regime: ClassVar[str] = "dataset"
+    default_env_type: ClassVar[str] = "dataset"
+    #: The dataset env objective this algorithm trains on.
+    objective: ClassVar[str] = "sft"
+
+    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration.")] = 16
+
+    @model_validator(mode="after")
+    def _dataset_checks(self) -> DatasetLLMSpec:
+        problems = llm_algorithm_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        problems: list[Problem] = []
+        env = manifest.environment
+        if getattr(env, "env_type", None) != "dataset":
+            problems.append(Problem("environment.env_type", f"{self.name} trains on env_type: dataset"))
+        elif getattr(env, "objective", None) not in (None, type(self).objective):
+            problems.append(Problem(
+                "environment.objective",
+                f"{self.name} trains with objective {type(self).objective!r}, got {env.objective!r}; "  # type: ignore[attr-defined]
+                f"remove the field or set objective: {type(self).objective}",
+            ))  # fmt: skip
+        if not self.pretrained_model_name_or_path:
+            problems.append(Problem(
+                "network.pretrained_model_name_or_path",
+                "required: the model to fine-tune (a local directory or a model id in the local HF cache)",
+            ))  # fmt: skip
+        return problems
+
+
+class SFTSpec(DatasetLLMSpec):
+    """Supervised fine-tuning: next-token cross-entropy on the response tokens only."""
+
+    objective: ClassVar[str] = "sft"
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        "batch_size": (1, 32),
+        "lr": (1e-7, 1e-3),
+        "max_grad_norm": (0.01, 10.0),
+    }
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
+
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-5
+    use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
+        False
+    )
+
+
+class DPOSpec(DatasetLLMSpec):
+    """Direct Preference Optimization (Rafailov et al. 2023) with an optional NLL term on chosen."""
+
+    objective: ClassVar[str] = "preference"
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        "batch_size": (1, 32),
+        "lr": (1e-7, 1e-3),
+        "max_grad_norm": (0.01, 10.0),
+        "beta": (0.01, 0.5),
+        "nll_alpha": (0.1, 2.0),
+    }
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
+
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-6
+    beta: Annotated[
+        float, Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref).")
+    ] = 0.1
+    nll_alpha: Annotated[
+        float, Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style).")
+    ] = 1.0
+
+
+__all__ = [
+    "DPOSpec",
+    "DatasetLLMSpec",
+    "LLMEnvSpec",
+    "ROLLOUT_ONLY_FIELDS",
+    "SFTSpec",
+    "UNSUPPORTED_ALGORITHM_FIELDS",
+    "UNSUPPORTED_ENV_FIELDS",
+    "llm_algorithm_problems",
+]
