@@ -86,7 +86,9 @@ def test_plugins_use_core_public_api_and_declared_plugins_only(pkg: Path) -> Non
 
 
 def _heavy_modules_after(code: str) -> list[str]:
-    probe = code + f"\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r})))"
+    probe = (
+        code + f"\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
