@@ -1,0 +1,224 @@
+"""What every single-agent algorithm here shares: networks, optimizers, checkpoints, evolution, test.
+
+An algorithm declares its networks by name (``self.nets``), which of them are trained ("eval"
+networks, mutated by architecture mutation) and which are targets (``target_of``: target -> online),
+and how to build its optimizers. This base class then provides the algorithm protocol's
+``state_dict``/``load_state_dict`` (architectures included, so a mutated agent resumes), ``clone``,
+``mutate_architecture``, ``mutate_parameters`` and a vectorised ``test``.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from agilerl.algorithm import AlgorithmBase
+from agilerl.errors import AgileRLError
+from agilerl.models import AlgorithmSpec, NetworkSpec
+from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, is_image_space
+
+
+class UnsupportedSpaceError(AgileRLError):
+    """The env's observation or action space is not one the algorithm handles."""
+
+
+def check_observation_space(algo: str, space: spaces.Space[Any], *, images: bool = True) -> None:
+    ok = isinstance(space, (spaces.Discrete, spaces.MultiBinary)) or (
+        isinstance(space, spaces.Box) and (len(space.shape) <= 1 or (images and is_image_space(space)))
+    )
+    if not ok:
+        what = "image (H x W x C Box) observations" if is_image_space(space) else f"observation space {space}"
+        raise UnsupportedSpaceError(
+            f"environment: {algo} does not support {what}. Supported: Box vectors, Discrete"
+            + (", H x W x C images" if images else "")
+            + ". Wrap the env (environment.env_wrappers) to flatten or convert it."
+        )
+
+
+class GymAlgorithm(AlgorithmBase):
+    """Base of PPO, DQN, DDPG and TD3 (see module docstring)."""
+
+    #: The network whose architecture drives mutation (others follow with the same method).
+    policy_name: ClassVar[str] = "actor"
+    #: Networks trained by gradient descent (mutated together).
+    eval_names: ClassVar[tuple[str, ...]] = ("actor",)
+    #: target network name -> the online network it tracks.
+    target_of: ClassVar[dict[str, str]] = {}
+    #: Learning-rate hyperparameter -> optimizer names it applies to.
+    lr_optimizers: ClassVar[dict[str, tuple[str, ...]]] = {"lr": ("optimizer",)}
+
+    def __init__(
+        self,
+        spec: AlgorithmSpec,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        *,
+        index: int = 0,
+        device: str | torch.device = "cpu",
+        net_spec: NetworkSpec | None = None,
+    ) -> None:
+        super().__init__(spec, index=index)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.device = torch.device(device)
+        self.net_spec = net_spec
+        self.nets: dict[str, EvolvableNetwork] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.extra_params: dict[str, nn.Parameter] = {}
+
+    # --- helpers for subclasses ------------------------------------------------------------------
+    def _net(self, out_dim: int, *, space: spaces.Space[Any] | None = None, **kwargs: Any) -> EvolvableNetwork:
+        net = EvolvableNetwork.from_spec(
+            self.net_spec,
+            space or self.observation_space,
+            out_dim,
+            normalize_images=bool(getattr(self.spec, "normalize_images", True)),
+            **kwargs,
+        )
+        return net.to(self.device)
+
+    def _sync_targets(self) -> None:
+        for target, source in self.target_of.items():
+            self.nets[target] = copy.deepcopy(self.nets[source])
+            self.nets[target].requires_grad_(False)
+
+    def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:
+        # Fused Adam is one kernel per step instead of several per parameter: a large share of the
+        # update time for small nets.
+        params = list(params)
+        try:
+            return torch.optim.Adam(params, lr=lr, fused=True)
+        except (RuntimeError, TypeError):
+            return torch.optim.Adam(params, lr=lr)
+
+    def build_optimizers(self) -> None:
+        """Create ``self.optimizers`` for the current networks (called after any rebuild)."""
+        raise NotImplementedError
+
+    def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """A batch of observations as a tensor, without copying on CPU."""
+        return torch.as_tensor(obs, device=self.device)
+
+    # --- hyperparameters --------------------------------------------------------------------------
+    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
+        for opt_name in self.lr_optimizers.get(name, ()):
+            opt = self.optimizers.get(opt_name)
+            if opt is not None:
+                for group in opt.param_groups:
+                    group["lr"] = float(new)
+
+    # --- evolution --------------------------------------------------------------------------------
+    def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
+        """Apply one sampled architecture change to every trained network (once per shared module)."""
+        method = self.nets[self.policy_name].sample_mutation(rng, new_layer_prob)
+        part = method.split(".")[0]
+        seed = rng.getrandbits(32)
+        seen: set[int] = set()
+        changed = False
+        for name in self.eval_names:
+            net = self.nets[name]
+            module = net.encoder if part == "encoder" else net.head
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            # The same sub-seed makes every network pick the same layer / node count where it can.
+            changed |= net.apply_mutation(method, random.Random(seed))
+        if not changed:
+            return None
+        self._sync_targets()
+        self.build_optimizers()
+        return f"arch:{method}"
+
+    def mutate_parameters(self, rng: random.Random, *, sd: float) -> str | None:
+        """Gaussian parameter noise on the policy network (then fresh optimizers, as AgileRL does)."""
+        add_parameter_noise(self.nets[self.policy_name], sd, rng)
+        self._sync_targets()
+        self.build_optimizers()
+        return "param"
+
+    def clone(self, index: int | None = None) -> GymAlgorithm:
+        caches = {k: self.__dict__.pop(k) for k in [k for k in self.__dict__ if k.startswith("_cache")]}
+        try:
+            twin = copy.deepcopy(self)
+        finally:
+            self.__dict__.update(caches)
+        if index is not None:
+            twin.index = int(index)
+        return twin
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific state (override)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`extra_state` (override)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "arch": {name: net.arch() for name, net in self.nets.items() if name not in self.target_of},
+            "nets": {name: net.state_dict() for name, net in self.nets.items()},
+            "params": {name: p.detach().clone() for name, p in self.extra_params.items()},
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        rebuilt = False
+        for name, arch in state.get("arch", {}).items():
+            if self.nets[name].arch() != arch:
+                self.nets[name].set_arch(arch)
+                rebuilt = True
+        if rebuilt:
+            self._sync_targets()
+        for name, sd in state["nets"].items():
+            self.nets[name].load_state_dict(sd)
+        with torch.no_grad():
+            for name, p in state.get("params", {}).items():
+                self.extra_params[name].copy_(p)
+        self.build_optimizers()
+        for name, sd in state.get("optimizers", {}).items():
+            if name in self.optimizers:
+                self.optimizers[name].load_state_dict(sd)
+        super().load_state_dict(state)  # hyperparameters last: a changed lr updates the optimizers
+        for opt_name_lr, names in self.lr_optimizers.items():
+            for opt_name in names:
+                if opt_name in self.optimizers and hasattr(self, opt_name_lr):
+                    for group in self.optimizers[opt_name].param_groups:
+                        group["lr"] = float(getattr(self, opt_name_lr))
+        self.load_extra_state(state.get("extra", {}))
+
+    # --- evaluation -------------------------------------------------------------------------------
+    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        """The deterministic action for a batch of observations, ready for ``env.step``."""
+        raise NotImplementedError
+
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
+        """Mean return of the greedy policy over ``loop`` rounds of one episode per sub-env.
+
+        ``env`` is a vector env; each round resets it (``seed + round`` when ``seed`` is given) and
+        runs until every sub-env has finished its first episode (or ``max_steps`` vector steps).
+        """
+        means = []
+        for i in range(loop):
+            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            n = env.num_envs
+            total = np.zeros(n)
+            finished = np.zeros(n, dtype=bool)
+            steps = 0
+            while not finished.all():
+                obs, reward, terminated, truncated, _ = env.step(self.greedy_action(obs))
+                total += np.where(finished, 0.0, reward)
+                finished |= terminated | truncated
+                steps += 1
+                if max_steps is not None and steps >= max_steps:
+                    break
+            means.append(float(total.mean()))
+        return float(np.mean(means))

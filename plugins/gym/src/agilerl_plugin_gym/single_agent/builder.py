@@ -1,0 +1,70 @@
+"""The builder for the ``single_agent`` paradigm: spec + spaces -> a live PPO/DQN/DDPG/TD3."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium import spaces
+
+from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
+from agilerl.errors import AgileRLError
+from agilerl.models import AlgorithmSpec, NetworkSpec, TrainingManifest
+
+
+def network_spec(spec: AlgorithmSpec, manifest: TrainingManifest | None) -> NetworkSpec | None:
+    """The manifest's ``network`` section, else the algorithm's ``net_config``, else None (defaults)."""
+    if manifest is not None and manifest.network is not None:
+        return manifest.network
+    raw = getattr(spec, "net_config", None)
+    if raw:
+        try:
+            return NetworkSpec.model_validate(raw)
+        except Exception as exc:
+            raise AgileRLError(f"algorithm.net_config: invalid network config: {exc}") from exc
+    return None
+
+
+class SingleAgentBuilder(AlgorithmBuilder):
+    """Single-agent reinforcement learning."""
+
+    paradigm = "single_agent"
+
+    @classmethod
+    def build(
+        cls,
+        spec: AlgorithmSpec,
+        observation_space: spaces.Space[Any] | None = None,
+        action_space: spaces.Space[Any] | None = None,
+        *,
+        runtime: AlgorithmBuildRuntime | None = None,
+        **networks: Any,
+    ) -> Any:
+        """Build a single-agent algorithm for the given spaces.
+
+        :raises ValueError: if a space is missing.
+        :raises UnsupportedSpaceError: if the algorithm cannot act in these spaces.
+        """
+        if observation_space is None or action_space is None:
+            raise ValueError("SingleAgentBuilder.build needs observation_space and action_space")
+        if networks:
+            raise AgileRLError(
+                f"pre-built networks ({', '.join(networks)}) are not supported; describe them in the network section"
+            )
+        runtime = runtime or AlgorithmBuildRuntime()
+        algo_cls = cls.algo_class(spec)
+        return algo_cls(
+            spec,
+            observation_space,
+            action_space,
+            index=runtime.index,
+            device=runtime.device,
+            net_spec=network_spec(spec, runtime.manifest),
+        )
+
+    @classmethod
+    def build_for_run(
+        cls, spec: AlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
+    ) -> Any:
+        obs_space = getattr(env, "single_observation_space", None) or env.observation_space
+        act_space = getattr(env, "single_action_space", None) or env.action_space
+        return cls.build(spec, obs_space, act_space, runtime=runtime)

@@ -1,0 +1,210 @@
+"""Proximal Policy Optimisation (Schulman et al. 2017), CleanRL-style and readable top to bottom.
+
+Hyperparameters are documented where they are declared: :class:`agilerl_plugin_gym.single_agent.specs.PPOSpec`.
+
+* Actions: Discrete (categorical), MultiDiscrete (one categorical per dimension) and Box (diagonal
+  Gaussian with a learned, state-independent log-std starting at ``action_std_init``; sampled
+  actions are clipped to the bounds only when sent to the env).
+* Observations: Box vectors, Discrete (one-hot) and H x W x C images (CNN encoder).
+* ``share_encoders``: actor and critic heads read one encoder (one forward pass per step).
+
+The rollout loop lives in :class:`agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`;
+this module holds the policy and the update.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from agilerl.models import NetworkSpec
+from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.single_agent.base import GymAlgorithm, UnsupportedSpaceError, check_observation_space
+from agilerl_plugin_gym.single_agent.specs import PPOSpec
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class PPO(GymAlgorithm):
+    """PPO with GAE, clipped surrogate, optional value clipping, entropy bonus and ``target_kl``."""
+
+    policy_name = "actor"
+    eval_names = ("actor", "critic")
+    lr_optimizers = {"lr": ("optimizer",)}
+
+    # Mutable hyperparameters (set from the spec by AlgorithmBase).
+    lr: float
+    learn_step: int
+    batch_size: int
+    gamma: float
+    gae_lambda: float
+    clip_coef: float
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    update_epochs: int
+
+    def __init__(
+        self,
+        spec: PPOSpec,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        *,
+        index: int = 0,
+        device: str | torch.device = "cpu",
+        net_spec: NetworkSpec | None = None,
+    ) -> None:
+        super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
+        check_observation_space("PPO", observation_space)
+        self.target_kl = spec.target_kl
+        self.normalize_advantages = spec.normalize_advantages
+        self.clip_vloss = spec.clip_vloss
+        if isinstance(action_space, spaces.Discrete):
+            self.kind, out_dim = "discrete", int(action_space.n)
+        elif isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
+            self.kind, out_dim = "multidiscrete", int(action_space.nvec.sum())
+            self.nvec = [int(n) for n in action_space.nvec]
+        elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+            self.kind, out_dim = "continuous", int(action_space.shape[0])
+            self.low = torch.as_tensor(action_space.low, dtype=torch.float32)
+            self.high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        else:
+            raise UnsupportedSpaceError(
+                f"environment: PPO supports Discrete, MultiDiscrete and 1-D Box actions, not {action_space}"
+            )
+        actor = self._net(out_dim, output_vanish=True)
+        shared = actor.encoder if spec.share_encoders else None
+        critic = self._net(1, encoder=shared, output_vanish=False)
+        self.nets = {"actor": actor, "critic": critic}
+        if self.kind == "continuous":
+            log_std = torch.full((out_dim,), math.log(spec.action_std_init), device=self.device)
+            self.extra_params = {"log_std": nn.Parameter(log_std)}
+        self.build_optimizers()
+
+    @property
+    def shared(self) -> bool:
+        return self.nets["actor"].encoder is self.nets["critic"].encoder
+
+    def parameters(self) -> list[nn.Parameter]:
+        seen: dict[int, nn.Parameter] = {}
+        for net in (self.nets["actor"], self.nets["critic"]):
+            for p in net.parameters():
+                seen.setdefault(id(p), p)
+        return [*seen.values(), *self.extra_params.values()]
+
+    def build_optimizers(self) -> None:
+        self.optimizers = {"optimizer": self._adam(self.parameters(), self.lr)}
+
+    # --- policy -----------------------------------------------------------------------------------
+    def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(policy output, value) for a batch; one encoder pass when the encoder is shared."""
+        actor, critic = self.nets["actor"], self.nets["critic"]
+        if self.shared:
+            z = actor.latent(obs)
+            return actor.head(z), critic.head(z).squeeze(-1)
+        return actor(obs), critic(obs).squeeze(-1)
+
+    def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.kind == "discrete":
+            logp = torch.log_softmax(out, -1)
+            lp = logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            return lp, -(logp.exp() * logp).sum(-1)
+        if self.kind == "multidiscrete":
+            lps, ents = [], []
+            for d, chunk in enumerate(out.split(self.nvec, dim=-1)):
+                logp = torch.log_softmax(chunk, -1)
+                lps.append(logp.gather(-1, actions[:, d].long().unsqueeze(-1)).squeeze(-1))
+                ents.append(-(logp.exp() * logp).sum(-1))
+            return torch.stack(lps).sum(0), torch.stack(ents).sum(0)
+        log_std = self.extra_params["log_std"]
+        z = (actions - out) / log_std.exp()
+        lp = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+        ent = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(out.shape[0])
+        return lp, ent
+
+    def _sample(self, out: torch.Tensor) -> torch.Tensor:
+        if self.kind == "discrete":
+            return torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
+        if self.kind == "multidiscrete":
+            return torch.stack(
+                [torch.multinomial(torch.softmax(c, -1), 1).squeeze(-1) for c in out.split(self.nvec, dim=-1)], -1
+            )
+        return out + torch.randn_like(out) * self.extra_params["log_std"].exp()
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions for a batch: (action, log-prob, value)."""
+        out, value = self._heads(obs)
+        action = self._sample(out)
+        log_prob, _ = self._log_prob_entropy(out, action)
+        return action, log_prob, value
+
+    @torch.inference_mode()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.nets["critic"](obs).squeeze(-1)
+
+    def env_action(self, action: torch.Tensor) -> np.ndarray:
+        """A sampled action as the env takes it (Gaussian samples clipped to the Box)."""
+        if self.kind == "continuous":
+            action = torch.maximum(torch.minimum(action, self.high), self.low)
+        return action.numpy()
+
+    @torch.inference_mode()
+    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        out = self.nets["actor"](self.obs_tensor(obs))
+        if self.kind == "discrete":
+            return out.argmax(-1).numpy()
+        if self.kind == "multidiscrete":
+            return torch.stack([c.argmax(-1) for c in out.split(self.nvec, dim=-1)], -1).numpy()
+        return self.env_action(out)
+
+    # --- update -----------------------------------------------------------------------------------
+    def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
+        """``update_epochs`` passes of minibatch PPO over a rollout whose GAE is computed."""
+        data = buffer.flat()
+        n = data["advantages"].shape[0]
+        batch_size = min(self.batch_size, n)
+        opt = self.optimizers["optimizer"]
+        params = self.parameters()
+        # Accumulate on tensors: converting to floats every minibatch would sync every step.
+        sums = torch.zeros(3)
+        approx_kl = torch.zeros(())
+        updates = 0
+        for _ in range(self.update_epochs):
+            perm = torch.randperm(n, device=self.device)
+            for start in range(0, n - batch_size + 1, batch_size):
+                idx = perm[start : start + batch_size]
+                out, value = self._heads(data["obs"][idx])
+                new_lp, entropy = self._log_prob_entropy(out, data["actions"][idx])
+                log_ratio = new_lp - data["log_probs"][idx]
+                ratio = log_ratio.exp()
+                adv = data["advantages"][idx]
+                if self.normalize_advantages and batch_size > 1:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
+                ret = data["returns"][idx]
+                if self.clip_vloss:
+                    old_v = data["values"][idx]
+                    v_clipped = old_v + (value - old_v).clamp(-self.clip_coef, self.clip_coef)
+                    v_loss = 0.5 * torch.max((value - ret).pow(2), (v_clipped - ret).pow(2)).mean()
+                else:
+                    v_loss = 0.5 * (value - ret).pow(2).mean()
+                ent = entropy.mean()
+                loss = pg_loss - self.ent_coef * ent + self.vf_coef * v_loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
+                opt.step()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    sums += torch.stack([pg_loss.detach(), v_loss.detach(), ent.detach()])
+                updates += 1
+            if self.target_kl is not None and float(approx_kl) > self.target_kl:
+                break
+        pg, vl, en = (sums / max(updates, 1)).tolist()
+        return {"policy_loss": pg, "value_loss": vl, "entropy": en, "approx_kl": float(approx_kl)}
