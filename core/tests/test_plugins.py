@@ -155,3 +155,43 @@ def test_in_process_plugins_and_plugin_defined_hookspecs(register_plugin: Any) -
     got: list[str] = []
     pm.hook.my_register_widgets(register=got.append)
     assert got == ["widget"]
+
+
+# --- the same failures seen from the CLI: one screen, exit 1 or 2, never a bare traceback ----------
+
+
+def test_cli_reports_a_broken_plugin_and_keeps_working(site: Path, run_cli: Any) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "broken-plugin", "broken_plugin", "raise ImportError('needs libfoo')\n", version="0.9")
+    code, out, err = run_cli("algorithms")
+    assert code == 0 and "GoodAlgo" in out
+    assert (
+        "warning: agilerl plugin 'broken_plugin' (broken-plugin 0.9) failed to load: ImportError: needs libfoo" in err
+    )
+    assert "Traceback" not in err and "warnings.warn" not in err
+
+
+def test_cli_strict_mode_fails_with_exit_2(site: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_distribution(site, "broken-plugin", "broken_plugin", "raise ImportError('needs libfoo')\n")
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    code, _, err = run_cli("algorithms")
+    assert code == 2 and "needs libfoo" in err and "Traceback" not in err
+
+
+def test_cli_misspelled_hook_and_duplicates(site: Path, run_cli: Any) -> None:
+    make_distribution(site, "dup-1", "dup_1", GOOD)
+    make_distribution(site, "dup-2", "dup_2", GOOD)
+    code, _, err = run_cli("algorithms")
+    assert code == 2 and "'GoodAlgo' is registered twice" in err and "AGILERL_DISABLE_PLUGINS" in err
+    assert "'dup_1'" in err and "'dup_2'" in err
+
+
+def test_cli_misspelled_hook_implementation(site: Path, run_cli: Any) -> None:
+    make_distribution(
+        site,
+        "typo-plugin",
+        "typo_plugin",
+        "from agilerl import hookimpl\n\n@hookimpl\ndef agilerl_register_strategy(register):\n    pass\n",
+    )
+    code, _, err = run_cli("algorithms")
+    assert code == 2 and "agilerl_register_strategy" in err and "hook reference" in err and "Traceback" not in err

@@ -254,8 +254,30 @@ def _add_plugin_commands(parser: argparse.ArgumentParser) -> None:
     get_plugin_manager().hook.agilerl_register_commands(subparsers=sub)
 
 
+def _show_warning(
+    message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import warnings
+
+    from agilerl.plugins import PluginLoadWarning
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    old_show = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", PluginLoadWarning)
+            warnings.showwarning = _show_warning
+            return _main(argv)
+    finally:
+        warnings.showwarning = old_show
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser()
     core_commands = {"train", "validate", "schema", "plugins", "algorithms", "envs", "plot"}
     try:
