@@ -1,0 +1,151 @@
+"""Builder (paradigm ``bandit``) and strategy (``bandit`` / ``online``) for the neural bandits.
+
+The strategy plugs into core's evolutionary loop: ``learn`` runs the online bandit loop for a
+generation's steps (act, pull, remember, learn every ``learn_step`` steps) and books cumulative
+reward and regret; ``evaluate`` returns the fitness, the agent's mean reward over its most recent
+steps, so the evolutionary HPO ranks agents by how well they are doing now.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
+from agilerl.models.sections import MlpSpec
+from agilerl.strategies import TrainingStrategy
+from agilerl_plugin_bandit.env import BanditDataError, check_bandit_env
+from agilerl_plugin_bandit.neural_bandit import NeuralBandit
+from agilerl_plugin_bandit.specs import BanditSpec
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+    from agilerl.training.run import Run
+
+#: Reward network when neither ``algorithm.net_config`` nor the manifest's ``network`` says otherwise.
+DEFAULT_HIDDEN_SIZE = [128]
+#: Replay memory when the manifest has no ``replay_buffer`` section.
+DEFAULT_MEMORY_SIZE = 10_000
+
+
+def network_config(spec: BanditSpec, manifest: TrainingManifest | None) -> tuple[list[int], str]:
+    """Hidden sizes and activation: ``algorithm.net_config``, else ``network``, else the default.
+
+    ``net_config`` takes ``{hidden_size, activation}`` or AgileRL's ``{encoder_config: {...},
+    head_config: {...}}``; from the ``network`` section the encoder's (mlp) hidden layers come
+    first, then the head's.
+    """
+    cfg = dict(spec.net_config or {})
+    hidden: list[int] = []
+    activation = "ReLU"
+    if cfg:
+        for part in ("encoder_config", "head_config"):
+            sub = cfg.get(part) or {}
+            hidden += list(sub.get("hidden_size", []))
+            activation = sub.get("activation", activation)
+        hidden += list(cfg.get("hidden_size", []))
+        activation = cfg.get("activation", activation)
+    elif manifest is not None and manifest.network is not None:
+        for sub in (manifest.network.encoder_config, manifest.network.head_config):
+            if isinstance(sub, MlpSpec):
+                hidden += list(sub.hidden_size)
+                activation = sub.activation
+    return (hidden or list(DEFAULT_HIDDEN_SIZE)), activation
+
+
+class BanditBuilder(AlgorithmBuilder):
+    """Builds NeuralUCB / NeuralTS agents sized to the bandit env."""
+
+    paradigm: ClassVar[str] = "bandit"
+
+    @classmethod
+    def build(
+        cls,
+        spec: BanditSpec,
+        context_dim: int,
+        arms: int,
+        *,
+        runtime: AlgorithmBuildRuntime | None = None,
+        hidden_size: list[int] | None = None,
+        activation: str | None = None,
+        memory_size: int = DEFAULT_MEMORY_SIZE,
+    ) -> NeuralBandit:
+        """Build one agent for contexts of size ``context_dim`` and ``arms`` arms."""
+        runtime = runtime or AlgorithmBuildRuntime()
+        default_hidden, default_act = network_config(spec, runtime.manifest)
+        algo_cls = cls.algo_class(spec)
+        return algo_cls(  # type: ignore[no-any-return]
+            spec,
+            context_dim=context_dim,
+            arms=arms,
+            hidden_size=hidden_size or default_hidden,
+            activation=activation or default_act,
+            memory_size=memory_size,
+            index=runtime.index,
+            device=runtime.device,
+            seed=runtime.seed,
+        )
+
+    @classmethod
+    def build_for_run(
+        cls, spec: BanditSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
+    ) -> NeuralBandit:
+        check_bandit_env(env, source="environment")
+        buffer = manifest.replay_buffer
+        memory = buffer.max_size if buffer is not None else DEFAULT_MEMORY_SIZE
+        return cls.build(spec, int(env.context_dim), int(env.arms), runtime=runtime, memory_size=memory)
+
+
+class BanditStrategy(TrainingStrategy):
+    """Online contextual-bandit training (NeuralUCB, NeuralTS) inside core's evolutionary loop."""
+
+    paradigm: ClassVar[str] = "bandit"
+    regime: ClassVar[str] = "online"
+    step_unit: ClassVar[str] = "step"
+
+    def setup(self, run: Run) -> None:
+        check_bandit_env(run.env, source="environment")
+
+    def learn(self, agent: NeuralBandit, run: Run, num_steps: int) -> dict[str, float]:
+        env = run.env
+        optimal = getattr(env, "optimal_reward", None)
+        context = env.reset()
+        total_reward = 0.0
+        total_regret = 0.0
+        losses: list[torch.Tensor] = []
+        for _ in range(num_steps):
+            arm = agent.get_action(context)
+            if not 0 <= arm < agent.arms:  # pragma: no cover - argmax over arms cannot leave the range
+                raise BanditDataError(f"agent chose arm {arm} outside [0, {agent.arms})")
+            # The best reward is a property of the context shown, so read it before stepping.
+            best = float(optimal()) if optimal is not None else None
+            next_context, reward = env.step(arm)
+            reward = float(reward)
+            agent.observe(context[arm], reward)
+            regret = None if best is None else best - reward
+            agent.record(reward, regret)
+            total_reward += reward
+            total_regret += regret or 0.0
+            agent.steps += 1
+            if agent.steps % agent.learn_step == 0:
+                losses.append(agent.learn())
+            context = next_context
+        stats = {
+            "mean_reward": total_reward / max(num_steps, 1),
+            "recent_mean_reward": agent.recent_mean_reward(),
+            "cumulative_reward": agent.cumulative_reward,
+            "cumulative_regret": agent.cumulative_regret if agent.regret_known else math.nan,
+            "regret": total_regret if agent.regret_known else math.nan,
+        }
+        if losses:
+            stats["loss"] = float(torch.stack(losses).mean())
+        return stats
+
+    def evaluate(self, agent: NeuralBandit, run: Run) -> float:
+        """Fitness: mean reward over the agent's last ``fitness_window`` online steps."""
+        return agent.recent_mean_reward()
+
+
+__all__ = ["BanditBuilder", "BanditStrategy", "network_config"]
