@@ -1,0 +1,259 @@
+"""Serve any text env (``reset()``/``step(text)``) as an OpenEnv server: ``agilerl serve-env``.
+
+Each WebSocket session (``/ws``) gets its own text env from the factory, so concurrent clients never
+share state. The wire types are :class:`TextAction` (``{"text": ...}``) and :class:`TextObservation`
+(``text``, ``reward``, ``done``, plus ``truncated`` so a client can tell a time limit from a real end,
+and ``system_prompt`` on reset). Anything OpenEnv-compatible can talk to it; our own client reads the
+extra fields when they are there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agilerl_plugin_openenv._openenv import env_server
+from agilerl_plugin_openenv.entrypoints import text_env_factory
+from agilerl_plugin_openenv.errors import ServeEnvError
+
+_server = env_server()
+Action = _server.Action
+Observation = _server.Observation
+State = _server.State
+Environment = _server.Environment
+
+log = logging.getLogger("agilerl_plugin_openenv.server")
+
+
+class TextAction(Action):  # type: ignore[misc,valid-type]
+    """The policy's reply."""
+
+    text: str
+
+
+class TextObservation(Observation):  # type: ignore[misc,valid-type]
+    """What the policy sees next. ``done`` = terminated or truncated; ``truncated`` tells them apart."""
+
+    text: str = ""
+    truncated: bool = False
+    system_prompt: str | None = None
+    info: dict[str, Any] = {}
+
+
+class _QuietDisconnects:
+    """ASGI middleware: a client that hangs up is not a server error.
+
+    openenv-core's ``/ws`` handler closes the socket in a ``finally`` that only tolerates
+    ``RuntimeError``; when the client is already gone starlette raises ``WebSocketDisconnect`` and
+    uvicorn logs a full traceback per session. Swallow exactly those, for WebSocket scopes only.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            names = {type(e).__name__ for e in (exc, exc.__context__, exc.__cause__) if e is not None}
+            if not names & {"WebSocketDisconnect", "ClientDisconnected"}:
+                raise
+
+
+def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
+    """The part of an ``info`` dict that survives JSON (the rest is dropped, not sent as garbage)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[str(key)] = value
+    return out
+
+
+class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
+    """An OpenEnv ``Environment`` wrapping one text env instance (one per session)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, make_text_env: Callable[[], Any]) -> None:
+        super().__init__()
+        from agilerl_plugin_llm.envs import check_reset, check_step
+
+        self._check_reset, self._check_step = check_reset, check_step
+        self._env = make_text_env()
+        self._state = State(episode_id=None, step_count=0)
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> TextObservation:
+        raw = self._env.reset() if seed is None else self._env.reset(seed=seed)
+        text, info = self._check_reset(raw, self._env)
+        self._state = State(episode_id=episode_id, step_count=0)
+        return TextObservation(
+            text=text,
+            reward=None,
+            done=False,
+            system_prompt=getattr(self._env, "system_prompt", None),
+            info=_jsonable(info),
+        )
+
+    def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
+        text, reward, terminated, truncated, info = self._check_step(self._env.step(action.text), self._env)
+        self._state.step_count += 1
+        return TextObservation(
+            text=text,
+            reward=reward,
+            done=terminated or truncated,
+            truncated=truncated and not terminated,
+            info=_jsonable(info),
+        )
+
+    @property
+    def state(self) -> Any:
+        return self._state
+
+    def close(self) -> None:
+        close = getattr(self._env, "close", None)
+        if callable(close):
+            close()
+
+
+def make_app(
+    make_text_env: Callable[[], Any] | str,
+    *,
+    max_concurrent_envs: int = 64,
+    env_config: dict[str, Any] | None = None,
+    env_name: str | None = None,
+) -> Any:
+    """A FastAPI app (openenv-core's ``create_app``) serving the text env.
+
+    :param make_text_env: zero-argument factory of text envs, or an entrypoint string
+        (``"module:Class"`` / ``"file.py:Class"``; ``env_config`` gives its keyword arguments).
+    :param max_concurrent_envs: sessions the server holds at once; the next one gets ``CAPACITY_REACHED``.
+    """
+    if isinstance(make_text_env, str):
+        name = env_name or make_text_env.rpartition(":")[2]
+        make_text_env = text_env_factory(make_text_env, env_config)
+    else:
+        name = env_name or getattr(make_text_env, "__name__", "text_env")
+    # Fail here, at startup, rather than on the first client's session.
+    try:
+        probe = make_text_env()
+    except Exception as exc:
+        raise ServeEnvError(f"creating the text env {name!r} failed: {type(exc).__name__}: {exc}") from exc
+    missing = [m for m in ("reset", "step") if not callable(getattr(probe, m, None))]
+    close = getattr(probe, "close", None)
+    if callable(close):
+        close()
+    if missing:
+        raise ServeEnvError(
+            f"{name!r} is not a text env: it has no {' or '.join(missing)}() (see agilerl_plugin_llm.envs.TextEnv)"
+        )
+
+    def factory() -> TextEnvEnvironment:
+        return TextEnvEnvironment(make_text_env)
+
+    factory.__name__ = name
+    # A plain function (not the class) makes create_app build one instance to check concurrency
+    # support; our wrapper declares it, so that is cheap and harmless.
+    return _server.create_app(
+        factory, TextAction, TextObservation, env_name=name, max_concurrent_envs=max_concurrent_envs
+    )
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket (``port=0``: a free port chosen by the OS, no race with other processes)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ServeEnvError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_server(app: Any, log_level: str) -> Any:
+    import uvicorn
+
+    # The sans-I/O websockets implementation closes sessions quietly; uvicorn's default one logs a
+    # traceback for every client that disconnects, which is noise for a training server.
+    config = uvicorn.Config(
+        _QuietDisconnects(app), log_level=log_level, ws="websockets-sansio", lifespan="on", access_log=False
+    )
+    return uvicorn.Server(config)
+
+
+def serve(
+    entrypoint: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_concurrent_envs: int = 64,
+    env_config: dict[str, Any] | None = None,
+    log_level: str = "warning",
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve ``entrypoint`` until interrupted (what ``agilerl serve-env`` runs)."""
+    app = make_app(entrypoint, max_concurrent_envs=max_concurrent_envs, env_config=env_config)
+    sock = bind_socket(host, port)
+    bound = sock.getsockname()[1]
+    shown_host = f"[{host}]" if ":" in host else host
+    announce(
+        f"serving {entrypoint} as an OpenEnv server on http://{shown_host}:{bound} (WebSocket /ws, {max_concurrent_envs} sessions max)"
+    )
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        announce(f"warning: listening on {host}, reachable from other machines; the server has no authentication")
+    server = _uvicorn_server(app, log_level)
+    server.run(sockets=[sock])
+
+
+class ServedEnv:
+    """A server running in a background thread of this process (tests, benchmarks, notebooks)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        self._sock = bind_socket(host, port)
+        self.port: int = self._sock.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
+        self._server = _uvicorn_server(app, log_level)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self) -> ServedEnv:
+        self._thread.start()
+        for _ in range(2000):  # bounded: uvicorn sets `started` once it accepts connections
+            if self._server.started or not self._thread.is_alive():
+                break
+            time.sleep(0.005)
+        if not self._server.started:
+            raise ServeEnvError("the OpenEnv server thread did not start")
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+
+@contextmanager
+def serve_in_thread(app_or_entrypoint: Any, *, max_concurrent_envs: int = 64, **app_kwargs: Any) -> Iterator[ServedEnv]:
+    """``with serve_in_thread("pkg.mod:Game") as served: ... served.url ...``."""
+    app = app_or_entrypoint
+    if isinstance(app, str) or (callable(app) and not hasattr(app, "router")):
+        app = make_app(app, max_concurrent_envs=max_concurrent_envs, **app_kwargs)
+    served = ServedEnv(app).start()
+    try:
+        yield served
+    finally:
+        served.stop()

@@ -1,0 +1,37 @@
+"""Heavy imports (openenv-core pulls gradio, fastapi, uvicorn) stay out of runs that do not use us."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("openenv", "gradio", "fastapi", "uvicorn", "websockets", "fastmcp", "torch")
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = code + "\nimport sys\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out.strip().splitlines()[-1])
+    return [m for m in HEAVY if m in loaded]
+
+
+def test_import_agilerl_and_our_hooks_load_nothing_heavy() -> None:
+    assert _loaded_after("import agilerl, agilerl_plugin_openenv.hooks, agilerl_plugin_openenv") == []
+
+
+def test_plugin_loading_and_validate_load_nothing_heavy(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "algorithm: {name: GRPO}\nenvironment: {env_type: rollout, env_url: 'http://127.0.0.1:9'}\n"
+        "training: {max_steps: 1}\n",
+        encoding="utf-8",
+    )
+    code = (
+        "from agilerl.plugins import get_plugin_manager\n"
+        "pm = get_plugin_manager()\n"
+        "from agilerl_plugin_llm.rollout.sources import rollout_sources\n"
+        "assert 'env_url' in rollout_sources(), rollout_sources()\n"
+        "from agilerl.cli import main\n"
+        f"main(['validate', {str(manifest)!r}])"
+    )
+    assert _loaded_after(code) == []

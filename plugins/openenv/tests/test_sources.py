@@ -1,0 +1,87 @@
+"""``env_url`` as a rollout source: our serve-env server, servers written against openenv-core, MCP tools."""
+
+from __future__ import annotations
+
+import pytest
+
+from agilerl_plugin_openenv.errors import OpenEnvProtocolError
+from agilerl_plugin_openenv.server import serve_in_thread
+
+
+def test_serve_env_cli_serves_the_word_game_as_a_source(server_process, build) -> None:  # type: ignore[no-untyped-def]
+    server = server_process("--max-concurrent-envs", "4", "--env-config", '{"turns": 2, "targets": ["yes", "cat"]}')
+    make_env, max_turns = build(server.url, max_turns=2)
+    assert max_turns == 2
+    env = make_env()
+    obs, info = env.reset(seed=3)
+    target = info["target"]
+    assert obs == f"Say {target}." and env.system_prompt == "Answer with the word you are asked for."
+    obs, reward, terminated, truncated, _ = env.step(f"{target} {target}")
+    assert obs == f"Again: say {target}." and reward == pytest.approx(2 * len(target) / (2 * len(target) + 1))
+    assert not terminated and not truncated
+    _, reward, terminated, truncated, _ = env.step("nothing")
+    assert reward == 0.0 and terminated and not truncated
+    # Same seed, same episode: reset(seed) reaches the server's env.
+    assert make_env().reset(seed=3)[1]["target"] == target
+    env.close()
+
+
+def test_concurrent_sessions_are_independent(game_server, build) -> None:  # type: ignore[no-untyped-def]
+    make_env, _ = build(game_server.url)
+    envs = [make_env() for _ in range(6)]
+    for env in envs:
+        env.reset()
+    # Half the envs finish their first turn; the others must still be at turn one.
+    for env in envs[:3]:
+        assert env.step("yes")[0] == "Again: say yes."
+    for env in envs[3:]:
+        assert env.step("no")[0] == "Again: say yes."
+    for env in envs:
+        assert env.step("yes")[2] is True
+        env.close()
+
+
+def test_max_turns_truncates_and_max_concurrent_resets_limits(game_server, build) -> None:  # type: ignore[no-untyped-def]
+    make_env, max_turns = build(game_server.url, max_turns=1, max_concurrent_resets=1)
+    assert max_turns == 1
+    env = make_env()
+    env.reset()
+    _, _, terminated, truncated, _ = env.step("yes")
+    assert truncated and not terminated  # the game has 2 turns; the manifest allows 1
+
+
+def test_server_written_against_openenv_core_works_as_a_source(native, build) -> None:  # type: ignore[no-untyped-def]
+    with serve_in_thread(native.app(native.GuessEnvironment, native.GuessAction, native.GuessObservation)) as served:
+        # action_field is found from the server's /schema (its only string field: guess).
+        make_env, _ = build(served.url, observation_field="prompt")
+        env = make_env()
+        assert env.reset(seed=5)[0] == "Guess the animal (seed 5)."
+        assert env.step("cat")[1:3] == (1.0, True)
+        env.reset()
+        assert env.step("dog")[1:3] == (0.0, True)
+        # Without observation_field the two text fields are shown as JSON (nothing dropped).
+        make_env, _ = build(served.url)
+        text, _ = make_env().reset(seed=1)
+        assert '"prompt": "Guess the animal (seed 1)."' in text
+
+
+def test_mcp_tool_env_gets_call_tool_actions(native, build) -> None:  # type: ignore[no-untyped-def]
+    from agilerl_plugin_openenv._openenv import env_server
+
+    app = native.app(native.WordToolEnvironment, env_server().CallToolAction, native.PromptObservation)
+    with serve_in_thread(app) as served:
+        make_env, _ = build(served.url, mcp_tool="submit", observation_field=None)
+        env = make_env()
+        assert "submit" in env.reset()[0]
+        text, reward, terminated, _, _ = env.step(
+            '<tool_call>{"name": "submit", "arguments": {"word": "cat"}}</tool_call>'
+        )
+        assert (text, reward, terminated) == ("correct", 1.0, True)
+        env.reset()
+        text, reward, _, _, _ = env.step("dog")  # plain text: the tool's single argument
+        assert reward == 0.0 and "'dog' is wrong" in text
+        env.reset()
+        text, reward, terminated, _, info = env.step('{"name": "delete_all", "arguments": {}}')
+        assert reward == 0.0 and not terminated and "unknown tool 'delete_all'" in info["action_error"]
+        with pytest.raises(OpenEnvProtocolError, match=r"'nope' is not a tool of the server.*submit"):
+            build(served.url, mcp_tool="nope")
