@@ -44,3 +44,8 @@ def agilerl_register_builders(register: Any) -> None:
 def agilerl_register_strategies(register: Any) -> None:
     dataset.register_strategies(register)
     rollout.register_strategies(register)
+
+
+@hookimpl
+def agilerl_llm_register_rollout_sources(register: Any) -> None:
+    rollout.register_rollout_sources(register)

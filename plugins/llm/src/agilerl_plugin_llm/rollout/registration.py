@@ -1,21 +1,43 @@
-"""What this part registers with agilerl (called from agilerl_plugin_llm.hooks)."""
+"""What the rollout part registers with agilerl (called from agilerl_plugin_llm.hooks).
+
+Everything is named as ``"module:attr"`` strings (or pure-pydantic classes), so registering and
+``agilerl validate`` never import torch or transformers.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from agilerl_plugin_llm.rollout.specs import GRPOSpec, LLMREINFORCESpec
+
 
 def register_algorithms(register: Any) -> None:
-    pass
+    register(GRPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
+    register(LLMREINFORCESpec, algorithm="agilerl_plugin_llm.rollout.reinforce:LLMREINFORCE")
 
 
 def register_env_types(register: Any) -> None:
-    pass
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+
+    register(
+        "rollout",
+        LLMEnvSpec,
+        "agilerl_plugin_llm.rollout.env:make_rollout_env",
+        functions={"make_rollout_env_factory": "agilerl_plugin_llm.rollout.env:make_rollout_env_factory"},
+    )
 
 
 def register_builders(register: Any) -> None:
-    pass
+    pass  # the paradigm's builder (LLMBuilder) is registered by the dataset part
 
 
 def register_strategies(register: Any) -> None:
-    pass
+    register("llm", "rollout", "agilerl_plugin_llm.rollout.strategy:LLMRolloutStrategy")
+
+
+def register_rollout_sources(register: Any) -> None:
+    """The built-in rollout sources, through this plugin's own hook (as any other plugin would)."""
+    register("dataset", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
+    register("dataset_path", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
+    register("hf_dataset_id", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
+    register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")

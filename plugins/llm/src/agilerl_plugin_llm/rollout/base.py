@@ -1,0 +1,236 @@
+"""What the rollout algorithms (GRPO, LLMREINFORCE) share on top of ``LLMAlgorithm``.
+
+One training *iteration* = collect episodes with the current policy, score them, compute
+advantages (the subclass's), then optimizer steps on a clipped policy-gradient loss (the
+subclass's). ``agent.steps`` counts iterations.
+
+Collection plays many :class:`~agilerl_plugin_llm.rollout.harness.RolloutHarness` es in lock step:
+each turn, every unfinished episode's context goes to the generation backend in one batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
+from agilerl_plugin_llm.rollout.generation import GenerationBackend, SamplingConfig, select_backend
+from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
+
+
+def collect(
+    harnesses: Sequence[RolloutHarness],
+    backend: GenerationBackend,
+    sampling: SamplingConfig,
+    *,
+    seeds: Sequence[int | None],
+    generation_seed: int | None = None,
+) -> list[Trajectory]:
+    """Play one episode in every harness (``harnesses[i].reset(seeds[i])``), turn by turn, batched."""
+    for harness, seed in zip(harnesses, seeds, strict=False):
+        harness.reset(seed=seed)
+    turn = 0
+    while True:
+        active = [h for h in harnesses if not h.done]
+        if not active:
+            break
+        new = backend.generate(
+            [h.context() for h in active],
+            max_new_tokens=[h.generation_budget() for h in active],
+            sampling=sampling,
+            seed=None if generation_seed is None else generation_seed + 7919 * turn,
+        )
+        for harness, ids in zip(active, new, strict=False):
+            harness.step(ids)
+        turn += 1
+    return [h.trajectory() for h in harnesses]
+
+
+def pad_trajectories(trajs: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask``, ``loss_mask`` (policy tokens) and ``turn_index``."""
+    width = max(1, max(len(t.token_ids) for t in trajs))
+    n = len(trajs)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, width), dtype=torch.long)
+    loss_mask = torch.zeros((n, width), dtype=torch.long)
+    turn = torch.full((n, width), -1, dtype=torch.long)
+    for i, t in enumerate(trajs):
+        k = len(t.token_ids)
+        ids[i, :k] = torch.tensor(t.token_ids, dtype=torch.long)
+        attention[i, :k] = 1
+        loss_mask[i, :k] = torch.tensor(t.policy_mask, dtype=torch.long)
+        turn[i, :k] = torch.tensor(t.turn_index, dtype=torch.long)
+    return {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask, "turn_index": turn}
+
+
+def masked_mean_per_row(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over each row's masked tokens (0 for rows with none)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: float | None) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimate k3 = exp(r) - r - 1 with r = log pi_ref - log pi (>= 0)."""
+    diff = ref_logp - logp
+    kl = torch.exp(diff) - diff - 1.0
+    return kl.clamp(max=clamp) if clamp is not None else kl
+
+
+class RolloutLLMAlgorithm(LLMAlgorithm):
+    """Rollout collection, evaluation and the iteration loop; subclasses give advantages and loss."""
+
+    temperature: float
+    clip_coef: float
+    beta: float
+    update_epochs: int
+
+    def __init__(self, spec: Any, **kwargs: Any) -> None:
+        super().__init__(spec, **kwargs)
+        self._backend: GenerationBackend | None = None
+        self.last_eval: dict[str, float] = {}
+
+    # --- generation ---------------------------------------------------------------------------
+    @property
+    def stop_ids(self) -> list[int]:
+        return stop_token_ids(self.tokenizer)
+
+    def backend(self) -> GenerationBackend:
+        """The generation backend (built on first use; see ``generation_backend``)."""
+        if self._backend is None:
+            lora = getattr(self.spec, "lora_config", None)
+            self._backend = select_backend(
+                self.spec,
+                self.model,
+                self.tokenizer,
+                stop_ids=self.stop_ids,
+                device=str(self.device),
+                lora_rank=lora.lora_r if lora is not None else None,
+            )
+        return self._backend
+
+    def sampling(self, *, greedy: bool = False) -> SamplingConfig:
+        spec = self.spec.model_copy(update={"temperature": self.temperature})
+        return SamplingConfig.from_spec(spec, greedy=greedy)
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.stop_ids[0])
+
+    def rollout(self, make_harness: Callable[[], RolloutHarness], seeds: Sequence[int], *, greedy: bool = False,
+                generation_seed: int | None = None) -> list[Trajectory]:  # fmt: skip
+        """One episode per seed with fresh harnesses (closed afterwards)."""
+        backend = self.backend()
+        backend.sync_weights(self.model)
+        harnesses = [make_harness() for _ in seeds]
+        try:
+            return collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
+                           generation_seed=generation_seed)  # fmt: skip
+        finally:
+            for h in harnesses:
+                h.close()
+
+    def _iteration_seeds(self, count: int) -> list[int]:
+        # A function of (seed, index, steps): resuming from a checkpoint replays the same prompts.
+        base = (int(getattr(self.spec, "seed", 0)) * 1_000_003 + self.index * 7_919 + self.steps * 104_729) % 2**31
+        return [(base + i * 2_654_435_761) % 2**31 for i in range(count)]
+
+    # --- one iteration -------------------------------------------------------------------------
+    def episodes_per_iteration(self) -> tuple[list[int], int]:
+        """(env seeds, repeats per seed): GRPO repeats each prompt ``group_size`` times."""
+        return self._iteration_seeds(int(self.batch_size)), 1
+
+    def learn_iteration(self, envs: Any) -> dict[str, float]:
+        """Collect a batch of episodes from ``envs.make_train`` and take the optimizer steps."""
+        t0 = time.perf_counter()
+        seeds, repeats = self.episodes_per_iteration()
+        all_seeds = [s for s in seeds for _ in range(repeats)]
+        trajs = self.rollout(envs.make_train, all_seeds, generation_seed=all_seeds[0] if all_seeds else None)
+        t_rollout = time.perf_counter() - t0
+        batch = pad_trajectories(trajs, self.pad_id)
+        rewards = torch.tensor([t.total_reward for t in trajs], dtype=torch.float32)
+        batch.update(self.advantages(trajs, rewards, repeats))
+        stats = self.update(batch)
+        n_tokens = float(sum(t.num_policy_tokens for t in trajs))
+        stats.update(
+            reward=float(rewards.mean()),
+            reward_max=float(rewards.max()),
+            completion_tokens=n_tokens / max(len(trajs), 1),
+            truncated=float(sum(t.truncated for t in trajs)) / max(len(trajs), 1),
+            rollout_s=t_rollout,
+            iteration_s=time.perf_counter() - t0,
+        )
+        return stats
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Old and reference log-probs (when needed), then ``update_epochs`` passes of ``optimize``."""
+        single_pass = int(self.update_epochs) == 1 and (
+            self.mini_batch_size is None or self.mini_batch_size >= len(batch["input_ids"])
+        )
+        with torch.no_grad():
+            if not single_pass:
+                # Several optimizer steps per batch: the ratio needs the sampling policy's log-probs.
+                batch["old_logprobs"] = self._chunked_logprobs(batch, reference=False)
+            if self.beta > 0:
+                batch["ref_logprobs"] = self._chunked_logprobs(batch, reference=True)
+        stats: dict[str, float] = {}
+        for _ in range(int(self.update_epochs)):
+            stats = self.optimize(batch, self.loss)
+        return stats
+
+    def _chunked_logprobs(self, batch: dict[str, torch.Tensor], *, reference: bool) -> torch.Tensor:
+        from agilerl_plugin_llm.algorithms.base import slice_batch, trim_padding
+
+        self.model.eval()  # no dropout: these are the sampling/reference distributions
+        n = len(batch["input_ids"])
+        size = self.micro_batch_size_per_gpu or n
+        out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
+        for start in range(0, n, size):
+            part = self.to_device(trim_padding(slice_batch(batch, start, start + size)))
+            lp = self.logprobs(part, reference=reference, temperature=self._logit_temperature())
+            out[start : start + size, : lp.shape[1]] = lp.cpu()
+        self.model.train()
+        return out
+
+    def _logit_temperature(self) -> float:
+        # Score tokens under the distribution they were sampled from (as TRL does).
+        return float(self.temperature) if self.temperature > 0 else 1.0
+
+    # --- subclass parts ------------------------------------------------------------------------
+    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
+        """Tensors added to the batch: ``advantages`` of shape ``[N]`` or ``[N, T]``."""
+        raise NotImplementedError
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss summed over the micro-batch's rows (``optimize`` divides by the mini-batch rows)."""
+        raise NotImplementedError
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+        """Mean episode return, greedy, on ``loop x batch_size`` held-out episodes (seeds 0, 1, ...)."""
+        n = max(1, int(loop) * int(self.batch_size))
+        trajs = self.rollout(env.make_eval, list(range(n)), greedy=True)
+        returns = [t.total_reward for t in trajs]
+        self.last_eval = {"eval_reward": sum(returns) / len(returns)}
+        successes = [t.info["success"] for t in trajs if "success" in t.info]
+        if successes:
+            self.last_eval["eval_success"] = sum(map(float, successes)) / len(successes)
+        return self.last_eval["eval_reward"]
+
+    # --- population ----------------------------------------------------------------------------
+    def clone(self, index: int | None = None) -> RolloutLLMAlgorithm:
+        backend, self._backend = self._backend, None
+        try:
+            twin = super().clone(index)
+        finally:
+            self._backend = backend
+        # A vLLM engine holds the GPU: clones share it (weights are synced before every rollout).
+        if backend is not None and getattr(backend, "name", "") == "vllm":
+            twin._backend = backend  # type: ignore[attr-defined]
+        return twin  # type: ignore[return-value]
+
+
+__all__ = ["RolloutLLMAlgorithm", "collect", "k3_kl", "masked_mean_per_row", "pad_trajectories"]

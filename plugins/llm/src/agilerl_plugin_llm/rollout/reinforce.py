@@ -1,0 +1,77 @@
+"""LLMREINFORCE: REINFORCE with a baseline for (multi-turn) text episodes.
+
+One sampled episode per prompt. Each turn's policy tokens are credited with the discounted return
+from that turn on (``gamma``), minus the batch's mean episode return (``baseline: batch_mean``),
+optionally whitened. The loss per policy token is the clipped surrogate
+``max(-A * ratio, -A * clip(ratio, 1 +- clip_coef))``; with ``update_epochs: 1`` the ratio is 1 and
+this is exactly ``-A * log pi`` in gradient. Loss is averaged over each episode's tokens, then over
+episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from agilerl_plugin_llm.rollout.base import RolloutLLMAlgorithm, masked_mean_per_row, pad_trajectories
+from agilerl_plugin_llm.rollout.grpo import policy_loss
+from agilerl_plugin_llm.rollout.harness import Trajectory
+
+
+def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
+    """``G_t = r_t + gamma * G_{t+1}`` for every turn of one episode."""
+    out = [0.0] * len(rewards)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+class LLMREINFORCE(RolloutLLMAlgorithm):
+    """REINFORCE on a causal LM. Hyperparameters: ``lr``, ``gamma``, ``clip_coef``, ``baseline``,
+    ``whiten_advantages``, ``update_epochs``, ``max_grad_norm``, ``beta`` (KL to the reference; 0 off)
+    and the sampling fields."""
+
+    gamma: float
+
+    @property
+    def needs_reference(self) -> bool:  # type: ignore[override]
+        return float(getattr(self, "beta", 0.0)) > 0.0
+
+    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
+        baseline = float(rewards.mean()) if self.spec.baseline == "batch_mean" else 0.0
+        turn_index = pad_trajectories(trajs, self.pad_id)["turn_index"]
+        adv = torch.zeros(turn_index.shape, dtype=torch.float32)
+        for i, t in enumerate(trajs):
+            g = returns_to_go(t.rewards, float(self.gamma))
+            for turn, value in enumerate(g):
+                adv[i][turn_index[i] == turn] = value - baseline
+        if self.spec.whiten_advantages:
+            mask = turn_index >= 0
+            if int(mask.sum()) > 1:
+                adv = torch.where(mask, adv / (adv[mask].std() + 1e-6), adv)
+        return {"advantages": adv}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        mask = batch["loss_mask"].float()
+        mask[:, 0] = 0.0
+        logp = self.logprobs(batch, temperature=self._logit_temperature())
+        old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
+        per_token, clipped = policy_loss(logp, old, batch["advantages"], mask, clip_coef=float(self.clip_coef))
+        stats: dict[str, float] = {}
+        if self.beta > 0 and "ref_logprobs" in batch:
+            from agilerl_plugin_llm.rollout.base import k3_kl
+
+            kl = k3_kl(logp, batch["ref_logprobs"], 10.0)
+            per_token = per_token + float(self.beta) * kl
+            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
+        per_row = masked_mean_per_row(per_token, mask)
+        stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
+        loss_sum = per_row.sum()
+        stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
+        return loss_sum, stats
+
+
+__all__ = ["LLMREINFORCE", "returns_to_go"]

@@ -1,0 +1,470 @@
+"""Rollout sources: where the text envs a rollout algorithm plays against come from.
+
+A source is registered through this plugin's own hook,
+:func:`agilerl_plugin_llm.hookspecs.agilerl_llm_register_rollout_sources`, as
+``register(field, build)``; the ``LLMEnvSpec`` field that is set picks the source. This plugin
+registers its built-in sources through that same hook (see
+:func:`agilerl_plugin_llm.rollout.registration.register_rollout_sources`):
+
+* ``dataset_path`` / ``hf_dataset_id``: labelled rows scored by a rubric (single turn);
+* ``entrypoint``: a Python text env (``module:Class``, ``path/to/file.py:Class`` or a factory),
+  multi-turn up to ``max_turns``.
+
+The OpenEnv plugin adds ``env_url``. No torch or transformers are imported here.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.util
+import inspect
+import json
+import random
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agilerl import plugins
+from agilerl.errors import AgileRLError, DuplicateRegistrationError, closest
+from agilerl.registry import resolve
+from agilerl_plugin_llm.envs import TextEnv, as_reward
+
+MakeEnv = Callable[[], TextEnv]
+Build = Callable[..., tuple[MakeEnv, "int | None"]]
+
+#: Source fields we know of but that only another plugin (or runtime) provides.
+KNOWN_EXTERNAL_SOURCES: dict[str, str] = {
+    "env_url": "an OpenEnv service needs the OpenEnv plugin: pip install agilerl-plugin-openenv",
+    "env_image": "env_image needs the Ray runtime (env hosts as Kubernetes pods), which agilerl does not provide; "
+    "serve the env yourself and use env_url, or use entrypoint",
+}
+
+# Which canonical row columns a dataset-backed rollout reads.
+QUESTION_COLUMNS = ("question", "prompt")
+ANSWER_COLUMN = "answer"
+
+
+class RolloutSourceError(AgileRLError):
+    """A rollout env could not be built from the ``environment`` section (names the field and fix)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The source table, filled from the hook
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RolloutSource:
+    field: str
+    build: Any
+    provider: str
+
+    def resolve(self) -> Build:
+        return resolve(self.build, f"rollout source for {self.field!r}")  # type: ignore[no-any-return]
+
+
+def rollout_sources() -> dict[str, RolloutSource]:
+    """Every registered rollout source, by the spec field that selects it."""
+    pm = plugins.get_plugin_manager()
+    caller = getattr(pm.hook, "agilerl_llm_register_rollout_sources", None)
+    table: dict[str, RolloutSource] = {}
+    if caller is None:
+        return table
+    for impl in reversed(caller.get_hookimpls()):
+
+        def register(field: str, build: Any, *, _provider: str = impl.plugin_name) -> None:
+            old = table.get(field)
+            if old is not None and old.build is not build:
+                raise DuplicateRegistrationError(
+                    f"rollout source {field!r} is registered twice: by {old.provider!r} and by {_provider!r}"
+                )
+            table[field] = RolloutSource(field, build, _provider)
+
+        impl.function(register=register)
+    return table
+
+
+def _is_set(value: Any) -> bool:
+    return value not in (None, "", [], {})
+
+
+def select_source(spec: Any) -> RolloutSource:
+    """The one source ``spec`` names (several fields may map to one source, e.g. the dataset ones)."""
+    table = rollout_sources()
+    present = [f for f in table if _is_set(getattr(spec, f, None))]
+    for field, why in KNOWN_EXTERNAL_SOURCES.items():
+        if field not in table and _is_set(getattr(spec, field, None)):
+            raise RolloutSourceError(f"environment.{field}: {why}")
+    builds = {id(table[f].build): table[f] for f in present}
+    if not builds:
+        fields = sorted({*table, *KNOWN_EXTERNAL_SOURCES})
+        raise RolloutSourceError(
+            "environment: a rollout env needs exactly one source; set one of "
+            f"{', '.join(fields)} (dataset rows also need rubric_file_path)"
+        )
+    if len(builds) > 1:
+        raise RolloutSourceError(
+            f"environment: a rollout env takes exactly one source, got {', '.join(present)}; keep one of them"
+        )
+    return next(iter(builds.values()))
+
+
+def build_source(spec: Any, *, seed: int | None = None, split: str = "train") -> tuple[MakeEnv, int | None, str]:
+    """``(make_env, max_turns, field)`` for ``spec``'s source. ``split`` reaches sources that take it."""
+    source = select_source(spec)
+    build = source.resolve()
+    kwargs: dict[str, Any] = {"seed": seed}
+    try:
+        params = inspect.signature(build).parameters
+        if "split" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            kwargs["split"] = split
+    except (TypeError, ValueError):
+        pass
+    result = build(spec, **kwargs)
+    if not (isinstance(result, tuple) and len(result) == 2 and callable(result[0])):
+        raise RolloutSourceError(
+            f"the rollout source for {source.field!r} (from {source.provider!r}) must return "
+            f"(make_env, max_turns), got {type(result).__name__}"
+        )
+    make_env, max_turns = result
+    return make_env, max_turns, source.field
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading user code: rubric files and env entrypoints
+# --------------------------------------------------------------------------------------------------
+
+
+def load_python_file(path: str | Path, field: str) -> Any:
+    """Import a Python file as a module (its own name, so two files never clash)."""
+    p = Path(path)
+    if not p.is_file():
+        raise RolloutSourceError(f"environment.{field}: file not found: {p} (paths are relative to {Path.cwd()})")
+    name = "agilerl_user_" + re.sub(r"\W", "_", str(p.resolve()))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, p)
+    if spec is None or spec.loader is None:
+        raise RolloutSourceError(f"environment.{field}: cannot import {p} as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise RolloutSourceError(f"environment.{field}: importing {p} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _attribute(module: Any, attr: str, field: str, where: str) -> Any:
+    target = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
+            hint = closest(attr, names)
+            msg = f"environment.{field}: {where} has no {attr!r}"
+            msg += f"; did you mean {hint!r}?" if hint else f" (callables there: {', '.join(names) or 'none'})"
+            raise RolloutSourceError(msg)
+        target = getattr(target, part)
+    return target
+
+
+def load_object(ref: str, field: str) -> Any:
+    """``module:attr`` or ``path/to/file.py:attr``."""
+    module_name, sep, attr = ref.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise RolloutSourceError(f"environment.{field}: {ref!r} is not of the form 'module:attr' or 'file.py:attr'")
+    if module_name.endswith(".py"):
+        module = load_python_file(module_name, field)
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise RolloutSourceError(f"environment.{field}: cannot import {module_name!r}: {exc}") from exc
+    return _attribute(module, attr, field, module_name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Dataset rows + rubric
+# --------------------------------------------------------------------------------------------------
+
+
+def _read_rows(spec: Any) -> list[dict[str, Any]]:
+    path = getattr(spec, "dataset_path", None)
+    hf_id = getattr(spec, "hf_dataset_id", None)
+    named = getattr(spec, "dataset", None)
+    if named and not path and not hf_id:
+        # `dataset`: a local file if one exists, else a dataset id in the local HF cache.
+        path, hf_id = (named, None) if Path(named).exists() else (None, named)
+    if path:
+        p = Path(path)
+        if not p.exists():
+            raise RolloutSourceError(f"environment.dataset_path: not found: {p} (relative to {Path.cwd()})")
+        suffix = p.suffix.lower()
+        try:
+            if suffix == ".jsonl":
+                rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+            elif suffix == ".json":
+                data = json.loads(p.read_text(encoding="utf-8"))
+                rows = data if isinstance(data, list) else data.get("data", data.get("rows"))
+            elif suffix == ".csv":
+                with p.open(newline="", encoding="utf-8") as fh:
+                    rows = list(csv.DictReader(fh))
+            elif suffix == ".parquet":
+                import pandas as pd
+
+                rows = pd.read_parquet(p).to_dict(orient="records")
+            else:
+                raise RolloutSourceError(
+                    f"environment.dataset_path: unsupported file type {suffix!r}; use .jsonl, .json, .csv or .parquet"
+                )
+        except (json.JSONDecodeError, UnicodeDecodeError, csv.Error) as exc:
+            raise RolloutSourceError(f"environment.dataset_path: cannot parse {p}: {exc}") from exc
+    elif hf_id:
+        try:
+            import datasets
+
+            ds = datasets.load_dataset(hf_id, split="train")
+        except Exception as exc:
+            raise RolloutSourceError(
+                f"environment.hf_dataset_id: cannot load {hf_id!r} from the local Hugging Face cache "
+                f"(no downloads at run time): {type(exc).__name__}: {exc}"
+            ) from exc
+        rows = [dict(r) for r in ds]
+    else:  # pragma: no cover - select_source guarantees one of them
+        raise RolloutSourceError("environment: set dataset_path or hf_dataset_id")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise RolloutSourceError(f"environment.dataset_path: {path or hf_id} holds no rows (a list of records)")
+    columns = getattr(spec, "columns", None) or {}
+    if columns:
+        # columns maps our column name to the dataset's: {question: problem, answer: solution}.
+        rows = [{**r, **{ours: r[theirs] for ours, theirs in columns.items() if theirs in r}} for r in rows]
+    first = rows[0]
+    if not any(c in first for c in QUESTION_COLUMNS):
+        raise RolloutSourceError(
+            f"environment: the rows of {path or hf_id} have no 'question' (or 'prompt') column "
+            f"(columns: {', '.join(map(str, first))}); map one with columns: {{question: <your column>}}"
+        )
+    return rows
+
+
+def split_rows(rows: list[dict[str, Any]], fraction: float | None, seed: int | None) -> tuple[list[Any], list[Any]]:
+    """Seeded shuffle, then the first ``fraction`` for training and the rest held out."""
+    order = list(range(len(rows)))
+    random.Random(0 if seed is None else seed).shuffle(order)
+    frac = 0.9 if fraction is None else float(fraction)
+    n_train = min(max(1, round(len(rows) * frac)), len(rows))
+    train = [rows[i] for i in order[:n_train]]
+    test = [rows[i] for i in order[n_train:]] or train
+    return train, test
+
+
+def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
+    """The rubric callable ``(completion, answer, question) -> float`` from ``rubric_file_path``."""
+    path = getattr(spec, "rubric_file_path", None) or getattr(spec, "reward_file_path", None)
+    if not path:
+        raise RolloutSourceError(
+            "environment.rubric_file_path: dataset rows need a rubric: a Python file defining "
+            "reward_fn(completion, answer, question) -> float"
+        )
+    name = getattr(spec, "rubric_name", None) or getattr(spec, "reward_fn_name", None) or "reward_fn"
+    module = load_python_file(path, "rubric_file_path")
+    fn = _attribute(module, name, "rubric_name", str(path))
+    if inspect.isclass(fn):
+        fn = fn()
+    if not callable(fn):
+        raise RolloutSourceError(f"environment.rubric_name: {name!r} in {path} is not callable")
+    return fn  # type: ignore[no-any-return]
+
+
+def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
+    """``(system, user, assistant_prefix)`` from a ``prompt_template`` keyed ``system_0``, ``user_1``, ...
+
+    Values are ``str.format`` templates over the row's columns. Without a template the user message
+    is the row's question.
+    """
+    question = next((row[c] for c in QUESTION_COLUMNS if c in row), "")
+    if not template:
+        return None, str(question), None
+    fields = {**row, "question": question}
+    system = user = prefix = None
+    for key in sorted(template, key=lambda k: int(k.rsplit("_", 1)[-1])):
+        try:
+            text = str(template[key]).format(**fields)
+        except KeyError as exc:
+            raise RolloutSourceError(
+                f"environment.prompt_template.{key}: no column {exc.args[0]!r} in the rows "
+                f"(columns: {', '.join(map(str, row))})"
+            ) from None
+        role = key.rsplit("_", 1)[0]
+        if role == "system":
+            system = text
+        elif role == "user":
+            user = text if user is None else f"{user}\n{text}"
+        else:
+            prefix = text
+    return system, user if user is not None else str(question), prefix
+
+
+def check_prompt_template(template: dict[str, Any] | None) -> None:
+    if not template:
+        return
+    roles = []
+    for key in template:
+        role, sep, index = str(key).rpartition("_")
+        if not sep or not index.isdigit() or role not in {"system", "user", "assistant"}:
+            raise RolloutSourceError(
+                f"environment.prompt_template.{key}: keys are <role>_<position> with role system, user or "
+                "assistant (e.g. system_0, user_1, assistant_2)"
+            )
+        roles.append((int(index), role))
+    roles.sort()
+    if "assistant" in [r for _, r in roles[:-1]]:
+        raise RolloutSourceError(
+            "environment.prompt_template: an assistant entry may only come last (it starts the reply)"
+        )
+
+
+class RubricEnv:
+    """Single-turn text env over labelled rows: the reply is scored by the rubric and the episode ends.
+
+    ``reset(seed)`` picks row ``seed % len(rows)`` (a random row when ``seed`` is None).
+    """
+
+    max_turns = 1
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        rubric: Callable[[str, Any, Any], float],
+        *,
+        prompt_template: dict[str, Any] | None = None,
+        max_reward: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.rows = rows
+        self.rubric = rubric
+        self.prompt_template = prompt_template
+        self.max_reward = max_reward
+        self.rng = random.Random(seed)
+        self.system_prompt: str | None = None
+        self.assistant_prefix: str | None = None
+        self.row: dict[str, Any] = {}
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        index = self.rng.randrange(len(self.rows)) if seed is None else seed % len(self.rows)
+        self.row = self.rows[index]
+        self.system_prompt, user, self.assistant_prefix = render_prompt(self.prompt_template, self.row)
+        return user, {"row": index}
+
+    def score(self, completion: str) -> float:
+        question = next((self.row[c] for c in QUESTION_COLUMNS if c in self.row), None)
+        answer = self.row.get(ANSWER_COLUMN)
+        return as_reward(self.rubric(completion, answer, question), "the rubric")
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        reward = self.score(action)
+        info: dict[str, Any] = {}
+        if self.max_reward is not None:
+            info["success"] = reward >= self.max_reward
+        return "", reward, True, False, info
+
+
+def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "train") -> tuple[MakeEnv, int]:
+    """Dataset rows + rubric. Checks the rubric on a real row now, so mistakes surface before training."""
+    template = getattr(spec, "prompt_template", None)
+    check_prompt_template(template)
+    rows = _read_rows(spec)
+    train, test = split_rows(rows, getattr(spec, "train_test_split", None), seed)
+    chosen = test if split == "test" else train
+    rubric = load_rubric(spec)
+    max_reward = getattr(spec, "max_reward", None)
+    probe = RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward)
+    probe.reset(seed=0)
+    name = getattr(spec, "rubric_name", None) or "reward_fn"
+    try:
+        value = rubric("", probe.row.get(ANSWER_COLUMN), next(probe.row[c] for c in QUESTION_COLUMNS if c in probe.row))
+    except Exception as exc:
+        raise RolloutSourceError(
+            f"environment.rubric_name: {name}(completion, answer, question) raised on a probe call with an "
+            f"empty completion: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        as_reward(value, f"{name}(completion, answer, question)")
+    except AgileRLError as exc:
+        raise RolloutSourceError(f"environment.rubric_name: {exc}") from None
+    turns = getattr(spec, "max_turns", None)
+    if turns not in (None, 1):
+        raise RolloutSourceError("environment.max_turns: a dataset + rubric rollout is single-turn; remove max_turns")
+    base = 0 if seed is None else seed
+
+    def make_env() -> RubricEnv:
+        nonlocal base
+        base += 1
+        return RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward, seed=base)
+
+    return make_env, 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Python entrypoint
+# --------------------------------------------------------------------------------------------------
+
+
+def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[MakeEnv, int | None]:
+    """A Python text env: ``entrypoint`` is a class or factory; ``factory`` (optional) is called with
+    the entrypoint string and ``env_config``; ``env_config`` are keyword arguments."""
+    entrypoint = spec.entrypoint
+    config = dict(getattr(spec, "env_config", None) or {})
+    factory_ref = getattr(spec, "factory", None)
+    if factory_ref:
+        factory = load_object(factory_ref, "factory")
+
+        def make_env() -> TextEnv:
+            return factory(entrypoint, **config)  # type: ignore[no-any-return]
+
+    else:
+        target = load_object(entrypoint, "entrypoint")
+        if not callable(target):
+            raise RolloutSourceError(f"environment.entrypoint: {entrypoint!r} is not a class or callable")
+
+        def make_env() -> TextEnv:
+            return target(**config)  # type: ignore[no-any-return]
+
+    try:
+        probe = make_env()
+    except TypeError as exc:
+        raise RolloutSourceError(
+            f"environment.entrypoint: creating {entrypoint!r} with env_config {config} failed: {exc}"
+        ) from exc
+    missing = [m for m in ("reset", "step") if not callable(getattr(probe, m, None))]
+    if missing:
+        raise RolloutSourceError(
+            f"environment.entrypoint: {entrypoint!r} made a {type(probe).__name__}, which has no "
+            f"{' or '.join(missing)}(); a text env needs reset(seed) -> (str, info) and "
+            "step(str) -> (str, reward, terminated, truncated, info)"
+        )
+    turns = getattr(probe, "max_turns", None)
+    close = getattr(probe, "close", None)
+    if callable(close):
+        close()
+    return make_env, turns if isinstance(turns, int) and turns > 0 else None
+
+
+__all__ = [
+    "KNOWN_EXTERNAL_SOURCES",
+    "RolloutSource",
+    "RolloutSourceError",
+    "RubricEnv",
+    "build_dataset_source",
+    "build_entrypoint_source",
+    "build_source",
+    "load_object",
+    "load_rubric",
+    "rollout_sources",
+    "select_source",
+]

@@ -1,0 +1,69 @@
+"""LLMRolloutStrategy: how the core's evolutionary loop drives GRPO and LLMREINFORCE.
+
+* ``make_env``: the policy's tokenizer, then :func:`~agilerl_plugin_llm.rollout.env.make_rollout_envs`
+  (train and held-out harness factories). Rubric files and env entrypoints are loaded and probed
+  here, so their mistakes stop the run before any model is built.
+* ``learn(agent, run, n)``: ``n`` iterations (collect a batch of episodes, optimizer steps), each
+  advancing ``agent.steps`` by one.
+* ``evaluate``: mean greedy return on held-out episodes (``agent.test``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from agilerl.strategies import TrainingStrategy
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+    from agilerl.training.run import Run
+
+
+class LLMRolloutStrategy(TrainingStrategy):
+    """Generative rollout fine-tuning (GRPO, LLMREINFORCE). One loop for every rollout regime:
+    single-turn reasoning is ``max_turns = 1``."""
+
+    paradigm: ClassVar[str] = "llm"
+    regime: ClassVar[str] = "rollout"
+    step_unit: ClassVar[str] = "iteration"
+
+    def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> Any:
+        from agilerl_plugin_llm.model import load_tokenizer
+        from agilerl_plugin_llm.rollout.env import make_rollout_envs
+
+        algo, env_spec = manifest.algorithm, manifest.environment
+        tokenizer = load_tokenizer(
+            algo.pretrained_model_name_or_path or "", chat_template_path=getattr(env_spec, "chat_template_path", None)
+        )
+        return make_rollout_envs(
+            env_spec,
+            tokenizer,
+            max_model_len=algo.max_model_len,
+            max_output_tokens=getattr(algo, "new_tokens", None),
+            seed=seed,
+        )
+
+    def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for _ in range(int(num_steps)):
+            stats = agent.learn_iteration(run.env)
+            agent.steps += 1
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + float(value)
+        n = max(int(num_steps), 1)
+        return {f"train/{k}": v / n for k, v in totals.items()}
+
+    def evaluate(self, agent: Any, run: Run) -> float:
+        t = run.manifest.training
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+
+    def close(self, run: Run) -> None:
+        seen: set[int] = set()
+        for agent in run.population:
+            backend = getattr(agent, "_backend", None)
+            if backend is not None and id(backend) not in seen:
+                seen.add(id(backend))
+                backend.close()
+
+
+__all__ = ["LLMRolloutStrategy"]
