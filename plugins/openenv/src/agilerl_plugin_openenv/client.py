@@ -374,10 +374,10 @@ class OpenEnvSource:
             (r for r in order if r.down_until > now), key=lambda r: r.down_until
         )
 
-    def _take_idle(self) -> tuple[_Replica, Any] | None:
+    def _take_idle(self, order: list[_Replica]) -> tuple[_Replica, Any] | None:
         with self._lock:
             now = time.monotonic()
-            for rep in self._candidates():
+            for rep in order:
                 if rep.idle and rep.down_until <= now:
                     return rep, rep.idle.pop()
         return None
@@ -398,13 +398,17 @@ class OpenEnvSource:
 
     def open_session(self, deadline: float) -> tuple[_Replica, Any]:
         """A connected session on a live replica (reconnecting with backoff until ``deadline``)."""
-        reused = self._take_idle()
+        candidates = self._candidates()  # advances the round-robin once per session
+        reused = self._take_idle(candidates)
         if reused:
             return reused
         cls = _session_cls()
+        first = True
         while True:
             now = time.monotonic()
-            candidates = self._candidates()
+            if not first:
+                candidates = self._candidates()
+            first = False
             up = [r for r in candidates if r.down_until <= now]
             if not up:
                 if now >= deadline:

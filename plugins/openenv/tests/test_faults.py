@@ -1,0 +1,147 @@
+"""Faults and bad input: clear errors, no hangs, truncation instead of a crash, no leaked credentials."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+from agilerl_plugin_openenv.errors import (
+    OpenEnvActionRejectedError,
+    OpenEnvCapacityError,
+    OpenEnvProtocolError,
+    OpenEnvUnavailableError,
+)
+from agilerl_plugin_openenv.server import serve_in_thread
+
+SECRETS = ("hunter2-pw", "tok-abcdef123", "trainer")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _with_credentials(url: str) -> str:
+    return url.replace("http://", "http://trainer:hunter2-pw@") + "/?token=tok-abcdef123"
+
+
+def _assert_no_secrets(*texts: Any) -> None:
+    for text in texts:
+        for secret in SECRETS:
+            assert secret not in str(text), f"credential {secret!r} leaked into: {text}"
+
+
+def test_unreachable_url_is_a_clear_error_naming_it_without_credentials(build) -> None:  # type: ignore[no-untyped-def]
+    port = _free_port()
+    with pytest.raises(OpenEnvUnavailableError) as err:
+        build(_with_credentials(f"http://127.0.0.1:{port}"), request_timeout_s=2)
+    message = str(err.value)
+    assert f"127.0.0.1:{port}" in message and "not reachable" in message and "serve-env" in message
+    _assert_no_secrets(message)
+
+
+def test_a_server_speaking_another_protocol_is_named(build) -> None:  # type: ignore[no-untyped-def]
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(OpenEnvProtocolError, match=r"does not speak the OpenEnv protocol.*/ws"):
+            build(f"http://127.0.0.1:{httpd.server_address[1]}", request_timeout_s=2)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_rejected_actions_are_clear_errors_or_feedback(native, build) -> None:  # type: ignore[no-untyped-def]
+    app = native.app(native.NumberEnvironment, native.NumberAction, native.NumberObservation)
+    with serve_in_thread(app) as served:
+        with pytest.raises(OpenEnvProtocolError, match=r"'text' is not a field of the action.*number"):
+            build(served.url, action_field="text")
+        make_env, _ = build(served.url, action_field="number", observation_field="prompt")
+        env = make_env()
+        env.reset()
+        with pytest.raises(OpenEnvActionRejectedError) as err:
+            env.step("seven")
+        assert "VALIDATION_ERROR" in str(err.value) and "number" in str(err.value)
+        assert "action_error_field" in str(err.value)
+        # With action_error_field the rejection is fed back to the policy and the episode goes on.
+        make_env, _ = build(served.url, action_field="number", observation_field="prompt", action_error_field="error")
+        env = make_env()
+        env.reset()
+        text, reward, terminated, truncated, info = env.step("seven")
+        assert text.startswith("Invalid action") and "number" in info["action_error"]
+        assert (reward, terminated, truncated) == (0.0, False, False)
+        assert env.step("7")[1:3] == (1.0, True)
+
+
+def test_capacity_reached_is_a_clear_error(game, build) -> None:  # type: ignore[no-untyped-def]
+    with serve_in_thread(game, max_concurrent_envs=2) as served:
+        make_env, _ = build(served.url)
+        first, second, third = make_env(), make_env(), make_env()
+        first.reset()
+        second.reset()
+        with pytest.raises(OpenEnvCapacityError) as err:
+            third.reset()
+        assert "CAPACITY_REACHED" in str(err.value) and "(2/2 sessions)" in str(err.value)
+        assert "--max-concurrent-envs" in str(err.value)
+        with pytest.raises(OpenEnvCapacityError):  # a full server at start is caught by the probe
+            build(served.url)
+        first.close()  # a freed session is reused by the next env
+        assert third.reset()[0] == "Say yes."
+
+
+def test_server_dying_mid_episode_truncates_then_reports_unavailable(game, build, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="agilerl_plugin_openenv")
+    with serve_in_thread(game) as served:
+        url = _with_credentials(served.url)
+        make_env, _ = build(url, request_timeout_s=1)
+        env = make_env()
+        env.reset()
+        served.stop()
+        _, reward, terminated, truncated, info = env.step("yes")
+        assert (reward, terminated, truncated) == (0.0, False, True) and "openenv_error" in info
+        with pytest.raises(OpenEnvUnavailableError) as err:
+            env.reset()
+    assert served.url.split("//")[1] in str(err.value) and "checkpoint" in str(err.value)
+    assert "truncated" in caplog.text
+    _assert_no_secrets(err.value, caplog.text, info)
+
+
+def test_replica_hanging_then_dying_the_run_continues_on_the_survivor(server_process, game, build, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="agilerl_plugin_openenv")
+    victim = server_process("--max-concurrent-envs", "8")
+    with serve_in_thread(game, max_concurrent_envs=8) as survivor:
+        victim_url = _with_credentials(victim.url)
+        make_env, _ = build([victim_url, survivor.url], request_timeout_s=1)
+        victim_shown = f"http://***@{victim.url.split('//')[1]}?token=***"
+        envs = [make_env() for _ in range(4)]
+        placed = [env.reset()[1]["env_url"] for env in envs]
+        assert sorted(placed) == sorted([victim_shown, survivor.url] * 2)  # round-robin
+
+        victim.stop_process()  # hung: connection open, no answers
+        results = [env.step("yes") for env in envs]
+        for where, (_, reward, terminated, truncated, info) in zip(placed, results, strict=True):
+            if where == victim_shown:
+                assert truncated and not terminated and "request_timeout_s" in info["openenv_error"]
+            else:
+                assert not truncated and reward > 0
+        # New episodes all go to the survivor while the victim backs off.
+        assert {env.reset()[1]["env_url"] for env in envs} == {survivor.url}
+
+        victim.kill()  # and now dead
+        for _ in range(3):
+            for env in envs:
+                _, info = env.reset()
+                assert info["env_url"] == survivor.url
+                assert env.step("yes")[1] == pytest.approx(1.0)
+    assert f"OpenEnv replica {victim_shown} failed" in caplog.text and "truncated" in caplog.text
+    _assert_no_secrets(caplog.text, results)
