@@ -9,6 +9,7 @@ instead of being silently ignored.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -213,6 +214,27 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
     return problems
 
 
+def model_path_problems(name_or_path: str | None) -> list[Problem]:
+    """Cheap validation-time checks of ``pretrained_model_name_or_path`` (no imports, no cache lookups).
+
+    A value written as a path (``./x``, ``/x``, ``~/x``) must exist; a hub id is looked up in the
+    local cache when the run starts.
+    """
+    where = "network.pretrained_model_name_or_path"
+    if not name_or_path:
+        return [
+            Problem(where, "required: the model to fine-tune (a local directory or a model id in the local HF cache)")
+        ]
+    if name_or_path.startswith((".", "/", "~")):
+        path = Path(name_or_path).expanduser()
+        if not path.exists():
+            return [Problem(where, f"{name_or_path!r} does not exist (relative to {Path.cwd()}); give a directory "
+                                   "written with save_pretrained, or a model id in the local Hugging Face cache")]  # fmt: skip
+        if not (path / "config.json").is_file():
+            return [Problem(where, f"{name_or_path!r} has no config.json: not a Hugging Face model directory")]
+    return []
+
+
 class DatasetLLMSpec(LLMAlgorithmSpec):
     """Fields every teacher-forced (dataset) LLM algorithm shares.
 
@@ -247,11 +269,7 @@ class DatasetLLMSpec(LLMAlgorithmSpec):
                 f"{self.name} trains with objective {type(self).objective!r}, got {env.objective!r}; "  # type: ignore[attr-defined]
                 f"remove the field or set objective: {type(self).objective}",
             ))  # fmt: skip
-        if not self.pretrained_model_name_or_path:
-            problems.append(Problem(
-                "network.pretrained_model_name_or_path",
-                "required: the model to fine-tune (a local directory or a model id in the local HF cache)",
-            ))  # fmt: skip
+        problems += model_path_problems(self.pretrained_model_name_or_path)
         return problems
 
 
@@ -303,4 +321,5 @@ __all__ = [
     "UNSUPPORTED_ALGORITHM_FIELDS",
     "UNSUPPORTED_ENV_FIELDS",
     "llm_algorithm_problems",
+    "model_path_problems",
 ]

@@ -72,11 +72,12 @@ def sequence_logprobs(
 
 
 def trim_padding(batch: Mapping[str, torch.Tensor], mask_key: str = "attention_mask") -> Batch:
-    """Drop the trailing columns that are padding in every row (right-padded batches)."""
+    """Drop the trailing positions (last dim) that are padding in every row (right-padded batches)."""
     mask = batch[mask_key]
-    length = int(mask.sum(dim=1).max().item()) if mask.numel() else 0
-    length = max(length, 1)
-    return {k: (v[:, :length] if v.dim() >= 2 and v.shape[1] == mask.shape[1] else v) for k, v in batch.items()}
+    width = mask.shape[-1]
+    lengths = mask.reshape(-1, width).sum(dim=1)
+    length = max(int(lengths.max().item()) if lengths.numel() else 0, 1)
+    return {k: (v[..., :length] if v.dim() >= 2 and v.shape[-1] == width else v) for k, v in batch.items()}
 
 
 def slice_batch(batch: Mapping[str, torch.Tensor], start: int, stop: int) -> Batch:

@@ -1,21 +1,32 @@
-"""What this part registers with agilerl (called from agilerl_plugin_llm.hooks)."""
+"""What the dataset part registers with agilerl (called from agilerl_plugin_llm.hooks).
+
+Also the ``llm`` builder, which both parts share (the ``rollout`` env type, with the same
+:class:`~agilerl_plugin_llm.specs.LLMEnvSpec`, is registered by the rollout part). Everything heavy is named
+as a ``"module:attr"`` string, so registration (and ``agilerl validate``) imports no torch.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from agilerl_plugin_llm.specs import DPOSpec, LLMEnvSpec, SFTSpec
+
+MAKE_LLM_ENV = "agilerl_plugin_llm.dataset.env:make_llm_env"
+FUNCTIONS = {"make_llm_env": MAKE_LLM_ENV}
+
 
 def register_algorithms(register: Any) -> None:
-    pass
+    register(SFTSpec, algorithm="agilerl_plugin_llm.algorithms.sft:SFT")
+    register(DPOSpec, algorithm="agilerl_plugin_llm.algorithms.dpo:DPO")
 
 
 def register_env_types(register: Any) -> None:
-    pass
+    register("dataset", LLMEnvSpec, MAKE_LLM_ENV, functions=FUNCTIONS)
 
 
 def register_builders(register: Any) -> None:
-    pass
+    register("llm", "agilerl_plugin_llm.builder:LLMBuilder")
 
 
 def register_strategies(register: Any) -> None:
-    pass
+    register("llm", "dataset", "agilerl_plugin_llm.dataset.strategy:LLMDatasetStrategy")

@@ -1,0 +1,87 @@
+"""``LLMBuilder``: turns any LLM algorithm spec of this plugin (SFT, DPO, GRPO, LLMREINFORCE, ...) into
+a live algorithm. The algorithm class comes from the registry (``AlgorithmBuilder.algo_class``),
+so a third-party spec registered with its own algorithm class builds through here too."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
+from agilerl.models import LLMAlgorithmSpec, TrainingManifest
+from agilerl_plugin_llm.model import load_tokenizer
+
+#: Attribute set on the training env holding the first agent built for it, so population members
+#: 1..N are clones of it (sharing the frozen base weights) instead of fresh loads.
+_FIRST_AGENT = "_agilerl_llm_first_agent"
+
+
+class LLMBuilder(AlgorithmBuilder):
+    """LLM fine-tuning."""
+
+    paradigm = "llm"
+
+    @classmethod
+    def build_for_run(
+        cls, spec: LLMAlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
+    ) -> Any:
+        """Build population member ``runtime.index`` for a run on ``env`` (which carries the tokenizer)."""
+        first = getattr(env, _FIRST_AGENT, None) if env is not None else None
+        if first is not None and runtime.index > 0 and first.spec is spec:
+            # Agent 0 was loaded from disk; the others start as its clones (as AgileRL does), so a
+            # population shares one frozen base model.
+            return first.clone(index=runtime.index)
+        tokenizer = getattr(env, "tokenizer", None)
+        if tokenizer is None:
+            if not spec.pretrained_model_name_or_path:
+                raise ValueError("network.pretrained_model_name_or_path is required")
+            tokenizer = load_tokenizer(spec.pretrained_model_name_or_path)
+        agent = cls.build(
+            spec, tokenizer=tokenizer, runtime=runtime, rollout_mode=manifest.training.rollout_mode if manifest else ""
+        )
+        if env is not None and runtime.index == 0:
+            try:
+                setattr(env, _FIRST_AGENT, agent)
+            except AttributeError:  # an env that forbids new attributes: every agent loads its own model
+                pass
+        return agent
+
+    @classmethod
+    def build(
+        cls,
+        spec: LLMAlgorithmSpec,
+        *,
+        tokenizer: Any = None,
+        runtime: AlgorithmBuildRuntime | None = None,
+        actor_network: Any = None,
+        rollout_mode: str = "",
+    ) -> Any:
+        """Build an LLM algorithm.
+
+        :param spec: The algorithm spec.
+        :param tokenizer: The tokenizer (required).
+        :param runtime: Population slot and device (index 0, CPU when omitted).
+        :param actor_network: A pre-built (or cloned) policy used instead of loading
+            ``pretrained_model_name_or_path``.
+        :param rollout_mode: ``training.rollout_mode``, for rollout algorithms that take it.
+        :raises ValueError: if ``tokenizer`` is None.
+        """
+        if tokenizer is None:
+            raise ValueError("LLMBuilder.build needs a tokenizer")
+        runtime = runtime or AlgorithmBuildRuntime()
+        algo_cls = cls.algo_class(spec)
+        kwargs: dict[str, Any] = {
+            "tokenizer": tokenizer,
+            "model": actor_network,
+            "index": runtime.index,
+            "device": runtime.device,
+            "rollout_mode": rollout_mode,
+            "seed": runtime.seed,
+        }
+        params = inspect.signature(algo_cls).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            kwargs = {k: v for k, v in kwargs.items() if k in params}
+        return algo_cls(spec, **kwargs)
+
+
+__all__ = ["LLMBuilder"]
