@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
-from agilerl_plugin_llm.rollout.generation import GenerationBackend, SamplingConfig, select_backend
+from agilerl_plugin_llm.rollout.generation import GenerationBackend, GenerationError, SamplingConfig, select_backend
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
 
 
@@ -87,8 +87,28 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     beta: float
     update_epochs: int
 
-    def __init__(self, spec: Any, **kwargs: Any) -> None:
-        super().__init__(spec, **kwargs)
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        tokenizer: Any,
+        model: Any = None,
+        reference_model: Any = None,
+        index: int = 0,
+        device: str | torch.device = "cpu",
+        rollout_mode: str = "colocated",
+        seed: int | None = None,
+    ) -> None:
+        if rollout_mode not in ("", "colocated"):
+            raise GenerationError(
+                f"training.rollout_mode: {rollout_mode!r} (dedicated rollout engines) is not supported; "
+                "use rollout_mode: colocated"
+            )
+        super().__init__(
+            spec, tokenizer=tokenizer, model=model, reference_model=reference_model, index=index, device=device
+        )
+        #: Seeds which prompts each iteration draws (the run's seed + index when built for a run).
+        self.rollout_seed = int(seed if seed is not None else getattr(spec, "seed", 0))
         self._backend: GenerationBackend | None = None
         self.last_eval: dict[str, float] = {}
 
@@ -134,8 +154,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
                 h.close()
 
     def _iteration_seeds(self, count: int) -> list[int]:
-        # A function of (seed, index, steps): resuming from a checkpoint replays the same prompts.
-        base = (int(getattr(self.spec, "seed", 0)) * 1_000_003 + self.index * 7_919 + self.steps * 104_729) % 2**31
+        # A function of (seed, steps): resuming from a checkpoint replays the same prompts.
+        base = (self.rollout_seed * 1_000_003 + self.steps * 104_729) % 2**31
         return [(base + i * 2_654_435_761) % 2**31 for i in range(count)]
 
     # --- one iteration -------------------------------------------------------------------------
@@ -219,6 +239,16 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         if successes:
             self.last_eval["eval_success"] = sum(map(float, successes)) / len(successes)
         return self.last_eval["eval_reward"]
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["rollout_seed"] = self.rollout_seed
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rollout_seed = int(state.get("rollout_seed", self.rollout_seed))
 
     # --- population ----------------------------------------------------------------------------
     def clone(self, index: int | None = None) -> RolloutLLMAlgorithm:

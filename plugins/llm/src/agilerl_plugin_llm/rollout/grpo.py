@@ -75,7 +75,7 @@ class GRPO(RolloutLLMAlgorithm):
     group_size: int
 
     def __init__(self, spec: Any, **kwargs: Any) -> None:
-        super().__init__(spec, **kwargs)
+        super().__init__(spec, **kwargs)  # tokenizer, model, index, device, ... (see RolloutLLMAlgorithm)
         # Mini/micro batches are given in prompts; each prompt is group_size rows.
         if self.mini_batch_size is not None:
             self.mini_batch_size = int(self.mini_batch_size) * int(self.group_size)
