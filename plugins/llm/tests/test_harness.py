@@ -46,7 +46,7 @@ def test_single_turn_prompt_is_the_chat_template_and_only_the_reply_is_policy(to
         add_generation_prompt=True,
     )
     assert prompt == ids(tokenizer, expected)
-    reply = ids(tokenizer, "the cat") + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    reply = [*ids(tokenizer, "the cat"), tokenizer.convert_tokens_to_ids("<|im_end|>")]
     reward = h.step(reply)
     traj = h.trajectory()
     assert h.done and traj.terminated and not traj.truncated
@@ -60,8 +60,8 @@ def test_two_turns_are_token_exact_and_mask_only_policy_tokens(tokenizer: Any) -
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     h = RolloutHarness(Echo(turns=2), tokenizer, max_turns=2, max_model_len=256, max_output_tokens=16)
     h.reset(seed=1)
-    first = ids(tokenizer, "one two") + [im_end]
-    second = ids(tokenizer, "three") + [im_end]
+    first = [*ids(tokenizer, "one two"), im_end]
+    second = [*ids(tokenizer, "three"), im_end]
     h.step(first)
     assert not h.done
     h.step(second)
@@ -78,10 +78,12 @@ def test_two_turns_are_token_exact_and_mask_only_policy_tokens(tokenizer: Any) -
     full = tokenizer.apply_chat_template(conversation, tokenize=False)
     assert traj.token_ids == ids(tokenizer, full.rstrip("\n"))
     # Policy tokens are exactly the two replies (with their end-of-turn marker), nothing else.
-    policy = [t for t, m in zip(traj.token_ids, traj.policy_mask) if m]
+    policy = [t for t, m in zip(traj.token_ids, traj.policy_mask, strict=False) if m]
     assert policy == first + second
-    assert [i for i, m in zip(traj.turn_index, traj.policy_mask) if m] == [0] * len(first) + [1] * len(second)
-    env_tokens = [t for t, m in zip(traj.token_ids, traj.policy_mask) if not m]
+    assert [i for i, m in zip(traj.turn_index, traj.policy_mask, strict=False) if m] == [0] * len(first) + [1] * len(
+        second
+    )
+    env_tokens = [t for t, m in zip(traj.token_ids, traj.policy_mask, strict=False) if not m]
     assert ids(tokenizer, "second question")[0] in env_tokens
 
 
