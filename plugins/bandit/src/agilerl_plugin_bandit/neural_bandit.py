@@ -28,6 +28,8 @@ from agilerl_plugin_bandit.specs import BanditSpec
 #: Hidden layers a network may grow to, and the widest a hidden layer may be (architecture mutation).
 MAX_HIDDEN_LAYERS = 4
 MAX_NODES = 256
+#: Mixed into the agent's numpy seed so its draws never mirror an env seeded with the same number.
+_STREAM = 0xBA2D17
 
 
 class NeuralBandit(AlgorithmBase):
@@ -79,7 +81,8 @@ class NeuralBandit(AlgorithmBase):
         self.net = RewardNet(self.context_dim, list(hidden_size), activation, generator=generator, device=self.device)
         self._reset_statistics()
         self.memory = BanditMemory(memory_size, self.context_dim, device=self.device)
-        self.rng = np.random.default_rng(seed)
+        # Its own stream: seeded plainly it would replay the env's row draws (same seed, same bits).
+        self.rng = np.random.default_rng(None if seed is None else [int(seed), _STREAM])
         # Online bookkeeping, reported as metrics and kept in checkpoints.
         self.cumulative_reward = 0.0
         self.cumulative_regret = 0.0
