@@ -1,0 +1,188 @@
+"""Deep Deterministic Policy Gradient (Lillicrap et al. 2016).
+
+Hyperparameters are documented where they are declared: :class:`agilerl_plugin_gym.single_agent.specs.DDPGSpec`.
+
+* Continuous (1-D Box) actions; Box vector or Discrete observations.
+* The actor outputs ``tanh`` actions in [-1, 1]; they are stored and fed to the critic in that
+  range and rescaled to the env's ``[low, high]`` only when stepping the env.
+* Exploration: Ornstein-Uhlenbeck noise (``O_U_noise: true``; ``theta``, ``dt``, ``mean_noise``,
+  scale ``expl_noise``), reset per sub-env at episode end, or Gaussian noise
+  ``N(mean_noise, expl_noise)``. Before ``training.learning_delay`` steps actions are uniform.
+* Delayed policy updates: the actor and the targets update every ``policy_freq`` critic updates.
+
+The critic reads the observation and the action concatenated; :class:`TD3` extends this class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from agilerl.models import NetworkSpec, TrainingSpec
+from agilerl_plugin_gym.networks import obs_dim
+from agilerl_plugin_gym.single_agent.base import GymAlgorithm, UnsupportedSpaceError, check_observation_space
+from agilerl_plugin_gym.single_agent.specs import DDPGSpec
+
+
+class DDPG(GymAlgorithm):
+    """DDPG with soft target updates and delayed policy updates."""
+
+    policy_name = "actor"
+    eval_names = ("actor", "critic")
+    target_of = {"actor_target": "actor", "critic_target": "critic"}
+    lr_optimizers = {"lr_actor": ("actor",), "lr_critic": ("critic",)}
+    critic_names: tuple[str, ...] = ("critic",)
+
+    lr_actor: float
+    lr_critic: float
+    tau: float
+    gamma: float
+    batch_size: int
+    learn_step: int
+    policy_freq: int
+    expl_noise: float
+    mean_noise: float
+    theta: float
+    dt: float
+
+    def __init__(
+        self,
+        spec: DDPGSpec,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        *,
+        index: int = 0,
+        device: str | torch.device = "cpu",
+        net_spec: NetworkSpec | None = None,
+    ) -> None:
+        super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
+        name = type(self).__name__
+        if not (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1):
+            raise UnsupportedSpaceError(
+                f"environment: {name} needs continuous actions (a 1-D Box), but this env's actions are "
+                f"{action_space}. Use DQN or PPO for discrete actions."
+            )
+        check_observation_space(name, observation_space, images=False)
+        self.O_U_noise = spec.O_U_noise
+        self.act_dim = int(action_space.shape[0])
+        self.low = np.asarray(action_space.low, dtype=np.float32)
+        self.high = np.asarray(action_space.high, dtype=np.float32)
+        # The critic sees [obs, action] as one vector.
+        critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
+        self.nets = {"actor": self._net(self.act_dim, output_activation="Tanh")}
+        for critic in self.critic_names:
+            self.nets[critic] = self._net(1, space=critic_space)
+        self._sync_targets()
+        self.build_optimizers()
+        self.noise = np.zeros((0, self.act_dim))
+        self.critic_updates = 0
+
+    def build_optimizers(self) -> None:
+        critic_params = [p for c in self.critic_names for p in self.nets[c].parameters()]
+        self.optimizers = {
+            "actor": self._adam(self.nets["actor"].parameters(), self.lr_actor),
+            "critic": self._adam(critic_params, self.lr_critic),
+        }
+        self._pairs = {
+            name: (list(self.nets[f"{name}_target"].parameters()), list(self.nets[name].parameters()))
+            for name in ("actor", *self.critic_names)
+        }
+
+    # --- acting -----------------------------------------------------------------------------------
+    def scale(self, action: np.ndarray) -> np.ndarray:
+        """[-1, 1] -> the env's [low, high]."""
+        return self.low + (action + 1.0) * 0.5 * (self.high - self.low)
+
+    @torch.inference_mode()
+    def policy(self, obs: np.ndarray) -> np.ndarray:
+        return self.nets["actor"](self.obs_tensor(obs)).numpy()
+
+    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        return self.scale(self.policy(obs))
+
+    def init_exploration(self, training: TrainingSpec) -> None:
+        """No schedule: the noise parameters are hyperparameters."""
+
+    def reset_noise(self, mask: np.ndarray | None) -> None:
+        """Zero the OU state of the sub-envs in ``mask`` (all when None)."""
+        if mask is None:
+            self.noise = np.zeros((0, self.act_dim))
+        elif self.noise.shape[0] == mask.shape[0]:
+            self.noise[mask] = 0.0
+
+    def _exploration_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if not self.O_U_noise:
+            return self.mean_noise + self.expl_noise * rng.standard_normal((n, self.act_dim))
+        if self.noise.shape[0] != n:
+            self.noise = np.zeros((n, self.act_dim))
+        # Ornstein-Uhlenbeck: dx = theta (mu - x) dt + sigma sqrt(dt) N(0, 1)
+        self.noise += self.theta * (self.mean_noise - self.noise) * self.dt + self.expl_noise * np.sqrt(
+            self.dt
+        ) * rng.standard_normal((n, self.act_dim))
+        return self.noise
+
+    def explore(
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(action in [-1, 1] to store, scaled action for the env)."""
+        n = obs.shape[0]
+        if warmup:
+            action = rng.uniform(-1.0, 1.0, (n, self.act_dim))
+        else:
+            action = np.clip(self.policy(obs) + self._exploration_noise(n, rng), -1.0, 1.0)
+        action = action.astype(np.float32)
+        return action, self.scale(action)
+
+    def end_step(self, done: np.ndarray) -> None:
+        if done.any():
+            self.reset_noise(done)
+
+    def exploration_stats(self) -> dict[str, float]:
+        return {}
+
+    # --- learning ---------------------------------------------------------------------------------
+    def _target_q(self, reward: torch.Tensor, next_obs: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        next_a = self.nets["actor_target"](next_obs)
+        q_next = self.nets["critic_target"](torch.cat([next_obs, next_a], 1)).squeeze(1)
+        return reward + self.gamma * (1.0 - done) * q_next
+
+    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One critic step; every ``policy_freq`` critic steps, one actor step and target updates."""
+        obs, next_obs = batch["obs"].float(), batch["next_obs"].float()
+        action = batch["action"].float()
+        with torch.no_grad():
+            y = self._target_q(batch["reward"].float(), next_obs, batch["done"].float())
+        sa = torch.cat([obs, action], 1)
+        critic_loss = sum((self.nets[c](sa).squeeze(1) - y).pow(2).mean() for c in self.critic_names)
+        opt = self.optimizers["critic"]
+        opt.zero_grad(set_to_none=True)
+        critic_loss.backward()  # type: ignore[union-attr]
+        opt.step()
+        self.critic_updates += 1
+        stats = {"critic_loss": critic_loss.detach()}  # type: ignore[union-attr]
+        if self.critic_updates % self.policy_freq == 0:
+            critic = self.nets[self.critic_names[0]]
+            critic.requires_grad_(False)  # the actor loss must not leave gradients in the critic
+            actor_loss = -critic(torch.cat([obs, self.nets["actor"](obs)], 1)).mean()
+            critic.requires_grad_(True)
+            opt = self.optimizers["actor"]
+            opt.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            opt.step()
+            self.soft_update()
+            stats["actor_loss"] = actor_loss.detach()
+        return stats
+
+    @torch.no_grad()
+    def soft_update(self) -> None:
+        for target, online in self._pairs.values():
+            torch._foreach_lerp_(target, online, self.tau)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"critic_updates": self.critic_updates}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.critic_updates = int(state.get("critic_updates", 0))

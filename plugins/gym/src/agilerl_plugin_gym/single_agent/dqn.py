@@ -1,0 +1,147 @@
+"""Deep Q-Network (Mnih et al. 2015) with double-DQN targets (van Hasselt et al. 2016).
+
+Hyperparameters are documented where they are declared: :class:`agilerl_plugin_gym.single_agent.specs.DQNSpec`;
+the epsilon schedule (``eps_start``, ``eps_end``, ``eps_decay``) and ``learning_delay`` come from
+the manifest's ``training`` section, the buffer from ``replay_buffer``.
+
+* Discrete actions only; Box vector, Discrete and image observations.
+* The target network tracks the online one by Polyak averaging every update (``tau``).
+* Epsilon decays multiplicatively once per vector step: ``eps = max(eps_end, eps * eps_decay)``.
+* Loss: Huber (smooth L1) on the TD error, which keeps early large errors from blowing up updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from agilerl.models import NetworkSpec, TrainingSpec
+from agilerl_plugin_gym.single_agent.base import GymAlgorithm, UnsupportedSpaceError, check_observation_space
+from agilerl_plugin_gym.single_agent.specs import DQNSpec
+
+EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
+
+
+class DQN(GymAlgorithm):
+    """Double DQN with soft target updates and epsilon-greedy exploration."""
+
+    policy_name = "actor"
+    eval_names = ("actor",)
+    target_of = {"actor_target": "actor"}
+    lr_optimizers = {"lr": ("optimizer",)}
+
+    lr: float
+    tau: float
+    gamma: float
+    batch_size: int
+    learn_step: int
+
+    def __init__(
+        self,
+        spec: DQNSpec,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        *,
+        index: int = 0,
+        device: str | torch.device = "cpu",
+        net_spec: NetworkSpec | None = None,
+    ) -> None:
+        super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
+        if not isinstance(action_space, spaces.Discrete):
+            raise UnsupportedSpaceError(
+                f"environment: DQN needs a Discrete action space, but this env's actions are {action_space}. "
+                "Use DDPG or TD3 for continuous (Box) actions, or PPO."
+            )
+        check_observation_space("DQN", observation_space)
+        self.double = spec.double
+        self.n_actions = int(action_space.n)
+        self.nets = {"actor": self._net(self.n_actions)}
+        self._sync_targets()
+        self.build_optimizers()
+        self.epsilon: float | None = None
+        self.eps_end, self.eps_decay = EPS_END, EPS_DECAY
+
+    def build_optimizers(self) -> None:
+        self.optimizers = {"optimizer": self._adam(self.nets["actor"].parameters(), self.lr)}
+        # Parameter lists for the fused soft update (rebuilt with the networks).
+        self._params_online = list(self.nets["actor"].parameters())
+        self._params_target = list(self.nets["actor_target"].parameters())
+
+    # --- acting -----------------------------------------------------------------------------------
+    def init_exploration(self, training: TrainingSpec) -> None:
+        """Set the epsilon schedule from the manifest (keeps a restored epsilon)."""
+        self.eps_end = training.eps_end if training.eps_end is not None else EPS_END
+        self.eps_decay = training.eps_decay if training.eps_decay is not None else EPS_DECAY
+        if self.epsilon is None:
+            self.epsilon = training.eps_start if training.eps_start is not None else EPS_START
+
+    def reset_noise(self, mask: np.ndarray | None) -> None:
+        """No per-episode exploration state."""
+
+    @torch.inference_mode()
+    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).numpy()
+
+    def explore(
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Epsilon-greedy actions for a batch: (action to store, action for the env)."""
+        n = obs.shape[0]
+        eps = 1.0 if self.epsilon is None else self.epsilon
+        if warmup or eps >= 1.0:
+            action = rng.integers(0, self.n_actions, size=n)
+        else:
+            action = self.greedy_action(obs)
+            explore = rng.random(n) < eps
+            if explore.any():
+                action = np.where(explore, rng.integers(0, self.n_actions, size=n), action)
+        return action, action
+
+    def end_step(self, done: np.ndarray) -> None:
+        if self.epsilon is not None:
+            self.epsilon = max(self.eps_end, self.epsilon * self.eps_decay)
+
+    def exploration_stats(self) -> dict[str, float]:
+        return {"epsilon": float(self.epsilon if self.epsilon is not None else EPS_START)}
+
+    # --- learning ---------------------------------------------------------------------------------
+    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One gradient step on a sampled batch; soft-update the target."""
+        net, target = self.nets["actor"], self.nets["actor_target"]
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        actions = batch["action"].long().view(-1, 1)
+        b = obs.shape[0]
+        if self.double:
+            # One forward for both: the online net's Q(s) (trained) and Q(s') (to pick a').
+            q_all = net(torch.cat([obs, next_obs]))
+            q = q_all[:b].gather(1, actions).squeeze(1)
+            next_a = q_all[b:].detach().argmax(1, keepdim=True)
+            with torch.no_grad():
+                q_next = target(next_obs).gather(1, next_a).squeeze(1)
+        else:
+            q = net(obs).gather(1, actions).squeeze(1)
+            with torch.no_grad():
+                q_next = target(next_obs).max(1).values
+        y = batch["reward"].float() + self.gamma * (1.0 - batch["done"].float()) * q_next
+        loss = nn.functional.smooth_l1_loss(q, y)
+        opt = self.optimizers["optimizer"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        self.soft_update()
+        return {"loss": loss.detach(), "q": q.detach().mean()}
+
+    @torch.no_grad()
+    def soft_update(self) -> None:
+        """target <- target + tau * (online - target), for all parameters in one fused call."""
+        torch._foreach_lerp_(self._params_target, self._params_online, self.tau)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"epsilon": self.epsilon}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.epsilon = state.get("epsilon", self.epsilon)
