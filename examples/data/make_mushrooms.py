@@ -41,7 +41,11 @@ def main() -> None:
         }
     )
     targets = pd.DataFrame(
-        {"verdict": [label(o, c, h) for o, c, h in zip(features.odor, features.cap_color, features.stem_height, strict=True)]}
+        {
+            "verdict": [
+                label(o, c, h) for o, c, h in zip(features.odor, features.cap_color, features.stem_height, strict=True)
+            ]
+        }
     )
     here = Path(__file__).parent
     features.to_csv(here / "mushrooms_features.csv", index=False)

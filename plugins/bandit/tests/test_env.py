@@ -83,12 +83,16 @@ def test_forced_categorical_integer_column() -> None:
 
 def test_features_and_targets_of_different_lengths() -> None:
     with pytest.raises(BanditDataError, match=r"features has 5 rows but targets has 4"):
-        make_bandit_env(BanditEnvSpec(), features=pd.DataFrame({"a": range(5)}), targets=pd.DataFrame({"y": [0, 1, 0, 1]}))
+        make_bandit_env(
+            BanditEnvSpec(), features=pd.DataFrame({"a": range(5)}), targets=pd.DataFrame({"y": [0, 1, 0, 1]})
+        )
 
 
 def test_target_column_with_one_class() -> None:
     with pytest.raises(BanditDataError, match=r"one class .*at least two arms"):
-        make_bandit_env(BanditEnvSpec(), features=pd.DataFrame({"a": range(4)}), targets=pd.DataFrame({"y": ["cat"] * 4}))
+        make_bandit_env(
+            BanditEnvSpec(), features=pd.DataFrame({"a": range(4)}), targets=pd.DataFrame({"y": ["cat"] * 4})
+        )
 
 
 def test_nans_in_features_name_the_column() -> None:
@@ -126,7 +130,9 @@ def test_entrypoint_that_is_not_a_bandit_env(tmp_path: Path) -> None:
         """,
     )
     spec = BanditEnvSpec(entrypoint="not_a_bandit_mod:Gridworld", path=str(tmp_path))
-    with pytest.raises(BanditDataError, match=r"built a Gridworld, which is not a bandit env \(missing step, arms, context_dim\)"):
+    with pytest.raises(
+        BanditDataError, match=r"built a Gridworld, which is not a bandit env \(missing step, arms, context_dim\)"
+    ):
         make_bandit_env(spec)
     with pytest.raises(BanditDataError, match=r"cannot load 'not_a_bandit_mod:Nothing'"):
         make_bandit_env(BanditEnvSpec(entrypoint="not_a_bandit_mod:Nothing", path=str(tmp_path)))
@@ -175,7 +181,9 @@ def test_unknown_dataset_name_without_tables_is_a_clear_error() -> None:
 
 
 def test_cli_validate_reports_bad_bandit_manifest(write_manifest, run_cli) -> None:  # type: ignore[no-untyped-def]
-    path = write_manifest({"algorithm": {"name": "NeuralUCB", "lamb": -1}, "environment": {"env_type": "bandit", "features": "x.csv"}})
+    path = write_manifest(
+        {"algorithm": {"name": "NeuralUCB", "lamb": -1}, "environment": {"env_type": "bandit", "features": "x.csv"}}
+    )
     code, _out, err = run_cli("validate", path)
     assert code == 1
     assert "algorithm.lamb" in err and "features given without targets" in err

@@ -30,7 +30,9 @@ def manifest(algo: str, environment: dict[str, Any], run_dir: Path, **training: 
 
 def random_policy_regret(environment: dict[str, Any], steps: int, seed: int = 0) -> float:
     """Cumulative regret of pulling arms uniformly at random on the same env."""
-    env = make_env(load_manifest({"algorithm": {"name": "NeuralUCB"}, "environment": environment}).environment, seed=seed)
+    env = make_env(
+        load_manifest({"algorithm": {"name": "NeuralUCB"}, "environment": environment}).environment, seed=seed
+    )
     # A stream of its own: seeded like the env, its draws would replay the env's row draws.
     rng = np.random.default_rng([seed, 1])
     env.reset()
@@ -39,7 +41,6 @@ def random_policy_regret(environment: dict[str, Any], steps: int, seed: int = 0)
         best = env.optimal_reward()
         _, reward = env.step(int(rng.integers(env.arms)))
         regret += best - reward
-    return regret
     return regret
 
 

@@ -123,6 +123,21 @@ class BanditEnv:
         """The best reward for the current context: the true class always pays 1."""
         return 1.0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's position (plain values), so a resumed run sees the same rows."""
+        state = self.rng.bit_generator.state
+        return {
+            "rng": {k: (dict(v) if isinstance(v, dict) else v) for k, v in state.items()},
+            "draws": [int(r) for r in self._draws[self._next_draw :]],
+            "row": self._row,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._draws = np.asarray(state["draws"], dtype=np.int64)
+        self._next_draw = 0
+        self._row = int(state["row"])
+
     def seed(self, seed: int | None) -> None:
         self.rng = np.random.default_rng(seed)
         self._draws = np.empty(0, dtype=np.int64)
@@ -162,7 +177,9 @@ def read_table(value: TableInput, *, field: str, base: str | None = None) -> pd.
             f"environment.{field}: expected a pandas DataFrame or a CSV/Parquet path, got {type(value).__name__}"
         )
     p = _resolve_path(value, base, field)
-    suffix = "".join(p.suffixes[-2:]).lower() if p.suffix.lower() in {".gz", ".bz2", ".zip", ".xz"} else p.suffix.lower()
+    suffix = (
+        "".join(p.suffixes[-2:]).lower() if p.suffix.lower() in {".gz", ".bz2", ".zip", ".xz"} else p.suffix.lower()
+    )
     try:
         if suffix.startswith(".csv") or suffix.startswith(".tsv") or suffix == ".txt":
             return pd.read_csv(p, sep="\t" if suffix.startswith(".tsv") else ",")

@@ -211,7 +211,14 @@ class Adam:
         params.addcdiv_(self.m, denom, value=-self.lr / (1.0 - b1**self.t))
 
     def state_dict(self) -> dict[str, object]:
-        return {"lr": self.lr, "betas": list(self.betas), "eps": self.eps, "m": self.m.clone(), "v": self.v.clone(), "t": self.t}
+        return {
+            "lr": self.lr,
+            "betas": list(self.betas),
+            "eps": self.eps,
+            "m": self.m.clone(),
+            "v": self.v.clone(),
+            "t": self.t,
+        }
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.lr = float(state["lr"])  # type: ignore[arg-type]

@@ -321,7 +321,10 @@ class NeuralBandit(AlgorithmBase):
 
 def _plain_state(state: dict[str, Any]) -> dict[str, Any]:
     """numpy's bit-generator state as plain python values (safe for ``weights_only`` loading)."""
-    return {k: (_plain_state(v) if isinstance(v, dict) else (v.item() if hasattr(v, "item") else v)) for k, v in state.items()}
+    return {
+        k: (_plain_state(v) if isinstance(v, dict) else (v.item() if hasattr(v, "item") else v))
+        for k, v in state.items()
+    }
 
 
 __all__ = ["NeuralBandit"]

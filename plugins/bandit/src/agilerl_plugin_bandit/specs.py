@@ -78,8 +78,7 @@ class BanditEnvSpec(EnvSpec):
             unknown = sorted(set(cfg) - {"target_column", "categorical", "seed"})
             if unknown:
                 raise ValueError(
-                    f"env_config keys {unknown} are not used by table bandits "
-                    "(valid: target_column, categorical, seed)"
+                    f"env_config keys {unknown} are not used by table bandits (valid: target_column, categorical, seed)"
                 )
             if self.features is None and self.targets is not None:
                 raise ValueError("targets given without features: add features: <path of the features table>")
@@ -114,9 +113,7 @@ class BanditSpec(AlgorithmSpec):
         "reg": (1e-6, 1e-1),
     }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
-    supported_mutations: ClassVar[frozenset[str]] = frozenset(
-        {"no_mut", "rl_hp_mut", "params_mut", "arch_mut"}
-    )
+    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut", "arch_mut"})
 
     gamma: Annotated[
         float,
@@ -151,10 +148,14 @@ class BanditSpec(AlgorithmSpec):
         if activation is not None and activation not in BANDIT_ACTIVATIONS:
             where = "algorithm.net_config.activation" if self.net_config else "network.encoder_config.activation"
             problems.append(
-                Problem(where, f"{activation!r} is not supported by {self.name}; use one of {sorted(BANDIT_ACTIVATIONS)}")
+                Problem(
+                    where, f"{activation!r} is not supported by {self.name}; use one of {sorted(BANDIT_ACTIVATIONS)}"
+                )
             )
         if manifest.replay_buffer is not None and manifest.replay_buffer.kind != "classic":
-            problems.append(Problem("replay_buffer.kind", f"{self.name} uses a classic replay buffer; set kind: classic"))
+            problems.append(
+                Problem("replay_buffer.kind", f"{self.name} uses a classic replay buffer; set kind: classic")
+            )
         return problems
 
 

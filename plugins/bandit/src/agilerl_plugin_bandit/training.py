@@ -105,8 +105,23 @@ class BanditStrategy(TrainingStrategy):
     regime: ClassVar[str] = "online"
     step_unit: ClassVar[str] = "step"
 
+    def __init__(self) -> None:
+        self._run: Run | None = None
+
     def setup(self, run: Run) -> None:
         check_bandit_env(run.env, source="environment")
+        self._run = run
+
+    def state_dict(self) -> dict[str, Any]:
+        """The env's sampler state when it can give one, so resume replays the same contexts."""
+        env = self._run.env if self._run is not None else None
+        get_state = getattr(env, "state_dict", None)
+        return {"env": get_state()} if callable(get_state) else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        env = self._run.env if self._run is not None else None
+        if "env" in state and callable(getattr(env, "load_state_dict", None)):
+            env.load_state_dict(state["env"])  # type: ignore[union-attr]
 
     def learn(self, agent: NeuralBandit, run: Run, num_steps: int) -> dict[str, float]:
         env = run.env

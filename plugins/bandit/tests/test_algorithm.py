@@ -1,0 +1,205 @@
+"""The algorithm protocol: exact gradients, checkpoints and resume, clones, evolution."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from agilerl import checkpoint
+from agilerl.builders import AlgorithmBuildRuntime, select_builder
+from agilerl.models import load_manifest, make_env
+from agilerl.strategies import select_strategy
+from agilerl.training.trainer import LocalTrainer
+from agilerl_plugin_bandit.networks import RewardNet
+from agilerl_plugin_bandit.neural_bandit import NeuralBandit
+from agilerl_plugin_bandit.neural_ts import NeuralTS
+from agilerl_plugin_bandit.neural_ucb import NeuralUCB
+from agilerl_plugin_bandit.training import BanditBuilder, BanditStrategy
+
+
+def _autograd_net(net: RewardNet) -> tuple[torch.nn.Sequential, list[torch.nn.Parameter]]:
+    """The same network as torch modules, to check the hand-written gradients against autograd."""
+    layers: list[torch.nn.Module] = []
+    from agilerl_plugin_bandit.networks import ACTIVATIONS
+
+    act = ACTIVATIONS[net.activation][0]
+    for i, (w, b) in enumerate(net.layers):
+        lin = torch.nn.Linear(w.shape[1], w.shape[0])
+        with torch.no_grad():
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+        layers.append(lin)
+        if i < len(net.layers) - 1:
+            layers.append(torch.nn.Module())
+            layers[-1].forward = act  # type: ignore[method-assign]
+    seq = torch.nn.Sequential(*layers)
+    return seq, [p for layer in layers for p in layer.parameters()]
+
+
+@pytest.mark.parametrize("activation", ["ReLU", "Tanh", "GELU", "ELU", "Sigmoid", "LeakyReLU", "Softplus"])
+def test_gradient_factors_equal_per_sample_autograd_gradients(activation: str) -> None:
+    gen = torch.Generator().manual_seed(0)
+    net = RewardNet(6, [5, 4], activation, generator=gen)
+    x = torch.randn(3, 6, generator=gen)
+    mu, inputs, deltas = net.gradient_factors(x)
+    seq, params = _autograd_net(net)
+    for k in range(3):
+        out = seq(x[k : k + 1]).sum()
+        grads = torch.autograd.grad(out, params)
+        assert torch.allclose(out, mu[k], atol=1e-6)
+        for layer, (a, d) in enumerate(zip(inputs, deltas, strict=True)):
+            assert torch.allclose(grads[2 * layer], torch.outer(d[k], a[k]), atol=1e-5)
+            assert torch.allclose(grads[2 * layer + 1], d[k], atol=1e-5)
+    # the regression gradient too
+    target = torch.randn(3, generator=gen)
+    flat_grad = net.zeros()
+    mse = net.mse_gradient(x, target, flat_grad)
+    loss = torch.nn.functional.mse_loss(seq(x).squeeze(-1), target)
+    assert torch.allclose(mse, loss, atol=1e-6)
+    expected = torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
+    assert torch.allclose(flat_grad, expected, atol=1e-5)
+
+
+def _agent(algo: str = "NeuralUCB", seed: int = 0, **fields: Any) -> tuple[NeuralBandit, Any]:
+    manifest = load_manifest({"algorithm": {"name": algo, **fields}, "environment": {"name": "iris"}})
+    env = make_env(manifest.environment, seed=seed)
+    runtime = AlgorithmBuildRuntime(seed=seed, manifest=manifest)
+    return select_builder(manifest.algorithm).build_for_run(
+        manifest.algorithm, env=env, manifest=manifest, runtime=runtime
+    ), env
+
+
+def test_routing_builds_the_registered_classes() -> None:
+    ucb, _ = _agent("NeuralUCB")
+    ts, _ = _agent("NeuralTS")
+    assert type(ucb) is NeuralUCB and type(ts) is NeuralTS
+    assert ts.lr == 3e-3 and ucb.lr == 1e-3
+    spec = load_manifest({"algorithm": {"name": "NeuralTS"}, "environment": {"name": "iris"}}).algorithm
+    assert select_builder(spec) is BanditBuilder
+    assert isinstance(select_strategy(spec), BanditStrategy)
+
+
+def test_exploration_bonus_shrinks_where_the_agent_has_pulled() -> None:
+    agent, env = _agent()
+    context = env.reset()
+    x = torch.as_tensor(context)
+    _, inputs, deltas = agent.net.gradient_factors(x)
+    before = agent._sigma(inputs, deltas).clone()
+    for _ in range(50):
+        agent.get_action(context)
+    _, inputs, deltas = agent.net.gradient_factors(x)
+    after = agent._sigma(inputs, deltas)
+    assert torch.all(after < before)
+
+
+def test_clone_is_independent_and_continues_identically() -> None:
+    agent, env = _agent("NeuralTS")
+    strategy = BanditStrategy()
+
+    class _Run:
+        pass
+
+    run = _Run()
+    run.env = env  # type: ignore[attr-defined]
+    strategy.learn(agent, run, 300)  # type: ignore[arg-type]
+    twin = agent.clone(index=7)
+    assert twin.index == 7 and twin.steps == agent.steps
+    assert twin.net.flat.data_ptr() != agent.net.flat.data_ptr()
+    # the clone's layer views point into its own parameters
+    twin.net.layers[0][0].add_(1.0)
+    assert not torch.equal(twin.net.flat, agent.net.flat)
+
+
+def test_checkpoint_is_weights_only_and_resume_continues(tmp_path: Path) -> None:
+    data = {
+        "algorithm": {"name": "NeuralTS"},
+        "environment": {"name": "iris"},
+        "training": {"max_steps": 1000, "evo_steps": 500, "seed": 3, "progress": False, "run_dir": str(tmp_path / "a"),
+                     "checkpoint_steps": 500, "checkpoint_path": str(tmp_path / "ckpt")},
+    }  # fmt: skip
+    first = LocalTrainer.from_manifest(data).train()
+    saved = sorted(tmp_path.glob("ckpt_*.pt"))
+    assert [p.name for p in saved] == ["ckpt_1000.pt", "ckpt_500.pt"]
+    payload = torch.load(saved[0], weights_only=True)  # what resume does
+    state = payload["agents"][0]
+    assert state["steps"] == 1000 and len(state["recent_rewards"]) == 500
+    # resume from the mid-run checkpoint and continue to 1000: same state as the uninterrupted run
+    resumed = LocalTrainer.from_checkpoint(saved[1], run_dir=tmp_path / "b").train()
+    agent, reference = resumed.population[0], first.population[0]
+    assert agent.steps == 1000
+    assert agent.cumulative_regret == reference.cumulative_regret
+    assert torch.equal(agent.net.flat, reference.net.flat)
+    assert torch.equal(agent.grad_sq, reference.grad_sq)
+    # the elite file loads into a fresh agent
+    fresh, _ = _agent("NeuralTS", seed=99)
+    fresh.load_state_dict(checkpoint.load(first.elite_path)["agents"][0])
+    assert torch.equal(fresh.net.flat, reference.net.flat)
+
+
+def test_architecture_mutation_preserves_the_function_and_keeps_learning() -> None:
+    agent, env = _agent()
+    context = torch.as_tensor(env.reset())
+    before = agent.net(context)
+    rng = random.Random(0)
+    labels = [agent.mutate_architecture(rng, new_layer_prob=p) for p in (0.0, 1.0, 0.0)]
+    assert labels[0].startswith("arch:add_node") and labels[1] == "arch:add_layer"
+    assert len(agent.net.hidden_size) == 2 and agent.net.hidden_size[0] > 128
+    assert torch.allclose(agent.net(context), before, atol=1e-5)
+    # statistics carried over and sized to the new network
+    assert agent.grad_sq.shape == agent.theta0.shape == agent.net.flat.shape
+    agent.get_action(context.numpy())
+    agent.observe(context[0].numpy(), 1.0)
+    agent.learn()
+    assert agent.mutate_parameters(rng, sd=0.1) == "params"
+    assert not torch.allclose(agent.net(context), before, atol=1e-5)
+    # the grown network survives a checkpoint round trip into an agent built with the old shape
+    fresh, _ = _agent()
+    fresh.load_state_dict(agent.state_dict())
+    assert fresh.net.hidden_size == agent.net.hidden_size
+    assert torch.equal(fresh.net(context), agent.net(context))
+
+
+def test_lr_mutation_updates_the_optimizer() -> None:
+    agent, _ = _agent()
+    agent.set_hyperparameter("lr", 5e-4)
+    assert agent.optimizer.lr == 5e-4
+    agent.set_hyperparameter("batch_size", 20.6)
+    assert agent.batch_size == 21
+
+
+@pytest.mark.slow
+def test_evolutionary_hpo_population_from_manifest(tmp_path: Path) -> None:
+    data = {
+        "algorithm": {"name": "NeuralUCB"},
+        "environment": {"name": "iris"},
+        "training": {"max_steps": 1500, "evo_steps": 500, "pop_size": 3, "seed": 1, "progress": False,
+                     "run_dir": str(tmp_path)},
+        "mutation": {"probabilities": {"no_mut": 0.2, "arch_mut": 0.3, "new_layer": 0.5, "params_mut": 0.2,
+                                       "rl_hp_mut": 0.3}},
+        "tournament_selection": {"tournament_size": 2, "elitism": True},
+    }  # fmt: skip
+    result = LocalTrainer.from_manifest(data).train()
+    assert len(result.population) == 3
+    assert result.generations == 3
+    muts = {row["mutation"] for row in result.history}
+    assert any(m.startswith("arch:") for m in muts) or any(m in {"lr", "batch_size", "learn_step"} for m in muts)
+    # fitness is the recent mean reward, and the best agent learned
+    best = result.population[0]
+    assert best.fitness[-1] == pytest.approx(float(np.mean(best.recent_rewards)))
+    assert best.fitness[-1] > 0.8
+
+
+def test_registration_imports_no_torch() -> None:
+    code = (
+        "import sys; from agilerl.models import load_manifest;"
+        "load_manifest({'algorithm': {'name': 'NeuralTS'}, 'environment': {'name': 'iris'}});"
+        "assert 'torch' not in sys.modules and 'pandas' not in sys.modules, sorted(m for m in sys.modules if m in ('torch','pandas'))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
