@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +53,7 @@ def test_sft_lora_heldout_loss_falls(
     before, after = losses[0], losses[-1]
     assert len(losses) == 4  # the baseline + one per generation
     assert after < 0.5 * before, losses
-    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
     # The elite checkpoint holds only the LoRA adapter and optimizer state, and loads weights-only.
     state = torch.load(run_dir / "elite.pt", weights_only=True)["agents"][0]
     assert state["weights"] and all("lora_" in k for k in state["weights"])
