@@ -1,0 +1,181 @@
+"""What every multi-agent algorithm here shares: agents and groups, spaces, evaluation, checkpoints.
+
+An algorithm holds one set of networks per *network key*: the agent id, or the agent's group
+(``speaker_0`` -> ``speaker``) when the spec shares networks within groups. Evaluation follows
+AgileRL's ``sum_scores``: an episode's score is the sum of the agents' returns (``True``, the
+default) or their mean (``False``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from agilerl.algorithm import AlgorithmBase
+from agilerl.models.base import AlgorithmSpec
+from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.networks import add_parameter_noise
+
+
+def network_space(space: spaces.Space) -> spaces.Space:
+    """The space networks see: the vec env one-hot encodes Discrete and flattens other non-Box spaces."""
+    if isinstance(space, spaces.Box):
+        return space
+    return spaces.Box(-np.inf, np.inf, (int(spaces.flatdim(space)),), np.float32)
+
+
+def action_dim(space: spaces.Space) -> int:
+    """Width of an action as the networks produce it (one-hot for Discrete)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    return int(np.prod(space.shape))
+
+
+class MultiAgentAlgorithm(AlgorithmBase):
+    """Base class: subclasses build their networks and implement :meth:`act` and ``learn``.
+
+    :param spec: the validated algorithm spec.
+    :param observation_spaces: agent id -> observation space.
+    :param action_spaces: agent id -> action space.
+    :param net_specs: network key -> ``NetworkSpec`` (``None``: the shared default).
+    :param keys: agent id -> network key (itself, or its group when networks are shared).
+    :param sum_scores: score episodes by the sum (True) or the mean (False) of the agents' returns.
+    """
+
+    #: Attributes holding ``{name: nn.Module}`` dicts, saved in checkpoints (subclasses extend).
+    module_attrs: tuple[str, ...] = ()
+    #: Attributes holding ``{name: torch.optim.Optimizer}`` dicts.
+    optimizer_attrs: tuple[str, ...] = ()
+    #: Attributes holding the modules ``params_mut`` perturbs.
+    mutable_module_attrs: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        spec: AlgorithmSpec,
+        observation_spaces: Mapping[str, spaces.Space],
+        action_spaces: Mapping[str, spaces.Space],
+        *,
+        index: int = 0,
+        device: str = "cpu",
+        net_specs: Mapping[str, NetworkSpec | None] | None = None,
+        keys: Mapping[str, str] | None = None,
+        sum_scores: bool = True,
+    ) -> None:
+        super().__init__(spec, index=index)
+        self.agent_ids = list(observation_spaces)
+        self.observation_spaces = dict(observation_spaces)
+        self.action_spaces = dict(action_spaces)
+        self.device = torch.device(device)
+        self.keys = dict(keys or {a: a for a in self.agent_ids})
+        self.net_keys = list(dict.fromkeys(self.keys[a] for a in self.agent_ids))
+        self.net_specs = dict(net_specs or {})
+        self.sum_scores = bool(sum_scores)
+        self.discrete = {a: isinstance(s, spaces.Discrete) for a, s in self.action_spaces.items()}
+
+    def agents_of(self, key: str) -> list[str]:
+        return [a for a in self.agent_ids if self.keys[a] == key]
+
+    def net_spec(self, key: str) -> NetworkSpec | None:
+        return self.net_specs.get(key)
+
+    # --- acting ----------------------------------------------------------------------------------
+    def act(self, obs: Mapping[str, np.ndarray], *, deterministic: bool = True) -> dict[str, np.ndarray]:
+        """Env actions for a batch of observations (agent id -> array with a leading env axis)."""
+        raise NotImplementedError
+
+    def _tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+
+    def scale_action(self, agent: str, a: np.ndarray) -> np.ndarray:
+        """Map a tanh output in [-1, 1] to the agent's Box bounds."""
+        space = self.action_spaces[agent]
+        low, high = space.low, space.high
+        if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+            return a
+        return (low + (a.reshape(-1, *space.shape) + 1.0) * 0.5 * (high - low)).astype(np.float32)
+
+    # --- evaluation ------------------------------------------------------------------------------
+    def episode_score(self, returns: np.ndarray) -> np.ndarray:
+        """Per-episode score from per-agent returns ``(episodes, agents)``."""
+        return returns.sum(axis=1) if self.sum_scores else returns.mean(axis=1)
+
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+        """Mean score over ``loop`` rounds; a round runs every env copy to the end of one episode."""
+        scores: list[float] = []
+        n_agents = len(self.agent_ids)
+        for _ in range(max(1, loop)):
+            obs, _ = env.reset()
+            returns = np.zeros((env.num_envs, n_agents), dtype=np.float64)
+            finished = np.zeros(env.num_envs, dtype=bool)
+            steps = 0
+            while not finished.all():
+                obs, rewards, _, _, infos = env.step(self.act(obs, deterministic=True))
+                live = ~finished
+                returns[live] += np.stack([rewards[a] for a in self.agent_ids], axis=1)[live]
+                finished |= infos["episode_done"]
+                steps += 1
+                if max_steps is not None and steps >= max_steps:
+                    break
+            scores.extend(self.episode_score(returns).tolist())
+        return float(np.mean(scores))
+
+    # --- evolution -------------------------------------------------------------------------------
+    def mutate_parameters(self, rng: random.Random, *, sd: float) -> str | None:
+        """Gaussian noise on the actors' weights (targets follow, so the next update starts from them)."""
+        for attr in self.mutable_module_attrs:
+            for module in getattr(self, attr).values():
+                add_parameter_noise(module, sd, rng)
+        self._after_parameter_mutation()
+        return "params"
+
+    def _after_parameter_mutation(self) -> None:
+        """Subclasses re-sync target networks here."""
+
+    def _set_lr(self, optimizers: Mapping[str, torch.optim.Optimizer], lr: float) -> None:
+        for opt in optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = lr
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["modules"] = {
+            attr: {k: m.state_dict() for k, m in getattr(self, attr).items()} for attr in self.module_attrs
+        }
+        state["optimizers"] = {
+            attr: {k: o.state_dict() for k, o in getattr(self, attr).items()} for attr in self.optimizer_attrs
+        }
+        state["extra"] = self.extra_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        for attr, modules in state.get("modules", {}).items():
+            for k, sd in modules.items():
+                getattr(self, attr)[k].load_state_dict(sd)
+        for attr, opts in state.get("optimizers", {}).items():
+            for k, sd in opts.items():
+                getattr(self, attr)[k].load_state_dict(sd)
+        self.load_extra_state(state.get("extra", {}))
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """``target <- tau * source + (1 - tau) * target``, in place."""
+    with torch.no_grad():
+        # One fused call per module instead of two kernel launches per parameter.
+        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+
+
+__all__ = ["MultiAgentAlgorithm", "action_dim", "network_space", "soft_update"]

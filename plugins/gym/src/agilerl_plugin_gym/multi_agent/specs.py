@@ -1,0 +1,214 @@
+"""Manifest sections of the multi-agent algorithms: pydantic only, cheap to import (no torch).
+
+Field names and defaults follow AgileRL's manifests (``IPPO``, ``MADDPG``, ``MATD3``), so AgileRL
+users' files validate unchanged. Fields that are ours alone say so in their description.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+from pydantic import Field, ValidationError, field_validator
+
+from agilerl.errors import Problem
+from agilerl.models.base import MultiAgentAlgorithmSpec
+from agilerl.models.sections import NetworkSpec
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+
+_RL_RANGES: dict[str, tuple[float, float]] = {
+    "batch_size": (8, 512),
+    "lr": (6.25e-5, 1e-2),
+    "lr_actor": (6.25e-5, 1e-2),
+    "lr_critic": (6.25e-5, 1e-2),
+    "gamma": (0.9, 0.9999),
+    "tau": (1e-4, 1e-2),
+    "gae_lambda": (0.9, 1.0),
+    "clip_coef": (0.05, 0.35),
+    "ent_coef": (1e-3, 0.1),
+    "vf_coef": (0.1, 1.0),
+    "max_grad_norm": (0.1, 1.0),
+    "update_epochs": (1, 10),
+    "policy_freq": (1, 10),
+}
+
+_NETWORK_FIELDS = set(NetworkSpec.model_fields)
+
+
+def network_configs(net_config: dict[str, Any] | None) -> dict[str, dict[str, Any]] | dict[str, Any] | None:
+    """Split ``net_config`` into either one shared config or a config per agent/group id.
+
+    A mapping whose keys are all ``NetworkSpec`` fields is one config for every agent; otherwise
+    every key names an agent (``speaker_0``) or a group (``speaker``) and maps to its own config.
+    """
+    if not net_config:
+        return None
+    if set(net_config) <= _NETWORK_FIELDS:
+        return dict(net_config)
+    return {str(k): dict(v) if isinstance(v, dict) else v for k, v in net_config.items()}
+
+
+def is_per_agent(net_config: dict[str, Any] | None) -> bool:
+    return bool(net_config) and not set(net_config or {}) <= _NETWORK_FIELDS
+
+
+def group_of(agent_id: str) -> str:
+    """The group an agent belongs to: its id without the trailing ``_<number>`` (``speaker_0`` -> ``speaker``)."""
+    head, sep, tail = agent_id.rpartition("_")
+    return head if sep and tail.isdigit() and head else agent_id
+
+
+def _looks_like_module(name: str) -> bool:
+    return "." in name and ":" not in name and "/" not in name and not name.endswith(("-v0", "-v1"))
+
+
+def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Problem]:
+    """Environment checks a multi-agent algorithm makes at validation time (no env is built)."""
+    env = manifest.environment
+    problems: list[Problem] = []
+    if env.env_type != "gym":
+        problems.append(Problem(
+            "environment.env_type",
+            f"{algo_name} trains on PettingZoo environments given as env_type 'gym' "
+            f"(name: a PettingZoo module such as mpe2.simple_speaker_listener_v4); got {env.env_type!r}",
+        ))  # fmt: skip
+        return problems
+    if getattr(env, "entrypoint", None) or getattr(env, "factory", None):
+        return problems  # a custom env: checked when it is built
+    name = str(getattr(env, "name", ""))
+    found = False
+    try:
+        found = importlib.util.find_spec(name) is not None if name and not name.startswith(".") else False
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        hint = (
+            f"{name!r} looks like a gymnasium id: {algo_name} is multi-agent; train it with a single-agent "
+            "algorithm (PPO, DQN, DDPG, TD3), or give a PettingZoo module"
+            if not _looks_like_module(name)
+            else f"no module {name!r} is installed"
+        )
+        problems.append(Problem(
+            "environment.name",
+            f"{hint}. A multi-agent environment is a PettingZoo module with parallel_env() or env(), "
+            "e.g. mpe2.simple_speaker_listener_v4 or pettingzoo.butterfly.pistonball_v6; or set "
+            "environment.entrypoint to 'module:callable' returning a PettingZoo env.",
+        ))  # fmt: skip
+    return problems
+
+
+def net_config_problems(net_config: dict[str, Any] | None) -> list[Problem]:
+    """Each per-agent network config must be a valid ``network`` section."""
+    problems: list[Problem] = []
+    if not net_config:
+        return problems
+    configs = network_configs(net_config)
+    items = [("", configs)] if not is_per_agent(net_config) else list((configs or {}).items())
+    for key, cfg in items:
+        where = "algorithm.net_config" + (f".{key}" if key else "")
+        if not isinstance(cfg, dict):
+            problems.append(
+                Problem(where, f"must be a network mapping (encoder_config, head_config, ...), got {cfg!r}")
+            )
+            continue
+        unknown = set(cfg) - _NETWORK_FIELDS
+        if unknown and key:
+            problems.append(Problem(
+                where,
+                f"unknown network field(s) {sorted(unknown)}; a per-agent config takes {sorted(_NETWORK_FIELDS)}",
+            ))  # fmt: skip
+            continue
+        try:
+            NetworkSpec.model_validate(cfg)
+        except ValidationError as exc:
+            for err in exc.errors(include_url=False):
+                loc = ".".join(str(x) for x in err["loc"])
+                problems.append(Problem(f"{where}.{loc}" if loc else where, err["msg"]))
+    return problems
+
+
+class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RL_RANGES
+    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut"})
+
+    share_groups: bool = Field(
+        default=False,
+        description="(agilerl) Agents of one group (ids sharing a prefix: speaker_0, speaker_1 -> speaker) "
+        "share one actor (and critic). They must have the same spaces.",
+    )
+    net_config: dict[str, Any] | None = Field(
+        default=None,
+        description="One network config for every agent, or a mapping agent-or-group id -> config. "
+        "Overrides the manifest's `network` section.",
+    )
+
+    @field_validator("net_config")
+    @classmethod
+    def _net_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problems = net_config_problems(value)
+        if problems:
+            raise ValueError("; ".join(str(p) for p in problems))
+        return value
+
+    def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        return pettingzoo_problems(manifest, self.name)
+
+
+class IPPOSpec(_MultiAgentSpecBase):
+    """Independent PPO: one clipped-objective actor-critic per agent (or per group), decentralised."""
+
+    regime: ClassVar[str] = "on_policy"
+    default_evo_steps: ClassVar[int] = 10_000
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "batch_size")
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "learn_step": (512, 8192)}
+
+    num_envs: Annotated[int, Field(ge=1, description="Copied from environment.num_envs.")] = 1
+    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per rollout before an update.")] = 4096
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic.")] = 1e-4
+    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda.")] = 0.95
+    action_std_init: Annotated[float, Field(gt=0, description="Initial std of continuous actions.")] = 0.6
+    clip_coef: Annotated[float, Field(ge=0, description="PPO ratio clip.")] = 0.2
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus weight.")] = 0.01
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss weight.")] = 0.5
+    max_grad_norm: Annotated[float, Field(ge=0, description="Gradient norm clip.")] = 0.5
+    target_kl: Annotated[float | None, Field(ge=0, description="Stop epochs early past this KL.")] = None
+    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
+    action_batch_size: Annotated[int | None, Field(ge=1, description="(AgileRL) accepted; unused.")] = None
+    share_groups: bool = Field(
+        default=True,
+        description="Agents of one group (speaker_0, speaker_1 -> speaker) share one actor-critic.",
+    )
+
+
+class MADDPGSpec(_MultiAgentSpecBase):
+    """MADDPG: deterministic (or Gumbel-softmax) decentralised actors, centralised critics."""
+
+    regime: ClassVar[str] = "off_policy"
+    default_evo_steps: ClassVar[int] = 10_000
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size")
+
+    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per gradient update.")] = 5
+    gamma: Annotated[float, Field(ge=0, le=1, description="Discount factor.")] = 0.95
+    lr_actor: Annotated[float, Field(gt=0, description="Actor Adam learning rate.")] = 1e-3
+    lr_critic: Annotated[float, Field(gt=0, description="Critic Adam learning rate.")] = 1e-2
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target update rate.")] = 0.01
+    O_U_noise: bool = Field(default=True, description="Ornstein-Uhlenbeck (True) or Gaussian exploration noise.")
+    expl_noise: Annotated[float, Field(ge=0, description="Exploration noise scale (continuous actions).")] = 0.1
+    mean_noise: float = Field(default=0.0, description="Noise mean.")
+    theta: Annotated[float, Field(ge=0, description="OU mean reversion rate.")] = 0.15
+    dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
+    vect_noise_dim: Annotated[int, Field(ge=1, description="(AgileRL) accepted; noise follows num_envs.")] = 1
+    max_grad_norm: Annotated[float | None, Field(ge=0, description="(agilerl) clip gradients (None: off).")] = 0.5
+
+
+class MATD3Spec(MADDPGSpec):
+    """MATD3: MADDPG with twin critics, delayed actor updates and target policy smoothing."""
+
+    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor update.")] = 2
+    policy_noise: Annotated[float, Field(ge=0, description="(agilerl) target smoothing noise (continuous).")] = 0.2
+    noise_clip: Annotated[float, Field(ge=0, description="(agilerl) clip of target smoothing noise.")] = 0.5
+
+
+__all__ = ["IPPOSpec", "MADDPGSpec", "MATD3Spec", "group_of", "network_configs"]
