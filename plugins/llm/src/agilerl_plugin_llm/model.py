@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -177,7 +178,10 @@ def load_model(
     from peft import get_peft_model
 
     peft_cfg = peft_lora_config(lora_config)
-    model = get_peft_model(model, peft_cfg, adapter_name=ACTOR)
+    with warnings.catch_warnings():
+        # peft probes the deprecated `is_gradient_checkpointing` on transformers 5: noise, not a problem.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = get_peft_model(model, peft_cfg, adapter_name=ACTOR)
     if use_separate_reference_adapter:
         model.add_adapter(REFERENCE, peft_cfg)
         copy_adapter(model, ACTOR, REFERENCE)

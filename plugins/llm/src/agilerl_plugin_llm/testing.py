@@ -99,7 +99,7 @@ def build_tiny_model(
     initializer_range: float = 0.2,
     num_hidden_layers: int = 2,
     hidden_size: int = 64,
-    max_position_embeddings: int = 512,
+    max_position_embeddings: int = 2048,
     chat_template: str | None = CHAT_TEMPLATE,
 ) -> Path:
     """Build a tiny Llama causal LM and its tokenizer and ``save_pretrained`` both into ``path``.
