@@ -49,12 +49,12 @@ def _sft(model_dir: Path, tokenizer: Any, **fields: Any) -> SFT:
 
 
 def test_missing_model_paths_are_clear_errors(tmp_path: Path) -> None:
-    with pytest.raises(llm_model.ModelLoadError, match="not a local directory.*never downloads"):
+    with pytest.raises(llm_model.ModelLoadError, match=r"not a local directory.*never downloads"):
         llm_model.resolve_model_path(tmp_path / "nope")
     (tmp_path / "file.bin").write_text("x")
     with pytest.raises(llm_model.ModelLoadError, match="is a file"):
         llm_model.resolve_model_path(tmp_path / "file.bin")
-    with pytest.raises(llm_model.ModelLoadError, match="no config.json"):
+    with pytest.raises(llm_model.ModelLoadError, match=r"no config\.json"):
         llm_model.resolve_model_path(tmp_path)
     with pytest.raises(llm_model.ModelLoadError, match="local Hugging Face cache"):
         llm_model.resolve_model_path("agilerl-tests/definitely-not-cached")
