@@ -1,0 +1,67 @@
+"""Every single-agent algorithm trains from a YAML manifest through ``agilerl train`` and learns.
+
+Budgets are the example manifests' hyperparameters with CI-sized ``max_steps``; each run stops as
+soon as an evaluation reaches ``target_score`` (the threshold asserted), so a healthy run is short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def _solved(train, read_metrics, manifest, threshold: float) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    code, run_dir, out = train(manifest)
+    assert code == 0, out
+    rows = read_metrics(run_dir)
+    best = max(r["fitness"] for r in rows)
+    assert best >= threshold, f"best evaluation return {best:.1f} < {threshold} after {rows[-1]['steps']} steps"
+    assert (run_dir / "elite.pt").is_file()
+    return rows
+
+
+@pytest.mark.slow
+def test_ppo_solves_cartpole(train, example, read_metrics) -> None:  # type: ignore[no-untyped-def]
+    m = example("ppo_cartpole.yaml")
+    m["training"]["max_steps"] = 150_000
+    rows = _solved(train, read_metrics, m, 475)
+    assert rows[-1]["steps"] <= 150_000
+
+
+@pytest.mark.slow
+def test_dqn_solves_cartpole(train, example, read_metrics) -> None:  # type: ignore[no-untyped-def]
+    m = example("dqn_cartpole.yaml")
+    m["training"]["max_steps"] = 150_000
+    _solved(train, read_metrics, m, 475)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["td3_pendulum.yaml", "ddpg_pendulum.yaml"])
+def test_continuous_control_solves_pendulum(train, example, read_metrics, name: str) -> None:  # type: ignore[no-untyped-def]
+    m = example(name)
+    m["training"]["max_steps"] = 20_000
+    m["training"]["target_score"] = -300
+    _solved(train, read_metrics, m, -300)
+
+
+def test_custom_entrypoint_env_trains(train, example, read_metrics, examples_dir) -> None:  # type: ignore[no-untyped-def]
+    m = example("custom_env/ppo_corridor.yaml")
+    m["environment"]["path"] = str(examples_dir / "custom_env")
+    code, run_dir, out = train(m)
+    assert code == 0, out
+    rows = read_metrics(run_dir)
+    # Random walking rarely reaches the end within 40 steps (return < 0); the trained policy does.
+    assert rows[-1]["fitness"] >= 0.9, rows
+
+
+def test_ppo_discrete_observations_frozenlake(train, read_metrics) -> None:  # type: ignore[no-untyped-def]
+    """Discrete observations (one-hot encoded) on a registered toy-text env: PPO learns to reach the goal."""
+    m = {
+        "algorithm": {"name": "PPO", "learn_step": 512, "batch_size": 64, "lr": 0.003, "ent_coef": 0.01},
+        "environment": {"name": "FrozenLake-v1", "num_envs": 4, "sync": True, "env_config": {"is_slippery": False}},
+        "training": {"max_steps": 30_000, "evo_steps": 2048, "target_score": 1.0, "seed": 0},
+    }
+    code, run_dir, out = train(m)
+    assert code == 0, out
+    assert max(r["fitness"] for r in read_metrics(run_dir)) == 1.0
