@@ -164,7 +164,14 @@ def _attribute(module: Any, attr: str, field: str, where: str) -> Any:
     target = module
     for part in attr.split("."):
         if not hasattr(target, part):
-            names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
+            # Callables the file defines itself (not what it imported), as hints.
+            names = [
+                n
+                for n in dir(module)
+                if not n.startswith("_")
+                and callable(getattr(module, n, None))
+                and getattr(getattr(module, n), "__module__", None) == module.__name__
+            ]
             hint = closest(attr, names)
             msg = f"environment.{field}: {where} has no {attr!r}"
             msg += f"; did you mean {hint!r}?" if hint else f" (callables there: {', '.join(names) or 'none'})"
@@ -437,9 +444,10 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
 
     try:
         probe = make_env()
-    except TypeError as exc:
+    except Exception as exc:  # the user's constructor: report it, don't crash mid-setup
         raise RolloutSourceError(
-            f"environment.entrypoint: creating {entrypoint!r} with env_config {config} failed: {exc}"
+            f"environment.entrypoint: creating {entrypoint!r} with env_config {config} failed: "
+            f"{type(exc).__name__}: {exc}"
         ) from exc
     missing = [m for m in ("reset", "step") if not callable(getattr(probe, m, None))]
     if missing:
