@@ -1,9 +1,11 @@
 """A small text game for training against OpenEnv: say the target word.
 
-Each turn the env asks for a word; the reply scores the share of its characters taken up by copies
-of the target (``"yes yes"`` for ``yes``: 6/7 ≈ 0.86; ``"yesyes"``: 1.0). The score is smooth enough
-for a tiny random model to find the first copies by chance and for GRPO to reinforce them. An
-episode is ``turns`` turns long; the episode return is the sum of the turn scores.
+Each turn the env asks for a word. A reply scores half for how much of it is made of the target's
+letters and half for how much of it is covered by whole copies of the target: for ``yes``,
+``"yes yes"`` scores 0.5·6/7 + 0.5·6/7 ≈ 0.86, ``"yesyes"`` 1.0, ``"sees"`` 0.5, ``"no"`` 0. The letter
+half gives a tiny random model (whose tokenizer may split ``yes`` into ``y`` + ``es``) a gradient
+to follow long before it says the whole word by chance. An episode is ``turns`` turns long; its
+return is the sum of the turn scores.
 
 Serve it as an OpenEnv server and train against it::
 
@@ -26,7 +28,7 @@ class SayWordGame:
 
     system_prompt = "Answer with the word you are asked for."
 
-    def __init__(self, targets: list[str] | tuple[str, ...] = ("yes",), turns: int = 1) -> None:
+    def __init__(self, targets: list[str] | tuple[str, ...] = ("one",), turns: int = 1) -> None:
         if not targets or turns < 1:
             raise ValueError("SayWordGame needs at least one target and turns >= 1")
         self.targets = [str(t) for t in targets]
@@ -49,7 +51,10 @@ class SayWordGame:
         text = reply.strip()
         if not text:
             return 0.0
-        return min(1.0, text.count(self.target) * len(self.target) / len(text))
+        letters = set(self.target)
+        in_letters = sum(ch in letters for ch in text) / len(text)
+        coverage = min(1.0, text.count(self.target) * len(self.target) / len(text))
+        return 0.5 * in_letters + 0.5 * coverage
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         reward = self.score(action)

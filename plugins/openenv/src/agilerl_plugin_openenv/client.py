@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -304,8 +304,47 @@ class _Replica:
     failures: int = 0
     last_error: str = ""
     full: bool = False  # answered CAPACITY_REACHED on the last try
-    sessions: int = 0  # sessions this process holds on it (for the capacity message)
-    idle: list[Any] = field(default_factory=list)  # open sessions no env uses now (reused first)
+
+
+class _SessionPool:
+    """Open sessions no env uses right now, per server, shared by every source of the process.
+
+    A run builds several sources for one URL (training and held-out envs, say); if each kept its
+    own idle sessions they would add up and exhaust the server's ``max_concurrent_envs`` although
+    at most one batch plays at a time. Reusing a session also skips a WebSocket handshake.
+    """
+
+    lock = threading.Lock()
+    idle: dict[str, list[Any]] = {}
+    held: dict[str, int] = {}  # open sessions of this process per server (busy + idle)
+
+    @classmethod
+    def take(cls, ws_url: str) -> Any | None:
+        with cls.lock:
+            sessions = cls.idle.get(ws_url)
+            return sessions.pop() if sessions else None
+
+    @classmethod
+    def put(cls, ws_url: str, session: Any) -> None:
+        with cls.lock:
+            cls.idle.setdefault(ws_url, []).append(session)
+
+    @classmethod
+    def opened(cls, ws_url: str) -> None:
+        with cls.lock:
+            cls.held[ws_url] = cls.held.get(ws_url, 0) + 1
+
+    @classmethod
+    def closed(cls, ws_url: str, count: int = 1) -> None:
+        with cls.lock:
+            cls.held[ws_url] = max(0, cls.held.get(ws_url, 0) - count)
+
+    @classmethod
+    def drain(cls, ws_url: str) -> list[Any]:
+        with cls.lock:
+            stale = cls.idle.pop(ws_url, [])
+            cls.held[ws_url] = max(0, cls.held.get(ws_url, 0) - len(stale))
+            return stale
 
 
 # --------------------------------------------------------------------------------------------------
@@ -346,8 +385,7 @@ class OpenEnvSource:
             rep.last_error = reason
             wait = min(BACKOFF_FIRST_S * 2 ** (rep.failures - 1), BACKOFF_MAX_S)
             rep.down_until = time.monotonic() + wait
-            stale, rep.idle = rep.idle, []
-        for session in stale:  # idle sessions on a dead replica are dead too
+        for session in _SessionPool.drain(rep.url.ws):  # idle sessions on a dead replica are dead too
             self._loop.fire(session.disconnect())
         others = len(self.replicas) - 1
         msg = (
@@ -375,25 +413,25 @@ class OpenEnvSource:
         )
 
     def _take_idle(self, order: list[_Replica]) -> tuple[_Replica, Any] | None:
-        with self._lock:
-            now = time.monotonic()
-            for rep in order:
-                if rep.idle and rep.down_until <= now:
-                    return rep, rep.idle.pop()
+        now = time.monotonic()
+        for rep in order:
+            if rep.down_until <= now:
+                session = _SessionPool.take(rep.url.ws)
+                if session is not None:
+                    # The session may come from another source of this process with other settings.
+                    session.timeout = session._message_timeout = session._connect_timeout = self.timeout
+                    return rep, session
         return None
 
     def release(self, rep: _Replica, session: Any) -> None:
         """An env is done with ``session``: keep it open for the next env (cheaper than reconnecting)."""
-        with self._lock:
-            if rep.down_until <= time.monotonic():
-                rep.idle.append(session)
-                return
-            rep.sessions -= 1
-        self._loop.fire(session.disconnect())
+        if rep.down_until <= time.monotonic():
+            _SessionPool.put(rep.url.ws, session)
+        else:
+            self.discard(rep, session)
 
     def discard(self, rep: _Replica, session: Any) -> None:
-        with self._lock:
-            rep.sessions -= 1
+        _SessionPool.closed(rep.url.ws)
         self._loop.fire(session.disconnect())
 
     def open_session(self, deadline: float) -> tuple[_Replica, Any]:
@@ -423,8 +461,7 @@ class OpenEnvSource:
                 except (_Unreachable, _Lost, _NotOpenEnv) as exc:
                     self.mark_down(rep, str(exc))
                     continue
-                with self._lock:
-                    rep.sessions += 1
+                _SessionPool.opened(rep.url.ws)
                 self.mark_up(rep)
                 return rep, session
             if time.monotonic() >= deadline:
@@ -565,14 +602,14 @@ class OpenEnvSource:
         self.tool_schema = by_name[tool].get("input_schema") or by_name[tool].get("inputSchema") or {}
 
     def _capacity_message(self, reps: list[_Replica], exc: _ErrorFrame) -> str:
-        held = sum(r.sessions for r in self.replicas)
+        held = sum(_SessionPool.held.get(r.url.ws, 0) for r in reps)
         shown = ", ".join(
             f"{r.url.display} ({exc.data.get('active_sessions', '?')}/{exc.data.get('max_sessions', '?')} sessions)"
             for r in reps
         )
         return (
-            f"every OpenEnv replica refused a new session: CAPACITY_REACHED at {shown}. This run holds {held} session(s), "
-            "one per concurrent trajectory. Start the server with more sessions (agilerl serve-env ... "
+            f"every OpenEnv replica refused a new session: CAPACITY_REACHED at {shown}. This process holds {held} of "
+            "them (one per concurrent trajectory, plus idle ones it reuses). Start the server with more sessions (agilerl serve-env ... "
             "--max-concurrent-envs N), add replicas to environment.env_url, or run fewer trajectories at once."
         )
 

@@ -1,0 +1,129 @@
+"""GRPO from a YAML manifest whose ``environment.env_url`` points at ``agilerl serve-env`` servers.
+
+The policy is the LLM plugin's tiny test model; the env is ``examples/openenv/word_game.py`` served
+in a child process (a real OpenEnv server on 127.0.0.1), so these are the production code paths end
+to end: manifest validation, the ``env_url`` rollout source, WebSocket sessions, GRPO updates,
+evaluation and checkpoints.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agilerl_plugin_openenv.server import serve_in_thread
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agilerl_plugin_llm.testing import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("openenv-grpo") / "model")
+
+
+def manifest(model: Path, env_url: Any, run_dir: Path, *, max_steps: int) -> dict[str, Any]:
+    return {
+        "algorithm": {
+            "name": "GRPO",
+            "group_size": 4,
+            "batch_size": 4,
+            "lr": 0.005,
+            "beta": 0.04,
+            "temperature": 1.0,
+            "max_output_tokens": 8,
+            "gradient_checkpointing": False,
+            "use_liger_loss": False,
+        },
+        "network": {"pretrained_model_name_or_path": str(model), "max_context_length": 128},
+        "environment": {"env_type": "rollout", "env_url": env_url, "max_turns": 1, "request_timeout_s": 2},
+        "training": {
+            "max_steps": max_steps,
+            "evo_steps": 10,
+            "eval_loop": 8,
+            "seed": 0,
+            "run_dir": str(run_dir),
+            "checkpoint_steps": 10,
+            "checkpoint_path": str(run_dir / "checkpoint"),
+        },
+    }
+
+
+def metrics(run_dir: Path) -> list[dict[str, float]]:
+    with (run_dir / "metrics.csv").open(newline="") as fh:
+        return [{k: float(v) for k, v in row.items() if v not in ("", "None")} for row in csv.DictReader(fh)]
+
+
+def test_grpo_learns_the_word_game_through_serve_env(
+    server_process, tiny_model, write_manifest, run_cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    server = server_process("--max-concurrent-envs", "32")
+    run_dir = tmp_path / "run"
+    path = write_manifest(manifest(tiny_model, server.url, run_dir, max_steps=40))
+    code, _out, err = run_cli("train", path, "--no-progress")
+    assert code == 0, err
+    rows = metrics(run_dir)
+    assert len(rows) == 4
+    first, last = rows[0], rows[-1]
+    # The word game's reward rises by a clear margin (0.11 -> 0.40 with this seed when measured).
+    assert last["train/reward"] >= first["train/reward"] + 0.15, rows
+    assert last["fitness"] > first["fitness"], rows
+
+
+def _kill_after_first_generation(monkeypatch: pytest.MonkeyPatch, kill: Any) -> list[int]:
+    """Fault injection: kill the server when the second generation starts (after checkpoint 10)."""
+    from agilerl_plugin_llm.rollout.strategy import LLMRolloutStrategy
+
+    original = LLMRolloutStrategy.learn
+    killed: list[int] = []
+
+    def learn(self: Any, agent: Any, run: Any, num_steps: int) -> Any:
+        if agent.steps >= 10 and not killed:
+            kill()
+            killed.append(agent.steps)
+        return original(self, agent, run, num_steps)
+
+    monkeypatch.setattr(LLMRolloutStrategy, "learn", learn)
+    return killed
+
+
+def test_replica_killed_mid_run_training_finishes_on_the_survivor(  # type: ignore[no-untyped-def]
+    server_process, game, tiny_model, write_manifest, run_cli, tmp_path, monkeypatch, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="agilerl_plugin_openenv")
+    victim = server_process("--max-concurrent-envs", "32")
+    killed = _kill_after_first_generation(monkeypatch, victim.kill)
+    with serve_in_thread(game, max_concurrent_envs=32) as survivor:
+        run_dir = tmp_path / "run"
+        path = write_manifest(manifest(tiny_model, [victim.url, survivor.url], run_dir, max_steps=20))
+        code, out, err = run_cli("train", path, "--no-progress")
+    assert killed == [10]
+    assert code == 0, err
+    assert "stopped by max_steps" in out
+    assert f"OpenEnv replica {victim.url} failed" in caplog.text
+    from agilerl import checkpoint
+
+    for steps in (10, 20):
+        assert checkpoint.load(run_dir / f"checkpoint_{steps}.pt")["agents"]
+
+
+def test_only_server_killed_mid_run_stops_clearly_and_keeps_the_checkpoint(  # type: ignore[no-untyped-def]
+    server_process, tiny_model, write_manifest, run_cli, tmp_path, monkeypatch
+) -> None:
+    server = server_process("--max-concurrent-envs", "32")
+    killed = _kill_after_first_generation(monkeypatch, server.kill)
+    run_dir = tmp_path / "run"
+    path = write_manifest(manifest(tiny_model, server.url, run_dir, max_steps=30))
+    code, _out, err = run_cli("train", path, "--no-progress")
+    assert killed == [10]
+    assert code == 1 and "no OpenEnv replica answered" in err and server.url in err, err
+    assert "Traceback" not in err
+    from agilerl import checkpoint
+
+    saved = checkpoint.load(run_dir / "checkpoint_10.pt")
+    assert saved["agents"] and saved["generation"] >= 0
