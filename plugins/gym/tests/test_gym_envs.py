@@ -143,7 +143,7 @@ def test_discrete_actions_given_to_td3(write_manifest, run_cli, tmp_path: Path) 
 def test_recurrent_ppo_rejected_at_validation() -> None:
     from agilerl.errors import ManifestError
 
-    with pytest.raises(ManifestError, match="algorithm.recurrent"):
+    with pytest.raises(ManifestError, match=r"algorithm\.recurrent"):
         load_manifest({"algorithm": {"name": "PPO", "recurrent": True}, "environment": {"name": "CartPole-v1"}})
 
 
