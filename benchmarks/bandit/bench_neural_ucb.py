@@ -1,0 +1,106 @@
+"""NeuralUCB on iris: agilerl (this repo) vs AgileRL from PyPI, side by side.
+
+    python benchmarks/bandit/bench_neural_ucb.py [--steps 3000] [--seeds 0 1 2]
+
+Creates ``benchmarks/bandit/.venv-agilerl`` on first use (``pip install agilerl==2.58.0 peft
+torch==2.13.0``; AgileRL imports peft without declaring it) and runs AgileRL there, each run in a
+fresh process with one torch thread. Both get the same data (iris, standardised by our loader and
+written to CSV), the same network (four hidden ReLU layers of 64), the same hyperparameters
+(gamma 1, lamb 1, reg 6.25e-4, lr 1e-3, batch 64, replay 10k) and the same step budget; runs are
+interleaved so machine load hits both alike. Reported: steps/s of the training loop (acting,
+stepping, storing, learning; no evaluation) and cumulative regret at the budget (regret per step =
+1 - reward: the true class always pays 1).
+
+Two settings, because ``learn_step`` means different things: in AgileRL's ``train_bandits`` it is
+the number of gradient steps taken after *every* env step; in ours the env steps between gradient
+steps (the field's documented meaning). "defaults" runs both as shipped (learn_step 2: AgileRL
+4x our gradient steps); "matched" runs both at one gradient step per env step (learn_step 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV = HERE / ".venv-agilerl"
+AGILERL_PIN = ["agilerl==2.58.0", "peft", "torch==2.13.0"]
+
+
+def ensure_agilerl_venv() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        print(f"[bench] creating {VENV} and installing {' '.join(AGILERL_PIN)} (one-off, a few minutes)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *AGILERL_PIN], check=True)
+    return python
+
+
+def write_iris(tmp: Path) -> tuple[str, str]:
+    """Iris as our loader encodes it (standardised), so both libraries see identical numbers."""
+    import pandas as pd
+
+    from agilerl_plugin_bandit.env import make_bandit_env
+    from agilerl_plugin_bandit.specs import BanditEnvSpec
+
+    env = make_bandit_env(BanditEnvSpec(name="iris"))
+    feats, targs = tmp / "iris_features.csv", tmp / "iris_targets.csv"
+    pd.DataFrame(env.features, columns=env.feature_names).to_csv(feats, index=False)
+    pd.DataFrame({"target": env.targets}).to_csv(targs, index=False)
+    return str(feats), str(targs)
+
+
+def run(python: Path | str, worker: str, cfg: dict[str, object]) -> dict[str, float]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    out = subprocess.run(
+        [str(python), str(HERE / worker), json.dumps(cfg)], check=True, capture_output=True, text=True, env=env
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "neural_ucb_iris.json")
+    args = parser.parse_args()
+    their_python = ensure_agilerl_venv()
+    base = {"steps": args.steps, "gamma": 1.0, "lamb": 1.0, "reg": 6.25e-4, "lr": 1e-3, "batch_size": 64,
+            "hidden_size": [64, 64, 64, 64]}  # fmt: skip
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        feats, targs = write_iris(Path(tmp))
+        for setting, learn_step in (("defaults", 2), ("matched", 1)):
+            results[setting] = {"agilerl (ours)": [], "AgileRL 2.58": []}
+            for seed in args.seeds:
+                cfg = {**base, "seed": seed, "learn_step": learn_step, "features": feats, "targets": targs}
+                for name, python, worker in (
+                    ("agilerl (ours)", sys.executable, "_ours_worker.py"),
+                    ("AgileRL 2.58", their_python, "_agilerl_worker.py"),
+                ):
+                    r = run(python, worker, cfg)
+                    results[setting][name].append(r)
+                    print(f"[bench] {setting:8s} seed {seed} {name:15s} {r['steps_per_s']:8.1f} steps/s "
+                          f"regret {r['regret']:7.1f} last-500 reward {r['last500']:.3f}", flush=True)  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, "results": results}, indent=2))
+    print(f"\nNeuralUCB on iris, {args.steps} steps, seeds {args.seeds} (median steps/s, mean regret)\n")
+    print("| setting | library | steps/s | cumulative regret | last-500 mean reward | speed ratio |")
+    print("|---|---|---|---|---|---|")
+    for setting, by_lib in results.items():
+        speed = {k: statistics.median(r["steps_per_s"] for r in v) for k, v in by_lib.items()}
+        for name, runs in by_lib.items():
+            regret = statistics.mean(r["regret"] for r in runs)
+            last = statistics.mean(r["last500"] for r in runs)
+            ratio = speed[name] / speed["AgileRL 2.58"]
+            print(f"| {setting} | {name} | {speed[name]:.0f} | {regret:.1f} | {last:.3f} | {ratio:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
