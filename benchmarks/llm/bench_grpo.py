@@ -1,0 +1,230 @@
+"""GRPO, side by side: agilerl-plugin-llm vs TRL's ``GRPOTrainer`` (PyPI ``trl``).
+
+Same tiny model (``agilerl_plugin_llm.testing.build_tiny_model``: 2-layer Llama, ~100k parameters),
+same prompts (``examples/llm/say_eight.jsonl``), same reward (``examples/llm/say_word_rubric.py``),
+same batch (4 prompts x group 4 = 16 completions per optimizer step), same new tokens, sampling
+(temperature 1, no top-k/top-p), loss (token-level clipped ratio, per-sequence mean, ``epsilon``
+0.2), KL (k3, ``beta`` 0.04, reference = the starting model), AdamW lr 1e-2, full fine-tuning, CPU,
+one torch thread. Each side runs in its own process (so peak RSS is its own) for ``--warmup``
+untimed steps then ``--steps`` timed ones; repeated ``--repeats`` times, the median is reported.
+
+    python benchmarks/llm/bench_grpo.py                # both, prints a table and writes JSON
+    python benchmarks/llm/bench_grpo.py --tokens 16    # longer completions
+
+Reports seconds per optimizer step (rollout + update), the ratio ours/TRL (target <= 0.8), peak RSS,
+and the mean reward of the last timed steps (both sides must be learning the same thing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "llm"
+DATA = EXAMPLES / "say_eight.jsonl"
+RUBRIC = EXAMPLES / "say_word_rubric.py"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def rubric():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("say_word_rubric", RUBRIC)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.reward_fn
+
+
+def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
+    import torch
+
+    torch.set_num_threads(1)
+    from agilerl_plugin_llm.model import load_tokenizer
+    from agilerl_plugin_llm.rollout.env import make_rollout_envs
+    from agilerl_plugin_llm.rollout.grpo import GRPO
+    from agilerl_plugin_llm.rollout.specs import GRPOSpec
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+
+    torch.manual_seed(args.seed)
+    tok = load_tokenizer(model_dir)
+    env_spec = LLMEnvSpec(env_type="rollout", dataset_path=str(DATA), rubric_file_path=str(RUBRIC))
+    spec = GRPOSpec(
+        pretrained_model_name_or_path=model_dir,
+        batch_size=args.prompts,
+        group_size=args.group,
+        lr=args.lr,
+        beta=args.beta,
+        clip_coef=0.2,
+        max_output_tokens=args.tokens,
+        max_model_len=256,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_grad_norm=1.0,
+        gradient_checkpointing=False,
+        seed=args.seed,
+    )
+    envs = make_rollout_envs(env_spec, tok, max_model_len=256, max_output_tokens=args.tokens, seed=args.seed)
+    agent = GRPO(spec, tokenizer=tok)
+    times, rewards = [], []
+    for i in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        stats = agent.learn_iteration(envs)
+        agent.steps += 1
+        if i >= args.warmup:
+            times.append(time.perf_counter() - t0)
+            rewards.append(stats["reward"])
+    return {"s_per_step": statistics.median(times), "reward_last": statistics.mean(rewards[-5:]),
+            "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+
+
+def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
+    import torch
+
+    torch.set_num_threads(1)
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(args.seed)
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    ds = datasets.Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]} for r in rows]
+    )
+    fn = rubric()
+
+    def reward(completions, answer, **_):  # type: ignore[no-untyped-def]
+        return [
+            fn(c[0]["content"] if isinstance(c, list) else c, a, None)
+            for c, a in zip(completions, answer, strict=False)
+        ]
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.marks: list[float] = [time.perf_counter()]
+            self.rewards: list[float] = []
+
+        def on_step_end(self, *a, **k):  # type: ignore[no-untyped-def]
+            self.marks.append(time.perf_counter())
+
+        def on_log(self, _args, state, control, logs=None, **k):  # type: ignore[no-untyped-def]
+            if logs and "reward" in logs:
+                self.rewards.append(float(logs["reward"]))
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-grpo-"),
+        per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group,
+        max_completion_length=args.tokens,
+        learning_rate=args.lr,
+        beta=args.beta,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_grad_norm=1.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.01,
+        max_steps=args.warmup + args.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        seed=args.seed,
+        dataloader_num_workers=0,
+    )
+    clock = Clock()
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok,
+                          callbacks=[clock])  # fmt: skip
+    trainer.train()
+    steps = [b - a for a, b in zip(clock.marks, clock.marks[1:], strict=False)][args.warmup :]
+    return {"s_per_step": statistics.median(steps), "reward_last": statistics.mean(clock.rewards[-5:]),
+            "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+
+
+def worker(args: argparse.Namespace) -> None:
+    from agilerl_plugin_llm.testing import build_tiny_model
+
+    model_dir = str(build_tiny_model(Path(args.model_dir), seed=0))
+    result = run_ours(args, model_dir) if args.worker == "ours" else run_trl(args, model_dir)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def spawn(which: str, args: argparse.Namespace, model_dir: str) -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--worker", which, "--model-dir", model_dir,
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--tokens", str(args.tokens),
+           "--prompts", str(args.prompts), "--group", str(args.group), "--lr", str(args.lr),
+           "--beta", str(args.beta), "--seed", str(args.seed)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "AGILERL_STRICT_PLUGINS": "1"}  # fmt: skip
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
+    raise RuntimeError(f"{which} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=20, help="timed optimizer steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    p.add_argument("--repeats", type=int, default=3, help="runs per side (median reported)")
+    p.add_argument("--tokens", type=int, default=8, help="max new tokens per completion")
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--group", type=int, default=4)
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--beta", type=float, default=0.04)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write results as JSON here")
+    p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    model_dir = tempfile.mkdtemp(prefix="bench-grpo-model-")
+    runs: dict[str, list[dict[str, float]]] = {"ours": [], "trl": []}
+    for r in range(args.repeats):
+        for which in ("ours", "trl"):
+            res = spawn(which, args, model_dir)
+            runs[which].append(res)
+            print(f"run {r + 1}/{args.repeats} {which:4s}: {res['s_per_step'] * 1000:.1f} ms/step, "
+                  f"peak RSS {res['peak_rss_mb']:.0f} MB, reward(last 5) {res['reward_last']:.2f}", flush=True)  # fmt: skip
+    summary = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
+    ratio = summary["ours"]["s_per_step"] / summary["trl"]["s_per_step"]
+    print()
+    print(f"GRPO, {args.prompts} prompts x group {args.group}, {args.tokens} new tokens, CPU, 1 thread "
+          f"(median of {args.repeats} runs x {args.steps} steps)")  # fmt: skip
+    print("| | s / optimizer step | peak RSS (MB) | reward, last 5 steps |")
+    print("|---|---|---|---|")
+    for k, name in (("ours", "agilerl-plugin-llm GRPO"), ("trl", "TRL GRPOTrainer")):
+        s = summary[k]
+        print(f"| {name} | {s['s_per_step']:.4f} | {s['peak_rss_mb']:.0f} | {s['reward_last']:.2f} |")
+    print(f"ratio ours / TRL (step time): {ratio:.2f}  (target <= 0.8)")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary, "ratio": ratio},
+                                             indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
