@@ -96,7 +96,7 @@ def test_capacity_reached_is_a_clear_error(game, build) -> None:  # type: ignore
         with pytest.raises(OpenEnvCapacityError):  # a full server at start is caught by the probe
             build(served.url)
         first.close()  # a freed session is reused by the next env
-        assert third.reset()[0] == "Say yes."
+        assert third.reset()[0] == "Say one."
 
 
 def test_server_dying_mid_episode_truncates_then_reports_unavailable(game, build, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -107,7 +107,7 @@ def test_server_dying_mid_episode_truncates_then_reports_unavailable(game, build
         env = make_env()
         env.reset()
         served.stop()
-        _, reward, terminated, truncated, info = env.step("yes")
+        _, reward, terminated, truncated, info = env.step("one")
         assert (reward, terminated, truncated) == (0.0, False, True) and "openenv_error" in info
         with pytest.raises(OpenEnvUnavailableError) as err:
             env.reset()
@@ -128,7 +128,7 @@ def test_replica_hanging_then_dying_the_run_continues_on_the_survivor(server_pro
         assert sorted(placed) == sorted([victim_shown, survivor.url] * 2)  # round-robin
 
         victim.stop_process()  # hung: connection open, no answers
-        results = [env.step("yes") for env in envs]
+        results = [env.step("one") for env in envs]
         for where, (_, reward, terminated, truncated, info) in zip(placed, results, strict=True):
             if where == victim_shown:
                 assert truncated and not terminated and "request_timeout_s" in info["openenv_error"]
@@ -142,6 +142,6 @@ def test_replica_hanging_then_dying_the_run_continues_on_the_survivor(server_pro
             for env in envs:
                 _, info = env.reset()
                 assert info["env_url"] == survivor.url
-                assert env.step("yes")[1] == pytest.approx(1.0)
+                assert env.step("one")[1] == pytest.approx(1.0)
     assert f"OpenEnv replica {victim_shown} failed" in caplog.text and "truncated" in caplog.text
     _assert_no_secrets(caplog.text, results)

@@ -33,11 +33,11 @@ def test_concurrent_sessions_are_independent(game_server, build) -> None:  # typ
         env.reset()
     # Half the envs finish their first turn; the others must still be at turn one.
     for env in envs[:3]:
-        assert env.step("yes")[0] == "Again: say yes."
+        assert env.step("one")[0] == "Again: say one."
     for env in envs[3:]:
-        assert env.step("no")[0] == "Again: say yes."
+        assert env.step("no")[0] == "Again: say one."
     for env in envs:
-        assert env.step("yes")[2] is True
+        assert env.step("one")[2] is True
         env.close()
 
 
@@ -46,7 +46,7 @@ def test_max_turns_truncates_and_max_concurrent_resets_limits(game_server, build
     assert max_turns == 1
     env = make_env()
     env.reset()
-    _, _, terminated, truncated, _ = env.step("yes")
+    _, _, terminated, truncated, _ = env.step("one")
     assert truncated and not terminated  # the game has 2 turns; the manifest allows 1
 
 
