@@ -1,0 +1,275 @@
+"""agilerl vs Stable-Baselines3 vs a bare single-file script: PPO and DQN, side by side.
+
+Run from the repository root (takes a while; every measurement is its own subprocess so peak RSS
+is per run)::
+
+    python benchmarks/gym/bench_cartpole.py                    # throughput + time-to-solve, 5 seeds
+    python benchmarks/gym/bench_cartpole.py --seeds 3 --algos ppo --envs CartPole-v1
+
+Same hyperparameters on every side, 8 envs, 1 torch thread:
+
+* PPO: 256 steps x 8 envs per rollout, minibatch 128, 4 epochs, lr 1e-3, gamma .99, GAE .95,
+  clip .2, no entropy bonus, separate 64-64 ReLU actor and critic.
+* DQN: batch 128, 2 gradient steps per vector step, lr 1e-3, soft target tau .005, buffer 50k,
+  1000 warm-up steps, 128-128 ReLU MLP, epsilon 1 -> .05.
+
+Reports: env-steps/s over a fixed budget (no evaluation), the median over seeds of training wall
+seconds to a mean greedy evaluation return of 475 on CartPole-v1 / -100 on Acrobot-v1 (10
+episodes every ``eval_every`` steps; evaluation time is not counted), and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+FRAMEWORKS = ("agilerl", "sb3", "bare")
+TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0}
+THROUGHPUT_STEPS = {"ppo": 81_920, "dqn": 20_000}
+SOLVE_BUDGET = {"ppo": 300_000, "dqn": 200_000}
+EVAL_EVERY = {"ppo": 10_240, "dqn": 5_000}
+EVAL_EPISODES = 10
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared evaluation (identical for every framework)
+# --------------------------------------------------------------------------------------------------
+
+
+def evaluate(env_id: str, policy: Any, seed: int) -> float:
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(env_id) for _ in range(EVAL_EPISODES)])
+    obs, _ = env.reset(seed=seed)
+    total = np.zeros(EVAL_EPISODES)
+    done = np.zeros(EVAL_EPISODES, bool)
+    while not done.all():
+        obs, r, term, trunc, _ = env.step(policy(obs))
+        total += np.where(done, 0.0, r)
+        done |= term | trunc
+    env.close()
+    return float(total.mean())
+
+
+class SolveClock:
+    """Counts training wall time only: evaluation pauses the clock."""
+
+    def __init__(self, env_id: str, seed: int) -> None:
+        self.env_id, self.seed, self.target = env_id, seed, TARGETS[env_id]
+        self.start = time.perf_counter()
+        self.paused = 0.0
+        self.solved_at: float | None = None
+        self.solved_steps: int | None = None
+
+    def check(self, steps: int, policy: Any) -> bool:
+        trained_for = time.perf_counter() - self.start - self.paused
+        t0 = time.perf_counter()
+        score = evaluate(self.env_id, policy, self.seed + 10_000)
+        self.paused += time.perf_counter() - t0
+        if score >= self.target and self.solved_at is None:
+            self.solved_at, self.solved_steps = trained_for, steps
+        return self.solved_at is not None
+
+
+# --------------------------------------------------------------------------------------------------
+# The three implementations
+# --------------------------------------------------------------------------------------------------
+
+
+def _agilerl_manifest(algo: str, env_id: str, steps: int, seed: int, evo_steps: int) -> dict[str, Any]:
+    env = {"name": env_id, "num_envs": 8, "sync": True}
+    training = {"max_steps": steps, "evo_steps": evo_steps, "seed": seed, "progress": False, "save_elite": False}
+    if algo == "ppo":
+        return {
+            "algorithm": {"name": "PPO", "learn_step": 2048, "batch_size": 128, "update_epochs": 4, "lr": 1e-3,
+                          "gamma": 0.99, "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.0, "vf_coef": 0.5,
+                          "max_grad_norm": 0.5, "share_encoders": False},
+            "environment": env,
+            "network": {"latent_dim": 64, "encoder_config": {"arch": "mlp", "hidden_size": [64], "layer_norm": False},
+                        "head_config": {"hidden_size": [], "layer_norm": False}},
+            "training": training,
+        }  # fmt: skip
+    return {
+        "algorithm": {"name": "DQN", "batch_size": 128, "lr": 1e-3, "learn_step": 4, "gamma": 0.99, "tau": 0.005},
+        "environment": env,
+        "network": {"latent_dim": 128, "encoder_config": {"arch": "mlp", "hidden_size": [128], "layer_norm": False},
+                    "head_config": {"hidden_size": [], "layer_norm": False}},
+        "replay_buffer": {"max_size": 50_000},
+        "training": {**training, "learning_delay": 1000, "eps_start": 1.0, "eps_end": 0.05, "eps_decay": 0.997},
+    }  # fmt: skip
+
+
+def run_agilerl(algo: str, env_id: str, steps: int, seed: int, clock: SolveClock | None, run_dir: str) -> int:
+    from agilerl.training.trainer import LocalTrainer
+
+    evo = EVAL_EVERY[algo] if clock else steps
+    trainer = LocalTrainer.from_manifest(_agilerl_manifest(algo, env_id, steps, seed, evo), run_dir=run_dir)
+    strategy = trainer.strategy
+    if clock is not None:
+        # Evaluate with the shared protocol; stop the run once solved.
+        def evaluate_hook(agent: Any, run: Any) -> float:
+            solved = clock.check(agent.steps, agent.greedy_action)
+            return 1.0 if solved else 0.0
+
+        strategy.evaluate = evaluate_hook  # type: ignore[method-assign]
+        trainer.manifest.training.target_score = 1.0
+    else:
+        strategy.evaluate = lambda agent, run: 0.0  # type: ignore[method-assign]
+    result = trainer.train()
+    return int(result.population[0].steps)
+
+
+def run_sb3(algo: str, env_id: str, steps: int, seed: int, clock: SolveClock | None) -> int:
+    import torch
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    env = make_vec_env(env_id, n_envs=8, seed=seed)
+    if algo == "ppo":
+        model: Any = PPO("MlpPolicy", env, n_steps=256, batch_size=128, n_epochs=4, learning_rate=1e-3, gamma=0.99,
+                         gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, seed=seed,
+                         policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]},
+                                        "activation_fn": torch.nn.ReLU}, device="cpu")  # fmt: skip
+    else:
+        model = DQN("MlpPolicy", env, batch_size=128, train_freq=1, gradient_steps=2, learning_rate=1e-3, gamma=0.99,
+                    tau=0.005, target_update_interval=1, buffer_size=50_000, learning_starts=1000,
+                    exploration_initial_eps=1.0, exploration_final_eps=0.05, exploration_fraction=0.06, seed=seed,
+                    policy_kwargs={"net_arch": [128, 128]}, device="cpu")  # fmt: skip
+
+    class Eval(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next = EVAL_EVERY[algo]
+
+        def _on_step(self) -> bool:
+            if clock is None or self.num_timesteps < self.next:
+                return True
+            self.next += EVAL_EVERY[algo]
+            return not clock.check(self.num_timesteps, lambda o: model.predict(o, deterministic=True)[0])
+
+    model.learn(total_timesteps=steps, callback=Eval())
+    return int(model.num_timesteps)
+
+
+def run_bare(algo: str, env_id: str, steps: int, seed: int, clock: SolveClock | None) -> int:
+    sys.path.insert(0, str(HERE))
+    import bare_rl
+
+    fn = bare_rl.ppo if algo == "ppo" else bare_rl.dqn
+    return fn(env_id, total_steps=steps, seed=seed, eval_every=EVAL_EVERY[algo] if clock else 0,
+              on_eval=clock.check if clock else None)  # fmt: skip
+
+
+def worker(framework: str, algo: str, env_id: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    steps = THROUGHPUT_STEPS[algo] if mode == "throughput" else SOLVE_BUDGET[algo]
+    clock = SolveClock(env_id, seed) if mode == "solve" else None
+    t0 = time.perf_counter()
+    if framework == "agilerl":
+        done = run_agilerl(algo, env_id, steps, seed, clock, run_dir)
+    elif framework == "sb3":
+        done = run_sb3(algo, env_id, steps, seed, clock)
+    else:
+        done = run_bare(algo, env_id, steps, seed, clock)
+    wall = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "steps": done,
+        "wall_s": wall,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    if mode == "throughput":
+        out["steps_per_s"] = done / wall
+    else:
+        out["solve_s"] = clock.solved_at if clock else None
+        out["solve_steps"] = clock.solved_steps if clock else None
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------------
+
+
+def spawn(framework: str, algo: str, env_id: str, mode: str, seed: int, tmp: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", framework, algo, env_id, mode, str(seed), tmp]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_LOAD_PLUGINS": os.environ.get("AGILERL_LOAD_PLUGINS", "gym")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{framework} {algo} {mode} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--algos", default="ppo,dqn")
+    ap.add_argument("--envs", default="CartPole-v1")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--throughput-repeats", type=int, default=2)
+    ap.add_argument("--skip-solve", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        fw, algo, env_id, mode, seed, tmp = args.worker
+        print(json.dumps(worker(fw, algo, env_id, mode, int(seed), tmp)))
+        return
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="agilerl-bench-")
+    report: dict[str, Any] = {}
+    for algo in args.algos.split(","):
+        print(f"\n=== {algo.upper()} (8 envs, 1 torch thread) ===", flush=True)
+        tp: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
+        rss: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
+        # Interleave frameworks so machine load drifts hit all of them alike.
+        for rep in range(args.throughput_repeats):
+            for fw in FRAMEWORKS:
+                r = spawn(fw, algo, "CartPole-v1", "throughput", rep, tmp)
+                tp[fw].append(r["steps_per_s"])
+                rss[fw].append(r["peak_rss_mb"])
+                print(
+                    f"  throughput {fw:8s} {r['steps_per_s']:8.0f} steps/s  peak RSS {r['peak_rss_mb']:.0f} MB",
+                    flush=True,
+                )
+        med = {fw: statistics.median(v) for fw, v in tp.items()}
+        print(f"  -> CartPole-v1 env-steps/s (median of {args.throughput_repeats}): "
+              + ", ".join(f"{fw} {med[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
+        print(
+            f"  -> agilerl / sb3 = {med['agilerl'] / med['sb3']:.2f}x, agilerl / bare = {med['agilerl'] / med['bare']:.2f}x"
+        )
+        report[algo] = {"throughput": med, "peak_rss_mb": {fw: max(v) for fw, v in rss.items()}}
+        if args.skip_solve:
+            continue
+        for env_id in args.envs.split(","):
+            solve: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
+            for seed in range(args.seeds):
+                for fw in FRAMEWORKS:
+                    r = spawn(fw, algo, env_id, "solve", seed, tmp)
+                    s = r["solve_s"] if r["solve_s"] is not None else float("inf")
+                    solve[fw].append(s)
+                    rss[fw].append(r["peak_rss_mb"])
+                    print(f"  solve {env_id} seed {seed} {fw:8s} {s:7.1f} s ({r['solve_steps']} steps)", flush=True)
+            meds = {fw: statistics.median(v) for fw, v in solve.items()}
+            print(f"  -> median seconds to {TARGETS[env_id]} on {env_id}: "
+                  + ", ".join(f"{fw} {meds[fw]:.1f}" for fw in FRAMEWORKS)
+                  + f"  (agilerl / sb3 = {meds['agilerl'] / meds['sb3']:.2f})")  # fmt: skip
+            report[algo][f"solve_{env_id}"] = {"median_s": meds, "all": solve}
+        report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items()}
+        print("  -> peak RSS MB: " + ", ".join(f"{fw} {v:.0f}" for fw, v in report[algo]["peak_rss_mb"].items()))
+    print("\n" + json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
