@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError
 
-from agilerl.errors import Problem
+from agilerl.errors import Problem, closest
 from agilerl.models.base import MultiAgentAlgorithmSpec
 from agilerl.models.sections import NetworkSpec
 
@@ -64,6 +64,22 @@ def _looks_like_module(name: str) -> bool:
     return "." in name and ":" not in name and "/" not in name and not name.endswith(("-v0", "-v1"))
 
 
+def _did_you_mean(name: str) -> str:
+    """A close sibling module of ``name``, found without importing anything."""
+    import pkgutil
+
+    parent, _, _ = name.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(parent) if parent else None
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    siblings = [f"{parent}.{m.name}" for m in pkgutil.iter_modules(spec.submodule_search_locations)]
+    hint = closest(name, siblings)
+    return f" (did you mean {hint!r}?)" if hint else ""
+
+
 def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Problem]:
     """Environment checks a multi-agent algorithm makes at validation time (no env is built)."""
     env = manifest.environment
@@ -88,7 +104,7 @@ def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Prob
             f"{name!r} looks like a gymnasium id: {algo_name} is multi-agent; train it with a single-agent "
             "algorithm (PPO, DQN, DDPG, TD3), or give a PettingZoo module"
             if not _looks_like_module(name)
-            else f"no module {name!r} is installed"
+            else f"no module {name!r} is installed" + _did_you_mean(name)
         )
         problems.append(Problem(
             "environment.name",
@@ -144,16 +160,8 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         "Overrides the manifest's `network` section.",
     )
 
-    @field_validator("net_config")
-    @classmethod
-    def _net_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        problems = net_config_problems(value)
-        if problems:
-            raise ValueError("; ".join(str(p) for p in problems))
-        return value
-
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
-        return pettingzoo_problems(manifest, self.name)
+        return net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
 
 
 class IPPOSpec(_MultiAgentSpecBase):

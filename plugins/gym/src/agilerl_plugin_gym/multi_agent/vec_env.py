@@ -450,12 +450,8 @@ def _worker(
     """Worker process: hosts the copies in ``rows``; waits for one-word commands on ``remote``."""
     if parent_remote is not None:
         parent_remote.close()
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    if "torch" in sys.modules:  # forked from a process that uses torch: one thread per worker
+        sys.modules["torch"].set_num_threads(1)
     envs: list[Any] = []
     try:
         arr = _views(raw, specs)
