@@ -153,7 +153,11 @@ class LLMAlgorithm(AlgorithmBase):
         params = self.trainable_parameters()
         if not params:
             raise ValueError("the model has no trainable parameters")
-        return torch.optim.AdamW(params, lr=float(self.lr))
+        try:
+            # The fused kernel (CPU and CUDA) is ~10x faster than the per-tensor loop on small models.
+            return torch.optim.AdamW(params, lr=float(self.lr), fused=True)
+        except (RuntimeError, TypeError, ValueError):  # dtypes/devices without a fused kernel
+            return torch.optim.AdamW(params, lr=float(self.lr))
 
     def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
         if name == "lr" and getattr(self, "optimizer", None) is not None:
