@@ -18,6 +18,7 @@ includes its data loading and collation), and peak RSS.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -119,7 +120,7 @@ def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> list[flo
         trainer = DPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                              processing_class=tokenizer, peft_config=peft_config, callbacks=[Clock()])  # fmt: skip
     trainer.train()
-    intervals = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    intervals = [b - a for a, b in itertools.pairwise(stamps)]
     return intervals[warmup : warmup + steps]
 
 
@@ -155,9 +156,9 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    from agilerl_plugin_llm.testing import build_tiny_model
-
     import trl
+
+    from agilerl_plugin_llm.testing import build_tiny_model
 
     model_dir = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="tiny-llm-")) / "model"))
     print(f"tiny model: {model_dir}; trl {trl.__version__}; batch {BATCH}, {args.steps} timed steps after "
@@ -176,8 +177,8 @@ def main() -> None:
                 best = results.get((algorithm, impl))
                 if best is None or result["median_s"] < best["median_s"]:
                     results[(algorithm, impl)] = result
-    print(f"\n| algorithm | agilerl s/step (median / mean) | TRL s/step (median / mean) | ratio (median) "
-          f"| agilerl peak RSS | TRL peak RSS |")  # fmt: skip
+    print("\n| algorithm | agilerl s/step (median / mean) | TRL s/step (median / mean) | ratio (median) "
+          "| agilerl peak RSS | TRL peak RSS |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     for algorithm in args.algorithms.split(","):
         ours, theirs = results[(algorithm, "ours")], results[(algorithm, "trl")]
