@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+import pytest
+from pydantic import Field
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.hpo import Mutations, TournamentSelection, resolve_hp_ranges
+from agilerl.hpo.mutation import UnsupportedMutationError
 from agilerl.models import AlgorithmSpec, MutationSpec
+from agilerl.models.base import LLMAlgorithmSpec
 
 
 class ToySpec(AlgorithmSpec):
@@ -15,6 +20,8 @@ class ToySpec(AlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size")
     lr: float = 1e-3
     batch_size: int = 32
+    gamma: Annotated[float, Field(gt=0, le=1)] = 0.99
+    update_epochs: int = 1
 
 
 class Toy(AlgorithmBase):
@@ -87,3 +94,77 @@ def test_unsupported_operators_fall_back_to_no_mutation_with_a_label() -> None:
     agent = Toy(0, 1.0)
     Mutations(spec, ToySpec(), rng=random.Random(0)).mutate([agent])
     assert agent.mut == "None(arch unsupported)"
+
+
+def hp_only(selection: dict[str, Any]) -> MutationSpec:
+    return MutationSpec.model_validate(
+        {"probabilities": {"no_mut": 0, "arch_mut": 0, "params_mut": 0, "rl_hp_mut": 1}, "rl_hp_selection": selection}
+    )
+
+
+def test_integer_hyperparameters_grow_and_shrink_by_at_least_one() -> None:
+    # round(1 * 1.2) == 1: a plain multiply would never let update_epochs leave 1.
+    muts = Mutations(hp_only({"update_epochs": {"min": 1, "max": 4}}), ToySpec(), rng=random.Random(0))
+    agent = Toy(0, 1.0)
+    seen = []
+    for _ in range(100):
+        muts.mutate([agent])
+        assert agent.mut == "update_epochs"
+        assert isinstance(agent.update_epochs, int) and 1 <= agent.update_epochs <= 4
+        seen.append(agent.update_epochs)
+    assert set(seen) == {1, 2, 3, 4}
+    assert muts.new_value(Toy(0, 1.0), "update_epochs", grow=True) == 2
+    assert muts.new_value(Toy(0, 1.0), "update_epochs", grow=False) == 1  # never below the range
+
+
+def test_batch_sizes_stay_valid_integers_even_when_the_range_reaches_zero() -> None:
+    # batch_size's field says >= 1: a range going lower must not produce a 0 batch.
+    muts = Mutations(hp_only({"batch_size": {"min": 0, "max": 3, "shrink_factor": 0.1}}), ToySpec())
+    agent = Toy(0, 1.0)
+    agent.batch_size = 2
+    assert muts.new_value(agent, "batch_size", grow=False) == 1
+    agent.batch_size = 1
+    assert muts.new_value(agent, "batch_size", grow=False) == 1
+
+
+def test_floats_stay_inside_the_field_bounds_when_the_range_is_wider() -> None:
+    muts = Mutations(hp_only({"gamma": {"min": 0.5, "max": 1.5, "grow_factor": 1.3}}), ToySpec())
+    agent = Toy(0, 1.0)
+    assert muts.new_value(agent, "gamma", grow=True) == 1.0  # gamma: le=1
+    assert muts.new_value(agent, "gamma", grow=False) == pytest.approx(0.99 * 0.8)
+
+
+def test_mutate_elite_false_leaves_the_first_slot_alone() -> None:
+    muts = Mutations(hp_only({"lr": {"min": 1e-5, "max": 1.0}}), ToySpec(), rng=random.Random(0))
+    pop = population()
+    muts.mutate(pop, skip={0})
+    assert pop[0].lr == 1e-3 and pop[0].mut == "None"
+    assert all(a.mut == "lr" and a.lr != 1e-3 for a in pop[1:])
+
+
+def test_selection_records_parents_for_the_log() -> None:
+    pop = population()
+    sel = TournamentSelection(2, elitism=True, rng=random.Random(0))
+    _, new = sel.select(pop)
+    assert len(sel.parents) == len(new) and sel.parents[0] == 1
+    by_index = {a.index: a for a in pop}
+    # every offspring is a copy of the parent it is logged with
+    assert all(by_index[p].fitness == child.fitness for p, child in zip(sel.parents, new, strict=True))
+
+
+class TinyLLMSpec(LLMAlgorithmSpec):
+    lr: float = 1e-5
+
+
+def test_llm_algorithms_refuse_architecture_and_parameter_mutation_clearly() -> None:
+    spec = MutationSpec.model_validate({"probabilities": {"no_mut": 0.5, "arch_mut": 0.2, "params_mut": 0.3}})
+    with pytest.raises(UnsupportedMutationError) as info:
+        Mutations(spec, TinyLLMSpec())
+    msg = str(info.value)
+    assert "architecture mutation (arch_mut)" in msg and "parameter mutation (params_mut)" in msg
+    assert "hyperparameter mutation only" in msg and "set arch_mut: 0, params_mut: 0" in msg
+    ok = MutationSpec.model_validate(
+        {"probabilities": {"no_mut": 0, "arch_mut": 0, "params_mut": 0, "rl_hp_mut": 1},
+         "rl_hp_selection": {"lr": {"min": 1e-6, "max": 1e-4}}}
+    )  # fmt: skip
+    assert Mutations(ok, TinyLLMSpec()).operators == ["rl_hp_mut"]

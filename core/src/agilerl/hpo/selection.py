@@ -26,6 +26,8 @@ class TournamentSelection:
         self.tournament_size = tournament_size
         self.elitism = elitism
         self.rng = rng or random.Random()
+        #: index of the parent of each slot of the last :meth:`select` (for the run log).
+        self.parents: list[int] = []
 
     def select(self, population: list[Any]) -> tuple[Any, list[Any]]:
         """Return ``(elite, new_population)``; the population's size is kept."""
@@ -36,11 +38,14 @@ class TournamentSelection:
         elite = population[best]
         next_index = max(a.index for a in population) + 1
         new_population: list[Any] = []
+        self.parents = []
         if self.elitism:
             new_population.append(elite.clone(index=elite.index))
+            self.parents.append(elite.index)
         while len(new_population) < len(population):
             entrants = [self.rng.randrange(len(population)) for _ in range(self.tournament_size)]
             winner = max(entrants, key=lambda i: (fitness[i], -i))
             new_population.append(population[winner].clone(index=next_index))
+            self.parents.append(population[winner].index)
             next_index += 1
         return elite, new_population

@@ -123,6 +123,7 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     stopped_by = "max_steps"
     history: list[dict[str, Any]] = []
     resume_phase = (run.resume or {}).get("phase")
+    parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
     t0 = time.perf_counter()
     try:
         while True:
@@ -149,6 +150,7 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                         "steps": agent.steps,
                         "fitness": agent.fitness[-1],
                         "mutation": agent.mut,
+                        "parent": parents.get(agent.index),
                         "wall_s": round(elapsed, 3),
                         "steps_per_s": round(progress.rate(), 1),
                         **{f"hp/{k}": _hp(agent, k) for k in _hp_names(run)},
@@ -179,6 +181,7 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
             # --- evolve ---
             if run.selection is not None:
                 _, population = run.selection.select(population)
+                parents = dict(zip([a.index for a in population], run.selection.parents, strict=False))
             if run.mutations is not None:
                 keep_elite = run.selection is not None and run.selection.elitism
                 mutate_elite = manifest.mutation is None or manifest.mutation.mutate_elite

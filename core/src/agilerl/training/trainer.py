@@ -38,6 +38,17 @@ def _seed_everything(seed: int | None, threads: int | None, device: str) -> None
             torch.manual_seed(seed)
 
 
+def _evolution_seed(manifest: TrainingManifest) -> int | None:
+    """Seed of selection and mutation: ``mutation.rand_seed`` when the manifest sets it, else
+    ``training.seed`` (so runs with different seeds evolve differently), else the default 42."""
+    mutation = manifest.mutation
+    if mutation is not None and "rand_seed" in mutation.model_fields_set:
+        return mutation.rand_seed
+    if manifest.training.seed is not None:
+        return manifest.training.seed
+    return mutation.rand_seed if mutation is not None else None
+
+
 def resolve_device(device: str) -> str:
     if device != "auto":
         return device
@@ -106,17 +117,15 @@ class LocalTrainer:
         selection = mutations = None
         if manifest.hpo:
             sel = manifest.tournament_selection
-            sel_seed = (
-                manifest.mutation.rand_seed if manifest.mutation and manifest.mutation.rand_seed is not None else seed
-            )
+            evo_seed = _evolution_seed(manifest)
+            # Two independent seeded streams: selection's draws must not mirror mutation's.
             selection = TournamentSelection(
                 sel.tournament_size if sel else 2,
                 sel.elitism if sel else True,
-                rng=random.Random(sel_seed),
+                rng=random.Random(None if evo_seed is None else f"selection:{evo_seed}"),
             )
             if manifest.mutation is not None:
-                mseed = manifest.mutation.rand_seed if manifest.mutation.rand_seed is not None else seed
-                mutations = Mutations(manifest.mutation, manifest.algorithm, rng=random.Random(mseed))
+                mutations = Mutations(manifest.mutation, manifest.algorithm, rng=random.Random(evo_seed))
         hp_config: dict[str, tuple[float, float]] = {}
         if manifest.mutation is not None:
             hp_config = {k: (r.min, r.max) for k, r in resolve_hp_ranges(manifest.algorithm, manifest.mutation).items()}
