@@ -207,3 +207,22 @@ def test_registration_and_validation_import_no_torch(tmp_path: Path) -> None:
     (tmp_path / "tiny-model" / "config.json").write_text("{}")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr
+
+
+def test_population_members_share_the_frozen_base(tiny_model_dir: Path, tokenizer: Any) -> None:
+    from types import SimpleNamespace
+
+    from agilerl.models import load_manifest
+
+    manifest = load_manifest({
+        "algorithm": {"name": "SFT", "gradient_checkpointing": False},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "lora_config": LORA},
+        "environment": {"env_type": "dataset", "dataset_path": "unused.jsonl"},
+    })  # fmt: skip
+    env = SimpleNamespace(tokenizer=tokenizer)
+    agents = [LLMBuilder.build_for_run(manifest.algorithm, env=env, manifest=manifest,
+                                       runtime=AlgorithmBuildRuntime(index=i)) for i in range(2)]  # fmt: skip
+    first, second = ({id(p): p.requires_grad for p in a.model.parameters()} for a in agents)
+    shared = first.keys() & second.keys()
+    assert shared and shared == {k for k, trains in first.items() if not trains}
+    assert agents[1].index == 1 and agents[1].optimizer is not agents[0].optimizer

@@ -4,6 +4,7 @@ so a third-party spec registered with its own algorithm class builds through her
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 
@@ -12,8 +13,14 @@ from agilerl.models import LLMAlgorithmSpec, TrainingManifest
 from agilerl_plugin_llm.model import load_tokenizer
 
 #: Attribute set on the training env holding the first agent built for it, so population members
-#: 1..N are clones of it (sharing the frozen base weights) instead of fresh loads.
+#: 1..N start from its policy (sharing the frozen base weights) instead of fresh loads.
 _FIRST_AGENT = "_agilerl_llm_first_agent"
+
+
+def share_frozen_copy(model: Any) -> Any:
+    """A deep copy of ``model`` whose frozen parameters are the original's (shared, not copied)."""
+    memo = {id(p): p for p in model.parameters() if not p.requires_grad}
+    return copy.deepcopy(model, memo)
 
 
 class LLMBuilder(AlgorithmBuilder):
@@ -28,9 +35,17 @@ class LLMBuilder(AlgorithmBuilder):
         """Build population member ``runtime.index`` for a run on ``env`` (which carries the tokenizer)."""
         first = getattr(env, _FIRST_AGENT, None) if env is not None else None
         if first is not None and runtime.index > 0 and first.spec is spec:
-            # Agent 0 was loaded from disk; the others start as its clones (as AgileRL does), so a
-            # population shares one frozen base model.
-            return first.clone(index=runtime.index)
+            # Agent 0 was loaded from disk; the others start from a copy of its policy that shares
+            # every frozen tensor (as AgileRL clones the actor), so a population costs one base model.
+            # Each is still constructed normally, so per-agent state (seeds, optimizer) is its own.
+            return cls.build(
+                spec,
+                tokenizer=first.tokenizer,
+                runtime=runtime,
+                actor_network=share_frozen_copy(first.model),
+                reference_model=getattr(first, "reference_model", None),
+                rollout_mode=manifest.training.rollout_mode if manifest else "",
+            )
         tokenizer = getattr(env, "tokenizer", None)
         if tokenizer is None:
             if not spec.pretrained_model_name_or_path:
@@ -55,6 +70,7 @@ class LLMBuilder(AlgorithmBuilder):
         runtime: AlgorithmBuildRuntime | None = None,
         actor_network: Any = None,
         rollout_mode: str = "",
+        reference_model: Any = None,
     ) -> Any:
         """Build an LLM algorithm.
 
@@ -64,6 +80,7 @@ class LLMBuilder(AlgorithmBuilder):
         :param actor_network: A pre-built (or cloned) policy used instead of loading
             ``pretrained_model_name_or_path``.
         :param rollout_mode: ``training.rollout_mode``, for rollout algorithms that take it.
+        :param reference_model: A frozen reference policy to share (full fine-tuning populations).
         :raises ValueError: if ``tokenizer`` is None.
         """
         if tokenizer is None:
@@ -73,6 +90,7 @@ class LLMBuilder(AlgorithmBuilder):
         kwargs: dict[str, Any] = {
             "tokenizer": tokenizer,
             "model": actor_network,
+            "reference_model": reference_model,
             "index": runtime.index,
             "device": runtime.device,
             "rollout_mode": rollout_mode,
@@ -84,4 +102,4 @@ class LLMBuilder(AlgorithmBuilder):
         return algo_cls(spec, **kwargs)
 
 
-__all__ = ["LLMBuilder"]
+__all__ = ["LLMBuilder", "share_frozen_copy"]
