@@ -11,7 +11,7 @@ each turn, every unfinished episode's context goes to the generation backend in 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ import torch
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
 from agilerl_plugin_llm.rollout.generation import GenerationBackend, GenerationError, SamplingConfig, select_backend
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
+from agilerl_plugin_llm.rollout.kv import shared_prefix_logprobs, supports_shared_prefix
 
 
 def collect(
@@ -47,6 +48,17 @@ def collect(
             harness.step(ids)
         turn += 1
     return [h.trajectory() for h in harnesses]
+
+
+def group_ids(trajs: Sequence[Trajectory], repeats: int) -> torch.Tensor:
+    """Rows sharing a prompt (same group of ``repeats`` and identical prompt tokens) get one id."""
+    ids: list[int] = []
+    for start in range(0, len(trajs), max(repeats, 1)):
+        group = trajs[start : start + repeats]
+        prompt = group[0].token_ids[: group[0].prompt_len]
+        same = all(t.prompt_len == group[0].prompt_len and t.token_ids[: t.prompt_len] == prompt for t in group)
+        ids += [start] * len(group) if same else list(range(start, start + len(group)))
+    return torch.tensor(ids, dtype=torch.long)
 
 
 def pad_trajectories(trajs: Sequence[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
@@ -171,6 +183,10 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         trajs = self.rollout(envs.make_train, all_seeds, generation_seed=all_seeds[0] if all_seeds else None)
         t_rollout = time.perf_counter() - t0
         batch = pad_trajectories(trajs, self.pad_id)
+        if repeats > 1:
+            # Each group's prompt runs once in the loss's forward passes (see rollout.kv).
+            batch["prefix_len"] = torch.tensor([t.prompt_len for t in trajs], dtype=torch.long)
+            batch["group_id"] = group_ids(trajs, repeats)
         rewards = torch.tensor([t.total_reward for t in trajs], dtype=torch.float32)
         batch.update(self.advantages(trajs, rewards, repeats))
         stats = self.update(batch)
@@ -200,6 +216,16 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         for _ in range(int(self.update_epochs)):
             stats = self.optimize(batch, self.loss)
         return stats
+
+    def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
+        """Per-token log-probs of the policy (or reference); shared prompts run once per group."""
+        if "group_id" not in batch or not supports_shared_prefix(self.model):
+            return super().logprobs(batch, reference=reference, **kwargs)
+        args = (batch["input_ids"], batch["attention_mask"], batch["loss_mask"], batch["prefix_len"], batch["group_id"])
+        if reference:
+            with self.reference() as ref:
+                return shared_prefix_logprobs(ref, *args, **kwargs)
+        return shared_prefix_logprobs(self.model, *args, **kwargs)
 
     def _chunked_logprobs(self, batch: dict[str, torch.Tensor], *, reference: bool) -> torch.Tensor:
         from agilerl_plugin_llm.algorithms.base import slice_batch, trim_padding

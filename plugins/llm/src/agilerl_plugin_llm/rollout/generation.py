@@ -95,15 +95,21 @@ class HFGenerateBackend:
     :param tokenizer: for the pad token.
     :param stop_ids: token ids that end a reply.
     :param chunk_size: most prompts per ``generate`` call (``hf_generate_chunk_size``; None: all).
+    :param engine: ``"cached"`` (default): our KV-cached sampling loop on the model's decoder, which
+        prefills identical prompts (a GRPO group) once; ``"generate"``: ``model.generate``. Both
+        apply the same sampling rules; models without a cache-taking decoder use ``generate``.
     """
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, *, stop_ids: list[int], chunk_size: int | None = None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, stop_ids: list[int], chunk_size: int | None = None, engine: str = "cached"
+    ) -> None:
         self.model = model
         self.stop_ids = list(stop_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self.chunk_size = chunk_size
+        self.engine = engine
 
     def sync_weights(self, model: Any) -> None:
         self.model = model  # same object: nothing to copy
@@ -127,6 +133,32 @@ class HFGenerateBackend:
         return out
 
     def _generate(self, prompts: list[list[int]], budgets: list[int], sampling: SamplingConfig) -> list[list[int]]:
+        from agilerl_plugin_llm.rollout.kv import sample_with_shared_prefill, supports_shared_prefix
+
+        model = self.model
+        if self.engine == "cached" and supports_shared_prefix(model):
+            was_training = model.training
+            model.eval()
+            try:
+                return sample_with_shared_prefill(
+                    model,
+                    prompts,
+                    budgets,
+                    stop_ids=self.stop_ids,
+                    pad_id=self.pad_id,
+                    temperature=0.0 if sampling.greedy else sampling.temperature,
+                    top_k=sampling.top_k,
+                    top_p=sampling.top_p,
+                    min_p=sampling.min_p,
+                    repetition_penalty=sampling.repetition_penalty,
+                    min_new_tokens=sampling.min_new_tokens,
+                )
+            finally:
+                if was_training:
+                    model.train()
+        return self._hf_generate(prompts, budgets, sampling)
+
+    def _hf_generate(self, prompts: list[list[int]], budgets: list[int], sampling: SamplingConfig) -> list[list[int]]:
         import torch
 
         model = self.model
