@@ -15,6 +15,7 @@ imports and CUDA is available, else HF).
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -345,6 +346,7 @@ class VLLMColocatedBackend:
         self.exporter = LoRAExporter(export_dir) if self.lora else None
         self.lora_request: Any = None
         self.asleep = False
+        self.closed = False
 
     def wake_up(self) -> None:
         if self.asleep:
@@ -401,6 +403,7 @@ class VLLMColocatedBackend:
         return result
 
     def close(self) -> None:
+        self.closed = True
         if self.exporter is not None:
             self.exporter.close()
 
@@ -430,6 +433,28 @@ def select_backend(
         return HFGenerateBackend(
             model, tokenizer, stop_ids=stop_ids, chunk_size=getattr(spec, "hf_generate_chunk_size", None)
         )
+    # One engine per process, shared by every population member: each syncs its weights before
+    # its rollouts, and a second engine would only take GPU memory.
+    key = json.dumps(
+        [
+            str(spec.pretrained_model_name_or_path),
+            spec.max_model_len,
+            lora_rank,
+            getattr(spec, "vllm_engine_args", None),
+        ],
+        sort_keys=True,
+        default=str,
+    )
+    engine = _ENGINES.get(key)
+    if engine is None or engine.closed:
+        engine = _ENGINES[key] = _new_vllm_backend(spec, stop_ids=stop_ids, lora_rank=lora_rank)
+    return engine
+
+
+_ENGINES: dict[str, VLLMColocatedBackend] = {}
+
+
+def _new_vllm_backend(spec: Any, *, stop_ids: list[int], lora_rank: int | None) -> VLLMColocatedBackend:
     return VLLMColocatedBackend(
         str(spec.pretrained_model_name_or_path),
         max_model_len=spec.max_model_len,
