@@ -226,3 +226,18 @@ def test_population_members_share_the_frozen_base(tiny_model_dir: Path, tokenize
     shared = first.keys() & second.keys()
     assert shared and shared == {k for k, trains in first.items() if not trains}
     assert agents[1].index == 1 and agents[1].optimizer is not agents[0].optimizer
+
+
+def test_lean_logprobs_other_architecture(tokenizer: Any) -> None:
+    """GPT-2 keeps its decoder under ``transformer``: found through ``get_decoder``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=len(tokenizer), bos_token_id=1, eos_token_id=2)
+    model = GPT2LMHeadModel(config).eval()
+    batch = _batch(tokenizer)
+    lean = sequence_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    full = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    mask = batch["loss_mask"][:, 1:].bool()
+    assert torch.allclose(lean[:, 1:][mask], full[mask], atol=1e-5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import weakref
 from typing import Any
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
@@ -33,7 +34,8 @@ class LLMBuilder(AlgorithmBuilder):
         cls, spec: LLMAlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
     ) -> Any:
         """Build population member ``runtime.index`` for a run on ``env`` (which carries the tokenizer)."""
-        first = getattr(env, _FIRST_AGENT, None) if env is not None else None
+        ref = getattr(env, _FIRST_AGENT, None) if env is not None else None
+        first = ref() if ref is not None else None
         if first is not None and runtime.index > 0 and first.spec is spec:
             # Agent 0 was loaded from disk; the others start from a copy of its policy that shares
             # every frozen tensor (as AgileRL clones the actor), so a population costs one base model.
@@ -56,7 +58,8 @@ class LLMBuilder(AlgorithmBuilder):
         )
         if env is not None and runtime.index == 0:
             try:
-                setattr(env, _FIRST_AGENT, agent)
+                # A weak reference: the env must not keep agent 0 alive after selection replaced it.
+                setattr(env, _FIRST_AGENT, weakref.ref(agent))
             except AttributeError:  # an env that forbids new attributes: every agent loads its own model
                 pass
         return agent

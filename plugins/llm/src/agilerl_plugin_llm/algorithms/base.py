@@ -34,6 +34,18 @@ Batch = dict[str, torch.Tensor]
 LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, float]]]
 
 
+def _decoder(base: Any) -> Any:
+    """The causal LM's decoder stack (what runs before ``lm_head``), or None if not found."""
+    get = getattr(base, "get_decoder", None)
+    try:
+        decoder = get() if callable(get) else None
+    except Exception:  # models that do not implement it
+        decoder = None
+    if decoder is None or decoder is base:
+        decoder = getattr(base, "model", None)
+    return decoder if isinstance(decoder, torch.nn.Module) else None
+
+
 def sequence_logprobs(
     model: Any,
     input_ids: torch.Tensor,
@@ -55,7 +67,7 @@ def sequence_logprobs(
     if not bool(select.any()):
         return out
     base = model.get_base_model() if llm_model.is_peft(model) else model
-    decoder = getattr(base, "model", None)
+    decoder = _decoder(base)
     lm_head = getattr(base, "lm_head", None)
     softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
     if decoder is not None and lm_head is not None and not softcap:
