@@ -32,6 +32,14 @@ def agilerl_register_commands(subparsers: argparse._SubParsersAction[Any]) -> No
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one and prints it)")
     p.add_argument("--max-concurrent-envs", type=int, default=64, metavar="N", help="sessions at once (default 64)")
     p.add_argument("--env-config", metavar="JSON", help="keyword arguments for the entrypoint, as a JSON object")
+    p.add_argument(
+        "--execution",
+        choices=["auto", "inline", "thread"],
+        default="auto",
+        help="where env calls run: inline on the server's event loop (no thread hops: fastest for cheap "
+        "steps, but a slow step stalls other sessions), a worker thread per session, or auto (inline "
+        "while steps stay under 0.5 ms on average, then a thread; default)",
+    )
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(handler=_serve_env)
 
@@ -62,6 +70,7 @@ def _serve_env(args: argparse.Namespace) -> int:
         max_concurrent_envs=args.max_concurrent_envs,
         env_config=env_config,
         log_level=args.log_level,
+        execution=args.execution,
         announce=lambda line: print(line, flush=True),
     )
     return 0

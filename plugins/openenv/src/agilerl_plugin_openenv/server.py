@@ -9,14 +9,16 @@ extra fields when they are there.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 from agilerl_plugin_openenv._openenv import env_server
 from agilerl_plugin_openenv.entrypoints import text_env_factory
@@ -81,20 +83,54 @@ def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: How env calls run: on the server's event loop, in a per-session worker thread, or "auto".
+Execution = Literal["auto", "inline", "thread"]
+#: ``auto`` keeps an env on the event loop while its calls average under this many seconds.
+INLINE_BUDGET_S = 0.0005
+
+
 class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
-    """An OpenEnv ``Environment`` wrapping one text env instance (one per session)."""
+    """An OpenEnv ``Environment`` wrapping one text env instance (one per session).
+
+    Where the env's ``reset``/``step`` run (``execution``):
+
+    * ``thread``: a worker thread per session (what openenv-core does for any synchronous env). Safe
+      for slow steps, but each request pays two thread hops, most of a fast env's round trip;
+    * ``inline``: on the server's event loop: no hops, but a slow step stalls every other session;
+    * ``auto`` (default): inline while the env's calls stay cheap (moving average under
+      :data:`INLINE_BUDGET_S`), then in its worker thread for good once they are not, so a slow env
+      switches threads at most once, early.
+    """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, make_text_env: Callable[[], Any]) -> None:
+    def __init__(self, make_text_env: Callable[[], Any], execution: Execution = "auto") -> None:
         super().__init__()
         from agilerl_plugin_llm.envs import check_reset, check_step
 
         self._check_reset, self._check_step = check_reset, check_step
         self._env = make_text_env()
         self._state = State(episode_id=None, step_count=0)
+        self._execution = execution
+        self._offloaded = execution == "thread"
+        self._avg_s = 0.0
+        self._executor: ThreadPoolExecutor | None = None
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> TextObservation:
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if not self._offloaded:
+            t0 = time.perf_counter()
+            out = fn(*args)
+            if self._execution == "auto":
+                self._avg_s = (
+                    0.8 * self._avg_s + 0.2 * (time.perf_counter() - t0) if self._avg_s else time.perf_counter() - t0
+                )
+                self._offloaded = self._avg_s > INLINE_BUDGET_S
+            return out
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agilerl-env")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _reset(self, seed: int | None, episode_id: str | None) -> TextObservation:
         raw = self._env.reset() if seed is None else self._env.reset(seed=seed)
         text, info = self._check_reset(raw, self._env)
         self._state = State(episode_id=episode_id, step_count=0)
@@ -106,22 +142,39 @@ class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
             info=_jsonable(info),
         )
 
-    def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
-        text, reward, terminated, truncated, info = self._check_step(self._env.step(action.text), self._env)
+    def _step(self, text: str) -> TextObservation:
+        obs, reward, terminated, truncated, info = self._check_step(self._env.step(text), self._env)
         self._state.step_count += 1
         return TextObservation(
-            text=text,
+            text=obs,
             reward=reward,
             done=terminated or truncated,
             truncated=truncated and not terminated,
             info=_jsonable(info),
         )
 
+    # openenv-core calls the *_async methods when a subclass defines them (and the sync ones otherwise).
+    async def reset_async(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> TextObservation:
+        return await self._run(self._reset, seed, episode_id)  # type: ignore[no-any-return]
+
+    async def step_async(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
+        return await self._run(self._step, action.text)  # type: ignore[no-any-return]
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> TextObservation:
+        return self._reset(seed, episode_id)
+
+    def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
+        return self._step(action.text)
+
     @property
     def state(self) -> Any:
         return self._state
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
         close = getattr(self._env, "close", None)
         if callable(close):
             close()
@@ -133,12 +186,14 @@ def make_app(
     max_concurrent_envs: int = 64,
     env_config: dict[str, Any] | None = None,
     env_name: str | None = None,
+    execution: Execution = "auto",
 ) -> Any:
     """A FastAPI app (openenv-core's ``create_app``) serving the text env.
 
     :param make_text_env: zero-argument factory of text envs, or an entrypoint string
         (``"module:Class"`` / ``"file.py:Class"``; ``env_config`` gives its keyword arguments).
     :param max_concurrent_envs: sessions the server holds at once; the next one gets ``CAPACITY_REACHED``.
+    :param execution: where env calls run: ``auto``, ``inline`` or ``thread`` (see :class:`TextEnvEnvironment`).
     """
     if isinstance(make_text_env, str):
         name = env_name or make_text_env.rpartition(":")[2]
@@ -159,8 +214,11 @@ def make_app(
             f"{name!r} is not a text env: it has no {' or '.join(missing)}() (see agilerl_plugin_llm.envs.TextEnv)"
         )
 
+    if execution not in ("auto", "inline", "thread"):
+        raise ServeEnvError(f"execution must be auto, inline or thread, got {execution!r}")
+
     def factory() -> TextEnvEnvironment:
-        return TextEnvEnvironment(make_text_env)
+        return TextEnvEnvironment(make_text_env, execution)
 
     factory.__name__ = name
     # A plain function (not the class) makes create_app build one instance to check concurrency
@@ -204,10 +262,11 @@ def serve(
     max_concurrent_envs: int = 64,
     env_config: dict[str, Any] | None = None,
     log_level: str = "warning",
+    execution: Execution = "auto",
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve ``entrypoint`` until interrupted (what ``agilerl serve-env`` runs)."""
-    app = make_app(entrypoint, max_concurrent_envs=max_concurrent_envs, env_config=env_config)
+    app = make_app(entrypoint, max_concurrent_envs=max_concurrent_envs, env_config=env_config, execution=execution)
     sock = bind_socket(host, port)
     bound = sock.getsockname()[1]
     shown_host = f"[{host}]" if ":" in host else host
