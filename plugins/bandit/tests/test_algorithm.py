@@ -89,13 +89,10 @@ def test_routing_builds_the_registered_classes() -> None:
 def test_exploration_bonus_shrinks_where_the_agent_has_pulled() -> None:
     agent, env = _agent()
     context = env.reset()
-    x = torch.as_tensor(context)
-    _, inputs, deltas = agent.net.gradient_factors(x)
-    before = agent._sigma(inputs, deltas).clone()
+    before = agent.uncertainty(context)
     for _ in range(50):
         agent.get_action(context)
-    _, inputs, deltas = agent.net.gradient_factors(x)
-    after = agent._sigma(inputs, deltas)
+    after = agent.uncertainty(context)
     assert torch.all(after < before)
 
 

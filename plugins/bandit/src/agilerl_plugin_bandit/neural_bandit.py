@@ -129,26 +129,29 @@ class NeuralBandit(AlgorithmBase):
         """Per-arm score whose argmax is pulled (NeuralUCB and NeuralTS override)."""
         raise NotImplementedError
 
-    def _sigma(self, inputs: list[torch.Tensor], deltas: list[torch.Tensor]) -> torch.Tensor:
-        """``sqrt(sum_p g_p**2 / (m * (lamb + G_p)))`` for each row, from per-layer factors."""
+    def _sigma(self, squares: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """``sqrt(sum_p g_p**2 / (m * (lamb + G_p)))`` per row, from each layer's ``(a**2, delta**2)``."""
         torch.add(self.grad_sq, self.lamb, out=self._inv).reciprocal_()
         var: torch.Tensor | None = None
-        for (inv_w_t, inv_b), a, d in zip(self._inv_views, inputs, deltas, strict=True):
+        for (inv_w_t, inv_b), (a2, d2) in zip(self._inv_views, squares, strict=True):
             # sum_ij (d_i a_j)^2 / U_ij = sum_i d_i^2 * (sum_j a_j^2 / U_ij), plus the bias term.
-            per_unit = torch.addmm(inv_b, a * a, inv_w_t)
-            term = (per_unit * (d * d)).sum(-1)
+            term = torch.linalg.vecdot(torch.addmm(inv_b, a2, inv_w_t), d2)
             var = term if var is None else var.add_(term)
         assert var is not None
         return var.div_(self.net.width).sqrt_()
 
-    def _update_design(self, inputs: list[torch.Tensor], deltas: list[torch.Tensor], arm: int) -> None:
+    def _update_design(self, squares: list[tuple[torch.Tensor, torch.Tensor]], arm: int) -> None:
         """Add the pulled arm's squared (width-scaled) gradient to the diagonal design matrix."""
         scale = 1.0 / self.net.width
-        for (gw, gb), a, d in zip(self._grad_sq_views, inputs, deltas, strict=True):
-            a_arm, d_arm = a[arm], d[arm]
-            d2 = d_arm * d_arm
-            gw.addr_(d2, a_arm * a_arm, alpha=scale)
-            gb.add_(d2, alpha=scale)
+        for (gw, gb), (a2, d2) in zip(self._grad_sq_views, squares, strict=True):
+            d2_arm = d2[arm]
+            gw.addr_(d2_arm, a2[arm], alpha=scale)
+            gb.add_(d2_arm, alpha=scale)
+
+    def uncertainty(self, context: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """``sigma(x)`` of each row of ``context`` (no state changes)."""
+        _, inputs, deltas = self.net.gradient_factors(torch.as_tensor(context, dtype=torch.float32, device=self.device))
+        return self._sigma([(a * a, d * d) for a, d in zip(inputs, deltas, strict=True)])
 
     def get_action(self, context: np.ndarray | torch.Tensor, *, explore: bool = True) -> int:
         """The arm to pull for ``context`` (``(arms, context_dim)``).
@@ -160,8 +163,9 @@ class NeuralBandit(AlgorithmBase):
         if not explore:
             return int(torch.argmax(self.net(x)))
         mu, inputs, deltas = self.net.gradient_factors(x)
-        arm = int(torch.argmax(self.score(mu, self._sigma(inputs, deltas))))
-        self._update_design(inputs, deltas, arm)
+        squares = [(a * a, d * d) for a, d in zip(inputs, deltas, strict=True)]
+        arm = int(torch.argmax(self.score(mu, self._sigma(squares))))
+        self._update_design(squares, arm)
         return arm
 
     # --- learning ----------------------------------------------------------------------------
