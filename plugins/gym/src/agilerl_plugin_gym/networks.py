@@ -185,11 +185,21 @@ class EvolvableMLP(nn.Module):
             with torch.no_grad():
                 self.output.weight.mul_(0.1)
                 self.output.bias.mul_(0.1)
+        self._refresh_forward()
+
+    def _refresh_forward(self) -> None:
+        # The forward pass walks a flat list without the Identity placeholders: per-module call
+        # overhead is a large part of a small MLP's forward time.
+        chain: list[nn.Module] = []
+        for lin, norm, act in zip(self.linears, self.norms, self.acts, strict=True):
+            chain += [m for m in (lin, norm, act) if not isinstance(m, nn.Identity)]
+        chain += [m for m in (self.output, self.output_act) if not isinstance(m, nn.Identity)]
+        self._chain = chain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for lin, norm, act in zip(self.linears, self.norms, self.acts, strict=True):
-            x = act(norm(lin(x)))
-        return self.output_act(self.output(x))
+        for module in self._chain:
+            x = module(x)
+        return x
 
     def arch(self) -> dict[str, Any]:
         """The mutable shape (enough to rebuild before loading weights)."""

@@ -140,6 +140,10 @@ class PPO(GymAlgorithm):
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for a batch: (action, log-prob, value)."""
         out, value = self._heads(obs)
+        if self.kind == "discrete":  # the hot path: skip the entropy the rollout does not need
+            logp = torch.log_softmax(out, -1)
+            action = torch.multinomial(logp.exp(), 1)
+            return action.squeeze(-1), logp.gather(-1, action).squeeze(-1), value
         action = self._sample(out)
         log_prob, _ = self._log_prob_entropy(out, action)
         return action, log_prob, value
