@@ -59,18 +59,23 @@ def metrics(run_dir: Path) -> list[dict[str, float]]:
         return [{k: float(v) for k, v in row.items() if v not in ("", "None")} for row in csv.DictReader(fh)]
 
 
-def test_grpo_learns_the_word_game_through_serve_env(
-    server_process, tiny_model, write_manifest, run_cli, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+def test_grpo_learns_the_word_game_through_serve_env(server_process, tiny_model, run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The shipped example manifest, pointed at a fresh server and model: mean reward rises."""
     server = server_process("--max-concurrent-envs", "32")
     run_dir = tmp_path / "run"
-    path = write_manifest(manifest(tiny_model, server.url, run_dir, max_steps=40))
-    code, _out, err = run_cli("train", path, "--no-progress")
+    example = Path(__file__).resolve().parents[3] / "examples" / "openenv" / "grpo_word_game.yaml"
+    code, _out, err = run_cli(
+        "train", example, "--no-progress",
+        "--set", f"environment.env_url={server.url}",
+        "--set", f"network.pretrained_model_name_or_path={tiny_model}",
+        "--set", f"training.run_dir={run_dir}",
+        "--set", f"training.checkpoint_path={run_dir / 'checkpoint'}",
+    )  # fmt: skip
     assert code == 0, err
     rows = metrics(run_dir)
     assert len(rows) == 4
     first, last = rows[0], rows[-1]
-    # The word game's reward rises by a clear margin (0.11 -> 0.40 with this seed when measured).
+    # Mean training reward rises by a clear margin (0.11 -> 0.40 with this seed when measured).
     assert last["train/reward"] >= first["train/reward"] + 0.15, rows
     assert last["fitness"] > first["fitness"], rows
 

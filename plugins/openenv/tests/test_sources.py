@@ -85,3 +85,26 @@ def test_mcp_tool_env_gets_call_tool_actions(native, build) -> None:  # type: ig
         assert reward == 0.0 and not terminated and "unknown tool 'delete_all'" in info["action_error"]
         with pytest.raises(OpenEnvProtocolError, match=r"'nope' is not a tool of the server.*submit"):
             build(served.url, mcp_tool="nope")
+
+
+def test_example_mcp_server_works_as_a_source(build) -> None:  # type: ignore[no-untyped-def]
+    """``examples/openenv/mcp_word_server.py`` (openenv-core only, no agilerl code) with ``mcp_tool``."""
+    import importlib.util
+    from pathlib import Path
+
+    from agilerl_plugin_openenv._openenv import import_openenv
+
+    import_openenv()  # the example imports openenv.core itself; import it without gradio first
+    path = Path(__file__).resolve().parents[3] / "examples" / "openenv" / "mcp_word_server.py"
+    spec = importlib.util.spec_from_file_location("openenv_example_mcp_word_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with serve_in_thread(module.app) as served:
+        make_env, _ = build(served.url, mcp_tool="submit", max_turns=1)
+        env = make_env()
+        assert env.reset()[0] == "Call submit with the word one."
+        assert env.step("submit(word='one')")[:3] == ("correct", 1.0, True)
+        env.reset()
+        text, reward, _, _, _ = env.step("on")
+        assert text == "try again" and reward == 0.5
