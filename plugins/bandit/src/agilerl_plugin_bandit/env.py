@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ import pandas as pd
 from agilerl.errors import AgileRLError
 from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec
 
-TableInput = pd.DataFrame | pd.Series | np.ndarray | str | os.PathLike[str]
+TableInput: TypeAlias = pd.DataFrame | pd.Series | np.ndarray | str | os.PathLike[str]
 
 
 class BanditDataError(AgileRLError):
@@ -106,7 +106,8 @@ class BanditEnv:
     def _next_context(self) -> np.ndarray:
         self._row = self._draw_row()
         if self._contexts is not None:
-            return self._contexts[self._row]  # a view: callers must not write into contexts
+            context: np.ndarray = self._contexts[self._row]  # a view: callers must not write into contexts
+            return context
         self._context[self._diag, self._diag] = self.features[self._row]
         return self._context.reshape(self.arms, self.context_dim).copy()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -323,10 +324,10 @@ class NeuralBandit(AlgorithmBase):
         self._bind()
 
 
-def _plain_state(state: dict[str, Any]) -> dict[str, Any]:
+def _plain_state(state: Mapping[str, Any]) -> dict[str, Any]:
     """numpy's bit-generator state as plain python values (safe for ``weights_only`` loading)."""
     return {
-        k: (_plain_state(v) if isinstance(v, dict) else (v.item() if hasattr(v, "item") else v))
+        k: (_plain_state(v) if isinstance(v, Mapping) else (v.item() if hasattr(v, "item") else v))
         for k, v in state.items()
     }
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
+from agilerl.models.base import AlgorithmSpec
 from agilerl.models.sections import MlpSpec
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_bandit.env import BanditDataError, check_bandit_env
@@ -90,8 +91,10 @@ class BanditBuilder(AlgorithmBuilder):
 
     @classmethod
     def build_for_run(
-        cls, spec: BanditSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
+        cls, spec: AlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
     ) -> NeuralBandit:
+        if not isinstance(spec, BanditSpec):
+            raise TypeError(f"BanditBuilder builds bandit algorithms, got {type(spec).__name__}")
         check_bandit_env(env, source="environment")
         buffer = manifest.replay_buffer
         memory = buffer.max_size if buffer is not None else DEFAULT_MEMORY_SIZE
