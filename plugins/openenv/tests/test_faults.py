@@ -61,6 +61,21 @@ def test_a_server_speaking_another_protocol_is_named(build) -> None:  # type: ig
         httpd.server_close()
 
 
+def test_a_websocket_server_that_is_not_openenv_is_named(build) -> None:  # type: ignore[no-untyped-def]
+    from websockets.sync.server import serve
+
+    def echo(ws: Any) -> None:
+        for message in ws:
+            ws.send(message)
+
+    with serve(echo, "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.socket.getsockname()[1]
+        with pytest.raises(OpenEnvProtocolError, match=r"does not speak the OpenEnv protocol.*'state'"):
+            build(f"http://127.0.0.1:{port}", request_timeout_s=2)
+        server.shutdown()
+
+
 def test_rejected_actions_are_clear_errors_or_feedback(native, build) -> None:  # type: ignore[no-untyped-def]
     app = native.app(native.NumberEnvironment, native.NumberAction, native.NumberObservation)
     with serve_in_thread(app) as served:

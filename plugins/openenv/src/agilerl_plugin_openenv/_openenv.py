@@ -38,7 +38,7 @@ def import_openenv() -> ModuleType:
         finally:
             if hide and sys.modules.get("gradio", 0) is None:
                 del sys.modules["gradio"]
-        return core
+        return core  # type: ignore[no-any-return]
 
 
 def env_server() -> Any:

@@ -161,7 +161,7 @@ def _session_cls() -> type:
             self.timeout = timeout
 
         async def connect(self) -> Any:
-            if self._ws is not None:
+            if self._ws is not None:  # type: ignore[has-type]
                 return self
             host = self.replica.http.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1]
             loopback = host.rsplit(":", 1)[0] in _LOOPBACK if not host.startswith("[") else host.startswith("[::1]")
@@ -227,7 +227,7 @@ def _session_cls() -> type:
             return frame
 
         async def disconnect(self) -> None:
-            ws, self._ws = self._ws, None
+            ws, self._ws = self._ws, None  # type: ignore[assignment]
             if ws is None:
                 return
             try:
@@ -500,7 +500,12 @@ class OpenEnvSource:
                 self._loop.run(session.connect(), self.timeout)
                 # A session costs the server one env; "state" is the cheapest frame that proves the
                 # endpoint is OpenEnv's and that it had room (CAPACITY_REACHED arrives first otherwise).
-                self._loop.run(session._send_and_receive({"type": "state"}), self.timeout)
+                frame = self._loop.run(session._send_and_receive({"type": "state"}), self.timeout)
+                if frame.get("type") != "state" or not isinstance(frame.get("data"), dict):
+                    # Some other WebSocket service (an echo server answers {"type": "state"} too).
+                    raise _NotOpenEnv(
+                        f"/ws answered a state request with a {frame.get('type')!r} frame, not OpenEnv's 'state'"
+                    )
             except _Unreachable as exc:
                 raise OpenEnvUnavailableError(
                     f"the OpenEnv server at {rep.url.display} is not reachable: {self.scrub(str(exc))}. "
@@ -636,7 +641,7 @@ def render_observation(obs: dict[str, Any], field_name: str | None) -> str:
             )
         return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     if isinstance(obs.get("text"), str):
-        return obs["text"]
+        return str(obs["text"])
     if "tool_name" in obs and "result" in obs:  # an MCP CallToolObservation
         return render_tool_result(obs)
     strings = [k for k, v in obs.items() if isinstance(v, str) and k not in ("system_prompt",)]
@@ -731,7 +736,8 @@ class OpenEnvTextEnv:
         )
         self._last_text = render_observation(obs, src.config.observation_field)
         self._turns, self._done = 0, False
-        info = {"env_url": rep.url.display, **(obs.get("info") if isinstance(obs.get("info"), dict) else {})}
+        extra = obs.get("info")
+        info: dict[str, Any] = {"env_url": rep.url.display, **(extra if isinstance(extra, dict) else {})}
         return self._last_text, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -195,11 +195,12 @@ def make_app(
     :param max_concurrent_envs: sessions the server holds at once; the next one gets ``CAPACITY_REACHED``.
     :param execution: where env calls run: ``auto``, ``inline`` or ``thread`` (see :class:`TextEnvEnvironment`).
     """
+    name: str
     if isinstance(make_text_env, str):
         name = env_name or make_text_env.rpartition(":")[2]
         make_text_env = text_env_factory(make_text_env, env_config)
     else:
-        name = env_name or getattr(make_text_env, "__name__", "text_env")
+        name = env_name or str(getattr(make_text_env, "__name__", "text_env"))
     # Fail here, at startup, rather than on the first client's session.
     try:
         probe = make_text_env()
