@@ -80,3 +80,11 @@ def test_example_manifests_validate_and_name_iris_without_a_path() -> None:
     assert ucb.algorithm.name == "NeuralUCB" and ucb.environment.builtin_dataset == "iris"
     ts = load_manifest(repo / "examples" / "neural_ts_mushrooms.yaml")
     assert ts.algorithm.name == "NeuralTS" and ts.algorithm.lr == 3e-3
+
+
+def test_cli_train_reports_cumulative_regret(write_manifest, run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    data = manifest("NeuralUCB", {"name": "wine"}, tmp_path / "run", max_steps=400, evo_steps=200, progress=True)
+    code, out, _err = run_cli("train", write_manifest(data))
+    assert code == 0
+    assert "agent 0: steps 400" in out and "cumulative regret" in out
+    assert (tmp_path / "run" / "elite.pt").exists()

@@ -159,6 +159,13 @@ class BanditStrategy(TrainingStrategy):
         }
         if losses:
             stats["loss"] = float(torch.stack(losses).mean())
+        if getattr(run, "progress", False):
+            regret_note = f"{agent.cumulative_regret:.0f}" if agent.regret_known else "n/a (env has no optimal_reward)"
+            print(
+                f"[agilerl] agent {agent.index}: steps {agent.steps} mean reward {stats['mean_reward']:.3f} "
+                f"cumulative reward {agent.cumulative_reward:.0f} cumulative regret {regret_note}",
+                flush=True,
+            )
         return stats
 
     def evaluate(self, agent: NeuralBandit, run: Run) -> float:
