@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+GAME = str(Path(__file__).resolve().parents[3] / "examples" / "openenv" / "word_game.py") + ":SayWordGame"
 HEAVY = ("openenv", "gradio", "fastapi", "uvicorn", "websockets", "fastmcp", "torch")
 
 
@@ -22,8 +24,8 @@ def test_import_agilerl_and_our_hooks_load_nothing_heavy() -> None:
 def test_plugin_loading_and_validate_load_nothing_heavy(tmp_path) -> None:  # type: ignore[no-untyped-def]
     manifest = tmp_path / "m.yaml"
     manifest.write_text(
-        "algorithm: {name: GRPO}\nenvironment: {env_type: rollout, env_url: 'http://127.0.0.1:9'}\n"
-        "training: {max_steps: 1}\n",
+        "algorithm: {name: GRPO}\nnetwork: {pretrained_model_name_or_path: ./model}\n"
+        "environment: {env_type: rollout, env_url: 'http://127.0.0.1:9', max_turns: 1}\ntraining: {max_steps: 1}\n",
         encoding="utf-8",
     )
     code = (
@@ -31,7 +33,13 @@ def test_plugin_loading_and_validate_load_nothing_heavy(tmp_path) -> None:  # ty
         "pm = get_plugin_manager()\n"
         "from agilerl_plugin_llm.rollout.sources import rollout_sources\n"
         "assert 'env_url' in rollout_sources(), rollout_sources()\n"
+        # A rollout run with another source (a Python entrypoint) builds its envs without us.
+        "from agilerl_plugin_llm.rollout.sources import build_source\n"
+        "from agilerl_plugin_llm.specs import LLMEnvSpec\n"
+        f"spec = LLMEnvSpec(env_type='rollout', entrypoint={GAME!r})\n"
+        "make_env, _, field = build_source(spec)\n"
+        "assert field == 'entrypoint' and make_env().reset(seed=0)[0] == 'Say one.'\n"
         "from agilerl.cli import main\n"
-        f"main(['validate', {str(manifest)!r}])"
+        f"assert main(['validate', {str(manifest)!r}]) == 0"
     )
     assert _loaded_after(code) == []
