@@ -1,0 +1,116 @@
+"""MADDPG throughput: this project vs AgileRL's own MADDPG (PyPI ``agilerl``), side by side.
+
+Same env (mpe2 simple_speaker_listener_v4, discrete actions, 25-step episodes), same number of env
+steps, same hyperparameters (AgileRL's MADDPG defaults: lr_actor 1e-3, lr_critic 1e-2, learn_step 5,
+gamma 0.95, tau 0.01, OU noise), same networks (64-64 MLP actor and critics, no layer norm), 8
+vectorised envs with each library's own async vector env, batch 256, one torch thread, one
+evaluation at the end. Each side runs in its own process; the sides alternate, ``--repeats`` times.
+
+AgileRL runs in a separate virtualenv this script creates (``python -m venv``; ``pip install
+torch==2.13.0 agilerl mpe2``); this project runs with the interpreter that runs this script.
+
+    python benchmarks/multi_agent/bench_maddpg.py --steps 20000 --repeats 3
+
+Prints one JSON line per run and a summary: median env-steps/s per side and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_VENV = Path(os.environ.get("AGILERL_BENCH_VENV", Path.home() / ".cache" / "agilerl-bench" / "agilerl-venv"))
+
+
+def ensure_agilerl_venv(venv: Path) -> Path:
+    """The venv's python, creating the venv and installing AgileRL into it on first use."""
+    python = venv / "bin" / "python"
+    if python.exists():
+        check = subprocess.run([str(python), "-c", "import agilerl, mpe2"], capture_output=True)
+        if check.returncode == 0:
+            return python
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # torch pinned to the locally available wheel (pip's find-links config provides it).
+    subprocess.run([str(python), "-m", "pip", "install", "torch==2.13.0", "agilerl", "mpe2"], check=True)
+    return python
+
+
+def run_side(python: Path, worker: str, cfg: dict[str, object]) -> dict[str, object]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [str(python), str(HERE / worker), json.dumps(cfg)], capture_output=True, text=True, env=env, check=False
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{worker} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=20_000, help="env steps per run (all envs together)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--num-envs", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="virtualenv for PyPI agilerl")
+    ap.add_argument("--skip-agilerl", action="store_true", help="only run this project")
+    ap.add_argument("--with-sync", action="store_true", help="also run this project with sync: true (no workers)")
+    args = ap.parse_args()
+
+    cfg: dict[str, object] = {
+        "env": "mpe2.simple_speaker_listener_v4",
+        "max_cycles": 25,
+        "num_envs": args.num_envs,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr_actor": 1e-3,
+        "lr_critic": 1e-2,
+        "learn_step": 5,
+        "gamma": 0.95,
+        "tau": 0.01,
+        "expl_noise": 0.1,
+        "hidden": 64,
+        "memory_size": 100_000,
+    }
+    agilerl_python = None if args.skip_agilerl else ensure_agilerl_venv(args.venv)
+    results: dict[str, list[dict[str, object]]] = {"ours": [], "ours_sync": [], "agilerl": []}
+    with tempfile.TemporaryDirectory(prefix="agilerl-ma-bench-") as tmp:
+        for rep in range(args.repeats):
+            run_cfg = {**cfg, "seed": rep, "run_dir": str(Path(tmp) / f"ours-{rep}")}
+            sides = [("ours", Path(sys.executable), "_ours_worker.py", False)]
+            if args.with_sync:
+                sides.append(("ours_sync", Path(sys.executable), "_ours_worker.py", True))
+            if agilerl_python is not None:
+                sides.append(("agilerl", agilerl_python, "_agilerl_worker.py", False))
+            if rep % 2:  # alternate the order so neither side always runs on a warmer machine
+                sides.reverse()
+            for side, python, worker, sync in sides:
+                res = run_side(python, worker, {**run_cfg, "sync": sync})
+                results[side].append(res)
+                print(json.dumps({"repeat": rep, **res}), flush=True)
+    summary: dict[str, object] = {"config": cfg, "repeats": args.repeats}
+    for side, runs in results.items():
+        if side == "ours_sync" and not runs:
+            continue
+        if runs:
+            summary[f"{side}_steps_per_s_median"] = round(statistics.median(float(r["steps_per_s"]) for r in runs), 1)
+            summary[f"{side}_fitness_median"] = round(statistics.median(float(r["fitness"]) for r in runs), 2)
+    if results["agilerl"]:
+        for side in ("ours", "ours_sync"):
+            if results[side]:
+                summary[f"ratio_{side}_over_agilerl"] = round(
+                    float(summary[f"{side}_steps_per_s_median"]) / float(summary["agilerl_steps_per_s_median"]), 2
+                )
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
