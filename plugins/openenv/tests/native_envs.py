@@ -116,3 +116,23 @@ def app(env_cls: Any, action_cls: Any, obs_cls: Any, max_concurrent_envs: int = 
     return _s.create_app(
         env_cls, action_cls, obs_cls, env_name=env_cls.__name__, max_concurrent_envs=max_concurrent_envs
     )
+
+
+class SlowResetEnvironment(GuessEnvironment):
+    """Resets take a moment and record how many ran at once (for ``max_concurrent_resets``)."""
+
+    lock = __import__("threading").Lock()
+    running = 0
+    most = 0
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GuessObservation:
+        cls = type(self)
+        with cls.lock:
+            cls.running += 1
+            cls.most = max(cls.most, cls.running)
+        try:
+            __import__("time").sleep(0.05)  # long enough for concurrent resets to overlap
+            return super().reset(seed=seed, episode_id=episode_id, **kwargs)
+        finally:
+            with cls.lock:
+                cls.running -= 1

@@ -108,3 +108,24 @@ def test_example_mcp_server_works_as_a_source(build) -> None:  # type: ignore[no
         env.reset()
         text, reward, _, _, _ = env.step("on")
         assert text == "try again" and reward == 0.5
+
+
+def test_max_concurrent_resets_bounds_resets_in_flight(native, build) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    env_cls = native.SlowResetEnvironment
+    with serve_in_thread(
+        native.app(env_cls, native.GuessAction, native.GuessObservation, max_concurrent_envs=8)
+    ) as served:
+        for limit in (1, 2):
+            make_env, _ = build(served.url, observation_field="prompt", max_concurrent_resets=limit)
+            envs = [make_env() for _ in range(6)]
+            env_cls.most = 0
+            threads = [threading.Thread(target=env.reset) for env in envs]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert 1 <= env_cls.most <= limit
+            for env in envs:
+                env.close()
