@@ -380,6 +380,11 @@ class OpenEnvSource:
     def mark_down(self, rep: _Replica, reason: str) -> None:
         reason = self.scrub(reason)
         with self._lock:
+            if rep.down_until > time.monotonic():
+                # Already backing off: other trajectories on it failing now is the same outage,
+                # not a failed retry, so the backoff does not grow.
+                rep.last_error = reason
+                return
             was_up = rep.failures == 0
             rep.failures += 1
             rep.last_error = reason
