@@ -179,6 +179,8 @@ class NeuralBandit(AlgorithmBase):
 
         Returns the minibatch MSE as a 0-d tensor (not a float: no sync per step on accelerators).
         """
+        if len(self.memory) == 0:
+            return torch.zeros((), device=self.device)
         x, r = self.memory.sample(self.batch_size, self.rng)
         mse = self.net.mse_gradient(x, r, self._grad)
         if self.reg > 0:
