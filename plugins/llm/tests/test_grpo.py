@@ -124,3 +124,30 @@ def test_grpo_with_lora_learns_to_say_the_word(
     assert code == 0, out + err
     history = fitness_history(tmp_path / "run")
     assert history[-1] >= 0.8, history
+
+
+def test_grpo_population_mutates_checkpoints_and_resumes(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    import torch
+
+    manifest = grpo_manifest(tiny_model_dir, tmp_path / "run", batch_size=2, group_size=2, max_output_tokens=4)
+    manifest["network"]["lora_config"] = {"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0}
+    manifest["training"].update(max_steps=4, evo_steps=2, pop_size=2, checkpoint_steps=2)
+    manifest["mutation"] = {
+        "probabilities": {"no_mut": 0.0, "arch_mut": 0.0, "new_layer": 0.0, "params_mut": 0.0, "rl_hp_mut": 1.0},
+        "rl_hp_selection": {"lr": {"min": 0.001, "max": 0.1}},
+    }
+    manifest["tournament_selection"] = {"tournament_size": 2, "elitism": True}
+    code, out, err = run_cli("train", write_manifest(manifest))
+    assert code == 0, out + err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert {r["generation"] for r in rows} == {0, 1} and len(rows) == 4
+    assert any(r["mutation"] == "lr" for r in rows if r["generation"] == 1)
+    first = tmp_path / "run" / "checkpoint_2.pt"
+    state = torch.load(first, weights_only=True)  # weights-only safe
+    assert [a["steps"] for a in state["agents"]] == [2, 2]
+    code, out, err = run_cli("train", "--resume", str(first), "--run-dir", str(tmp_path / "resumed"))
+    assert code == 0, out + err
+    final = torch.load(tmp_path / "resumed" / "elite.pt", weights_only=True)
+    assert final["agents"][0]["steps"] == 4

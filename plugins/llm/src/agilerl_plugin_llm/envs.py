@@ -81,10 +81,10 @@ def as_reward(value: Any, where: str) -> float:
                 raise TypeError
         except (TypeError, ValueError):
             raise TextEnvError(f"{where} must give a number as the reward, got {_show(value)}") from None
-    value = float(value)
-    if not math.isfinite(value):
-        raise TextEnvError(f"{where} gave a non-finite reward ({value})")
-    return value
+    number = float(value)
+    if not math.isfinite(number):
+        raise TextEnvError(f"{where} gave a non-finite reward ({number})")
+    return number
 
 
 def _show(value: Any) -> str:

@@ -28,6 +28,7 @@ import torch
 
 from agilerl_plugin_llm.rollout.base import RolloutLLMAlgorithm, k3_kl, masked_mean_per_row
 from agilerl_plugin_llm.rollout.harness import Trajectory
+from agilerl_plugin_llm.rollout.specs import GRPOSpec
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, *, norm: str) -> torch.Tensor:
@@ -72,6 +73,7 @@ class GRPO(RolloutLLMAlgorithm):
     ``temperature`` (and the other sampling fields), ``update_epochs``, ``max_grad_norm``.
     """
 
+    spec: GRPOSpec
     group_size: int
 
     def __init__(self, spec: Any, **kwargs: Any) -> None:

@@ -62,7 +62,7 @@ def run_decoder(
     decoder: Any, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
 ) -> torch.Tensor:
     """Hidden states of ``ids`` continuing ``cache`` (which is updated in place)."""
-    kwargs = {cache_argument(decoder): cache}
+    kwargs = {cache_argument(decoder) or "past_key_values": cache}
     out = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
     return out.last_hidden_state  # type: ignore[no-any-return]
 

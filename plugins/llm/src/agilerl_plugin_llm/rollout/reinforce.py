@@ -17,6 +17,7 @@ import torch
 from agilerl_plugin_llm.rollout.base import RolloutLLMAlgorithm, masked_mean_per_row, pad_trajectories
 from agilerl_plugin_llm.rollout.grpo import policy_loss
 from agilerl_plugin_llm.rollout.harness import Trajectory
+from agilerl_plugin_llm.rollout.specs import LLMREINFORCESpec
 
 
 def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
@@ -34,6 +35,7 @@ class LLMREINFORCE(RolloutLLMAlgorithm):
     ``whiten_advantages``, ``update_epochs``, ``max_grad_norm``, ``beta`` (KL to the reference; 0 off)
     and the sampling fields."""
 
+    spec: LLMREINFORCESpec
     gamma: float
 
     @property

@@ -31,7 +31,8 @@ class LLMRolloutStrategy(TrainingStrategy):
         from agilerl_plugin_llm.model import load_tokenizer
         from agilerl_plugin_llm.rollout.env import make_rollout_envs
 
-        algo, env_spec = manifest.algorithm, manifest.environment
+        algo: Any = manifest.algorithm  # an LLM rollout spec (RolloutLLMSpec)
+        env_spec = manifest.environment
         tokenizer = load_tokenizer(
             algo.pretrained_model_name_or_path or "", chat_template_path=getattr(env_spec, "chat_template_path", None)
         )
