@@ -134,3 +134,28 @@ def test_population_evolves_checkpoints_and_resumes(train, read_metrics, tmp_pat
     code, resumed_dir, out = train(manifest, "--resume", str(ckpt), name="resumed")
     assert code == 0, out
     assert max(r["steps"] for r in read_metrics(resumed_dir)) == 1200
+
+
+@pytest.mark.parametrize("algo", ["MADDPG", "MATD3", "IPPO"])
+def test_continuous_actions_train_and_stay_in_bounds(algo: str, tmp_path: Path) -> None:
+    """Box actions: deterministic tanh actors (MADDPG/MATD3) or Gaussian policies (IPPO), rescaled
+    and clipped to the space's bounds (MPE continuous actions live in [0, 1])."""
+    from agilerl.training.trainer import LocalTrainer
+
+    env = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 4, "sync": True,
+           "env_config": {"continuous_actions": True, "max_cycles": 25}}  # fmt: skip
+    manifest = {
+        "algorithm": {"name": algo, "batch_size": 32, **({"learn_step": 128} if algo == "IPPO" else {})},
+        "environment": env,
+        "training": {"max_steps": 400, "evo_steps": 400, "progress": False, "run_dir": str(tmp_path), "seed": 0},
+    }
+    result = LocalTrainer.from_manifest(manifest).train()
+    agent = result.population[0]
+    assert agent.steps >= 400 and np.isfinite(result.fitnesses[0])
+    with make_pz_env(SimpleNamespace(**env), sync=True) as venv:
+        obs, _ = venv.reset(seed=3)
+        for deterministic in (True, False):
+            for agent_id, act in agent.act(obs, deterministic=deterministic).items():
+                space = venv.action_space(agent_id)
+                assert act.shape == (4, *space.shape)
+                assert (act >= space.low).all() and (act <= space.high).all()
