@@ -303,7 +303,6 @@ class _Replica:
     down_until: float = 0.0
     failures: int = 0
     last_error: str = ""
-    full: bool = False  # answered CAPACITY_REACHED on the last try
 
 
 class _SessionPool:
@@ -402,7 +401,7 @@ class OpenEnvSource:
 
     def mark_up(self, rep: _Replica) -> None:
         with self._lock:
-            was_down, rep.failures, rep.down_until, rep.full = rep.failures > 0, 0, 0.0, False
+            was_down, rep.failures, rep.down_until = rep.failures > 0, 0, 0.0
         if was_down:
             log.warning("OpenEnv replica %s answers again; reconnected", rep.url.display)
 
