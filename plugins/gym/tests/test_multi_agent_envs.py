@@ -195,3 +195,20 @@ def test_bad_env_config_is_a_clear_error() -> None:
     spec = SimpleNamespace(name="mpe2.simple_speaker_listener_v4", env_config={"max_cycle": 5})
     with pytest.raises(AgileRLError, match="env_config"):
         make_pz_env(spec, num_envs=2, sync=False)
+
+
+def test_seed_api_routes_to_make_pz_env() -> None:
+    """``agilerl.models.make_pz_env`` and ``make_env(..., multi_agent=True)`` build this vec env from a GymEnvSpec."""
+    from agilerl.models import make_env
+    from agilerl.models import make_pz_env as seed_make_pz_env
+    from agilerl.registry import ENV_TYPES
+    from agilerl_plugin_gym.multi_agent.vec_env import PettingZooVecEnv
+
+    spec = ENV_TYPES.spec_class("gym").model_validate(
+        {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 2, "sync": True, "env_config": {"max_cycles": 5}}
+    )
+    for env in (seed_make_pz_env(spec), make_env(spec, multi_agent=True, seed=0)):
+        with env:
+            assert isinstance(env, PettingZooVecEnv) and env.num_envs == 2
+            obs, _ = env.reset(seed=0)
+            assert obs["speaker_0"].shape == (2, 3)

@@ -196,6 +196,7 @@ class MADDPGSpec(_MultiAgentSpecBase):
     regime: ClassVar[str] = "off_policy"
     default_evo_steps: ClassVar[int] = 10_000
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size")
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "learn_step": (1, 10)}
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per gradient update.")] = 5
     gamma: Annotated[float, Field(ge=0, le=1, description="Discount factor.")] = 0.95
