@@ -128,15 +128,15 @@ class Mutations:
         if op == "arch_mut":
             fn = getattr(agent, "mutate_architecture", None)
             label = fn(self.rng, new_layer_prob=self.spec.probabilities.new_layer) if fn else None
-            return label or "None(arch unsupported)"
+            return label or ("None(arch unchanged)" if fn else "None(arch unsupported)")
         if op == "params_mut":
             fn = getattr(agent, "mutate_parameters", None)
             label = fn(self.rng, sd=self.spec.mutation_sd) if fn else None
-            return label or "None(params unsupported)"
+            return label or ("None(params unchanged)" if fn else "None(params unsupported)")
         if op == "act_mut":
             fn = getattr(agent, "mutate_activation", None)
             label = fn(self.rng, choices=list(self.spec.activation_selection)) if fn else None
-            return label or "None(act unsupported)"
+            return label or ("None(act unchanged)" if fn else "None(act unsupported)")
         raise ValueError(f"unknown mutation operator {op!r}")
 
     def new_value(self, agent: Any, name: str, *, grow: bool) -> float | int:

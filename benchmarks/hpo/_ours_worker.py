@@ -1,0 +1,38 @@
+"""Runs in this repo's environment: ``agilerl`` (ours) ``LocalTrainer`` on the manifest given as JSON.
+
+Per generation we take the wall time, the population's best fitness and the env steps of the most
+trained agent from the rows the core logs (``TrainResult.history``). Prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    torch.set_num_threads(1)
+    from agilerl import LocalTrainer
+
+    manifest = cfg["manifest"]
+    manifest["training"].update(seed=cfg["seed"], progress=False, save_elite=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        result = LocalTrainer.from_manifest(manifest, run_dir=tmp).train()
+        wall = time.perf_counter() - t0
+    by_gen: dict[int, dict[str, float]] = {}
+    for row in result.history:
+        g = by_gen.setdefault(row["generation"], {"wall_s": 0.0, "best": float("-inf"), "steps": 0})
+        g["wall_s"] = max(g["wall_s"], row["wall_s"])
+        g["best"] = max(g["best"], row["fitness"])
+        g["steps"] = max(g["steps"], row["steps"])
+    print(json.dumps({"wall_s": wall, "generations": [by_gen[k] for k in sorted(by_gen)]}))
+
+
+if __name__ == "__main__":
+    main()
