@@ -19,7 +19,7 @@ import torch
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
 from agilerl_plugin_llm.rollout.generation import GenerationBackend, GenerationError, SamplingConfig, select_backend
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
-from agilerl_plugin_llm.rollout.kv import shared_prefix_logprobs, supports_shared_prefix
+from agilerl_plugin_llm.rollout.kv import has_dropout, shared_prefix_logprobs, supports_shared_prefix
 
 
 def collect(
@@ -127,7 +127,9 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     # --- generation ---------------------------------------------------------------------------
     @property
     def stop_ids(self) -> list[int]:
-        return stop_token_ids(self.tokenizer)
+        if getattr(self, "_stop_ids", None) is None:
+            self._stop_ids = stop_token_ids(self.tokenizer)
+        return self._stop_ids
 
     def backend(self) -> GenerationBackend:
         """The generation backend (built on first use; see ``generation_backend``)."""
@@ -230,7 +232,9 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     def _chunked_logprobs(self, batch: dict[str, torch.Tensor], *, reference: bool) -> torch.Tensor:
         from agilerl_plugin_llm.algorithms.base import slice_batch, trim_padding
 
-        self.model.eval()  # no dropout: these are the sampling/reference distributions
+        toggle = has_dropout(self.model)
+        if toggle:
+            self.model.eval()  # no dropout: these are the sampling/reference distributions
         n = len(batch["input_ids"])
         size = self.micro_batch_size_per_gpu or n
         out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
@@ -238,7 +242,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             part = self.to_device(trim_padding(slice_batch(batch, start, start + size)))
             lp = self.logprobs(part, reference=reference, temperature=self._logit_temperature())
             out[start : start + size, : lp.shape[1]] = lp.cpu()
-        self.model.train()
+        if toggle:
+            self.model.train()
         return out
 
     def _logit_temperature(self) -> float:

@@ -34,6 +34,8 @@ def _factory(
         "apply_chat_template": bool(getattr(spec, "apply_chat_template", True)),
         "chat_template": template,
         "chat_template_kwargs": dict(getattr(spec, "chat_template_kwargs", None) or {}),
+        "stop_ids": stop_token_ids(tokenizer),
+        "encode_cache": {},
     }
     # Fail now (no chat template, ...) rather than in the first rollout.
     RolloutHarness(_NullEnv(), tokenizer, **options)

@@ -111,9 +111,11 @@ class HFGenerateBackend:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self.chunk_size = chunk_size
         self.engine = engine
+        self._dropout: bool | None = None
 
     def sync_weights(self, model: Any) -> None:
-        self.model = model  # same object: nothing to copy
+        if model is not self.model:
+            self.model, self._dropout = model, None
 
     def close(self) -> None:
         pass
@@ -134,12 +136,16 @@ class HFGenerateBackend:
         return out
 
     def _generate(self, prompts: list[list[int]], budgets: list[int], sampling: SamplingConfig) -> list[list[int]]:
-        from agilerl_plugin_llm.rollout.kv import sample_with_shared_prefill, supports_shared_prefix
+        from agilerl_plugin_llm.rollout.kv import has_dropout, sample_with_shared_prefill, supports_shared_prefix
 
         model = self.model
         if self.engine == "cached" and supports_shared_prefix(model):
-            was_training = model.training
-            model.eval()
+            # Switching modes walks every submodule; only dropout makes it matter.
+            if self._dropout is None:
+                self._dropout = has_dropout(model)
+            was_training = model.training and self._dropout
+            if was_training:
+                model.eval()
             try:
                 return sample_with_shared_prefill(
                     model,

@@ -93,6 +93,8 @@ class RolloutHarness:
     :param apply_chat_template: render with the chat template; False joins plain text.
     :param chat_template: a Jinja template replacing the tokenizer's (from ``chat_template_path``).
     :param chat_template_kwargs: extra variables for the template (``enable_thinking``, ...).
+    :param stop_ids: token ids that end a reply (default: from the tokenizer).
+    :param encode_cache: a dict shared by harnesses to memoise tokenisation of rendered text.
     """
 
     def __init__(
@@ -106,6 +108,8 @@ class RolloutHarness:
         apply_chat_template: bool = True,
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        stop_ids: list[int] | None = None,
+        encode_cache: dict[str, list[int]] | None = None,
     ) -> None:
         self.env = env
         self.tokenizer = tokenizer
@@ -115,7 +119,9 @@ class RolloutHarness:
         self.apply_chat_template = apply_chat_template
         self.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.stop_ids = set(stop_token_ids(tokenizer))
+        self.stop_ids = set(stop_ids if stop_ids is not None else stop_token_ids(tokenizer))
+        # Harnesses of one factory share prompt tokenisations (a GRPO group renders one prompt).
+        self._encode_cache = encode_cache
         if apply_chat_template and not (chat_template or getattr(tokenizer, "chat_template", None)):
             raise ChatTemplateError(
                 "the tokenizer has no chat template: set environment.chat_template_path to a Jinja template "
@@ -159,7 +165,15 @@ class RolloutHarness:
         return str(text)
 
     def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        cache = self._encode_cache
+        if cache is not None and text in cache:
+            return list(cache[text])
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if cache is not None:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[text] = ids
+        return list(ids)
 
     # --- the episode ----------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> list[int]:

@@ -67,6 +67,14 @@ def run_decoder(
     return out.last_hidden_state  # type: ignore[no-any-return]
 
 
+def has_dropout(model: Any) -> bool:
+    """Whether train/eval mode changes the model's outputs (active dropout anywhere)."""
+    config = getattr(model, "config", None)
+    if float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
 def left_pad(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(1, max(len(r) for r in rows))
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=device)
@@ -172,7 +180,8 @@ def sample_with_shared_prefill(
         if step < min_new_tokens:
             scores[:, stops] = torch.finfo(scores.dtype).min
         if temperature > 0:
-            token = torch.multinomial(scores.softmax(-1), 1).squeeze(-1)
+            # Exponential race (= sampling from the softmax), cheaper than torch.multinomial.
+            token = (scores.softmax(-1) / torch.empty_like(scores).exponential_(1.0)).argmax(-1)
         else:
             token = scores.argmax(-1)
         token = torch.where(done, torch.full_like(token, pad_id), token)
