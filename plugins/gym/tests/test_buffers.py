@@ -86,6 +86,6 @@ def test_gae_matches_reference_with_termination_truncation_and_autoreset() -> No
                 rewards[t], terminated[t], dones[t], valid[t])  # fmt: skip
     buf.compute_returns_and_advantages(torch.as_tensor(last_value, dtype=torch.float32), torch.ones(N), gamma, lam)
     expected = _reference_gae(rewards, values, terminated, dones, valid, last_value, gamma, lam)
-    assert np.allclose(buf.advantages.numpy(), expected, atol=1e-5)
+    assert np.allclose(buf.advantages, expected, atol=1e-5)
     flat = buf.flat()
     assert flat["advantages"].shape == (T * N - 2,)  # the two auto-reset steps are left out

@@ -155,18 +155,22 @@ class ReplayBuffer:
 class RolloutBuffer:
     """On-policy storage for ``num_steps`` vector steps of ``num_envs`` envs, with GAE.
 
-    Tensors are allocated once; :meth:`add` writes step ``t`` in place. Per step it stores the
+    Arrays are allocated once; :meth:`add` writes step ``t`` in place. Per step it stores the
     observation the policy acted on, the action, its log-probability, the value estimate, the
     reward, ``terminated``/``done`` flags of that step, and ``valid``: False for the step a sub-env
     spends auto-resetting under Gymnasium's next-step autoreset (its action was ignored and its
     reward is meaningless), so the loss skips it.
 
+    Storage is numpy with torch views of the same memory: writing a step is a handful of numpy
+    slice assignments (no tensor allocation), GAE runs on numpy rows, and :meth:`flat` hands torch
+    tensors to the update without copying (moved to ``device`` when that is not the CPU).
+
     :param num_steps: vector steps per rollout.
     :param num_envs: parallel envs.
     :param obs_shape: one observation's shape.
     :param action_shape: one action's shape (``()`` for Discrete).
-    :param obs_dtype: observation dtype (uint8 images stay uint8 until the network).
-    :param action_dtype: ``torch.long`` for discrete actions, ``torch.float32`` for continuous.
+    :param obs_dtype: observation dtype, numpy or torch (uint8 images stay uint8 until the network).
+    :param action_dtype: int64 for discrete actions, float32 for continuous (numpy or torch).
     """
 
     def __init__(
@@ -176,51 +180,41 @@ class RolloutBuffer:
         obs_shape: tuple[int, ...],
         action_shape: tuple[int, ...],
         *,
-        obs_dtype: torch.dtype = torch.float32,
-        action_dtype: torch.dtype = torch.float32,
+        obs_dtype: Any = np.float32,
+        action_dtype: Any = np.float32,
         device: str | torch.device = "cpu",
     ) -> None:
         self.num_steps, self.num_envs = int(num_steps), int(num_envs)
         self.device = torch.device(device)
         T, N = self.num_steps, self.num_envs
-        z = lambda *s, dtype=torch.float32: torch.zeros(*s, dtype=dtype, device=self.device)  # noqa: E731
-        self.obs = z(T, N, *obs_shape, dtype=obs_dtype)
-        self.actions = z(T, N, *action_shape, dtype=action_dtype)
-        self.log_probs = z(T, N)
-        self.values = z(T, N)
-        self.rewards = z(T, N)
-        self.terminated = z(T, N)
-        self.dones = z(T, N)
-        self.valid = z(T, N)
-        self.advantages = z(T, N)
-        self.returns = z(T, N)
+        self.obs = np.zeros((T, N, *obs_shape), dtype=_np_dtype(obs_dtype))
+        self.actions = np.zeros((T, N, *action_shape), dtype=_np_dtype(action_dtype))
+        for name in ("log_probs", "values", "rewards", "terminated", "dones", "valid", "advantages", "returns"):
+            setattr(self, name, np.zeros((T, N), dtype=np.float32))
 
     def add(
         self,
         t: int,
-        obs: torch.Tensor,
-        action: torch.Tensor,
-        log_prob: torch.Tensor,
-        value: torch.Tensor,
-        reward: torch.Tensor | np.ndarray,
-        terminated: torch.Tensor | np.ndarray,
-        done: torch.Tensor | np.ndarray,
-        valid: torch.Tensor | np.ndarray,
+        obs: Any,
+        action: Any,
+        log_prob: Any,
+        value: Any,
+        reward: Any,
+        terminated: Any,
+        done: Any,
+        valid: Any,
     ) -> None:
-        """Write vector step ``t``."""
+        """Write vector step ``t`` (arrays or CPU tensors, one row per env)."""
         self.obs[t] = obs
         self.actions[t] = action
         self.log_probs[t] = log_prob
         self.values[t] = value
-        self.rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
-        self.terminated[t] = torch.as_tensor(terminated, dtype=torch.float32)
-        self.dones[t] = torch.as_tensor(done, dtype=torch.float32)
-        self.valid[t] = torch.as_tensor(valid, dtype=torch.float32)
+        self.rewards[t] = reward
+        self.terminated[t] = terminated
+        self.dones[t] = done
+        self.valid[t] = valid
 
-    @torch.no_grad()
-    def compute_returns_and_advantages(
-        self, last_value: torch.Tensor, last_valid: torch.Tensor, gamma: float, gae_lambda: float
-    ) -> None:
+    def compute_returns_and_advantages(self, last_value: Any, last_valid: Any, gamma: float, gae_lambda: float) -> None:
         """GAE(lambda) under next-step autoreset.
 
         For a step that ended an episode, the observation of the *following* step is the final
@@ -230,25 +224,21 @@ class RolloutBuffer:
         (``valid == 0``) gets advantage 0. ``last_value``/``last_valid`` describe the observation
         after the last stored step.
         """
-        last_gae = torch.zeros(self.num_envs, device=self.device)
-        for t in reversed(range(self.num_steps)):
-            if t == self.num_steps - 1:
-                next_value, next_valid = last_value, last_valid
-            else:
-                next_value, next_valid = self.values[t + 1], self.valid[t + 1]
-            # A done step's successor is the auto-reset step: it is the final obs, so bootstrap off
-            # it unless terminated. A valid step's successor otherwise continues the episode.
-            bootstrap = gamma * next_value * (1.0 - self.terminated[t])
-            delta = self.rewards[t] + bootstrap - self.values[t]
-            # Propagate only inside an episode; the auto-reset step contributes nothing.
-            carry = gamma * gae_lambda * (1.0 - self.dones[t]) * next_valid * last_gae
-            last_gae = (delta + carry) * self.valid[t]
+        last_value = np.asarray(last_value, dtype=np.float32)
+        last_valid = np.asarray(last_valid, dtype=np.float32)
+        # Everything that does not depend on the recursion, computed for all steps at once.
+        next_values = np.concatenate([self.values[1:], last_value[None]])
+        next_valid = np.concatenate([self.valid[1:], last_valid[None]])
+        delta = self.rewards + gamma * next_values * (1.0 - self.terminated) - self.values
+        carry = gamma * gae_lambda * (1.0 - self.dones) * next_valid
+        last_gae = np.zeros(self.num_envs, dtype=np.float32)
+        for t in range(self.num_steps - 1, -1, -1):
+            last_gae = (delta[t] + carry[t] * last_gae) * self.valid[t]
             self.advantages[t] = last_gae
-        self.returns = self.advantages + self.values
+        np.add(self.advantages, self.values, out=self.returns)
 
     def flat(self) -> dict[str, torch.Tensor]:
-        """All valid steps flattened to ``(n, ...)``, for minibatching."""
-        mask = self.valid.reshape(-1).bool()
+        """All valid steps flattened to ``(n, ...)`` tensors, for minibatching."""
         out = {
             "obs": self.obs.reshape(-1, *self.obs.shape[2:]),
             "actions": self.actions.reshape(-1, *self.actions.shape[2:]),
@@ -257,6 +247,13 @@ class RolloutBuffer:
             "advantages": self.advantages.reshape(-1),
             "returns": self.returns.reshape(-1),
         }
-        if bool(mask.all()):
-            return out
-        return {k: v[mask] for k, v in out.items()}
+        mask = self.valid.reshape(-1) > 0
+        if not mask.all():
+            out = {k: v[mask] for k, v in out.items()}
+        return {k: torch.from_numpy(v).to(self.device) for k, v in out.items()}
+
+
+def _np_dtype(dtype: Any) -> np.dtype[Any]:
+    if isinstance(dtype, torch.dtype):
+        return np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
+    return np.dtype(dtype)

@@ -197,8 +197,10 @@ class EvolvableMLP(nn.Module):
         self._chain = chain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # ``module.forward`` directly: the hook machinery of ``module(x)`` costs more than a small
+        # layer's matmul (these inner modules never carry hooks).
         for module in self._chain:
-            x = module(x)
+            x = module.forward(x)
         return x
 
     def arch(self) -> dict[str, Any]:

@@ -142,7 +142,10 @@ class PPO(GymAlgorithm):
         out, value = self._heads(obs)
         if self.kind == "discrete":  # the hot path: skip the entropy the rollout does not need
             logp = torch.log_softmax(out, -1)
-            action = torch.multinomial(logp.exp(), 1)
+            # Inverse-CDF sampling: one uniform per row, much cheaper than torch.multinomial.
+            cdf = logp.exp().cumsum(-1)
+            action = (cdf < torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]).sum(-1, keepdim=True)
+            action = action.clamp_(max=cdf.shape[-1] - 1)
             return action.squeeze(-1), logp.gather(-1, action).squeeze(-1), value
         action = self._sample(out)
         log_prob, _ = self._log_prob_entropy(out, action)

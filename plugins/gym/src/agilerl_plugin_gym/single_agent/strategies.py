@@ -24,7 +24,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from agilerl.errors import AgileRLError
 from agilerl.strategies import TrainingStrategy
@@ -77,7 +76,7 @@ class _EpisodeStats:
         self.finished: list[float] = []
 
     def step(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
-        self.running += np.where(valid, reward, 0.0)
+        self.running += reward * valid
         if done.any():
             self.finished.extend(self.running[done].tolist())
             self.running[done] = 0.0
@@ -98,18 +97,19 @@ class OnPolicyStrategy(GymStrategy):
 
     regime = "on_policy"
 
-    def _rollout_buffer(self, agent: Any, steps: int, n: int, obs: torch.Tensor) -> RolloutBuffer:
+    def _rollout_buffer(self, agent: Any, steps: int, n: int, obs: np.ndarray) -> RolloutBuffer:
         cached = getattr(agent, "_cache_rollout", None)
         if cached is not None and cached.num_steps == steps and cached.num_envs == n:
             return cached  # type: ignore[no-any-return]
         action_shape = () if agent.kind == "discrete" else tuple(agent.action_space.shape)
-        action_dtype = torch.float32 if agent.kind == "continuous" else torch.long
+        action_dtype = np.float32 if agent.kind == "continuous" else np.int64
+        obs_dtype = np.asarray(obs).dtype
         buf = RolloutBuffer(
             steps,
             n,
             tuple(obs.shape[1:]),
             action_shape,
-            obs_dtype=obs.dtype,
+            obs_dtype=obs_dtype,
             action_dtype=action_dtype,
             device=agent.device,
         )
@@ -122,24 +122,23 @@ class OnPolicyStrategy(GymStrategy):
         steps = max(1, agent.learn_step // n)
         rollouts = max(1, math.ceil(num_steps / (steps * n)))
         obs, _ = env.reset(seed=_episode_seed(run, agent))
-        obs_t = agent.obs_tensor(obs)
-        buf = self._rollout_buffer(agent, steps, n, obs_t)
+        buf = self._rollout_buffer(agent, steps, n, obs)
         valid = np.ones(n, dtype=bool)
         episodes = _EpisodeStats(n)
         stats: dict[str, float] = {}
         for _ in range(rollouts):
             for t in range(steps):
-                action, log_prob, value = agent.act(obs_t)
+                action, log_prob, value = agent.act(agent.obs_tensor(obs))
+                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
                 obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
                 done = terminated | truncated
-                buf.add(t, obs_t, action, log_prob, value, reward, terminated, done, valid)
+                buf.rewards[t] = reward
+                buf.terminated[t] = terminated
+                buf.dones[t] = done
                 episodes.step(reward, done, valid)
                 valid = ~done  # a finished sub-env spends its next step auto-resetting
-                obs_t = agent.obs_tensor(obs)
-            last_value = agent.value(obs_t)
-            buf.compute_returns_and_advantages(
-                last_value, torch.as_tensor(valid, dtype=torch.float32), agent.gamma, agent.gae_lambda
-            )
+            last_value = agent.value(agent.obs_tensor(obs))
+            buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
             stats = agent.learn(buf)
             agent.steps += steps * n
         return {**stats, **episodes.row()}
