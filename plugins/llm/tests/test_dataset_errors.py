@@ -41,11 +41,16 @@ def _not_trained(run_dir: Path) -> None:
     assert not metrics.exists() or not metrics.read_text().strip()
 
 
-def test_model_path_missing_fails_validation(tmp_path: Path, write_manifest: Any, run_cli: Any) -> None:
+def test_model_path_missing(tmp_path: Path, write_manifest: Any, run_cli: Any) -> None:
     path = write_manifest(_manifest(tmp_path / "no-such-model", tmp_path / "run"))
-    _fails(run_cli, path, "network.pretrained_model_name_or_path", "does not exist", command="validate")
-    _fails(run_cli, path, "does not exist")
+    _fails(run_cli, path, "pretrained_model_name_or_path", "is not a local directory", "never downloads")
     _not_trained(tmp_path / "run")
+
+
+def test_model_path_required(tmp_path: Path, write_manifest: Any, run_cli: Any) -> None:
+    manifest = _manifest("x", tmp_path / "run")
+    del manifest["network"]["pretrained_model_name_or_path"]
+    _fails(run_cli, write_manifest(manifest), "network.pretrained_model_name_or_path", "required", command="validate")
 
 
 def test_model_id_not_in_local_cache(tmp_path: Path, write_manifest: Any, run_cli: Any) -> None:

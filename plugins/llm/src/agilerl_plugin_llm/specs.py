@@ -9,7 +9,6 @@ instead of being silently ignored.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -215,23 +214,14 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
 
 
 def model_path_problems(name_or_path: str | None) -> list[Problem]:
-    """Cheap validation-time checks of ``pretrained_model_name_or_path`` (no imports, no cache lookups).
+    """Validation-time check of ``pretrained_model_name_or_path``: it must be given.
 
-    A value written as a path (``./x``, ``/x``, ``~/x``) must exist; a hub id is looked up in the
-    local cache when the run starts.
+    Whether it exists is checked when the run starts (before any training), not here: example
+    manifests name a directory the user builds first, and ``agilerl validate`` must stay cheap.
     """
-    where = "network.pretrained_model_name_or_path"
     if not name_or_path:
-        return [
-            Problem(where, "required: the model to fine-tune (a local directory or a model id in the local HF cache)")
-        ]
-    if name_or_path.startswith((".", "/", "~")):
-        path = Path(name_or_path).expanduser()
-        if not path.exists():
-            return [Problem(where, f"{name_or_path!r} does not exist (relative to {Path.cwd()}); give a directory "
-                                   "written with save_pretrained, or a model id in the local Hugging Face cache")]  # fmt: skip
-        if not (path / "config.json").is_file():
-            return [Problem(where, f"{name_or_path!r} has no config.json: not a Hugging Face model directory")]
+        return [Problem("network.pretrained_model_name_or_path",
+                        "required: the model to fine-tune (a local directory or a model id in the local HF cache)")]  # fmt: skip
     return []
 
 
