@@ -211,3 +211,30 @@ def test_bad_source_is_a_clear_error_before_training(
     assert code == 1, out + err
     assert re.search(expected, err), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
+            {"dataset_path": DATA, "rubric_file_path": RUBRIC, "entrypoint": "a:B"},
+            "exactly one source, got dataset_path, entrypoint",
+        ),
+        ({"name": "nothing"}, "needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url"),
+    ],
+)
+def test_agilerl_validate_reports_the_source_problem(
+    env: dict[str, Any],
+    expected: str,
+    tiny_model_dir: Path,
+    write_manifest: Callable[..., Path],
+    run_cli: Callable[..., Any],
+) -> None:
+    manifest = {
+        "algorithm": {"name": "GRPO"},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir)},
+        "environment": {"env_type": "rollout", **env},
+    }
+    code, out, err = run_cli("validate", write_manifest(manifest))
+    assert code == 1
+    assert expected in out + err

@@ -78,11 +78,18 @@ class GRPO(RolloutLLMAlgorithm):
 
     def __init__(self, spec: Any, **kwargs: Any) -> None:
         super().__init__(spec, **kwargs)  # tokenizer, model, index, device, ... (see RolloutLLMAlgorithm)
+        self._rows_per_batch()
+
+    def _rows_per_batch(self) -> None:
         # Mini/micro batches are given in prompts; each prompt is group_size rows.
-        if self.mini_batch_size is not None:
-            self.mini_batch_size = int(self.mini_batch_size) * int(self.group_size)
-        if self.micro_batch_size_per_gpu is not None:
-            self.micro_batch_size_per_gpu = int(self.micro_batch_size_per_gpu) * int(self.group_size)
+        mini, micro = self.spec.mini_batch_size, self.spec.micro_batch_size_per_gpu
+        self.mini_batch_size = None if mini is None else int(mini) * int(self.group_size)
+        self.micro_batch_size_per_gpu = None if micro is None else int(micro) * int(self.group_size)
+
+    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
+        super()._on_hyperparameter_change(name, old, new)
+        if name == "group_size":
+            self._rows_per_batch()
 
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]

@@ -101,7 +101,7 @@ def select_source(spec: Any) -> RolloutSource:
             raise RolloutSourceError(f"environment.{field}: {why}")
     builds = {id(table[f].build): table[f] for f in present}
     if not builds:
-        fields = sorted({*table, *KNOWN_EXTERNAL_SOURCES})
+        fields = sorted({*table, "env_url"})
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
             f"{', '.join(fields)} (dataset rows also need rubric_file_path)"

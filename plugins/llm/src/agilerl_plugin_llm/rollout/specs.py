@@ -8,7 +8,7 @@ or, for inherited ones, by :meth:`RolloutLLMSpec._unsupported` with a "not suppo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -104,6 +104,15 @@ class RolloutLLMSpec(LLMAlgorithmSpec):
                 "environment.env_type",
                 f"{self.name} trains on generated rollouts: use env_type: rollout (got {env_type!r})",
             ))  # fmt: skip
+        if env_type == "rollout":
+            # Exactly one rollout source (sources are registered by name: nothing heavy imports).
+            from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source
+
+            try:
+                select_source(manifest.environment)
+            except RolloutSourceError as exc:
+                field, _, message = str(exc).partition(": ")
+                problems.append(Problem(field, message or str(exc)))
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",
@@ -159,10 +168,6 @@ class LLMREINFORCESpec(RolloutLLMSpec):
         Literal["batch_mean", "none"], Field(description="Subtract the batch's mean return (lower variance).")
     ] = "batch_mean"
     whiten_advantages: Annotated[bool, Field(description="Divide advantages by their batch std.")] = False
-
-
-def _model_fields(cls: Any) -> list[str]:
-    return sorted(cls.model_fields)
 
 
 __all__ = ["ROLLOUT_HPO_RANGES", "GRPOSpec", "LLMREINFORCESpec", "RolloutLLMSpec"]
