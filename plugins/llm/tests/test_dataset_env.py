@@ -141,3 +141,22 @@ def test_missing_chat_template_and_uncached_hub_id(tiny_model_factory: Any, tmp_
         make_llm_env(_spec(dataset_path=path), plain)
     with pytest.raises(DatasetError, match="local Hugging Face cache"):
         make_llm_env(_spec(hf_dataset_id="agilerl-tests/no-such-dataset", apply_chat_template=False), plain)
+
+
+def test_hf_dataset_id_from_the_local_hub_cache(
+    tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset snapshot in the hub cache (as `huggingface-cli download --repo-type dataset` leaves it)."""
+    import huggingface_hub.constants as hub
+
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "datasets--agilerl-tests--tiny-sft"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(sha)
+    snapshot = repo / "snapshots" / sha / "data"
+    snapshot.mkdir(parents=True)
+    _write(snapshot / "train.jsonl", [{"prompt": r["question"], "response": r["answer"]} for r in ROWS])
+    _write(snapshot / "test.jsonl", [{"prompt": "held", "response": "out"}])
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    env = make_llm_env(_spec(hf_dataset_id="agilerl-tests/tiny-sft", train_test_split=1.0), tokenizer)
+    assert len(env.train_rows) == len(ROWS)

@@ -76,14 +76,19 @@ def _offline() -> Iterator[None]:
             setattr(obj, name, value)
 
 
-def _load_path(path: Path, what: str) -> Any:
+def _load_path(path: Path, what: str, *, recursive: bool = False) -> Any:
     import datasets
 
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "state.json").exists():
             ds = datasets.load_from_disk(str(path))
             return ds["train"] if isinstance(ds, datasets.DatasetDict) else ds
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in _FORMATS)
+        found = path.rglob("*") if recursive else path.iterdir()
+        files = sorted(p for p in found if p.suffix.lower() in _FORMATS and p.is_file())
+        if recursive:
+            # A hub snapshot may hold several splits: read the training files when they are named.
+            train = [p for p in files if "train" in p.relative_to(path).as_posix().lower()]
+            files = train or files
         if not files:
             raise DatasetError(
                 f"{what} {str(path)!r} is a directory without data files (.jsonl, .json, .csv, .parquet)"
@@ -126,15 +131,34 @@ def load_rows(spec: LLMEnvSpec) -> list[dict[str, Any]]:
                 with _offline():
                     ds = datasets.load_dataset(name, split="train")
             except Exception as exc:
+                # Not in datasets' own cache: a snapshot in the hub cache (e.g. fetched with
+                # `huggingface-cli download --repo-type dataset <id>`) is read from its data files.
+                snapshot = _hub_snapshot(name)
+                if snapshot is not None:
+                    return _to_rows(_load_path(snapshot, f"environment.{field_name}", recursive=True), spec)
                 raise DatasetError(
                     f"environment.{field_name} {name!r} is not a local path and could not be read from the local "
                     f"Hugging Face cache ({type(exc).__name__}: {str(exc)[:200]}). agilerl never downloads at run "
                     "time: download it beforehand, or export it to a file and use environment.dataset_path."
                 ) from exc
+    return _to_rows(ds, spec)
+
+
+def _to_rows(ds: Any, spec: LLMEnvSpec) -> list[dict[str, Any]]:
     rows = ds.to_list() if hasattr(ds, "to_list") else list(ds)
     if not rows:
         raise DatasetError(f"the dataset {spec.label!r} has no rows")
     return rows
+
+
+def _hub_snapshot(repo_id: str) -> Path | None:
+    """The local hub-cache snapshot of dataset ``repo_id``, or None (never downloads)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, repo_type="dataset", local_files_only=True))
+    except Exception:
+        return None
 
 
 def remap_columns(rows: list[dict[str, Any]], spec: LLMEnvSpec, expected: Sequence[str]) -> list[dict[str, Any]]:
