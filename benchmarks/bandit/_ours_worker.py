@@ -50,11 +50,12 @@ def main() -> None:
         manifest.algorithm, env=env, manifest=manifest, runtime=runtime
     )
     run = SimpleNamespace(env=env)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     strategy.learn(agent, run, cfg["steps"])  # type: ignore[arg-type]
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({"steps_per_s": cfg["steps"] / elapsed, "regret": agent.cumulative_regret,
-                      "last500": agent.recent_mean_reward(), "params": agent.net.num_params, "seconds": elapsed}))  # fmt: skip
+                      "last500": agent.recent_mean_reward(), "params": agent.net.num_params, "seconds": elapsed,
+                      "cpu_steps_per_s": cfg["steps"] / cpu}))  # fmt: skip
 
 
 if __name__ == "__main__":
