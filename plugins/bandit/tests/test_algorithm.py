@@ -200,3 +200,36 @@ def test_registration_imports_no_torch() -> None:
         "assert 'torch' not in sys.modules and 'pandas' not in sys.modules, sorted(m for m in sys.modules if m in ('torch','pandas'))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_network_from_net_config_or_network_section() -> None:
+    agent, _ = _agent(net_config={"hidden_size": [32, 16], "activation": "Tanh"})
+    assert agent.net.hidden_size == [32, 16] and agent.net.activation == "Tanh"
+    manifest = load_manifest(
+        {
+            "algorithm": {"name": "NeuralTS"},
+            "environment": {"name": "iris"},
+            "network": {"encoder_config": {"arch": "mlp", "hidden_size": [48]}, "head_config": {"hidden_size": [24]}},
+            "replay_buffer": {"max_size": 321},
+        }
+    )
+    env = make_env(manifest.environment, seed=0)
+    built = BanditBuilder.build_for_run(
+        manifest.algorithm, env=env, manifest=manifest, runtime=AlgorithmBuildRuntime(manifest=manifest)
+    )
+    assert built.net.hidden_size == [48, 24] and built.memory.capacity == 321
+
+
+def test_unsupported_network_is_rejected_at_validation() -> None:
+    from agilerl.errors import ManifestError
+
+    with pytest.raises(ManifestError, match=r"network\.encoder_config\.activation: 'Softmax' is not supported"):
+        load_manifest(
+            {
+                "algorithm": {"name": "NeuralUCB"},
+                "environment": {"name": "iris"},
+                "network": {"encoder_config": {"arch": "mlp", "activation": "Softmax"}},
+            }
+        )
+    with pytest.raises(ManifestError, match=r"network\.encoder_config\.arch: NeuralUCB needs an mlp"):
+        load_manifest({"algorithm": {"name": "NeuralUCB"}, "environment": {"name": "iris"}, "network": {"arch": "cnn"}})
