@@ -30,7 +30,7 @@ def main() -> None:
             "expl_noise": cfg["expl_noise"],
             "theta": 0.15,
             "dt": 0.01,
-            "max_grad_norm": None,  # AgileRL's MADDPG does not clip gradients
+            "max_grad_norm": 0,  # off: AgileRL's MADDPG does not clip gradients
         },
         "environment": {
             "name": cfg["env"],

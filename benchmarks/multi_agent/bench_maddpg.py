@@ -11,7 +11,8 @@ torch==2.13.0 agilerl mpe2``); this project runs with the interpreter that runs 
 
     python benchmarks/multi_agent/bench_maddpg.py --steps 20000 --repeats 3
 
-Prints one JSON line per run and a summary: median env-steps/s per side and their ratio.
+Prints one JSON line per run and a summary: median env-steps per wall second and per CPU second
+(the worker and its env processes) per side, and the ratios.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,13 +47,21 @@ def ensure_agilerl_venv(venv: Path) -> Path:
 
 def run_side(python: Path, worker: str, cfg: dict[str, object]) -> dict[str, object]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [str(python), str(HERE / worker), json.dumps(cfg)], capture_output=True, text=True, env=env, check=False
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{worker} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    res: dict[str, object] = json.loads(lines[-1])
+    # CPU seconds of the worker and its env processes (waited-for descendants count here): on a
+    # shared machine wall time depends on the neighbours, CPU time much less.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    res["cpu_s"] = round(cpu, 2)
+    res["steps_per_cpu_s"] = round(float(res["steps"]) / cpu, 1)  # type: ignore[arg-type]
+    return res
 
 
 def main() -> None:
@@ -102,13 +112,17 @@ def main() -> None:
             continue
         if runs:
             summary[f"{side}_steps_per_s_median"] = round(statistics.median(float(r["steps_per_s"]) for r in runs), 1)
+            summary[f"{side}_steps_per_cpu_s_median"] = round(
+                statistics.median(float(r["steps_per_cpu_s"]) for r in runs), 1
+            )
             summary[f"{side}_fitness_median"] = round(statistics.median(float(r["fitness"]) for r in runs), 2)
     if results["agilerl"]:
         for side in ("ours", "ours_sync"):
             if results[side]:
-                summary[f"ratio_{side}_over_agilerl"] = round(
-                    float(summary[f"{side}_steps_per_s_median"]) / float(summary["agilerl_steps_per_s_median"]), 2
-                )
+                for unit in ("steps_per_s", "steps_per_cpu_s"):
+                    summary[f"ratio_{side}_over_agilerl_{unit}"] = round(
+                        float(summary[f"{side}_{unit}_median"]) / float(summary[f"agilerl_{unit}_median"]), 2
+                    )
     print(json.dumps(summary, indent=2))
 
 

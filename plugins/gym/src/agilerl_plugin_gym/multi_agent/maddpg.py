@@ -91,8 +91,10 @@ class MADDPG(MultiAgentAlgorithm):
         # Python overhead of one backward/step per agent.
         self._actor_params = [p for m in self.actors.values() for p in m.parameters()]
         self._critic_params = [p for m in self.critics.values() for p in m.parameters()]
-        self.actor_optimizers = {"all": torch.optim.Adam(self._actor_params, lr=self.lr_actor, foreach=True)}
-        self.critic_optimizers = {"all": torch.optim.Adam(self._critic_params, lr=self.lr_critic, foreach=True)}
+        # fused: one kernel for the whole update; on CPU a fifth of MADDPG's learning step otherwise.
+        fused = {"fused": True} if self.device.type in ("cpu", "cuda") else {"foreach": True}
+        self.actor_optimizers = {"all": torch.optim.Adam(self._actor_params, lr=self.lr_actor, **fused)}
+        self.critic_optimizers = {"all": torch.optim.Adam(self._critic_params, lr=self.lr_critic, **fused)}
         self._target_pairs = [
             (list(self.actor_targets[k].parameters()), list(self.actors[k].parameters())) for k in self.actors
         ] + [(list(self.critic_targets[k].parameters()), list(self.critics[k].parameters())) for k in self.critics]
@@ -195,6 +197,9 @@ class MADDPG(MultiAgentAlgorithm):
         stats = {"critic_loss": critic_loss.item() / (len(self.agent_ids) * self.n_critics)}
         if not self._update_actor_now():
             return stats
+        # The actor loss differentiates through the critics; their weight gradients are not needed.
+        for p in self._critic_params:
+            p.requires_grad_(False)
         actor_loss = torch.zeros((), device=self.device)
         for a in self.agent_ids:
             out = self.actors[self.keys[a]](obs[a])
@@ -206,6 +211,8 @@ class MADDPG(MultiAgentAlgorithm):
         opt = self.actor_optimizers["all"]
         opt.zero_grad(set_to_none=True)
         actor_loss.backward()
+        for p in self._critic_params:
+            p.requires_grad_(True)
         self._clip(self._actor_params)
         opt.step()
         stats["actor_loss"] = actor_loss.item() / len(self.agent_ids)
