@@ -84,3 +84,19 @@ def test_resume_mid_evolution_continues_from_the_saved_population(
         tuple(r[k] for k in key) for r in full_rows
     ]
     assert len(full.population) == len(resumed.population) == 4
+
+
+def test_the_returned_population_is_the_last_evaluated_one_best_first_and_the_elite_is_saved(
+    example_plugin: Any, ucb_manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    result = LocalTrainer.from_manifest(evolving(ucb_manifest, tmp_path), run_dir=tmp_path / "run").train()
+    last = [r for r in rows(tmp_path / "run") if r["generation"] == result.generations - 1]
+    # exactly the agents evaluated last (not offspring made after that evaluation), with those scores
+    assert sorted((a.index, a.fitness[-1]) for a in result.population) == sorted(
+        (r["agent"], r["fitness"]) for r in last
+    )
+    assert result.fitnesses == sorted(result.fitnesses, reverse=True)
+    assert all(a.steps == 400 and len(a.fitness) == result.generations for a in result.population)
+    elite = checkpoint.load(result.elite_path)["agents"]
+    assert len(elite) == 1 and elite[0]["index"] == result.best.index
+    assert elite[0]["fitness"] == result.best.fitness
