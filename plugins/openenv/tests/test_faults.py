@@ -160,3 +160,23 @@ def test_replica_hanging_then_dying_the_run_continues_on_the_survivor(server_pro
                 assert env.step("one")[1] == pytest.approx(1.0)
     assert f"OpenEnv replica {victim_shown} failed" in caplog.text and "truncated" in caplog.text
     _assert_no_secrets(caplog.text, results)
+
+
+def test_a_restarted_server_is_reconnected_after_backoff(game, build, caplog) -> None:  # type: ignore[no-untyped-def]
+    from agilerl_plugin_openenv.server import ServedEnv, make_app
+
+    caplog.set_level(logging.INFO, logger="agilerl_plugin_openenv")
+    first = ServedEnv(make_app(game)).start()
+    make_env, _ = build(first.url, request_timeout_s=2)
+    env = make_env()
+    env.reset()
+    first.stop()
+    assert env.step("one")[3] is True  # truncated: the server went away mid-episode
+    second = ServedEnv(make_app(game), port=first.port).start()  # back on the same address
+    try:
+        obs, info = env.reset()  # waits out the backoff, then reconnects
+        assert obs == "Say one." and info["env_url"] == first.url
+        assert env.step("one")[1] == pytest.approx(1.0)
+    finally:
+        second.stop()
+    assert f"OpenEnv replica {first.url} answers again; reconnected" in caplog.text
