@@ -85,6 +85,8 @@ def test_mcp_tool_env_gets_call_tool_actions(native, build) -> None:  # type: ig
         assert reward == 0.0 and not terminated and "unknown tool 'delete_all'" in info["action_error"]
         with pytest.raises(OpenEnvProtocolError, match=r"'nope' is not a tool of the server.*submit"):
             build(served.url, mcp_tool="nope")
+        with pytest.raises(OpenEnvProtocolError, match=r"is an MCP tool environment.*set environment.mcp_tool"):
+            build(served.url)
 
 
 def test_example_mcp_server_works_as_a_source(build) -> None:  # type: ignore[no-untyped-def]

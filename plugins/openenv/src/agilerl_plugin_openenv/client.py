@@ -567,6 +567,11 @@ class OpenEnvSource:
         elif action_props:
             strings = [k for k, v in action_props.items() if v.get("type") == "string"]
             named = [k for k in _TEXT_ACTION_NAMES if k in action_props]
+            if "tool_name" in action_props and "arguments" in action_props:
+                raise OpenEnvProtocolError(
+                    f"the server at {where} is an MCP tool environment (its action is a tool call): set "
+                    "environment.mcp_tool to the tool the policy calls"
+                )
             if len(strings) == 1:
                 self.action_field = strings[0]
             elif named:
