@@ -50,6 +50,7 @@ class NumberAction(_s.Action):  # type: ignore[misc,name-defined]
 
 class NumberObservation(_s.Observation):  # type: ignore[misc,name-defined]
     prompt: str = ""
+    error: str = ""
 
 
 class NumberEnvironment(_s.Environment):  # type: ignore[misc,name-defined]
@@ -65,6 +66,8 @@ class NumberEnvironment(_s.Environment):  # type: ignore[misc,name-defined]
         return NumberObservation(prompt="Say 7.", done=False, reward=None)
 
     def step(self, action: NumberAction, timeout_s: float | None = None, **kwargs: Any) -> NumberObservation:
+        if action.number < 0:  # a valid action the env refuses: it says so in its ``error`` field
+            return NumberObservation(prompt="Say 7.", error="negative numbers are not allowed", done=False, reward=0.0)
         return NumberObservation(prompt="", done=True, reward=float(action.number == 7))
 
     @property

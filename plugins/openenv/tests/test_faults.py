@@ -96,6 +96,12 @@ def test_rejected_actions_are_clear_errors_or_feedback(native, build) -> None:  
         assert text.startswith("Invalid action") and "number" in info["action_error"]
         assert (reward, terminated, truncated) == (0.0, False, False)
         assert env.step("7")[1:3] == (1.0, True)
+        # An env reporting a refused action in its own observation field: shown to the policy too.
+        env.reset()
+        text, reward, terminated, _, info = env.step("-3")
+        assert info["action_error"] == "negative numbers are not allowed" and "negative numbers" in text
+        assert (reward, terminated) == (0.0, False)
+        assert env.step("7")[1:3] == (1.0, True)
 
 
 def test_capacity_reached_is_a_clear_error(game, build) -> None:  # type: ignore[no-untyped-def]
