@@ -10,10 +10,11 @@ Same hyperparameters on every side, 8 envs, 1 torch thread:
 
 * PPO: 256 steps x 8 envs per rollout, minibatch 128, 4 epochs, lr 1e-3, gamma .99, GAE .95,
   clip .2, no entropy bonus, separate 64-64 ReLU actor and critic.
-* DQN: batch 128, 2 gradient steps per vector step, lr 1e-3, soft target tau .005, buffer 50k,
-  1000 warm-up steps, 128-128 ReLU MLP, epsilon 1 -> .05.
+* DQN (vanilla, as SB3's): batch 128, 2 gradient steps per vector step, lr 1e-3, soft target
+  tau .005 every step, Huber loss, buffer 50k, 1000 warm-up steps, 128-128 ReLU MLP, epsilon 1 -> .05.
 
-Reports: env-steps/s over a fixed budget (no evaluation), the median over seeds of training wall
+Reports: env-steps/s over a fixed budget (no evaluation; the clock starts after imports and covers
+building the envs and the model, and training), the median over seeds of training wall
 seconds to a mean greedy evaluation return of 475 on CartPole-v1 / -100 on Acrobot-v1 (10
 episodes every ``eval_every`` steps; evaluation time is not counted), and peak RSS.
 """
@@ -100,7 +101,9 @@ def _agilerl_manifest(algo: str, env_id: str, steps: int, seed: int, evo_steps: 
             "training": training,
         }  # fmt: skip
     return {
-        "algorithm": {"name": "DQN", "batch_size": 128, "lr": 1e-3, "learn_step": 4, "gamma": 0.99, "tau": 0.005},
+        # double: false -- SB3's DQN and the bare script are vanilla DQN; compare like with like.
+        "algorithm": {"name": "DQN", "batch_size": 128, "lr": 1e-3, "learn_step": 4, "gamma": 0.99, "tau": 0.005,
+                      "double": False},
         "environment": env,
         "network": {"latent_dim": 128, "encoder_config": {"arch": "mlp", "hidden_size": [128], "layer_norm": False},
                     "head_config": {"hidden_size": [], "layer_norm": False}},
@@ -171,10 +174,32 @@ def run_bare(algo: str, env_id: str, steps: int, seed: int, clock: SolveClock | 
               on_eval=clock.check if clock else None)  # fmt: skip
 
 
+def _warm_imports(framework: str) -> None:
+    """Import what each side needs before the clock starts: import time is not training speed.
+
+    Creating the first torch optimizer imports torch._dynamo (seconds), for every framework alike.
+    """
+    import gymnasium  # noqa: F401
+    import torch
+
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+    if framework == "agilerl":
+        import agilerl.training.trainer  # noqa: F401
+        import agilerl_plugin_gym.single_agent.dqn
+        import agilerl_plugin_gym.single_agent.ppo
+        import agilerl_plugin_gym.single_agent.strategies  # noqa: F401
+    elif framework == "sb3":
+        import stable_baselines3  # noqa: F401
+    else:
+        sys.path.insert(0, str(HERE))
+        import bare_rl  # noqa: F401
+
+
 def worker(framework: str, algo: str, env_id: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
+    _warm_imports(framework)
     steps = THROUGHPUT_STEPS[algo] if mode == "throughput" else SOLVE_BUDGET[algo]
     clock = SolveClock(env_id, seed) if mode == "solve" else None
     t0 = time.perf_counter()

@@ -114,19 +114,14 @@ class DQN(GymAlgorithm):
         net, target = self.nets["actor"], self.nets["actor_target"]
         obs, next_obs = batch["obs"], batch["next_obs"]
         actions = batch["action"].long().view(-1, 1)
-        b = obs.shape[0]
-        if self.double:
-            # One forward for both: the online net's Q(s) (trained) and Q(s') (to pick a').
-            q_all = net(torch.cat([obs, next_obs]))
-            q = q_all[:b].gather(1, actions).squeeze(1)
-            next_a = q_all[b:].detach().argmax(1, keepdim=True)
-            with torch.no_grad():
+        q = net(obs).gather(1, actions).squeeze(1)
+        with torch.no_grad():
+            if self.double:  # the online net picks a', the target net values it
+                next_a = net(next_obs).argmax(1, keepdim=True)
                 q_next = target(next_obs).gather(1, next_a).squeeze(1)
-        else:
-            q = net(obs).gather(1, actions).squeeze(1)
-            with torch.no_grad():
+            else:
                 q_next = target(next_obs).max(1).values
-        y = batch["reward"].float() + self.gamma * (1.0 - batch["done"].float()) * q_next
+        y = batch["reward"] + self.gamma * (1.0 - batch["done"]) * q_next
         loss = nn.functional.smooth_l1_loss(q, y)
         opt = self.optimizers["optimizer"]
         opt.zero_grad(set_to_none=True)

@@ -166,7 +166,9 @@ class OffPolicyStrategy(GymStrategy):
         elif rb.per_buffer or rb.n_step_buffer:
             raise AgileRLError("replay_buffer: per_buffer and n_step_buffer are not supported by this plugin yet")
         max_size = rb.max_size if rb is not None else 100_000
-        self.buffer = ReplayBuffer(max_size, device=run.device, seed=run.seed)
+        # Rewards and done flags are stored as float32 so a sampled batch needs no conversion.
+        dtypes = {"reward": np.float32, "done": np.float32}
+        self.buffer = ReplayBuffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes)
         self.rng = np.random.default_rng(None if run.seed is None else run.seed + 1)
         run.extras["memory"] = self.buffer
         t = m.training
