@@ -80,20 +80,28 @@ def test_grpo_learns_the_word_game_through_serve_env(server_process, tiny_model,
     assert last["fitness"] > first["fitness"], rows
 
 
-def _kill_after_first_generation(monkeypatch: pytest.MonkeyPatch, kill: Any) -> list[int]:
-    """Fault injection: kill the server when the second generation starts (after checkpoint 10)."""
-    from agilerl_plugin_llm.rollout.strategy import LLMRolloutStrategy
+#: Env steps before the kill. Generation 1 plays 10 iterations x 4 prompts x group 4 one-turn
+#: episodes (160 steps), then evaluates on eval_loop 8 x batch 4 episodes (32 steps) and writes
+#: checkpoint_10.pt; step 194 is the second episode of generation 2's first batch.
+KILL_AT_STEP = 10 * 4 * 4 + 8 * 4 + 2
 
-    original = LLMRolloutStrategy.learn
+
+def _kill_mid_rollout(monkeypatch: pytest.MonkeyPatch, kill: Any) -> list[int]:
+    """Fault injection: kill the server in the middle of a rollout batch of generation 2."""
+    from agilerl_plugin_openenv.client import OpenEnvTextEnv
+
+    original = OpenEnvTextEnv.step
+    calls: list[int] = []
     killed: list[int] = []
 
-    def learn(self: Any, agent: Any, run: Any, num_steps: int) -> Any:
-        if agent.steps >= 10 and not killed:
+    def step(self: OpenEnvTextEnv, action: str) -> Any:
+        calls.append(1)
+        if len(calls) == KILL_AT_STEP:
             kill()
-            killed.append(agent.steps)
-        return original(self, agent, run, num_steps)
+            killed.append(len(calls))
+        return original(self, action)
 
-    monkeypatch.setattr(LLMRolloutStrategy, "learn", learn)
+    monkeypatch.setattr(OpenEnvTextEnv, "step", step)
     return killed
 
 
@@ -102,15 +110,18 @@ def test_replica_killed_mid_run_training_finishes_on_the_survivor(  # type: igno
 ) -> None:
     caplog.set_level(logging.INFO, logger="agilerl_plugin_openenv")
     victim = server_process("--max-concurrent-envs", "32")
-    killed = _kill_after_first_generation(monkeypatch, victim.kill)
+    killed = _kill_mid_rollout(monkeypatch, victim.kill)
     with serve_in_thread(game, max_concurrent_envs=32) as survivor:
         run_dir = tmp_path / "run"
         path = write_manifest(manifest(tiny_model, [victim.url, survivor.url], run_dir, max_steps=20))
         code, out, err = run_cli("train", path, "--no-progress")
-    assert killed == [10]
+    assert killed == [KILL_AT_STEP]
     assert code == 0, err
     assert "stopped by max_steps" in out
     assert f"OpenEnv replica {victim.url} failed" in caplog.text
+    # The trajectories cut by the kill were kept as truncated episodes, and training went on.
+    rows = metrics(run_dir)
+    assert rows[0]["train/truncated"] == 0 and rows[1]["train/truncated"] > 0, rows
     from agilerl import checkpoint
 
     for steps in (10, 20):
@@ -121,11 +132,11 @@ def test_only_server_killed_mid_run_stops_clearly_and_keeps_the_checkpoint(  # t
     server_process, tiny_model, write_manifest, run_cli, tmp_path, monkeypatch
 ) -> None:
     server = server_process("--max-concurrent-envs", "32")
-    killed = _kill_after_first_generation(monkeypatch, server.kill)
+    killed = _kill_mid_rollout(monkeypatch, server.kill)
     run_dir = tmp_path / "run"
     path = write_manifest(manifest(tiny_model, server.url, run_dir, max_steps=30))
     code, _out, err = run_cli("train", path, "--no-progress")
-    assert killed == [10]
+    assert killed == [KILL_AT_STEP]
     assert code == 1 and "no OpenEnv replica answered" in err and server.url in err, err
     assert "Traceback" not in err
     from agilerl import checkpoint
