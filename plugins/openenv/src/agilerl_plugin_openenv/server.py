@@ -292,7 +292,7 @@ class ServedEnv:
 
     def start(self) -> ServedEnv:
         self._thread.start()
-        for _ in range(2000):  # bounded: uvicorn sets `started` once it accepts connections
+        for _ in range(6000):  # bounded (30 s): uvicorn sets `started` once it accepts connections
             if self._server.started or not self._thread.is_alive():
                 break
             time.sleep(0.005)
