@@ -393,14 +393,14 @@ class VLLMColocatedBackend:
         from vllm import SamplingParams
 
         self.wake_up()
+        # Stop tokens go in at construction: SamplingParams derives its stop set there.
         params = [
             SamplingParams(
-                **vllm_sampling_kwargs(sampling, max_tokens=max(1, b), seed=None if seed is None else seed + i)
+                **vllm_sampling_kwargs(sampling, max_tokens=max(1, b), seed=None if seed is None else seed + i),
+                stop_token_ids=list(self.stop_ids),
             )
             for i, b in enumerate(max_new_tokens)
         ]
-        for p in params:
-            p.stop_token_ids = list(self.stop_ids)
         requests = [{"prompt_token_ids": list(p)} for p in prompts]
         outputs = self.llm.generate(requests, params, lora_request=self.lora_request, use_tqdm=False)
         stop = set(self.stop_ids)
