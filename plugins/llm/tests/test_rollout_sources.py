@@ -238,3 +238,33 @@ def test_agilerl_validate_reports_the_source_problem(
     code, out, err = run_cli("validate", write_manifest(manifest))
     assert code == 1
     assert expected in out + err
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
+            {"env_packages": {"pip": ["gem"]}},
+            "environment.env_packages: installing packages at run time is not supported",
+        ),
+        ({"mcp_tool": "answer"}, "environment.mcp_tool: only applies to env_url (OpenEnv) sources"),
+        ({"strict_chat_template_boundary": False}, "environment.strict_chat_template_boundary: turn boundaries"),
+    ],
+)
+def test_fields_a_source_would_ignore_fail_validation(
+    env: dict[str, Any],
+    expected: str,
+    tiny_model_dir: Path,
+    write_manifest: Callable[..., Path],
+    run_cli: Callable[..., Any],
+) -> None:
+    manifest = {
+        "algorithm": {"name": "LLMREINFORCE"},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir)},
+        "environment": {"env_type": "rollout", "entrypoint": f"{EXAMPLES / 'two_turn_env.py'}:TwoTurnEnv", **env},
+    }
+    code, out, err = run_cli("validate", write_manifest(manifest))
+    assert code == 1
+    assert expected in out + err
+    with pytest.raises(RolloutSourceError, match=expected.split(": ")[0]):
+        build_source(rollout_spec(entrypoint=f"{EXAMPLES / 'two_turn_env.py'}:TwoTurnEnv", **env))

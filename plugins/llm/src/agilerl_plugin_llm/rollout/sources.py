@@ -43,6 +43,41 @@ KNOWN_EXTERNAL_SOURCES: dict[str, str] = {
     "serve the env yourself and use env_url, or use entrypoint",
 }
 
+#: LLMEnvSpec fields no rollout source implements (set: an error, never silently ignored).
+UNSUPPORTED_ROLLOUT_FIELDS: dict[str, str] = {
+    "env_packages": "installing packages at run time is not supported; install the env's packages beforehand",
+    "adaptive_task_sampling": "adaptive task sampling is not supported yet",
+    "observation_processor": "observation processors are not supported yet; transform the text in your env",
+    "env_vars": "env_vars are not supported; set the variables in the environment that runs agilerl",
+}
+#: Fields that only configure the OpenEnv client (``env_url``); meaningless for the built-in sources.
+ENV_URL_ONLY_FIELDS = (
+    "action_field", "action_error_field", "observation_field", "mcp_tool", "request_timeout_s",
+    "max_concurrent_resets",
+)  # fmt: skip
+
+
+def unsupported_fields(spec: Any, source_field: str) -> list[tuple[str, str]]:
+    """``(field, why)`` for fields set on ``spec`` that the chosen source would not honour."""
+    out = [(f, why) for f, why in UNSUPPORTED_ROLLOUT_FIELDS.items() if _is_set(getattr(spec, f, None))]
+    if getattr(spec, "strict_chat_template_boundary", None) is False:
+        out.append(("strict_chat_template_boundary", "turn boundaries are always rendered token-exactly (strict)"))
+    if source_field != "env_url":
+        out += [
+            (f, "only applies to env_url (OpenEnv) sources")
+            for f in ENV_URL_ONLY_FIELDS
+            if _is_set(getattr(spec, f, None))
+        ]
+    return out
+
+
+def check_supported(spec: Any, source_field: str) -> None:
+    problems = unsupported_fields(spec, source_field)
+    if problems:
+        field, why = problems[0]
+        raise RolloutSourceError(f"environment.{field}: {why}; remove it")
+
+
 # Which canonical row columns a dataset-backed rollout reads.
 QUESTION_COLUMNS = ("question", "prompt")
 ANSWER_COLUMN = "answer"
@@ -89,7 +124,7 @@ def rollout_sources() -> dict[str, RolloutSource]:
 
 
 def _is_set(value: Any) -> bool:
-    return value not in (None, "", [], {})
+    return value not in (None, "", [], {}, False)
 
 
 def select_source(spec: Any) -> RolloutSource:
@@ -383,6 +418,7 @@ class RubricEnv:
 
 def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "train") -> tuple[MakeEnv, int]:
     """Dataset rows + rubric. Checks the rubric on a real row now, so mistakes surface before training."""
+    check_supported(spec, "dataset_path")
     template = getattr(spec, "prompt_template", None)
     check_prompt_template(template)
     rows = _read_rows(spec)
@@ -425,6 +461,7 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
 def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[MakeEnv, int | None]:
     """A Python text env: ``entrypoint`` is a class or factory; ``factory`` (optional) is called with
     the entrypoint string and ``env_config``; ``env_config`` are keyword arguments."""
+    check_supported(spec, "entrypoint")
     entrypoint = spec.entrypoint
     config = dict(getattr(spec, "env_config", None) or {})
     factory_ref = getattr(spec, "factory", None)

@@ -106,13 +106,16 @@ class RolloutLLMSpec(LLMAlgorithmSpec):
             ))  # fmt: skip
         if env_type == "rollout":
             # Exactly one rollout source (sources are registered by name: nothing heavy imports).
-            from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source
+            from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 
             try:
-                select_source(manifest.environment)
+                source = select_source(manifest.environment)
             except RolloutSourceError as exc:
                 field, _, message = str(exc).partition(": ")
                 problems.append(Problem(field, message or str(exc)))
+            else:
+                for name, why in unsupported_fields(manifest.environment, source.field):
+                    problems.append(Problem(f"environment.{name}", f"{why}; remove it"))
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",
