@@ -61,6 +61,9 @@ def test_learns_iris(algo: str, tmp_path: Path) -> None:
     assert rows[-1]["cumulative_regret"] == pytest.approx(agent.cumulative_regret)
     assert rows[-1]["cumulative_reward"] + rows[-1]["cumulative_regret"] == pytest.approx(STEPS)
     assert rows[0]["mean_reward"] < rows[-1]["mean_reward"]
+    # the greedy policy (no exploration) is at least as good as the exploring one
+    eval_env = make_env(load_manifest({"algorithm": {"name": algo}, "environment": environment}).environment, seed=7)
+    assert agent.test(eval_env, max_steps=300) >= 0.9
 
 
 @pytest.mark.slow
