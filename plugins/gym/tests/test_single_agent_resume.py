@@ -87,3 +87,34 @@ def test_ctrl_c_writes_checkpoint_and_resumes(train, read_metrics, tmp_path: Pat
     assert code == 0, out
     rows = read_metrics(run_dir)
     assert rows[-1]["steps"] == 8192
+
+
+@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3"])
+def test_population_with_mutations_trains_and_resumes(train, read_metrics, tmp_path: Path, algo: str) -> None:  # type: ignore[no-untyped-def]
+    """A population under tournament selection and every mutation operator (architecture, parameter
+    noise, hyperparameters) trains through the core loop, checkpoints mutated architectures, and
+    resumes from them."""
+    env = {"name": "Pendulum-v1" if algo == "TD3" else "CartPole-v1", "num_envs": 4, "sync": True}
+    algorithm = {"name": algo, "batch_size": 32, "learn_step": 128 if algo == "PPO" else 4}
+    m: dict[str, Any] = {
+        "algorithm": algorithm,
+        "environment": env,
+        "network": {"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32], "layer_norm": False}},
+        "mutation": {
+            "probabilities": {"no_mut": 0.1, "arch_mut": 0.4, "new_layer": 0.5, "params_mut": 0.2, "rl_hp_mut": 0.3},
+            "rand_seed": 1,
+        },
+        "tournament_selection": {"tournament_size": 2, "elitism": True},
+        "training": {"max_steps": 1024, "evo_steps": 256, "pop_size": 2, "eval_steps": 50, "seed": 0,
+                     "checkpoint_steps": 512, "checkpoint_path": str(tmp_path / "pop"), "learning_delay": 64},
+    }  # fmt: skip
+    code, run_dir, out = train(m, name="pop")
+    assert code == 0, out
+    rows = read_metrics(run_dir)
+    assert {r["agent"] for r in rows} and max(r["steps"] for r in rows) == 1024
+    muts = {r["mutation"] for r in rows}
+    assert any(str(x).startswith("arch:") for x in muts), muts
+    m["training"]["max_steps"] = 1536
+    code, run_dir, out = train(m, "--resume", str(tmp_path / "pop_1024.pt"), name="pop_resumed")
+    assert code == 0, out
+    assert max(r["steps"] for r in read_metrics(run_dir)) == 1536
