@@ -6,6 +6,7 @@ of steps (not a formula), and the mean reward over the last 500 steps must reach
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,29 @@ def test_cli_train_reports_cumulative_regret(write_manifest, run_cli, tmp_path: 
     assert code == 0
     assert "agent 0: steps 400" in out and "cumulative regret" in out
     assert (tmp_path / "run" / "elite.pt").exists()
+
+
+def test_custom_entrypoint_env_trains_from_a_manifest(tmp_path: Path) -> None:
+    """A user's env without optimal_reward: it trains, and regret is reported as unknown."""
+    (tmp_path / "sign_bandit.py").write_text(
+        "import numpy as np\n"
+        "class SignBandit:\n"
+        "    # arm 1 pays when the hidden feature is positive, arm 0 otherwise\n"
+        "    def __init__(self, seed=0):\n"
+        "        self.arms, self.context_dim, self.rng = 2, 2, np.random.default_rng(seed)\n"
+        "    def _draw(self):\n"
+        "        self.x = float(self.rng.normal())\n"
+        "        return np.array([[self.x, 0.0], [0.0, self.x]], dtype='float32')\n"
+        "    def reset(self):\n"
+        "        return self._draw()\n"
+        "    def step(self, arm):\n"
+        "        reward = float((arm == 1) == (self.x > 0))\n"
+        "        return self._draw(), reward\n"
+    )
+    data = manifest("NeuralUCB", {"entrypoint": "sign_bandit:SignBandit", "path": str(tmp_path),
+                                  "env_config": {"seed": 1}}, tmp_path / "run", max_steps=1500)  # fmt: skip
+    result = LocalTrainer.from_manifest(data).train()
+    agent = result.population[0]
+    assert agent.recent_mean_reward() > 0.8
+    assert not agent.regret_known
+    assert math.isnan(result.history[-1]["cumulative_regret"])
