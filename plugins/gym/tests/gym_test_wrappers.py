@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 
 class InterruptAfter(gym.Wrapper):  # type: ignore[type-arg]
@@ -30,3 +31,45 @@ class ScaleReward(gym.RewardWrapper):  # type: ignore[type-arg]
 
     def reward(self, reward: Any) -> Any:
         return reward * self.factor
+
+
+class ReachTarget(gym.Env):  # type: ignore[type-arg]
+    """One-step continuous control: observe a target in [-1, 1], act it; reward -(action - target)^2."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.target = np.zeros(1, np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.target = self.np_random.uniform(-1, 1, 1).astype(np.float32)
+        return self.target.copy(), {}
+
+    def step(self, action: Any) -> Any:
+        reward = -float((np.asarray(action, np.float32)[0] - self.target[0]) ** 2)
+        return self.target.copy(), reward, True, False, {}
+
+
+class PickPair(gym.Env):  # type: ignore[type-arg]
+    """One-step MultiDiscrete control: observe two digits (one-hot), name both; 1 point each."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (6,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete([3, 3])
+        self.digits = np.zeros(2, np.int64)
+
+    def _obs(self) -> Any:
+        obs = np.zeros(6, np.float32)
+        obs[self.digits[0]] = 1.0
+        obs[3 + self.digits[1]] = 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.digits = self.np_random.integers(0, 3, 2)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> Any:
+        reward = float((np.asarray(action) == self.digits).sum())
+        return self._obs(), reward, True, False, {}

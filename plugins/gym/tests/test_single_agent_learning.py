@@ -65,3 +65,23 @@ def test_ppo_discrete_observations_frozenlake(train, read_metrics) -> None:  # t
     code, run_dir, out = train(m)
     assert code == 0, out
     assert max(r["fitness"] for r in read_metrics(run_dir)) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "threshold"),
+    [("gym_test_wrappers:ReachTarget", -0.02), ("gym_test_wrappers:PickPair", 1.9)],
+    ids=["box-actions", "multidiscrete-actions"],
+)
+def test_ppo_continuous_and_multidiscrete_actions(train, read_metrics, entrypoint: str, threshold: float) -> None:  # type: ignore[no-untyped-def]
+    """PPO's Gaussian (Box) and per-dimension categorical (MultiDiscrete) policies learn."""
+    here = str(__import__("pathlib").Path(__file__).resolve().parent)
+    m = {
+        "algorithm": {"name": "PPO", "learn_step": 256, "batch_size": 64, "lr": 0.003, "ent_coef": 0.0},
+        "environment": {"name": "Toy", "custom": True, "entrypoint": entrypoint, "path": here, "num_envs": 8,
+                        "sync": True},
+        "training": {"max_steps": 30_000, "evo_steps": 2048, "eval_loop": 4, "target_score": threshold, "seed": 0},
+    }  # fmt: skip
+    code, run_dir, out = train(m)
+    assert code == 0, out
+    rows = read_metrics(run_dir)
+    assert max(r["fitness"] for r in rows) >= threshold, rows

@@ -90,12 +90,11 @@ def is_image_space(space: spaces.Space[Any]) -> bool:
 
 
 def obs_dim(space: spaces.Space[Any]) -> int:
-    """Flat input size of a vector observation space (Discrete is one-hot encoded)."""
+    """Flat input size of a vector observation space (Discrete is one-hot encoded; MultiDiscrete and
+    MultiBinary are read as raw numbers)."""
     if isinstance(space, spaces.Discrete):
         return int(space.n)
-    if isinstance(space, spaces.MultiDiscrete):
-        return int(np.sum(space.nvec))
-    if isinstance(space, (spaces.Box, spaces.MultiBinary)):
+    if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
         return int(np.prod(space.shape))
     raise TypeError(f"unsupported observation space {space}")
 
