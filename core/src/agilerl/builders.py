@@ -52,10 +52,12 @@ class AlgorithmBuilder:
         raise AttributeError(f"no algorithm class is registered for {type(spec).__name__}")
 
     @classmethod
-    def build_for_run(
-        cls, spec: AlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
-    ) -> Any:
-        """Build one population member for a run on ``env``."""
+    def build_for_run(cls, spec: Any, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime) -> Any:
+        """Build one population member for a run on ``env``.
+
+        ``spec`` is the validated algorithm spec (typed ``Any`` so concrete builders can narrow it
+        to their own spec classes).
+        """
         raise NotImplementedError(f"{cls.__name__} does not implement build_for_run")
 
 

@@ -60,7 +60,7 @@ class LLMEnvSpec(EnvSpec):
     """
 
     env_type: Literal["rollout", "dataset"]
-    num_envs: Annotated[int | None, Field(ge=1)] = None
+    num_envs: Annotated[int | None, Field(ge=1)] = None  # type: ignore[assignment]  # seed: optional for LLM envs
     version: str | int | None = None
     objective: Annotated[
         Literal["preference", "sft"] | None,
