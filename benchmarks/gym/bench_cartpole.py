@@ -271,9 +271,11 @@ def main() -> None:
             for fw in FRAMEWORKS:
                 r = spawn(fw, algo, "CartPole-v1", "throughput", rep, tmp)
                 tp[fw].append(r["steps_per_s"])
+                tpc[fw].append(r["steps_per_cpu_s"])
                 rss[fw].append(r["peak_rss_mb"])
                 print(
-                    f"  throughput {fw:8s} {r['steps_per_s']:8.0f} steps/s  peak RSS {r['peak_rss_mb']:.0f} MB",
+                    f"  throughput {fw:8s} {r['steps_per_s']:8.0f} steps/s  {r['steps_per_cpu_s']:8.0f} steps/CPU-s"
+                    f"  peak RSS {r['peak_rss_mb']:.0f} MB",
                     flush=True,
                 )
         med = {fw: statistics.median(v) for fw, v in tp.items()}
