@@ -9,4 +9,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-pytest_plugins = ["agilerl.testing"]
+# Fixtures shipped for plugin authors: core's, and the LLM plugin's tiny local model.
+# (pytest only allows `pytest_plugins` in the root conftest when tests are collected from the root.)
+pytest_plugins = ["agilerl.testing", "agilerl_plugin_llm.testing"]
