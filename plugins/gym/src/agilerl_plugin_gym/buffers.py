@@ -189,8 +189,15 @@ class RolloutBuffer:
         T, N = self.num_steps, self.num_envs
         self.obs = np.zeros((T, N, *obs_shape), dtype=_np_dtype(obs_dtype))
         self.actions = np.zeros((T, N, *action_shape), dtype=_np_dtype(action_dtype))
-        for name in ("log_probs", "values", "rewards", "terminated", "dones", "valid", "advantages", "returns"):
-            setattr(self, name, np.zeros((T, N), dtype=np.float32))
+        # Per-step scalars, one (T, N) float32 array each.
+        self.log_probs: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.values: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.rewards: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.terminated: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.dones: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.valid: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.advantages: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        self.returns: np.ndarray = np.zeros((T, N), dtype=np.float32)
 
     def add(
         self,

@@ -36,7 +36,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import torch
@@ -84,7 +84,7 @@ def activation_layer(name: str | None) -> nn.Module:
     return cls(dim=-1) if cls is nn.Softmax else cls()
 
 
-def is_image_space(space: spaces.Space[Any]) -> bool:
+def is_image_space(space: spaces.Space[Any]) -> TypeGuard[spaces.Box]:
     """A Box of rank 3 (H x W x C, or C x H x W) is treated as an image."""
     return isinstance(space, spaces.Box) and len(space.shape) == 3
 
@@ -171,13 +171,14 @@ class EvolvableMLP(nn.Module):
     # --- structure -----------------------------------------------------------------------------
     def _build(self) -> None:
         dims = [self.in_dim, *self.hidden_size]
-        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(dims))
+        linears = [nn.Linear(a, b) for a, b in itertools.pairwise(dims)]
+        self.linears = nn.ModuleList(linears)
         self.norms = nn.ModuleList(nn.LayerNorm(h) if self.layer_norm else nn.Identity() for h in self.hidden_size)
         self.acts = nn.ModuleList(activation_layer(self.activation) for _ in self.hidden_size)
         self.output = nn.Linear(dims[-1], self.out_dim)
         self.output_act = activation_layer(self.output_activation)
         if self.init_layers:
-            for lin in self.linears:
+            for lin in linears:
                 _init_linear(lin)
             _init_linear(self.output, 0.01 if self.output_vanish else 1.0)
         elif self.output_vanish:
@@ -397,9 +398,9 @@ class EvolvableCNN(nn.Module):
         self.output = nn.Linear(self.flat_dim, self.out_dim)
         self.output_act = activation_layer(self.output_activation)
         if self.init_layers:
-            for conv in self.convs:
-                nn.init.orthogonal_(conv.weight, math.sqrt(2))
-                nn.init.zeros_(conv.bias)
+            for weight, bias in self._conv_params():
+                nn.init.orthogonal_(weight, math.sqrt(2))
+                nn.init.zeros_(bias)
             _init_linear(self.output)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -424,8 +425,17 @@ class EvolvableCNN(nn.Module):
         self._build()
         self.to(device)
 
+    def _conv_params(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(weight, bias)`` of each conv layer, in order."""
+        params: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for conv in self.convs:
+            # ``nn.ModuleList`` iterates as plain ``nn.Module``; ``_build`` only puts biased Conv2d in it.
+            assert isinstance(conv, nn.Conv2d) and conv.bias is not None
+            params.append((conv.weight, conv.bias))
+        return params
+
     def _snapshot(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]:
-        convs = [(c.weight.detach().clone(), c.bias.detach().clone()) for c in self.convs]
+        convs = [(w.detach().clone(), b.detach().clone()) for w, b in self._conv_params()]
         return convs, (self.output.weight.detach().clone(), self.output.bias.detach().clone())
 
     def _load(
@@ -434,9 +444,9 @@ class EvolvableCNN(nn.Module):
         device = self.output.weight.device
         self._build()
         with torch.no_grad():
-            for conv, (w, b) in zip(self.convs, convs, strict=True):
-                conv.weight.copy_(w)
-                conv.bias.copy_(b)
+            for (weight, bias), (w, b) in zip(self._conv_params(), convs, strict=True):
+                weight.copy_(w)
+                bias.copy_(b)
             if out is not None and out[0].shape == self.output.weight.shape:
                 self.output.weight.copy_(out[0])
                 self.output.bias.copy_(out[1])

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 
 from agilerl.errors import Problem
 from agilerl.models import SingleAgentAlgorithmSpec
+from agilerl_plugin_gym.env_spec import GymEnvSpec
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -35,7 +36,9 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
         if env.env_type != "gym":
             problems.append(Problem("environment.env_type", f"{self.name} trains on gym environments (env_type: gym)"))
             return problems
-        uses_registry = not (getattr(env, "entrypoint", None) or getattr(env, "factory", None) or env.custom)
+        if not isinstance(env, GymEnvSpec):  # another class serving env_type gym: it checks its own names
+            return problems
+        uses_registry = not (env.entrypoint or env.factory or env.custom)
         if uses_registry and ":" not in env.env_id:
             # Importing gymnasium's registry is cheap (no torch): catch a typo before anything runs.
             from agilerl_plugin_gym.envs import GymEnvError, check_gym_id
