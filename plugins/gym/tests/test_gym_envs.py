@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from agilerl.models import GymEnvSpec, load_manifest
+from agilerl.errors import ManifestError
+from agilerl.models import GymEnvSpec, load_manifest, validate_manifest
 from agilerl.models.env import make_env, make_gym_env, make_single_env
 from agilerl_plugin_gym.buffers import ReplayBuffer
 from agilerl_plugin_gym.envs import GymEnvError
@@ -95,6 +98,33 @@ def test_unknown_gym_id_did_you_mean_at_validation(write_manifest, run_cli) -> N
     code, _, err = run_cli("validate", path)
     assert code == 1
     assert "environment.name" in err and "did you mean 'CartPole-v1'" in err
+
+
+def test_single_agent_algorithm_on_pettingzoo_env(write_manifest, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """A PettingZoo module given to a single-agent algorithm points to the multi-agent algorithms."""
+    path = write_manifest({"algorithm": {"name": "DQN"}, "environment": {"name": "mpe2.simple_speaker_listener_v4"}})
+    code, _, err = run_cli("validate", path)
+    assert code == 1
+    assert "environment.name" in err and "PettingZoo" in err
+    assert "IPPO, MADDPG, MATD3" in err
+    # A misspelt module is not recognised as PettingZoo: the gymnasium-id message stays.
+    with pytest.raises(ManifestError, match="not a registered gymnasium environment") as info:
+        validate_manifest({"algorithm": {"name": "PPO"}, "environment": {"name": "mpe2.simple_speaker_listner_v4"}})
+    assert "PettingZoo" not in str(info.value)
+
+
+def test_pettingzoo_check_at_validation_imports_no_torch() -> None:
+    code = (
+        "import sys; from agilerl.errors import ManifestError; from agilerl.models import validate_manifest\n"
+        "try:\n"
+        "    validate_manifest({'algorithm': {'name': 'PPO'}, 'environment': {'name': 'mpe2.simple_speaker_listener_v4'}})\n"
+        "except ManifestError as exc:\n"
+        "    assert 'MADDPG' in str(exc), exc\n"
+        "else:\n"
+        "    raise SystemExit('no ManifestError')\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_unknown_gym_id_at_env_creation() -> None:

@@ -212,3 +212,25 @@ def test_seed_api_routes_to_make_pz_env() -> None:
             assert isinstance(env, PettingZooVecEnv) and env.num_envs == 2
             obs, _ = env.reset(seed=0)
             assert obs["speaker_0"].shape == (2, 3)
+
+
+def test_make_single_env_multi_agent_uses_the_pettingzoo_builder(tmp_path: Path) -> None:
+    """``make_single_env(spec, multi_agent=True)``: one ParallelEnv with env_config and env_wrappers
+    applied (AEC entrypoints converted); a bad ``path`` is an error naming the field."""
+    from agilerl.models import GymEnvSpec
+    from agilerl.models.env import make_single_env
+
+    spec = GymEnvSpec(name="mpe2.simple_speaker_listener_v4", env_config={"max_cycles": 4})
+    env = make_single_env(spec, multi_agent=True)
+    assert isinstance(env, ParallelEnv) and env.possible_agents == ["speaker_0", "listener_0"]
+    env.reset(seed=0)
+    steps, done = 0, False
+    while not done and steps < 10:
+        _, _, term, trunc, _ = env.step({a: env.action_space(a).sample() for a in env.agents})
+        steps += 1
+        done = all(term[a] or trunc[a] for a in term)
+    assert steps == 4  # env_config reached parallel_env()
+    aec = GymEnvSpec(name="ssl", entrypoint="mpe2.simple_speaker_listener_v4:env", custom=True)
+    assert isinstance(make_single_env(aec, multi_agent=True), ParallelEnv)
+    with pytest.raises(AgileRLError, match=r"environment\.path"):
+        make_single_env(GymEnvSpec(name="ssl", path=str(tmp_path / "nope")), multi_agent=True)

@@ -18,6 +18,7 @@ Every problem with the spec is raised here, in the main process and before any w
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -74,12 +75,35 @@ def check_gym_id(env_id: str, field: str = "environment.name") -> None:
         env_id = bare
     if env_id in gym.registry:
         return
+    if _is_pettingzoo_module(env_id):
+        raise GymEnvError(
+            f"{field}: {env_id!r} is a PettingZoo (multi-agent) environment, not a gymnasium one; "
+            "train it with a multi-agent algorithm (IPPO, MADDPG, MATD3), or give a gymnasium id "
+            "for this single-agent algorithm."
+        )
     ids = list(gym.registry)
     hint = closest(env_id, ids, cutoff=0.5)
     msg = f"{field}: {env_id!r} is not a registered gymnasium environment"
     msg += f"; did you mean {hint!r}?" if hint else "."
     msg += " For your own env class set environment.entrypoint: 'module:Class' (and custom: true)."
     raise GymEnvError(msg)
+
+
+def _is_pettingzoo_module(name: str) -> bool:
+    """``name`` is an importable module with ``parallel_env()`` (e.g. ``mpe2.simple_speaker_listener_v4``).
+
+    Only dotted names of identifiers are tried (a gym id such as ``CartPol-v1`` is never imported),
+    and any failure to import counts as "no": this only chooses which error message to give.
+    """
+    if "." not in name or not all(part.isidentifier() for part in name.split(".")):
+        return False
+    try:
+        if importlib.util.find_spec(name) is None:
+            return False
+        module = importlib.import_module(name)
+    except Exception:  # a missing parent package, or anything the module raises while importing
+        return False
+    return callable(getattr(module, "parallel_env", None))
 
 
 def _env_config(spec: GymEnvSpec) -> dict[str, Any]:
@@ -177,19 +201,12 @@ def make_single_env(spec: GymEnvSpec, *, multi_agent: bool = False) -> Any:
 
 
 def _make_pz_single(spec: GymEnvSpec) -> Any:
-    _add_path(spec)
-    cfg = _env_config(spec)
-    if spec.factory:
-        fn = resolve_import(spec.factory, "environment.factory")
-        env = fn(spec.entrypoint, **cfg) if spec.entrypoint else fn(**cfg)
-    elif spec.entrypoint:
-        env = resolve_import(spec.entrypoint, "environment.entrypoint")(**cfg)
-    else:
-        module = resolve_import(f"{spec.name}:parallel_env", "environment.name")
-        env = module(**cfg)
-    for wrapper, kwargs in _wrapper_list(spec.env_wrappers, "environment.env_wrappers"):
-        env = wrapper(env, **kwargs)
-    return env
+    # One builder of single PettingZoo envs, shared with the vector env; imported here so that
+    # single-agent use never imports the multi-agent package.
+    from agilerl_plugin_gym.multi_agent.vec_env import make_single_pz_env
+
+    _add_path(spec)  # checks that environment.path is a directory (a GymEnvError naming the field)
+    return make_single_pz_env(spec)
 
 
 def make_gym_env(
