@@ -189,3 +189,15 @@ def test_seed_api_names_resolve() -> None:
     assert agent.greedy_action(np.zeros((2, 3), np.float32)).shape == (2,)
     assert type(select_strategy(spec)).__name__ == "OffPolicyStrategy"
     assert type(select_strategy(PPOSpec())).__name__ == "OnPolicyStrategy"
+
+
+def test_mutation_and_sharing_settings_the_plugin_cannot_honour_are_refused() -> None:
+    from agilerl.errors import ManifestError
+    from agilerl.models import validate_manifest
+
+    base = {"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1", "num_envs": 1}}
+    with pytest.raises(ManifestError, match=r"mutation.probabilities.act_mut: DQN supports only"):
+        validate_manifest({**base, "mutation": {"probabilities": {"act_mut": 0.2}}})
+    with pytest.raises(ManifestError, match=r"training.experience_sharing: false is not supported yet"):
+        validate_manifest({**base, "training": {"experience_sharing": False}})
+    assert validate_manifest({**base, "training": {"experience_sharing": True}}).training.experience_sharing

@@ -30,8 +30,19 @@ _RL_RANGES: dict[str, tuple[float, float]] = {
 class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
     """Base of this plugin's single-agent specs: shared validation-time checks."""
 
+    # No activation mutation: these algorithms' networks keep their activations (as in AgileRL).
+    supported_mutations: ClassVar[frozenset[str]] = frozenset(
+        {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut"}
+    )
+
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         problems: list[Problem] = []
+        if type(self).regime == "off_policy" and manifest.training.experience_sharing is False:
+            problems.append(Problem(
+                "training.experience_sharing",
+                "false is not supported yet: an off-policy population shares one replay buffer; "
+                "remove the field or set it to true",
+            ))  # fmt: skip
         env = manifest.environment
         if env.env_type != "gym":
             problems.append(Problem("environment.env_type", f"{self.name} trains on gym environments (env_type: gym)"))
