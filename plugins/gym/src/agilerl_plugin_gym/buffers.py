@@ -128,6 +128,23 @@ class ReplayBuffer:
         idx = self.rng.integers(0, self.size, size=batch_size)
         return {k: torch.from_numpy(v[idx]).to(self.device, non_blocking=True) for k, v in self.data.items()}
 
+    def sample_many(self, batch_size: int, n: int) -> list[dict[str, torch.Tensor]]:
+        """``n`` independent batches of :meth:`sample`, drawn and gathered in one go.
+
+        Several gradient steps per env step each need a batch; one index draw and one gather per
+        field for all of them costs about as much as a single :meth:`sample`. The batches are
+        views of one tensor per field (disjoint slices).
+        """
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        idx = self.rng.integers(0, self.size, size=n * batch_size)
+        out: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
+        for k, v in self.data.items():
+            t = torch.from_numpy(v[idx]).to(self.device, non_blocking=True)
+            for batch, part in zip(out, t.split(batch_size), strict=True):
+                batch[k] = part
+        return out
+
     # --- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {

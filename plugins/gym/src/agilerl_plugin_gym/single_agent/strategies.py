@@ -218,6 +218,9 @@ class OffPolicyStrategy(GymStrategy):
             obs = next_obs
             agent.steps += n
             if not warmup and len(buf) >= agent.batch_size and i % every == 0:
-                for _ in range(per_step):
+                if per_step == 1:
                     stats = agent.learn(buf.sample(agent.batch_size))
+                else:  # all batches of this env step in one draw and gather
+                    for batch in buf.sample_many(agent.batch_size, per_step):
+                        stats = agent.learn(batch)
         return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}
