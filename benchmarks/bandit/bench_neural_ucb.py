@@ -2,8 +2,8 @@
 
     python benchmarks/bandit/bench_neural_ucb.py [--steps 3000] [--seeds 0 1 2]
 
-Creates ``benchmarks/bandit/.venv-agilerl`` on first use (``pip install agilerl==2.58.0 peft
-torch==2.13.0``; AgileRL imports peft without declaring it) and runs AgileRL there, each run in a
+Runs AgileRL in the shared AgileRL virtualenv (``benchmarks/agilerl_venv.py``: ``benchmarks/.venv-agilerl`` or
+``$AGILERL_VENV``, created on first use), each run in a
 fresh process with one torch thread. Both get the same data (iris, standardised by our loader and
 written to CSV), the same network (four hidden ReLU layers of 64), the same hyperparameters
 (gamma 1, lamb 1, reg 6.25e-4, lr 1e-3, batch 64, replay 10k) and the same step budget; runs are
@@ -30,17 +30,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VENV = HERE / ".venv-agilerl"
-AGILERL_PIN = ["agilerl==2.58.0", "peft", "torch==2.13.0"]
-
-
-def ensure_agilerl_venv() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        print(f"[bench] creating {VENV} and installing {' '.join(AGILERL_PIN)} (one-off, a few minutes)", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *AGILERL_PIN], check=True)
-    return python
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agilerl_venv import ensure_agilerl_venv  # noqa: E402
 
 
 def write_iris(tmp: Path) -> tuple[str, str]:

@@ -8,9 +8,8 @@ lr, batch_size and learn_step mutated inside the same ranges, 100k env steps per
 evaluation + evolution step every 10,240 steps per agent), each run in a fresh process with one
 torch thread; the two libraries alternate per seed so machine load hits both alike. Each run's
 ``mutation.rand_seed`` is its seed. AgileRL runs through its own ``LocalTrainer.from_manifest`` in
-``benchmarks/hpo/.venv-agilerl`` (created on first use: ``pip install agilerl==2.58.0 peft
-torch==2.13.0``; AgileRL imports peft without declaring it; set ``AGILERL_VENV`` to reuse a venv
-that already has them). Reported: wall seconds for the run and per generation, the best evaluated
+the shared AgileRL virtualenv (``benchmarks/agilerl_venv.py``: ``benchmarks/.venv-agilerl`` or
+``$AGILERL_VENV``, created on first use). Reported: wall seconds for the run and per generation, the best evaluated
 fitness (a population's best latest fitness, over the run) and the env steps per agent at which a
 best fitness >= 475 was first evaluated.
 """
@@ -30,19 +29,10 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE.parents[1] / "examples" / "ppo_cartpole_hpo.yaml"
-VENV = Path(os.environ.get("AGILERL_VENV", HERE / ".venv-agilerl"))
-AGILERL_PIN = ["agilerl==2.58.0", "peft", "torch==2.13.0"]
 SOLVED = 475.0
 OURS, THEIRS = "agilerl (ours)", "AgileRL 2.58"
-
-
-def ensure_agilerl_venv() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        print(f"[bench] creating {VENV} and installing {' '.join(AGILERL_PIN)} (one-off, a few minutes)", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *AGILERL_PIN], check=True)
-    return python
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agilerl_venv import ensure_agilerl_venv  # noqa: E402
 
 
 def run(python: Path | str, worker: str, cfg: dict[str, Any]) -> dict[str, Any]:

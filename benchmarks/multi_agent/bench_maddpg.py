@@ -6,8 +6,8 @@ gamma 0.95, tau 0.01, OU noise), same networks (64-64 MLP actor and critics, no 
 vectorised envs with each library's own async vector env, batch 256, one torch thread, one
 evaluation at the end. Each side runs in its own process; the sides alternate, ``--repeats`` times.
 
-AgileRL runs in a separate virtualenv this script creates (``python -m venv``; ``pip install
-torch==2.13.0 agilerl mpe2``); this project runs with the interpreter that runs this script.
+AgileRL runs in the shared AgileRL virtualenv (``benchmarks/agilerl_venv.py``: ``benchmarks/.venv-agilerl`` or
+``$AGILERL_VENV``, created on first use); this project runs with the interpreter that runs this script.
 
     python benchmarks/multi_agent/bench_maddpg.py --steps 20000 --repeats 3
 
@@ -28,21 +28,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_VENV = Path(os.environ.get("AGILERL_BENCH_VENV", Path.home() / ".cache" / "agilerl-bench" / "agilerl-venv"))
-
-
-def ensure_agilerl_venv(venv: Path) -> Path:
-    """The venv's python, creating the venv and installing AgileRL into it on first use."""
-    python = venv / "bin" / "python"
-    if python.exists():
-        check = subprocess.run([str(python), "-c", "import agilerl, mpe2"], capture_output=True)
-        if check.returncode == 0:
-            return python
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # torch pinned to the locally available wheel (pip's find-links config provides it).
-    subprocess.run([str(python), "-m", "pip", "install", "torch==2.13.0", "agilerl", "mpe2"], check=True)
-    return python
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from agilerl_venv import DEFAULT_VENV, ensure_agilerl_venv  # noqa: E402
 
 
 def run_side(python: Path, worker: str, cfg: dict[str, object]) -> dict[str, object]:
