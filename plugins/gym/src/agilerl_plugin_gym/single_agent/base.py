@@ -22,6 +22,7 @@ from agilerl.algorithm import AlgorithmBase
 from agilerl.errors import AgileRLError
 from agilerl.models import AlgorithmSpec, NetworkSpec
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, is_image_space
+from agilerl_plugin_gym.optim import Adam
 
 
 class UnsupportedSpaceError(AgileRLError):
@@ -69,7 +70,7 @@ class GymAlgorithm(AlgorithmBase):
         self.device = torch.device(device)
         self.net_spec = net_spec
         self.nets: dict[str, EvolvableNetwork] = {}
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.optimizers: dict[str, Adam] = {}
         self.extra_params: dict[str, nn.Parameter] = {}
 
     # --- helpers for subclasses ------------------------------------------------------------------
@@ -88,57 +89,10 @@ class GymAlgorithm(AlgorithmBase):
             self.nets[target] = copy.deepcopy(self.nets[source])
             self.nets[target].requires_grad_(False)
 
-    def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:
-        # Fused Adam is one kernel per step instead of several per parameter: a large share of the
-        # update time for small nets.
-        params = list(params)
-        try:
-            return torch.optim.Adam(params, lr=lr, fused=True)
-        except (RuntimeError, TypeError):
-            return torch.optim.Adam(params, lr=lr)
-
-    @staticmethod
-    def _adam_step(opt: torch.optim.Optimizer) -> None:
-        """``opt.zero_grad``-free ``opt.step()`` for a fused Adam, without the Python wrapper.
-
-        ``Optimizer.step`` spends about 0.1 ms per call in hooks, profiling scopes and per-parameter
-        bookkeeping: as much as three fused kernels cost for a small net. Once the state exists
-        (after the first ordinary step) this calls the very kernels ``torch.optim.Adam(fused=True)``
-        calls, on the optimizer's own state tensors, so the result and ``state_dict`` are the same.
-        Anything unusual (no fused kernel, amsgrad, weight decay, a missing grad, a reloaded state)
-        takes the ordinary path.
-        """
-        cache = getattr(opt, "_agilerl_fast", None)
-        if cache is None or cache[0] is not opt.state:
-            cache = _fused_adam_cache(opt)
-            if cache is None:  # no state yet: the first step creates it, the next call caches it
-                opt.step()
-                return
-            opt._agilerl_fast = cache  # type: ignore[attr-defined]
-        if cache[1] is None:
-            opt.step()
-            return
-        _, params, exp_avgs, exp_avg_sqs, steps, group = cache
-        grads = [p.grad for p in params]
-        if any(g is None for g in grads) or not isinstance(group["lr"], float):
-            opt.step()
-            return
-        torch._foreach_add_(steps, 1)
-        torch._fused_adam_(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            steps,
-            lr=group["lr"],
-            beta1=group["betas"][0],
-            beta2=group["betas"][1],
-            weight_decay=0.0,
-            eps=group["eps"],
-            amsgrad=False,
-            maximize=False,
-        )
+    def _adam(self, params: Any, lr: float) -> Adam:
+        # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
+        # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.optim.
+        return Adam(params, lr=lr)
 
     def build_optimizers(self) -> None:
         """Create ``self.optimizers`` for the current networks (called after any rebuild)."""
@@ -265,24 +219,3 @@ class GymAlgorithm(AlgorithmBase):
                     break
             means.append(float(total.mean()))
         return float(np.mean(means))
-
-
-def _fused_adam_cache(opt: torch.optim.Optimizer) -> tuple[Any, ...] | None:
-    """(state, params, exp_avgs, exp_avg_sqs, steps, group) for the fast path; params None: never
-    fast for this optimizer; None: its state does not exist yet."""
-    groups = opt.param_groups
-    off = (opt.state, None, None, None, None, None)
-    if not isinstance(opt, torch.optim.Adam) or len(groups) != 1:
-        return off
-    g = groups[0]
-    plain = not (g["amsgrad"] or g["maximize"] or g["weight_decay"] or g.get("capturable") or g.get("differentiable"))
-    if not (g.get("fused") and plain) or opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
-        return off
-    params = list(g["params"])
-    states = [opt.state.get(p) for p in params]
-    if any(not st or "exp_avg" not in st for st in states):
-        return None
-    exp_avgs = [st["exp_avg"] for st in states]
-    exp_avg_sqs = [st["exp_avg_sq"] for st in states]
-    steps = [st["step"] for st in states]
-    return (opt.state, params, exp_avgs, exp_avg_sqs, steps, g)

@@ -123,10 +123,10 @@ class DQN(GymAlgorithm):
                 q_next = target(next_obs).max(1).values
         y = batch["reward"] + self.gamma * (1.0 - batch["done"]) * q_next
         loss = nn.functional.smooth_l1_loss(q, y)
-        for p in self._params_online:  # = opt.zero_grad(set_to_none=True), without its wrapper
-            p.grad = None
+        opt = self.optimizers["optimizer"]
+        opt.zero_grad()
         loss.backward()
-        self._adam_step(self.optimizers["optimizer"])
+        opt.step()
         self.soft_update()
         return {"loss": loss.detach(), "q": q.detach().mean()}
 

@@ -1,0 +1,147 @@
+"""``agilerl_plugin_gym.optim.Adam`` is ``torch.optim.Adam``'s maths and checkpoint format, without dynamo."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from agilerl_plugin_gym.optim import Adam
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def _train(net: nn.Module, opt: Adam | torch.optim.Optimizer, steps: int = 15, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(32, 4, generator=gen)
+        opt.zero_grad()
+        net(x).pow(2).mean().backward()
+        opt.step()
+
+
+def _same(a: nn.Module, b: nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_fused_update_is_bitwise_torch_adam_and_follows_lr_changes(weight_decay: float) -> None:
+    ref, ours = _net(), _net()
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, weight_decay=weight_decay, fused=True)
+    opt = Adam(ours.parameters(), lr=1e-2, weight_decay=weight_decay)
+    assert opt.param_groups[0]["fused"]
+    _train(ref, opt_ref)
+    _train(ours, opt)
+    assert _same(ref, ours)
+    # A learning-rate mutation edits the group between steps; both must pick it up.
+    for o in (opt_ref, opt):
+        o.param_groups[0]["lr"] = 3e-3
+    _train(ref, opt_ref, seed=1)
+    _train(ours, opt, seed=1)
+    assert _same(ref, ours)
+
+
+def test_unfused_path_is_torch_adams_single_tensor_maths() -> None:
+    ref, ours = _net().double(), _net().double()
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, foreach=False)
+    opt = Adam(ours.parameters(), lr=1e-2)
+    opt.param_groups[0]["fused"] = False  # as on a device without the fused kernel
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(10):
+        x = torch.randn(8, 4, generator=gen, dtype=torch.float64)
+        for net, o in ((ref, opt_ref), (ours, opt)):
+            o.zero_grad()
+            net(x).pow(2).mean().backward()
+            o.step()
+    for a, b in zip(ref.parameters(), ours.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_parameters_without_a_gradient_are_left_alone() -> None:
+    net = _net()
+    frozen = net[2].weight.detach().clone()
+    opt = Adam(net.parameters(), lr=0.1)
+    net[2].weight.requires_grad_(False)
+    _train(net, opt, steps=3)
+    assert torch.equal(net[2].weight, frozen)
+    assert net[2].weight not in opt.state
+    assert opt.state[net[0].weight]["step"].item() == 3
+
+
+def test_state_dict_round_trips_with_torch_adam_both_ways() -> None:
+    ref, ours = _net(), _net()
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, fused=True)
+    opt = Adam(ours.parameters(), lr=1e-2)
+    _train(ref, opt_ref)
+    _train(ours, opt)
+    ours_sd, ref_sd = opt.state_dict(), opt_ref.state_dict()
+    assert ours_sd["param_groups"] == ref_sd["param_groups"]
+    assert ours_sd["state"].keys() == ref_sd["state"].keys()
+    for i, st in ref_sd["state"].items():
+        assert list(st) == list(ours_sd["state"][i])
+        assert all(torch.equal(v, ours_sd["state"][i][k]) for k, v in st.items())
+    # A checkpoint written by torch.optim.Adam resumes in ours, and ours in torch's, bit for bit.
+    ref2, ours2 = copy.deepcopy(ref), copy.deepcopy(ours)
+    opt_from_torch = Adam(ours2.parameters(), lr=1.0)
+    opt_from_torch.load_state_dict(copy.deepcopy(ref_sd))
+    assert opt_from_torch.param_groups[0]["lr"] == 1e-2
+    opt_from_ours = torch.optim.Adam(ref2.parameters(), lr=1.0, fused=True)
+    opt_from_ours.load_state_dict(copy.deepcopy(ours_sd))
+    for net, o in ((ref, opt_ref), (ours, opt), (ref2, opt_from_ours), (ours2, opt_from_torch)):
+        _train(net, o, seed=2)
+    assert _same(ref, ours) and _same(ref, ref2) and _same(ref, ours2)
+
+
+def test_deepcopied_optimizer_updates_the_copied_parameters() -> None:
+    class Agent:
+        def __init__(self) -> None:
+            self.net = _net()
+            self.opt = Adam(self.net.parameters(), lr=1e-2)
+
+    a = Agent()
+    _train(a.net, a.opt, steps=2)
+    b = copy.deepcopy(a)  # population cloning copies agent, networks and optimizer together
+    before = copy.deepcopy(a.net)
+    _train(b.net, b.opt, steps=2)
+    assert _same(a.net, before)
+    assert not _same(b.net, before)
+
+
+def test_bad_arguments_and_mismatched_state_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="empty parameter list"):
+        Adam([])
+    with pytest.raises(ValueError, match="learning rate"):
+        Adam(_net().parameters(), lr=-1.0)
+    opt = Adam(_net().parameters())
+    with pytest.raises(ValueError, match="does not match"):
+        opt.load_state_dict(Adam(nn.Linear(2, 2).parameters()).state_dict())
+
+
+def test_training_the_gym_algorithms_never_imports_torch_dynamo() -> None:
+    # torch.optim imports torch._dynamo on first use: ~70 MB of RSS this optimizer exists to avoid.
+    script = textwrap.dedent(
+        """
+        import sys
+        from agilerl.training.trainer import LocalTrainer
+        for name, env in (("PPO", "CartPole-v1"), ("DQN", "CartPole-v1"), ("TD3", "Pendulum-v1")):
+            m = {"algorithm": {"name": name, "learn_step": 64, "batch_size": 32},
+                 "environment": {"name": env, "num_envs": 2, "sync": True},
+                 "training": {"max_steps": 400, "evo_steps": 200, "progress": False, "learning_delay": 50}}
+            LocalTrainer.from_manifest(m, run_dir=sys.argv[1] + "/" + name).train()
+        print("torch._dynamo" in sys.modules)
+        """
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", script, tmp], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
