@@ -63,22 +63,25 @@ def evaluate(env_id: str, policy: Any, seed: int) -> float:
 
 
 class SolveClock:
-    """Counts training wall time only: evaluation pauses the clock."""
+    """Counts training time only (wall and process CPU): evaluation pauses both clocks."""
 
     def __init__(self, env_id: str, seed: int) -> None:
         self.env_id, self.seed, self.target = env_id, seed, TARGETS[env_id]
-        self.start = time.perf_counter()
-        self.paused = 0.0
+        self.start, self.start_cpu = time.perf_counter(), time.process_time()
+        self.paused = self.paused_cpu = 0.0
         self.solved_at: float | None = None
+        self.solved_cpu: float | None = None
         self.solved_steps: int | None = None
 
     def check(self, steps: int, policy: Any) -> bool:
         trained_for = time.perf_counter() - self.start - self.paused
-        t0 = time.perf_counter()
+        trained_cpu = time.process_time() - self.start_cpu - self.paused_cpu
+        t0, c0 = time.perf_counter(), time.process_time()
         score = evaluate(self.env_id, policy, self.seed + 10_000)
         self.paused += time.perf_counter() - t0
+        self.paused_cpu += time.process_time() - c0
         if score >= self.target and self.solved_at is None:
-            self.solved_at, self.solved_steps = trained_for, steps
+            self.solved_at, self.solved_cpu, self.solved_steps = trained_for, trained_cpu, steps
         return self.solved_at is not None
 
 
@@ -189,6 +192,7 @@ def _warm_imports(framework: str) -> None:
         import agilerl_plugin_gym.single_agent.dqn
         import agilerl_plugin_gym.single_agent.ppo
         import agilerl_plugin_gym.single_agent.strategies  # noqa: F401
+
         return
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     if framework == "sb3":
@@ -229,6 +233,7 @@ def worker(framework: str, algo: str, env_id: str, mode: str, seed: int, run_dir
         out["steps_per_s"] = done / wall
     else:
         out["solve_s"] = clock.solved_at if clock else None
+        out["solve_cpu_s"] = clock.solved_cpu if clock else None
         out["solve_steps"] = clock.solved_steps if clock else None
     return out
 
@@ -255,6 +260,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--throughput-repeats", type=int, default=2)
     ap.add_argument("--skip-solve", action="store_true")
+    ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
     if args.worker:
         fw, algo, env_id, mode, seed, tmp = args.worker
@@ -270,7 +276,7 @@ def main() -> None:
         tpc: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
         rss: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
         # Interleave frameworks so machine load drifts hit all of them alike.
-        for rep in range(args.throughput_repeats):
+        for rep in range(0 if args.skip_throughput else args.throughput_repeats):
             for fw in FRAMEWORKS:
                 r = spawn(fw, algo, "CartPole-v1", "throughput", rep, tmp)
                 tp[fw].append(r["steps_per_s"])
@@ -281,33 +287,44 @@ def main() -> None:
                     f"  peak RSS {r['peak_rss_mb']:.0f} MB",
                     flush=True,
                 )
-        med = {fw: statistics.median(v) for fw, v in tp.items()}
-        print(f"  -> CartPole-v1 env-steps/s (median of {args.throughput_repeats}): "
-              + ", ".join(f"{fw} {med[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
-        print(
-            f"  -> agilerl / sb3 = {med['agilerl'] / med['sb3']:.2f}x, agilerl / bare = {med['agilerl'] / med['bare']:.2f}x"
-        )
-        medc = {fw: statistics.median(v) for fw, v in tpc.items()}
-        print("  -> env-steps per CPU second: " + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in FRAMEWORKS)
-              + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f}x, agilerl / bare = "
-              f"{medc['agilerl'] / medc['bare']:.2f}x)")  # fmt: skip
-        report[algo] = {"throughput": med, "throughput_cpu": medc, "peak_rss_mb": {fw: max(v) for fw, v in rss.items()}}
+        report[algo] = {}
+        if tp["agilerl"]:
+            med = {fw: statistics.median(v) for fw, v in tp.items()}
+            print(f"  -> CartPole-v1 env-steps/s (median of {args.throughput_repeats}): "
+                  + ", ".join(f"{fw} {med[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
+            print(f"  -> agilerl / sb3 = {med['agilerl'] / med['sb3']:.2f}x, "
+                  f"agilerl / bare = {med['agilerl'] / med['bare']:.2f}x")  # fmt: skip
+            medc = {fw: statistics.median(v) for fw, v in tpc.items()}
+            print("  -> env-steps per CPU second: " + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in FRAMEWORKS)
+                  + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f}x, agilerl / bare = "
+                  f"{medc['agilerl'] / medc['bare']:.2f}x)")  # fmt: skip
+            report[algo] = {"throughput": med, "throughput_cpu": medc}
         if args.skip_solve:
+            report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items()}
             continue
         for env_id in args.envs.split(","):
             solve: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
+            solve_cpu: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
             for seed in range(args.seeds):
                 for fw in FRAMEWORKS:
                     r = spawn(fw, algo, env_id, "solve", seed, tmp)
-                    s = r["solve_s"] if r["solve_s"] is not None else float("inf")
+                    unsolved = r["solve_s"] is None
+                    s = float("inf") if unsolved else r["solve_s"]
+                    c = float("inf") if unsolved else r["solve_cpu_s"]
                     solve[fw].append(s)
+                    solve_cpu[fw].append(c)
                     rss[fw].append(r["peak_rss_mb"])
-                    print(f"  solve {env_id} seed {seed} {fw:8s} {s:7.1f} s ({r['solve_steps']} steps)", flush=True)
+                    print(f"  solve {env_id} seed {seed} {fw:8s} {s:7.1f} s {c:7.1f} CPU-s ({r['solve_steps']} steps)"
+                          f"  peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
             meds = {fw: statistics.median(v) for fw, v in solve.items()}
+            medc = {fw: statistics.median(v) for fw, v in solve_cpu.items()}
             print(f"  -> median seconds to {TARGETS[env_id]} on {env_id}: "
                   + ", ".join(f"{fw} {meds[fw]:.1f}" for fw in FRAMEWORKS)
-                  + f"  (agilerl / sb3 = {meds['agilerl'] / meds['sb3']:.2f})")  # fmt: skip
-            report[algo][f"solve_{env_id}"] = {"median_s": meds, "all": solve}
+                  + f"  (agilerl / sb3 = {meds['agilerl'] / meds['sb3']:.2f}); CPU seconds: "
+                  + ", ".join(f"{fw} {medc[fw]:.1f}" for fw in FRAMEWORKS)
+                  + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f})")  # fmt: skip
+            report[algo][f"solve_{env_id}"] = {"median_s": meds, "median_cpu_s": medc, "all": solve,
+                                               "all_cpu": solve_cpu}  # fmt: skip
         report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items()}
         print("  -> peak RSS MB: " + ", ".join(f"{fw} {v:.0f}" for fw, v in report[algo]["peak_rss_mb"].items()))
     print("\n" + json.dumps(report, indent=1, default=str))
