@@ -6,8 +6,9 @@ trips through OpenEnv), optionally made to burn ``--step-cost-ms`` of CPU per st
 own process; the client is the ``env_url`` rollout source (one WebSocket session per concurrent
 trajectory). Two drivers:
 
-* ``lockstep``: one thread resets every session, then steps every session turn by turn: exactly how
-  the LLM plugin's rollout harness plays a batch (``agilerl_plugin_llm.rollout.base.collect``);
+* ``lockstep``: resets every session, then steps every session turn by turn, exactly as the LLM
+  plugin's rollout harness plays a batch (``agilerl_plugin_llm.rollout.base.collect``, through its
+  ``env_runner``): one after another in-process, concurrently for OpenEnv sessions;
 * ``threads``: one thread per session, each playing episodes back to back.
 
 Reports episodes/s, ms per episode and the overhead ratio (OpenEnv time per episode / in-process),
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,19 +58,17 @@ class CostlyWordGame(SayWordGame):
 
 
 def play_lockstep(envs: list[Any], episodes: int) -> None:
+    from agilerl_plugin_llm.rollout.base import env_runner
+
     done = 0
     while done < episodes:
         batch = envs[: min(len(envs), episodes - done)]
-        for i, env in enumerate(batch):
-            env.reset(seed=done + i)
+        run = env_runner(batch)  # the harness's own: concurrent calls for `concurrent` (remote) envs
+        run([partial(env.reset, seed=done + i) for i, env in enumerate(batch)])
         live = list(batch)
         while live:
-            still = []
-            for env in live:
-                _, _, terminated, truncated, _ = env.step("one")
-                if not (terminated or truncated):
-                    still.append(env)
-            live = still
+            results = run([partial(env.step, "one") for env in live])
+            live = [env for env, (_, _, term, trunc, _) in zip(live, results, strict=True) if not (term or trunc)]
         done += len(batch)
 
 

@@ -107,3 +107,54 @@ def test_reinforce_learns_a_two_turn_entrypoint_env_from_a_manifest(
     fitness = [r["fitness"] for r in rows]
     assert before < 0.2, before
     assert fitness[-1] >= 1.6, fitness  # of 2.0: both turns answered with the target
+
+
+def test_envs_that_wait_on_io_are_reset_and_stepped_concurrently_with_the_same_episodes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import importlib.util
+    import threading
+
+    from agilerl_plugin_llm.rollout.harness import RolloutHarness
+
+    spec = importlib.util.spec_from_file_location("two_turn_env", EXAMPLES / "two_turn_env.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    n = 4
+    # Every reset and first step of the batch meets at a barrier: called one after another, the
+    # first caller would wait alone and the barrier would break (its timeout only guards a hang).
+    barrier = threading.Barrier(n, timeout=60)
+    threads: set[int] = set()
+
+    class RemoteTwoTurn(module.TwoTurnEnv):  # type: ignore[misc,name-defined]
+        concurrent = True
+
+        def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+            barrier.wait()
+            threads.add(threading.get_ident())
+            return super().reset(seed)  # type: ignore[no-any-return]
+
+        def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+            if self.turn == 0:
+                barrier.wait()
+            return super().step(action)  # type: ignore[no-any-return]
+
+    manifest = load_manifest(two_turn_manifest(tiny_model_dir, tmp_path, {"name": "LLMREINFORCE", "batch_size": n}))
+    envs = select_strategy(manifest.algorithm).make_env(manifest, seed=0)
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+
+    agent = select_builder(manifest.algorithm).build_for_run(
+        manifest.algorithm, env=envs, manifest=manifest, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+
+    def harness_for(env_cls: type) -> Callable[[], RolloutHarness]:
+        return lambda: RolloutHarness(env_cls(), envs.tokenizer, max_turns=2, max_model_len=128, max_output_tokens=6)
+
+    seeds = [1, 2, 3, 4]
+    remote = agent.rollout(harness_for(RemoteTwoTurn), seeds, generation_seed=5)
+    local = agent.rollout(harness_for(module.TwoTurnEnv), seeds, generation_seed=5)
+    assert len(threads) == n and threading.get_ident() not in threads
+    for a, b in zip(remote, local, strict=True):
+        assert a.token_ids == b.token_ids and a.policy_mask == b.policy_mask and a.rewards == b.rewards
+        assert len(a.rewards) == 2 and a.terminated

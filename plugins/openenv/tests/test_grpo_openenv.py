@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +94,14 @@ def _kill_mid_rollout(monkeypatch: pytest.MonkeyPatch, kill: Any) -> list[int]:
     original = OpenEnvTextEnv.step
     calls: list[int] = []
     killed: list[int] = []
+    lock = threading.Lock()  # the harness steps a batch's sessions from several threads at once
 
     def step(self: OpenEnvTextEnv, action: str) -> Any:
-        calls.append(1)
-        if len(calls) == KILL_AT_STEP:
-            kill()
-            killed.append(len(calls))
+        with lock:
+            calls.append(1)
+            if len(calls) == KILL_AT_STEP:
+                kill()
+                killed.append(len(calls))
         return original(self, action)
 
     monkeypatch.setattr(OpenEnvTextEnv, "step", step)

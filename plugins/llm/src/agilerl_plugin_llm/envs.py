@@ -27,7 +27,10 @@ class TextEnv(Protocol):
     policy's reply as text; ``observation`` is the next user message (ignored once the episode ends).
 
     Optional attributes: ``system_prompt: str | None`` (rendered as the system message),
-    ``max_turns: int | None`` (the env's own turn budget), ``close()``.
+    ``max_turns: int | None`` (the env's own turn budget), ``close()``, and ``concurrent: bool``:
+    true when ``reset``/``step`` mostly wait (on a server, a subprocess) and different instances
+    may be called from different threads at once; the rollout harness then plays a batch's envs
+    concurrently instead of one after another.
     """
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]: ...

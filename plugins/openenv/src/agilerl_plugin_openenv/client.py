@@ -679,7 +679,11 @@ class OpenEnvTextEnv:
     """A text env (``reset``/``step``) whose episodes run on a remote OpenEnv server.
 
     One instance holds at most one WebSocket session; make one per concurrent trajectory.
+    ``concurrent``: calls wait on the network and instances are thread-safe, so the LLM plugin's
+    rollout harness resets and steps a batch of them at once.
     """
+
+    concurrent = True
 
     def __init__(self, source: OpenEnvSource) -> None:
         self._source = source

@@ -140,6 +140,7 @@ class RolloutHarness:
         self.prompt_len = 0
         self.terminated = False
         self.truncated = False
+        self._ended_with_stop = False
         self.info: dict[str, Any] = {}
 
     @property
@@ -178,8 +179,12 @@ class RolloutHarness:
     # --- the episode ----------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> list[int]:
         """Start an episode; return the prompt ids."""
+        return self.begin(self.env.reset(seed=seed))
+
+    def begin(self, reset_result: Any) -> list[int]:
+        """Start an episode from what ``env.reset`` returned (``reset`` = ``env.reset`` + this)."""
         self._reset_state()
-        obs, info = check_reset(self.env.reset(seed=seed), self.env)
+        obs, info = check_reset(reset_result, self.env)
         self.info = dict(info)
         system = getattr(self.env, "system_prompt", None)
         prefix = getattr(self.env, "assistant_prefix", None)
@@ -211,21 +216,34 @@ class RolloutHarness:
 
     def step(self, new_ids: list[int]) -> float:
         """Record the policy's reply (token ids as generated), play it in the env; return the reward."""
+        return self.finish_step(self.env.step(self.reply(new_ids)))
+
+    def reply(self, new_ids: list[int]) -> str:
+        """Record the policy's reply (token ids as generated); return it as the env's action text.
+
+        ``step`` = ``reply`` + ``env.step`` + :meth:`finish_step`; split so that a batch of remote
+        envs can be stepped concurrently while the tokenizer stays on one thread.
+        """
         if self.done:
             raise RuntimeError("step() on a finished episode; call reset() first")
         new_ids = [int(t) for t in new_ids][: self.generation_budget()]
         self._append(new_ids, policy=True)
+        self._ended_with_stop = bool(new_ids) and new_ids[-1] in self.stop_ids
         reply = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        obs, reward, terminated, truncated, info = check_step(self.env.step(reply), self.env)
+        self.messages.append({"role": "assistant", "content": reply})
+        return str(reply)
+
+    def finish_step(self, step_result: Any) -> float:
+        """Take in what ``env.step`` returned for the last :meth:`reply`; return the reward."""
+        obs, reward, terminated, truncated, info = check_step(step_result, self.env)
         self.rewards.append(reward)
         self.info.update(info)
-        self.messages.append({"role": "assistant", "content": reply})
         self.turn += 1
         self.terminated = terminated
         self.truncated = truncated or (not terminated and self.turn >= self.max_turns)
         if self.done:
             return reward
-        boundary = self._boundary(obs, ended_with_stop=bool(new_ids) and new_ids[-1] in self.stop_ids)
+        boundary = self._boundary(obs, ended_with_stop=self._ended_with_stop)
         self.messages.append({"role": "user", "content": obs})
         # The next turn must have room for at least one new token; otherwise stop here, cleanly.
         if len(self.token_ids) + len(boundary) + 1 > self.max_model_len:
