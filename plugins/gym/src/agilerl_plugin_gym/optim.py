@@ -59,12 +59,10 @@ class Adam:
             "eps": float(eps),
             "weight_decay": float(weight_decay),
         }
-        items = list(params)
+        items: list[Any] = list(params)
         if not items:
             raise ValueError("Adam got an empty parameter list")
-        groups: list[dict[str, Any]] = (
-            [dict(g) for g in items] if isinstance(items[0], dict) else [{"params": items}]  # type: ignore[arg-type]
-        )
+        groups: list[dict[str, Any]] = [dict(g) for g in items] if isinstance(items[0], dict) else [{"params": items}]
         self.param_groups: list[dict[str, Any]] = []
         seen: set[int] = set()
         for group in groups:
