@@ -89,10 +89,10 @@ class GymAlgorithm(AlgorithmBase):
             self.nets[target] = copy.deepcopy(self.nets[source])
             self.nets[target].requires_grad_(False)
 
-    def _adam(self, params: Any, lr: float) -> Adam:
+    def _adam(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
         # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
         # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.optim.
-        return Adam(params, lr=lr)
+        return Adam(params, lr=lr, eps=eps)
 
     def build_optimizers(self) -> None:
         """Create ``self.optimizers`` for the current networks (called after any rebuild)."""
