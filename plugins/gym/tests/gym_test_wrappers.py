@@ -22,6 +22,20 @@ class InterruptAfter(gym.Wrapper):  # type: ignore[type-arg]
         return self.env.step(action)
 
 
+class DiscretizeActions(gym.ActionWrapper):  # type: ignore[type-arg]
+    """A 1-D Box action space as ``bins`` evenly spaced Discrete actions (DQN on Pendulum)."""
+
+    def __init__(self, env: gym.Env[Any, Any], bins: int = 5) -> None:
+        super().__init__(env)
+        box = env.action_space
+        assert isinstance(box, gym.spaces.Box)
+        self.values = np.linspace(box.low, box.high, bins, dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(bins)
+
+    def action(self, action: Any) -> Any:
+        return self.values[int(action)]
+
+
 class ScaleReward(gym.RewardWrapper):  # type: ignore[type-arg]
     """Multiply rewards by ``factor`` (to see wrapper kwargs arrive)."""
 

@@ -170,6 +170,37 @@ def test_discrete_actions_given_to_td3(write_manifest, run_cli, tmp_path: Path) 
     assert code == 1 and "TD3 needs continuous actions" in err
 
 
+def test_unsupported_spaces_fail_validation_without_torch() -> None:
+    # The spec makes one env (wrappers included) at validation: no training, no torch.
+    code = (
+        "import sys\n"
+        "from agilerl.errors import ManifestError\n"
+        "from agilerl.models import load_manifest\n"
+        "cases = [('DQN', 'Pendulum-v1', 'DQN needs a Discrete action space'),\n"
+        "         ('TD3', 'CartPole-v1', 'TD3 needs continuous actions'),\n"
+        "         ('DDPG', 'CartPole-v1', 'DDPG needs continuous actions')]\n"
+        "for algo, env, message in cases:\n"
+        "    try:\n"
+        "        load_manifest({'algorithm': {'name': algo}, 'environment': {'name': env}})\n"
+        "    except ManifestError as exc:\n"
+        "        assert [p.path for p in exc.problems] == ['environment'], exc\n"
+        "        assert message in str(exc), exc\n"
+        "    else:\n"
+        "        raise AssertionError(algo + ' on ' + env + ' validated')\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_wrapper_that_changes_the_action_space_is_taken_into_account() -> None:
+    env = {"name": "Pendulum-v1", "sync": True, "path": str(HERE),
+           "env_wrappers": [("gym_test_wrappers:DiscretizeActions", {"bins": 5})]}  # fmt: skip
+    m = load_manifest({"algorithm": {"name": "DQN"}, "environment": env})
+    vec = make_gym_env(m.environment)
+    assert vec.single_action_space == gym.spaces.Discrete(5)
+    vec.close()
+
+
 def test_recurrent_ppo_rejected_at_validation() -> None:
     from agilerl.errors import ManifestError
 

@@ -36,7 +36,7 @@ import itertools
 import math
 import random
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
+from agilerl_plugin_gym.single_agent.spaces import is_image_space
 
 __all__ = [
     "EvolvableCNN",
@@ -82,11 +83,6 @@ def activation_layer(name: str | None) -> nn.Module:
     except KeyError:
         raise ValueError(f"unknown activation {name!r}; choose from {sorted(_ACTIVATIONS)}") from None
     return cls(dim=-1) if cls is nn.Softmax else cls()
-
-
-def is_image_space(space: spaces.Space[Any]) -> TypeGuard[spaces.Box]:
-    """A Box of rank 3 (H x W x C, or C x H x W) is treated as an image."""
-    return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
 def obs_dim(space: spaces.Space[Any]) -> int:

@@ -19,27 +19,14 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
-from agilerl.errors import AgileRLError
 from agilerl.models import AlgorithmSpec, NetworkSpec
-from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, is_image_space
+from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise
 from agilerl_plugin_gym.optim import Adam
-
-
-class UnsupportedSpaceError(AgileRLError):
-    """The env's observation or action space is not one the algorithm handles."""
-
-
-def check_observation_space(algo: str, space: spaces.Space[Any], *, images: bool = True) -> None:
-    ok = isinstance(space, (spaces.Discrete, spaces.MultiBinary)) or (
-        isinstance(space, spaces.Box) and (len(space.shape) <= 1 or (images and is_image_space(space)))
-    )
-    if not ok:
-        what = "image (H x W x C Box) observations" if is_image_space(space) else f"observation space {space}"
-        raise UnsupportedSpaceError(
-            f"environment: {algo} does not support {what}. Supported: Box vectors, Discrete"
-            + (", H x W x C images" if images else "")
-            + ". Wrap the env (environment.env_wrappers) to flatten or convert it."
-        )
+from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
+    UnsupportedSpaceError,
+    check_observation_space,
+    check_spaces,
+)
 
 
 class GymAlgorithm(AlgorithmBase):

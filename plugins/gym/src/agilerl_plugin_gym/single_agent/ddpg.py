@@ -23,7 +23,8 @@ from gymnasium import spaces
 
 from agilerl.models import NetworkSpec, TrainingSpec
 from agilerl_plugin_gym.networks import obs_dim
-from agilerl_plugin_gym.single_agent.base import GymAlgorithm, UnsupportedSpaceError, check_observation_space
+from agilerl_plugin_gym.single_agent.base import GymAlgorithm
+from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DDPGSpec
 
 
@@ -60,12 +61,8 @@ class DDPG(GymAlgorithm):
     ) -> None:
         super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
         name = type(self).__name__
-        if not (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1):
-            raise UnsupportedSpaceError(
-                f"environment: {name} needs continuous actions (a 1-D Box), but this env's actions are "
-                f"{action_space}. Use DQN or PPO for discrete actions."
-            )
-        check_observation_space(name, observation_space, images=False)
+        check_spaces(name if name in ("DDPG", "TD3") else "DDPG", observation_space, action_space)
+        assert isinstance(action_space, spaces.Box)
         self.O_U_noise = spec.O_U_noise
         self.act_dim = int(action_space.shape[0])
         self.low = np.asarray(action_space.low, dtype=np.float32)

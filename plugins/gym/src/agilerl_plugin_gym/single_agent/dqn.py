@@ -20,7 +20,8 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.models import NetworkSpec, TrainingSpec
-from agilerl_plugin_gym.single_agent.base import GymAlgorithm, UnsupportedSpaceError, check_observation_space
+from agilerl_plugin_gym.single_agent.base import GymAlgorithm
+from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
 
 EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
@@ -51,12 +52,8 @@ class DQN(GymAlgorithm):
         net_spec: NetworkSpec | None = None,
     ) -> None:
         super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
-        if not isinstance(action_space, spaces.Discrete):
-            raise UnsupportedSpaceError(
-                f"environment: DQN needs a Discrete action space, but this env's actions are {action_space}. "
-                "Use DDPG or TD3 for continuous (Box) actions, or PPO."
-            )
-        check_observation_space("DQN", observation_space)
+        check_spaces("DQN", observation_space, action_space)
+        assert isinstance(action_space, spaces.Discrete)
         self.double = spec.double
         self.n_actions = int(action_space.n)
         self.nets = {"actor": self._net(self.n_actions)}

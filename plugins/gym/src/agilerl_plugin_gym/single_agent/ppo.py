@@ -24,7 +24,8 @@ from torch import nn
 
 from agilerl.models import NetworkSpec
 from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.single_agent.base import GymAlgorithm, UnsupportedSpaceError, check_observation_space
+from agilerl_plugin_gym.single_agent.base import GymAlgorithm
+from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import PPOSpec
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -60,7 +61,7 @@ class PPO(GymAlgorithm):
         net_spec: NetworkSpec | None = None,
     ) -> None:
         super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
-        check_observation_space("PPO", observation_space)
+        check_spaces("PPO", observation_space, action_space)
         self.target_kl = spec.target_kl
         self.normalize_advantages = spec.normalize_advantages
         self.clip_vloss = spec.clip_vloss
@@ -73,10 +74,8 @@ class PPO(GymAlgorithm):
             self.kind, out_dim = "continuous", int(action_space.shape[0])
             self.low = torch.as_tensor(action_space.low, dtype=torch.float32)
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32)
-        else:
-            raise UnsupportedSpaceError(
-                f"environment: PPO supports Discrete, MultiDiscrete and 1-D Box actions, not {action_space}"
-            )
+        else:  # check_spaces allows nothing else
+            raise AssertionError(action_space)
         actor = self._net(out_dim, output_vanish=True)
         shared = actor.encoder if spec.share_encoders else None
         critic = self._net(1, encoder=shared, output_vanish=False)

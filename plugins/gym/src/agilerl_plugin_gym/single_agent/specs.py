@@ -58,7 +58,36 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 check_gym_id(env.env_id)
             except GymEnvError as exc:
                 problems.append(Problem("environment.name", str(exc).removeprefix("environment.name: ")))
+        if not problems:
+            problems += _space_problems(self.name, env)
         return problems
+
+
+def _space_problems(algo: str, env: GymEnvSpec) -> list[Problem]:
+    """Make one env as the run will (wrappers included) and check the algorithm takes its spaces.
+
+    An env that cannot be made is reported when it is ``GymEnvError`` (a bad entrypoint, factory or
+    wrapper path); anything else the env's own code raises is left for the run to report in full.
+    """
+    from agilerl_plugin_gym.envs import GymEnvError, make_single_env
+    from agilerl_plugin_gym.single_agent.spaces import ALGORITHMS, UnsupportedSpaceError, check_spaces
+
+    if algo not in ALGORITHMS:
+        return []
+    try:
+        made = make_single_env(env)
+    except GymEnvError as exc:  # "environment.entrypoint: ..." -> that field's path
+        path, sep, message = str(exc).partition(": ")
+        return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
+    except Exception:  # the env's own failure: the run reports it with its traceback
+        return []
+    try:
+        check_spaces(algo, made.observation_space, made.action_space)
+    except UnsupportedSpaceError as exc:
+        return [Problem("environment", str(exc).removeprefix("environment: "))]
+    finally:
+        made.close()
+    return []
 
 
 class PPOSpec(GymAlgorithmSpec):

@@ -1,0 +1,71 @@
+"""Which observation and action spaces each single-agent algorithm handles (gymnasium only, no torch).
+
+The algorithms check their spaces when they are built, and the specs run the same check at
+validation time (``agilerl validate``) on one env made from the manifest, so a wrong combination
+(continuous actions for DQN, images for DDPG) fails before anything trains.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeGuard
+
+from gymnasium import spaces
+
+from agilerl.errors import AgileRLError
+
+__all__ = ["ALGORITHMS", "UnsupportedSpaceError", "check_observation_space", "check_spaces", "is_image_space"]
+
+#: The algorithms :func:`check_spaces` has rules for.
+ALGORITHMS = frozenset({"PPO", "DQN", "DDPG", "TD3"})
+
+
+class UnsupportedSpaceError(AgileRLError):
+    """The env's observation or action space is not one the algorithm handles."""
+
+
+def is_image_space(space: spaces.Space[Any]) -> TypeGuard[spaces.Box]:
+    """A Box of rank 3 (H x W x C, or C x H x W) is treated as an image."""
+    return isinstance(space, spaces.Box) and len(space.shape) == 3
+
+
+def check_observation_space(algo: str, space: spaces.Space[Any], *, images: bool = True) -> None:
+    """Box vectors and Discrete for every algorithm; H x W x C images where ``images``."""
+    ok = isinstance(space, (spaces.Discrete, spaces.MultiBinary)) or (
+        isinstance(space, spaces.Box) and (len(space.shape) <= 1 or (images and is_image_space(space)))
+    )
+    if not ok:
+        what = "image (H x W x C Box) observations" if is_image_space(space) else f"observation space {space}"
+        raise UnsupportedSpaceError(
+            f"environment: {algo} does not support {what}. Supported: Box vectors, Discrete"
+            + (", H x W x C images" if images else "")
+            + ". Wrap the env (environment.env_wrappers) to flatten or convert it."
+        )
+
+
+def check_spaces(algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
+    """Raise :class:`UnsupportedSpaceError` unless ``algo`` (PPO, DQN, DDPG, TD3) handles these spaces."""
+    if algo == "DQN":
+        if not isinstance(action_space, spaces.Discrete):
+            raise UnsupportedSpaceError(
+                f"environment: DQN needs a Discrete action space, but this env's actions are {action_space}. "
+                "Use DDPG or TD3 for continuous (Box) actions, or PPO."
+            )
+        check_observation_space(algo, observation_space)
+    elif algo in ("DDPG", "TD3"):
+        if not (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1):
+            raise UnsupportedSpaceError(
+                f"environment: {algo} needs continuous actions (a 1-D Box), but this env's actions are "
+                f"{action_space}. Use DQN or PPO for discrete actions."
+            )
+        check_observation_space(algo, observation_space, images=False)
+    elif algo == "PPO":
+        check_observation_space(algo, observation_space)
+        discrete = isinstance(action_space, spaces.Discrete) or (
+            isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1
+        )
+        if not (discrete or (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1)):
+            raise UnsupportedSpaceError(
+                f"environment: PPO supports Discrete, MultiDiscrete and 1-D Box actions, not {action_space}"
+            )
+    else:
+        raise ValueError(f"check_spaces: no space rules for {algo!r} (PPO, DQN, DDPG, TD3)")
