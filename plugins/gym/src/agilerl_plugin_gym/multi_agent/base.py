@@ -21,6 +21,7 @@ from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.sections import NetworkSpec
 from agilerl_plugin_gym.networks import add_parameter_noise
+from agilerl_plugin_gym.optim import Adam
 
 
 def network_space(space: spaces.Space) -> spaces.Space:
@@ -50,7 +51,7 @@ class MultiAgentAlgorithm(AlgorithmBase):
 
     #: Attributes holding ``{name: nn.Module}`` dicts, saved in checkpoints (subclasses extend).
     module_attrs: tuple[str, ...] = ()
-    #: Attributes holding ``{name: torch.optim.Optimizer}`` dicts.
+    #: Attributes holding ``{name: agilerl_plugin_gym.optim.Adam}`` dicts.
     optimizer_attrs: tuple[str, ...] = ()
     #: Attributes holding the modules ``params_mut`` perturbs.
     mutable_module_attrs: tuple[str, ...] = ()
@@ -137,7 +138,7 @@ class MultiAgentAlgorithm(AlgorithmBase):
     def _after_parameter_mutation(self) -> None:
         """Subclasses re-sync target networks here."""
 
-    def _set_lr(self, optimizers: Mapping[str, torch.optim.Optimizer], lr: float) -> None:
+    def _set_lr(self, optimizers: Mapping[str, Adam], lr: float) -> None:
         for opt in optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = lr

@@ -25,6 +25,7 @@ from torch.distributions import Categorical, Normal
 
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.networks import EvolvableNetwork
+from agilerl_plugin_gym.optim import Adam
 
 
 class _LogStd(nn.Module):
@@ -81,7 +82,7 @@ class IPPO(MultiAgentAlgorithm):
             params = [*self.actors[key].parameters(), *self.critics[key].parameters()]
             if key in self.log_stds:
                 params += list(self.log_stds[key].parameters())
-            self.optimizers[key] = torch.optim.Adam(params, lr=self.lr, eps=1e-5, foreach=True)
+            self.optimizers[key] = Adam(params, lr=self.lr, eps=1e-5)
 
     def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
         if name == "lr":
