@@ -178,16 +178,15 @@ class Adam:
             if unsupported or s.get("decoupled_weight_decay"):
                 raise ValueError(f"loaded optimizer state uses {unsupported or ['decoupled_weight_decay']}, "
                                  "which this Adam does not implement")  # fmt: skip
-        by_index: dict[int, torch.Tensor] = {}
+        by_index: dict[int, tuple[torch.Tensor, bool]] = {}  # saved index -> (parameter, its group is fused)
         for s, group in zip(saved, self.param_groups, strict=True):
-            by_index.update(zip(s["params"], group["params"], strict=True))
+            by_index.update((i, (p, group["fused"])) for i, p in zip(s["params"], group["params"], strict=True))
             for key in ("lr", "betas", "eps", "weight_decay"):
                 if key in s:
                     group[key] = tuple(s[key]) if key == "betas" else s[key]
         self.state = {}
         for idx, st in state_dict["state"].items():
-            p = by_index[int(idx)]
-            fused = any(p is q and g["fused"] for g in self.param_groups for q in g["params"])
+            p, fused = by_index[int(idx)]
             self.state[p] = {
                 "step": torch.as_tensor(st["step"], dtype=torch.float32).clone().to(p.device if fused else "cpu"),
                 "exp_avg": st["exp_avg"].to(device=p.device, dtype=p.dtype).clone(),
