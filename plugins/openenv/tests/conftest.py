@@ -106,6 +106,18 @@ def native() -> Any:
     return module
 
 
+@pytest.fixture(scope="module")
+def servers(native: Any) -> Iterator[dict[str, Any]]:
+    """The three servers written with openenv-core's ``create_app`` (MCP tools, an integer action,
+    a multi-field observation), each on its own ephemeral port on 127.0.0.1, 8 sessions each."""
+    from contextlib import ExitStack
+
+    from agilerl_plugin_openenv.server import serve_in_thread
+
+    with ExitStack() as stack:
+        yield {name: stack.enter_context(serve_in_thread(native.server_app(name, 8))) for name in native.SERVERS}
+
+
 @pytest.fixture(scope="session")
 def game() -> str:
     return GAME

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from agilerl_plugin_openenv.errors import (
-    OpenEnvActionRejectedError,
     OpenEnvCapacityError,
     OpenEnvProtocolError,
     OpenEnvUnavailableError,
@@ -76,48 +75,62 @@ def test_a_websocket_server_that_is_not_openenv_is_named(build) -> None:  # type
         server.shutdown()
 
 
-def test_rejected_actions_are_clear_errors_or_feedback(native, build) -> None:  # type: ignore[no-untyped-def]
+def test_rejected_actions_are_feedback_and_the_episode_goes_on(native, build) -> None:  # type: ignore[no-untyped-def]
     app = native.app(native.NumberEnvironment, native.NumberAction, native.NumberObservation)
     with serve_in_thread(app) as served:
         with pytest.raises(OpenEnvProtocolError, match=r"'text' is not a field of the action.*number"):
             build(served.url, action_field="text")
-        make_env, _ = build(served.url, action_field="number", observation_field="prompt")
+        make_env, _ = build(served.url, observation_field="prompt")
         env = make_env()
         env.reset()
-        with pytest.raises(OpenEnvActionRejectedError) as err:
-            env.step("seven")
-        assert "VALIDATION_ERROR" in str(err.value) and "number" in str(err.value)
-        assert "action_error_field" in str(err.value)
-        # With action_error_field the rejection is fed back to the policy and the episode goes on.
-        make_env, _ = build(served.url, action_field="number", observation_field="prompt", action_error_field="error")
-        env = make_env()
-        env.reset()
-        text, reward, terminated, truncated, info = env.step("seven")
+        text, reward, terminated, truncated, info = env.step("5000")  # rejected by the server (VALIDATION_ERROR)
         assert text.startswith("Invalid action") and "number" in info["action_error"]
         assert (reward, terminated, truncated) == (0.0, False, False)
         assert env.step("7")[1:3] == (1.0, True)
-        # An env reporting a refused action in its own observation field: shown to the policy too.
+        # An env reporting a refused action in its own observation field (action_error_field): shown too.
+        make_env, _ = build(served.url, observation_field="prompt", action_error_field="error")
+        env = make_env()
         env.reset()
         text, reward, terminated, _, info = env.step("-3")
         assert info["action_error"] == "negative numbers are not allowed" and "negative numbers" in text
-        assert (reward, terminated) == (0.0, False)
+        assert (reward, terminated) == (0.0, False) and info["metrics"]["invalid_actions"] == 1
         assert env.step("7")[1:3] == (1.0, True)
 
 
-def test_capacity_reached_is_a_clear_error(game, build) -> None:  # type: ignore[no-untyped-def]
+def test_a_full_server_queues_this_runs_episodes_and_names_other_clients(game, build, caplog) -> None:  # type: ignore[no-untyped-def]
+    from agilerl_plugin_llm.envs import EnvAtCapacity
+    from agilerl_plugin_openenv._openenv import generic_client_cls
+
+    caplog.set_level(logging.WARNING, logger="agilerl_plugin_openenv")
     with serve_in_thread(game, max_concurrent_envs=2) as served:
-        make_env, _ = build(served.url)
+        make_env, _ = build(served.url, max_turns=1)
         first, second, third = make_env(), make_env(), make_env()
         first.reset()
         second.reset()
-        with pytest.raises(OpenEnvCapacityError) as err:
+        # Both sessions are this run's: the third episode waits (the rollout plays it in a later wave).
+        with pytest.raises(EnvAtCapacity):
             third.reset()
-        assert "CAPACITY_REACHED" in str(err.value) and "(2/2 sessions)" in str(err.value)
-        assert "--max-concurrent-envs" in str(err.value)
-        with pytest.raises(OpenEnvCapacityError):  # a full server at start is caught by the probe
-            build(served.url)
-        first.close()  # a freed session is reused by the next env
+        assert "accepts 2 concurrent session(s)" in caplog.text and "--max-concurrent-envs N" in caplog.text
+        assert caplog.text.count("accepts 2 concurrent") == 1
+        first.step("one")  # the episode ends: its session serves the waiting one
         assert third.reset()[0] == "Say one."
+        for env in (second, third):
+            env.close()
+        # Sessions held by another client: a clear error at build time, not a hang.
+        others = [generic_client_cls()(base_url=served.url).sync() for _ in range(2)]
+        from agilerl_plugin_openenv.pool import SessionPool
+
+        SessionPool.close_all()  # this process's idle sessions (what runs at exit)
+        try:
+            for client in others:
+                client.connect()
+                client.reset()
+            with pytest.raises(OpenEnvCapacityError) as err:
+                build(served.url, max_turns=1)
+            assert "CAPACITY_REACHED" in str(err.value) and "--max-concurrent-envs" in str(err.value)
+        finally:
+            for client in others:
+                client.close()
 
 
 def test_server_dying_mid_episode_truncates_then_reports_unavailable(game, build, caplog) -> None:  # type: ignore[no-untyped-def]

@@ -91,20 +91,20 @@ def _kill_mid_rollout(monkeypatch: pytest.MonkeyPatch, kill: Any) -> list[int]:
     """Fault injection: kill the server in the middle of a rollout batch of generation 2."""
     from agilerl_plugin_openenv.client import OpenEnvTextEnv
 
-    original = OpenEnvTextEnv.step
+    original = OpenEnvTextEnv.astep  # what the rollout's batched calls (run_batch) run
     calls: list[int] = []
     killed: list[int] = []
-    lock = threading.Lock()  # the harness steps a batch's sessions from several threads at once
+    lock = threading.Lock()
 
-    def step(self: OpenEnvTextEnv, action: str) -> Any:
+    async def astep(self: OpenEnvTextEnv, action: str) -> Any:
         with lock:
             calls.append(1)
             if len(calls) == KILL_AT_STEP:
                 kill()
                 killed.append(len(calls))
-        return original(self, action)
+        return await original(self, action)
 
-    monkeypatch.setattr(OpenEnvTextEnv, "step", step)
+    monkeypatch.setattr(OpenEnvTextEnv, "astep", astep)
     return killed
 
 

@@ -59,34 +59,74 @@ def test_server_written_against_openenv_core_works_as_a_source(native, build) ->
         assert env.step("cat")[1:3] == (1.0, True)
         env.reset()
         assert env.step("dog")[1:3] == (0.0, True)
-        # Without observation_field the two text fields are shown as JSON (nothing dropped).
+        # Without observation_field every non-empty field is shown (here only the prompt has text).
         make_env, _ = build(served.url)
         text, _ = make_env().reset(seed=1)
-        assert '"prompt": "Guess the animal (seed 1)."' in text
+        assert text == "Guess the animal (seed 1)."
 
 
-def test_mcp_tool_env_gets_call_tool_actions(native, build) -> None:  # type: ignore[no-untyped-def]
-    from agilerl_plugin_openenv._openenv import env_server
+def test_mcp_tool_env_lists_its_tools_and_takes_tool_calls(servers, build) -> None:  # type: ignore[no-untyped-def]
+    make_env, _ = build(servers["mcp"].url, max_turns=2, invalid_action_reward=-0.5)
+    env = make_env()
+    obs, info = env.reset()
+    assert obs == "Which word? Say one." and info["env_name"] == "WordToolEnvironment"
+    # The default system prompt states the reply format and lists every tool with its arguments.
+    assert '{"tool": "<name>", "arguments"' in env.system_prompt
+    assert "- submit(word: string): Submit your answer: a single word." in env.system_prompt
+    assert "- hint(): A hint about the word." in env.system_prompt
+    text, reward, terminated, _, info = env.step('{"tool": "hint", "arguments": {}}')
+    assert (text, reward, terminated) == ("It is a number below two.", 0.0, False)
+    text, reward, terminated, _, _ = env.step('<tool_call>{"name": "submit", "arguments": {"word": "one"}}</tool_call>')
+    assert (text, reward, terminated) == ("correct", 1.0, True)
+    env.reset()
+    text, reward, terminated, truncated, info = env.step("one")  # two tools: plain text says which?
+    assert reward == -0.5 and not terminated and not truncated and "expected a tool call" in text
+    assert info["metrics"]["invalid_actions"] == 1
+    text, reward, terminated, truncated, info = env.step('submit("one two")')  # the tool itself refuses
+    assert "one word only" in text and reward == -0.5 and truncated and info["metrics"]["invalid_actions"] == 2
+    # mcp_tool allows one tool only; then plain text is its single argument.
+    make_env, _ = build(servers["mcp"].url, mcp_tool="submit", max_turns=1)
+    env = make_env()
+    env.reset()
+    assert "hint" not in env.system_prompt
+    assert env.step("one")[:3] == ("correct", 1.0, True)
+    with pytest.raises(OpenEnvProtocolError, match=r"'nope' is not a tool of the server.*hint, submit"):
+        build(servers["mcp"].url, mcp_tool="nope")
 
-    app = native.app(native.WordToolEnvironment, env_server().CallToolAction, native.PromptObservation)
-    with serve_in_thread(app) as served:
-        make_env, _ = build(served.url, mcp_tool="submit", observation_field=None)
-        env = make_env()
-        assert "submit" in env.reset()[0]
-        text, reward, terminated, _, _ = env.step(
-            '<tool_call>{"name": "submit", "arguments": {"word": "cat"}}</tool_call>'
-        )
-        assert (text, reward, terminated) == ("correct", 1.0, True)
-        env.reset()
-        text, reward, _, _, _ = env.step("dog")  # plain text: the tool's single argument
-        assert reward == 0.0 and "'dog' is wrong" in text
-        env.reset()
-        text, reward, terminated, _, info = env.step('{"name": "delete_all", "arguments": {}}')
-        assert reward == 0.0 and not terminated and "unknown tool 'delete_all'" in info["action_error"]
-        with pytest.raises(OpenEnvProtocolError, match=r"'nope' is not a tool of the server.*submit"):
-            build(served.url, mcp_tool="nope")
-        with pytest.raises(OpenEnvProtocolError, match=r"is an MCP tool environment.*set environment.mcp_tool"):
-            build(served.url)
+
+def test_integer_action_from_text_and_invalid_replies_are_survived(servers, build) -> None:  # type: ignore[no-untyped-def]
+    make_env, _ = build(servers["integer"].url, max_turns=3, invalid_action_reward=-0.25, action_error_field="error")
+    env = make_env()
+    assert env.reset()[0] == "Say 7." and env.system_prompt == "Reply with a single integer (number: integer)."
+    text, reward, terminated, truncated, info = env.step("seven")  # not an integer: never sent
+    assert text.startswith("Invalid action: number must be an integer") and "Reply with a single integer" in text
+    assert (reward, terminated, truncated) == (-0.25, False, False)
+    text, reward, terminated, _, info = env.step("5000")  # an integer the server's schema refuses
+    assert "Invalid action" in text and "number" in text and reward == -0.25 and not terminated
+    assert info["metrics"]["invalid_actions"] == 2
+    _, reward, terminated, truncated, info = env.step("```\n7\n```")
+    assert (reward, terminated, truncated) == (1.0, True, False) and info["metrics"]["invalid_actions"] == 2
+
+
+def test_multi_field_observation_is_rendered_whole(servers, build) -> None:  # type: ignore[no-untyped-def]
+    make_env, _ = build(servers["multi_field"].url, max_turns=2)
+    env = make_env()
+    obs, _ = env.reset()
+    assert obs == (
+        "grid:\n. G .\n. @ .\n. . .\nposition: 1, 1\ngoal: 0, 1\nlegal_moves: up, down, left, right\n"
+        "message: Walk to G."
+    )
+    assert env.system_prompt == "Reply with exactly one of: up, down, left, right."
+    text, reward, terminated, _, info = env.step("left")
+    assert reward == 0.0 and not terminated and "position: 1, 0" in text and info["openenv_done"] is False
+    assert env.step("I go right")[1:4] == (0.5, False, True)  # closer again; max_turns reached
+    # prompt_template formats the fields; the default rendering is there as {observation}.
+    template = {"system_0": "Grid game. {action_format}", "user_1": "You are at {position}; goal {goal}. {message}"}
+    make_env, _ = build(servers["multi_field"].url, max_turns=1, prompt_template=template)
+    env = make_env()
+    assert env.reset()[0] == "You are at 1, 1; goal 0, 1. Walk to G."
+    assert env.system_prompt == "Grid game. Reply with exactly one of: up, down, left, right."
+    assert env.step("up")[1:3] == (1.0, True)
 
 
 def test_example_mcp_server_works_as_a_source(build) -> None:  # type: ignore[no-untyped-def]

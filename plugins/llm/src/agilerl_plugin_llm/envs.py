@@ -30,12 +30,19 @@ class TextEnv(Protocol):
     ``max_turns: int | None`` (the env's own turn budget), ``close()``, and ``concurrent: bool``:
     true when ``reset``/``step`` mostly wait (on a server, a subprocess) and different instances
     may be called from different threads at once; the rollout harness then plays a batch's envs
-    concurrently instead of one after another.
+    concurrently instead of one after another. ``info["metrics"]`` (a dict of numbers for the
+    episode so far) is averaged over a batch's episodes into the training metrics.
     """
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]: ...
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]: ...
+
+
+class EnvAtCapacity(AgileRLError):
+    """Raised by ``reset`` of a ``concurrent`` env whose backend (a server's session limit, say) has
+    no room for another episode while other episodes of the same batch hold it: the rollout plays
+    this episode once those end, in a later wave, instead of failing."""
 
 
 class TextEnvError(AgileRLError):
@@ -95,4 +102,4 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) < 80 else text[:77] + '...'}"
 
 
-__all__ = ["TextEnv", "TextEnvError", "as_reward", "check_reset", "check_step"]
+__all__ = ["EnvAtCapacity", "TextEnv", "TextEnvError", "as_reward", "check_reset", "check_step"]

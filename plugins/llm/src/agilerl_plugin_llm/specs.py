@@ -47,7 +47,8 @@ ROLLOUT_ONLY_FIELDS: tuple[str, ...] = (
     "prompt_template", "rubric_file_path", "rubric_name", "max_reward", "entrypoint", "factory",
     "env_config", "env_packages", "max_turns", "action_error_field", "strict_chat_template_boundary",
     "observation_field", "observation_processor", "env_url", "mcp_tool", "action_field",
-    "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars",
+    "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars", "invalid_action_reward",
+    "env_url_headers_from_env",
 )  # fmt: skip
 
 
@@ -113,6 +114,16 @@ class LLMEnvSpec(EnvSpec):
     action_field: str | None = None
     request_timeout_s: Annotated[float | None, Field(ge=0.0)] = None
     max_concurrent_resets: Annotated[int | None, Field(ge=1)] = None
+    invalid_action_reward: Annotated[
+        float,
+        Field(description="env_url: reward for a reply the server cannot take as an action (unparseable or "
+                          "rejected); the episode goes on with a feedback observation."),
+    ] = 0.0  # fmt: skip
+    env_url_headers_from_env: Annotated[
+        dict[str, str],
+        Field(description="env_url: HTTP headers sent to the OpenEnv server, each read from the environment "
+                          "variable named here (e.g. {Authorization: OPENENV_AUTH}); keeps credentials out of manifests."),
+    ] = Field(default_factory=dict)  # fmt: skip
     adaptive_task_sampling: bool = False
     env_hosts: Annotated[int | None, Field(ge=1)] = None
     env_image: str | None = None

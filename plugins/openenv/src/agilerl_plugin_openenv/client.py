@@ -1,260 +1,73 @@
-"""The ``env_url`` rollout source: text envs backed by remote OpenEnv servers.
+"""The ``env_url`` rollout source: text envs whose episodes run on remote OpenEnv servers.
 
 ``build_env_url_source(spec)`` (called by the LLM plugin when a manifest sets ``environment.env_url``)
-checks every replica once, then returns ``make_env``: each call creates an :class:`OpenEnvTextEnv`,
-one OpenEnv WebSocket session (``/ws``) per concurrent trajectory. Sessions are opened through
-openenv-core's ``GenericEnvClient`` (a thin subclass, see :func:`_session_cls`), spread over the
-replicas round-robin, and driven from one background asyncio loop per process so that any number of
-trajectories costs one thread, not one each.
+checks every replica once and reads the server's schema, then returns ``make_env``: each call
+creates an :class:`OpenEnvTextEnv`, which holds one OpenEnv WebSocket session while an episode runs.
 
-Faults:
+The parts live by job:
 
-* a replica down (or not speaking OpenEnv) when the run starts is an error naming it;
-* a replica that dies or hangs mid-episode ends the trajectories on it as *truncated* once
-  ``request_timeout_s`` passes (a killed server: at once); the replica is marked down and retried with
-  exponential backoff, and new episodes go to the replicas that answer; every transition is logged;
-* when no replica answers for a whole reconnect budget, ``reset()`` raises
-  :class:`~agilerl_plugin_openenv.errors.OpenEnvUnavailableError`;
-* credentials in URLs are used to connect and never printed (:mod:`agilerl_plugin_openenv.urls`).
+* :mod:`~agilerl_plugin_openenv.actions`: the server's schema, and text -> action;
+* :mod:`~agilerl_plugin_openenv.prompts`: observations -> text, the system prompt, ``prompt_template``;
+* :mod:`~agilerl_plugin_openenv.pool`: replicas, health and backoff, the session pool, capacity;
+* :mod:`~agilerl_plugin_openenv.session`: one session (openenv-core's client) and the event loop;
+* this module: the configuration and the env adapter.
+
+Faults never end a run by surprise: an unparseable or rejected action is a turn with
+``invalid_action_reward`` and a feedback observation (counted in the ``invalid_actions`` metric); a
+replica dying mid-episode truncates the episodes on it; only when no replica answers for a whole
+reconnect budget does ``reset()`` raise :class:`~agilerl_plugin_openenv.errors.OpenEnvUnavailableError`
+(the run stops with its last checkpoint kept).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
-import concurrent.futures
-import itertools
 import json
 import logging
+import os
+import re
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
-from agilerl_plugin_openenv.errors import (
-    OpenEnvActionRejectedError,
-    OpenEnvCapacityError,
-    OpenEnvError,
-    OpenEnvProtocolError,
-    OpenEnvUnavailableError,
-)
-from agilerl_plugin_openenv.toolcalls import ToolCallParseError, parse_tool_call
-from agilerl_plugin_openenv.urls import ReplicaURL, parse_replica, scrub
+from agilerl_plugin_llm.envs import EnvAtCapacity
+from agilerl_plugin_openenv.actions import ActionFormat, ActionParseError, Tool, is_mcp_action, params_of
+from agilerl_plugin_openenv.errors import OpenEnvError, OpenEnvProtocolError, OpenEnvUnavailableError
+from agilerl_plugin_openenv.pool import AllFull, Replica, ReplicaSet, SessionPool, capacity_error
+from agilerl_plugin_openenv.prompts import PromptRenderer
+from agilerl_plugin_openenv.session import _LOOPBACK, ErrorFrame, Lost, NotOpenEnv, Unreachable
+from agilerl_plugin_openenv.urls import ReplicaURL, parse_replica
 
 log = logging.getLogger("agilerl_plugin_openenv")
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
-#: First and largest pause before retrying a replica that failed (doubling in between).
-BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.25, 30.0
-_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
-#: Action fields an OpenEnv server commonly takes the agent's text in, when ``action_field`` is unset.
-_TEXT_ACTION_NAMES = ("text", "message", "content", "action", "response", "answer", "command", "code")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 # --------------------------------------------------------------------------------------------------
-# failures inside one session (internal; turned into OpenEnvError subclasses or truncations)
+# configuration
 # --------------------------------------------------------------------------------------------------
 
 
-class _SessionFailure(Exception):
-    """Base of the internal failures below."""
+def expand_env_vars(text: str, where: str) -> tuple[str, list[str]]:
+    """``text`` with ``${NAME}`` replaced by environment variables, and the values substituted."""
+    values: list[str] = []
 
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in os.environ:
+            raise OpenEnvError(f"{where} uses ${{{name}}} but the environment variable {name} is not set")
+        values.append(os.environ[name])
+        return os.environ[name]
 
-class _Unreachable(_SessionFailure):
-    """Could not open a connection (refused, DNS, timeout)."""
-
-
-class _NotOpenEnv(_SessionFailure):
-    """Something answered, but not as an OpenEnv ``/ws`` endpoint."""
-
-
-class _Lost(_SessionFailure):
-    """The connection closed or a request timed out mid-session."""
-
-
-class _ErrorFrame(_SessionFailure):
-    """The server answered with an ``{"type": "error"}`` frame."""
-
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
-        self.code = str(data.get("code", "UNKNOWN"))
-        self.message = str(data.get("message", ""))
-        super().__init__(f"{self.code}: {self.message}")
-
-
-# --------------------------------------------------------------------------------------------------
-# the background loop and the session client
-# --------------------------------------------------------------------------------------------------
-
-
-class _Loop:
-    """One daemon thread running an asyncio loop for every session of the process."""
-
-    _instance: _Loop | None = None
-    _lock = threading.Lock()
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="agilerl-openenv-loop", daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def get(cls) -> _Loop:
-        with cls._lock:
-            if cls._instance is None or not cls._instance.thread.is_alive():
-                cls._instance = _Loop()
-            return cls._instance
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
-        """Run ``coro`` on the loop and wait at most ``timeout`` seconds (then it is cancelled)."""
-
-        async def bounded() -> Any:
-            try:
-                return await asyncio.wait_for(coro, timeout)
-            except asyncio.TimeoutError:
-                raise _Lost(f"no answer within request_timeout_s={timeout:g}s") from None
-
-        future = asyncio.run_coroutine_threadsafe(bounded(), self.loop)
-        try:
-            # The inner wait_for is the real limit; this one only guards against a wedged loop.
-            return future.result(timeout + 5.0)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise _Lost(f"no answer within request_timeout_s={timeout:g}s") from None
-
-    def fire(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Schedule ``coro`` without waiting (closing sessions)."""
-        if self.thread.is_alive():
-            asyncio.run_coroutine_threadsafe(coro, self.loop)
-        else:
-            coro.close()
-
-
-@cache
-def _session_cls() -> type:
-    """A ``GenericEnvClient`` subclass (built lazily: importing openenv-core is heavy).
-
-    We keep openenv-core's client for the message shapes (``reset``/``step``/``state`` frames and
-    ``StepResult`` parsing) and override three things it cannot do for a training run:
-
-    * ``connect``: its error message prints the full URL (credentials included), it appends ``/ws``
-      after any query string (``?token=...``), and it uses websockets' 10 s close timeout, which would
-      stall a trajectory on a hung server long after ``request_timeout_s``;
-    * ``_send_and_receive``: its error frames become ``RuntimeError("Server error: ...")`` strings; we
-      need the structured code (``CAPACITY_REACHED``, ``VALIDATION_ERROR``, ...) to act on it;
-    * ``_receive``: a non-JSON or non-OpenEnv frame must be a clear protocol error, not a KeyError later.
-    """
-    from websockets.asyncio.client import connect as ws_connect
-    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-
-    from agilerl_plugin_openenv._openenv import generic_client_cls
-
-    class OpenEnvSession(generic_client_cls()):  # type: ignore[misc]
-        def __init__(self, replica: ReplicaURL, timeout: float) -> None:
-            super().__init__(base_url=replica.http, connect_timeout_s=timeout, message_timeout_s=timeout)
-            self._ws_url = replica.ws
-            self.replica = replica
-            self.timeout = timeout
-
-        async def connect(self) -> Any:
-            if self._ws is not None:  # type: ignore[has-type]
-                return self
-            host = self.replica.http.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1]
-            loopback = host.rsplit(":", 1)[0] in _LOOPBACK if not host.startswith("[") else host.startswith("[::1]")
-            try:
-                self._ws = await ws_connect(
-                    self._ws_url,
-                    open_timeout=self.timeout,
-                    close_timeout=min(1.0, self.timeout),
-                    max_size=self._max_message_size,
-                    proxy=None if loopback else True,  # never send loopback traffic through a proxy
-                    compression=None,  # frames are small; deflate costs more CPU than it saves on loopback
-                )
-            except InvalidStatus as exc:
-                status = exc.response.status_code
-                raise _NotOpenEnv(f"GET /ws answered HTTP {status} instead of a WebSocket upgrade") from None
-            except InvalidURI as exc:
-                raise _NotOpenEnv(f"not a valid WebSocket URL ({type(exc).__name__})") from None
-            except InvalidHandshake as exc:
-                raise _NotOpenEnv(f"the WebSocket handshake failed ({type(exc).__name__}: {exc})") from None
-            except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
-                reason = (
-                    f"no connection within request_timeout_s={self.timeout:g}s"
-                    if isinstance(exc, (asyncio.TimeoutError, TimeoutError))
-                    else (exc.strerror or str(exc) or type(exc).__name__)
-                )
-                raise _Unreachable(reason) from None
-            return self
-
-        async def _receive(self) -> dict[str, Any]:
-            assert self._ws is not None
-            try:
-                raw = await asyncio.wait_for(self._ws.recv(), timeout=self._message_timeout)
-            except asyncio.TimeoutError:
-                raise _Lost(f"no answer within request_timeout_s={self.timeout:g}s") from None
-            except ConnectionClosed as exc:
-                raise _Lost(f"the connection closed ({_close_reason(exc)})") from None
-            try:
-                frame = json.loads(raw)
-            except (TypeError, ValueError):
-                raise _NotOpenEnv("the server sent a frame that is not JSON") from None
-            if not isinstance(frame, dict) or "type" not in frame:
-                raise _NotOpenEnv("the server sent a JSON frame without a 'type' (not an OpenEnv /ws endpoint)")
-            return frame
-
-        async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
-            await self.connect()
-            assert self._ws is not None
-            try:
-                await self._ws.send(json.dumps(message))
-            except ConnectionClosed as exc:
-                # A server at capacity accepts, sends CAPACITY_REACHED and closes at once: our
-                # request can race with that close, so read the frame it left before giving up.
-                try:
-                    pending = json.loads(await asyncio.wait_for(self._ws.recv(), 0.5))
-                except Exception:
-                    raise _Lost(f"the connection closed ({_close_reason(exc)})") from None
-                if isinstance(pending, dict) and pending.get("type") == "error":
-                    raise _ErrorFrame(pending.get("data") or {}) from None
-                raise _Lost(f"the connection closed ({_close_reason(exc)})") from None
-            frame = await self._receive()
-            if frame.get("type") == "error":
-                raise _ErrorFrame(frame.get("data") or {})
-            return frame
-
-        async def disconnect(self) -> None:
-            ws, self._ws = self._ws, None  # type: ignore[assignment]
-            if ws is None:
-                return
-            try:
-                await ws.send(json.dumps({"type": "close"}))
-                # Let the server close first: openenv-core's handler closes after a "close" frame and
-                # logs a traceback when the client has already hung up.
-                await asyncio.wait_for(ws.wait_closed(), min(1.0, self.timeout))
-            except Exception:  # already gone, or slow to close: close from our side
-                pass
-            try:
-                await ws.close()
-            except Exception:
-                pass
-
-    return OpenEnvSession
-
-
-def _close_reason(exc: Any) -> str:
-    rcvd = getattr(exc, "rcvd", None)
-    if rcvd is None:
-        return "no close frame: the server went away"
-    return f"code {rcvd.code}" + (f", {rcvd.reason}" if rcvd.reason else "")
-
-
-# --------------------------------------------------------------------------------------------------
-# configuration, replicas
-# --------------------------------------------------------------------------------------------------
+    return _VAR.sub(sub, text), values
 
 
 @dataclass
@@ -269,17 +82,35 @@ class SourceConfig:
     action_field: str | None = None
     action_error_field: str = ""
     mcp_tool: str | None = None
+    invalid_action_reward: float = 0.0
+    prompt_template: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_spec(cls, spec: Any) -> SourceConfig:
+        headers: dict[str, str] = {}
+        secrets: list[str] = []
+        for header, var in (getattr(spec, "env_url_headers_from_env", None) or {}).items():
+            if var not in os.environ:
+                raise OpenEnvError(
+                    f"environment.env_url_headers_from_env.{header}: the environment variable {var} is not set"
+                )
+            headers[str(header)] = os.environ[var]
+            secrets.append(os.environ[var])
         urls = spec.env_url if isinstance(spec.env_url, (list, tuple)) else [spec.env_url]
         replicas: list[ReplicaURL] = []
         for i, url in enumerate(urls):
+            where = "environment.env_url" + (f"[{i}]" if len(urls) > 1 else "")
+            text, values = expand_env_vars(str(url), where)
             try:
-                replicas.append(parse_replica(str(url)))
+                rep = parse_replica(text)
             except ValueError as exc:
-                where = "environment.env_url" + (f"[{i}]" if len(urls) > 1 else "")
                 raise OpenEnvError(f"{where} is not a usable URL: {exc}. Use e.g. http://127.0.0.1:8000") from None
+            extra = [v for v in [*values, *secrets] if len(v) >= 3]
+            rep = replace(rep, raw=text, secrets=tuple(sorted({*rep.secrets, *extra}, key=len, reverse=True)))
+            if values:  # what the manifest said is safe to show with the variables unexpanded
+                rep = replace(rep, display=parse_replica(_VAR.sub("VAR", str(url))).display)
+            replicas.append(rep)
         if not replicas:
             raise OpenEnvError("environment.env_url is an empty list: give at least one OpenEnv server URL")
         timeout = getattr(spec, "request_timeout_s", None)
@@ -293,344 +124,183 @@ class SourceConfig:
             action_field=getattr(spec, "action_field", None) or None,
             action_error_field=getattr(spec, "action_error_field", "") or "",
             mcp_tool=getattr(spec, "mcp_tool", None) or None,
+            invalid_action_reward=float(getattr(spec, "invalid_action_reward", 0.0) or 0.0),
+            prompt_template=getattr(spec, "prompt_template", None) or None,
+            headers=headers,
         )
 
 
-@dataclass
-class _Replica:
-    url: ReplicaURL
-    index: int
-    down_until: float = 0.0
-    failures: int = 0
-    last_error: str = ""
-
-
-class _SessionPool:
-    """Open sessions no env uses right now, per server, shared by every source of the process.
-
-    A run builds several sources for one URL (training and held-out envs, say); if each kept its
-    own idle sessions they would add up and exhaust the server's ``max_concurrent_envs`` although
-    at most one batch plays at a time. Reusing a session also skips a WebSocket handshake.
-    """
-
-    lock = threading.Lock()
-    idle: dict[str, list[Any]] = {}
-    held: dict[str, int] = {}  # open sessions of this process per server (busy + idle)
-
-    @classmethod
-    def take(cls, ws_url: str) -> Any | None:
-        with cls.lock:
-            sessions = cls.idle.get(ws_url)
-            return sessions.pop() if sessions else None
-
-    @classmethod
-    def put(cls, ws_url: str, session: Any) -> None:
-        with cls.lock:
-            cls.idle.setdefault(ws_url, []).append(session)
-
-    @classmethod
-    def opened(cls, ws_url: str) -> None:
-        with cls.lock:
-            cls.held[ws_url] = cls.held.get(ws_url, 0) + 1
-
-    @classmethod
-    def closed(cls, ws_url: str, count: int = 1) -> None:
-        with cls.lock:
-            cls.held[ws_url] = max(0, cls.held.get(ws_url, 0) - count)
-
-    @classmethod
-    def drain(cls, ws_url: str) -> list[Any]:
-        with cls.lock:
-            stale = cls.idle.pop(ws_url, [])
-            cls.held[ws_url] = max(0, cls.held.get(ws_url, 0) - len(stale))
-            return stale
-
-
 # --------------------------------------------------------------------------------------------------
-# the source: replicas, probing, sessions
+# the source: replicas, the server's schema, the prompt
 # --------------------------------------------------------------------------------------------------
+
+_EXIT_HOOKED = threading.Event()
 
 
 class OpenEnvSource:
-    """Everything shared by the envs of one ``env_url``: replicas, health, settings, idle sessions."""
+    """Everything the envs of one ``env_url`` share: replicas, settings, the action format, prompts."""
 
     def __init__(self, config: SourceConfig) -> None:
         self.config = config
-        self.replicas = [_Replica(url, i) for i, url in enumerate(config.replicas)]
-        self._rr = itertools.count()
-        self._lock = threading.Lock()
+        self.pool = ReplicaSet(config.replicas, config.request_timeout_s, config.headers)
+        self.loop = self.pool.loop
         n = config.max_concurrent_resets
-        self._reset_slots = threading.BoundedSemaphore(n) if n else None
-        self.tool_schema: dict[str, Any] = {}
-        self.action_field: str = config.action_field or "text"
-        self._loop = _Loop.get()
-
-    # -- messages ----------------------------------------------------------------------------------
-
-    def scrub(self, text: str) -> str:
-        return scrub(text, self.config.replicas)
+        self._reset_slots = asyncio.Semaphore(n) if n else None
+        self.action_format = ActionFormat.for_fields({}, config.action_field)
+        self.prompts = PromptRenderer(self.action_format, config.prompt_template, config.observation_field)
+        self.env_name: str | None = None
+        if not _EXIT_HOOKED.is_set():
+            _EXIT_HOOKED.set()
+            atexit.register(SessionPool.close_all)  # servers see sessions closed, not dropped
 
     @property
     def timeout(self) -> float:
         return self.config.request_timeout_s
 
-    # -- health ------------------------------------------------------------------------------------
+    @property
+    def replicas(self) -> list[Replica]:
+        return self.pool.replicas
 
-    def mark_down(self, rep: _Replica, reason: str) -> None:
-        reason = self.scrub(reason)
-        with self._lock:
-            if rep.down_until > time.monotonic():
-                # Already backing off: other trajectories on it failing now is the same outage,
-                # not a failed retry, so the backoff does not grow.
-                rep.last_error = reason
-                return
-            was_up = rep.failures == 0
-            rep.failures += 1
-            rep.last_error = reason
-            wait = min(BACKOFF_FIRST_S * 2 ** (rep.failures - 1), BACKOFF_MAX_S)
-            rep.down_until = time.monotonic() + wait
-        for session in _SessionPool.drain(rep.url.ws):  # idle sessions on a dead replica are dead too
-            self._loop.fire(session.disconnect())
-        others = len(self.replicas) - 1
-        msg = (
-            f"OpenEnv replica {rep.url.display} failed: {reason}; "
-            + (f"new episodes go to the other {others} replica(s); " if others else "")
-            + f"retrying it in {wait:.2f}s (backoff)"
-        )
-        (log.warning if was_up else log.info)(msg)
+    def scrub(self, text: str) -> str:
+        return self.pool.scrub(text)
 
-    def mark_up(self, rep: _Replica) -> None:
-        with self._lock:
-            was_down, rep.failures, rep.down_until = rep.failures > 0, 0, 0.0
-        if was_down:
-            log.warning("OpenEnv replica %s answers again; reconnected", rep.url.display)
-
-    # -- sessions ----------------------------------------------------------------------------------
-
-    def _candidates(self) -> list[_Replica]:
-        """Replicas in round-robin order starting at the next one, those marked down last."""
-        start = next(self._rr) % len(self.replicas)
-        order = self.replicas[start:] + self.replicas[:start]
-        now = time.monotonic()
-        return [r for r in order if r.down_until <= now] + sorted(
-            (r for r in order if r.down_until > now), key=lambda r: r.down_until
-        )
-
-    def _take_idle(self, order: list[_Replica]) -> tuple[_Replica, Any] | None:
-        now = time.monotonic()
-        for rep in order:
-            if rep.down_until <= now:
-                session = _SessionPool.take(rep.url.ws)
-                if session is not None:
-                    # The session may come from another source of this process with other settings.
-                    session.timeout = session._message_timeout = session._connect_timeout = self.timeout
-                    return rep, session
-        return None
-
-    def release(self, rep: _Replica, session: Any) -> None:
-        """An env is done with ``session``: keep it open for the next env (cheaper than reconnecting)."""
-        if rep.down_until <= time.monotonic():
-            _SessionPool.put(rep.url.ws, session)
-        else:
-            self.discard(rep, session)
-
-    def discard(self, rep: _Replica, session: Any) -> None:
-        _SessionPool.closed(rep.url.ws)
-        self._loop.fire(session.disconnect())
-
-    def open_session(self, deadline: float) -> tuple[_Replica, Any]:
-        """A connected session on a live replica (reconnecting with backoff until ``deadline``)."""
-        candidates = self._candidates()  # advances the round-robin once per session
-        reused = self._take_idle(candidates)
-        if reused:
-            return reused
-        cls = _session_cls()
-        first = True
-        while True:
-            now = time.monotonic()
-            if not first:
-                candidates = self._candidates()
-            first = False
-            up = [r for r in candidates if r.down_until <= now]
-            if not up:
-                if now >= deadline:
-                    break
-                # Every replica is backing off: wait for the first to come due (within the budget).
-                time.sleep(max(0.0, min(candidates[0].down_until, deadline) - now))
-                up = [candidates[0]]
-            for rep in up:
-                session = cls(rep.url, self.timeout)
-                try:
-                    self._loop.run(session.connect(), self.timeout)
-                except (_Unreachable, _Lost, _NotOpenEnv) as exc:
-                    self.mark_down(rep, str(exc))
-                    continue
-                _SessionPool.opened(rep.url.ws)
-                self.mark_up(rep)
-                return rep, session
-            if time.monotonic() >= deadline:
-                break
-        details = "; ".join(f"{r.url.display}: {r.last_error or 'not tried'}" for r in self.replicas)
-        raise OpenEnvUnavailableError(
-            f"no OpenEnv replica answered within the reconnect budget ({details}). "
-            "Check that the server(s) in environment.env_url are running and reachable; the last checkpoint is kept."
-        )
+    def budget(self) -> float:
+        """Seconds a reset may take: one request timeout per replica (a hung one costs a full
+        timeout to notice) plus one, plus the backoff waits in between."""
+        return self.timeout * (len(self.replicas) + 1) + 1.0
 
     # -- probing at build time -----------------------------------------------------------------------
 
     def _http_json(self, rep: ReplicaURL, path: str) -> Any:
-        """GET ``path`` from a replica (credentials sent as basic auth, never in the URL printed)."""
+        """GET ``path`` from a replica (credentials sent as headers, never in the URL printed)."""
         from urllib.parse import urlsplit, urlunsplit
 
         parts = urlsplit(rep.http)
         netloc = parts.netloc.rsplit("@", 1)[-1]
         url = urlunsplit((parts.scheme, netloc, parts.path + path, parts.query, ""))
-        req = urllib.request.Request(url, headers={"Accept": "application/json"})
+        req = urllib.request.Request(url, headers={"Accept": "application/json", **self.config.headers})
         if parts.username is not None:
             token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
             req.add_header("Authorization", f"Basic {token}")
         handler = urllib.request.ProxyHandler({}) if parts.hostname in _LOOPBACK else urllib.request.ProxyHandler()
-        opener = urllib.request.build_opener(handler)
-        with opener.open(req, timeout=self.timeout) as resp:
+        with urllib.request.build_opener(handler).open(req, timeout=self.timeout) as resp:
             return json.loads(resp.read().decode("utf-8"))
 
-    def probe(self) -> None:
-        """Check every replica before training: reachable, speaks OpenEnv, fields as configured."""
-        cls = _session_cls()
-        schema: dict[str, Any] | None = None
-        for rep in self.replicas:
-            session = cls(rep.url, self.timeout)
-            try:
-                self._loop.run(session.connect(), self.timeout)
-                # A session costs the server one env; "state" is the cheapest frame that proves the
-                # endpoint is OpenEnv's and that it had room (CAPACITY_REACHED arrives first otherwise).
-                frame = self._loop.run(session._send_and_receive({"type": "state"}), self.timeout)
-                if frame.get("type") != "state" or not isinstance(frame.get("data"), dict):
-                    # Some other WebSocket service (an echo server answers {"type": "state"} too).
-                    raise _NotOpenEnv(
-                        f"/ws answered a state request with a {frame.get('type')!r} frame, not OpenEnv's 'state'"
-                    )
-            except _Unreachable as exc:
-                raise OpenEnvUnavailableError(
-                    f"the OpenEnv server at {rep.url.display} is not reachable: {self.scrub(str(exc))}. "
-                    "Start it (e.g. `agilerl serve-env module:TextEnv --port N`) or fix environment.env_url."
-                ) from None
-            except _NotOpenEnv as exc:
-                raise OpenEnvProtocolError(
-                    f"{rep.url.display} does not speak the OpenEnv protocol: {self.scrub(str(exc))}. "
-                    "environment.env_url must point at an OpenEnv server (its WebSocket route is /ws)."
-                ) from None
-            except _Lost as exc:
-                raise OpenEnvUnavailableError(
-                    f"the OpenEnv server at {rep.url.display} accepted a connection but {self.scrub(str(exc))}. "
-                    "Is it overloaded or hung? Raise environment.request_timeout_s or restart it."
-                ) from None
-            except _ErrorFrame as exc:
-                if exc.code == "CAPACITY_REACHED":
-                    raise OpenEnvCapacityError(self._capacity_message([rep], exc)) from None
-                # EXECUTION_ERROR here only means "state before reset" failed: the endpoint is OpenEnv.
-            finally:
-                self._loop.run(session.disconnect(), self.timeout)
-            if schema is None:
-                try:
-                    schema = self._http_json(rep.url, "/schema")
-                except (urllib.error.URLError, OSError, ValueError) as exc:
-                    log.info(
-                        "could not read %s/schema (%s); field names are not checked",
-                        rep.url.display,
-                        self.scrub(str(exc)),
-                    )
-                    schema = {}
-        self._check_fields(schema or {})
-        if self.config.mcp_tool:
-            self._find_tool()
-
-    def _check_fields(self, schema: dict[str, Any]) -> None:
-        action_props = {
-            k: v for k, v in ((schema.get("action") or {}).get("properties") or {}).items() if k != "metadata"
-        }
-        obs_props = {
-            k
-            for k in ((schema.get("observation") or {}).get("properties") or {})
-            if k not in ("metadata", "reward", "done")
-        }
-        where = self.replicas[0].url.display
-        if self.config.mcp_tool:
-            return
-        if self.config.action_field:
-            if action_props and self.config.action_field not in action_props:
-                raise OpenEnvProtocolError(
-                    f"environment.action_field {self.config.action_field!r} is not a field of the action the server at "
-                    f"{where} takes (its fields: {', '.join(sorted(action_props))}). Set action_field to the one that "
-                    "should receive the policy's text."
-                )
-        elif action_props:
-            strings = [k for k, v in action_props.items() if v.get("type") == "string"]
-            named = [k for k in _TEXT_ACTION_NAMES if k in action_props]
-            if "tool_name" in action_props and "arguments" in action_props:
-                raise OpenEnvProtocolError(
-                    f"the server at {where} is an MCP tool environment (its action is a tool call): set "
-                    "environment.mcp_tool to the tool the policy calls"
-                )
-            if len(strings) == 1:
-                self.action_field = strings[0]
-            elif named:
-                self.action_field = named[0]
-            else:
-                raise OpenEnvProtocolError(
-                    f"cannot tell which field of the server's action (at {where}) takes the policy's text: it has "
-                    f"{', '.join(sorted(action_props))}. Set environment.action_field."
-                )
-        if self.config.observation_field and obs_props and self.config.observation_field not in obs_props:
-            raise OpenEnvProtocolError(
-                f"environment.observation_field {self.config.observation_field!r} is not a field of the server's "
-                f"observation (at {where}; its fields: {', '.join(sorted(obs_props))})."
-            )
-
-    def _find_tool(self) -> None:
-        tool = self.config.mcp_tool
-        rep, session = self.open_session(time.monotonic() + self.timeout)
+    async def _check_replica(self, rep: Replica) -> None:
+        session = self.pool.new_session(rep)
+        display = rep.url.display
         try:
-            frame = self._loop.run(
-                session._send_and_receive({"type": "step", "data": {"type": "list_tools"}}), self.timeout
-            )
-        except _ErrorFrame as exc:
-            raise OpenEnvProtocolError(
-                f"environment.mcp_tool is set but the server at {rep.url.display} is not an MCP tool environment "
-                f"(list_tools was refused: {self.scrub(exc.message or exc.code)}). Unset mcp_tool, or point env_url at an "
-                "MCPEnvironment server."
+            await session.connect()
+            # A session costs the server one env; "state" is the cheapest frame that proves the
+            # endpoint is OpenEnv's and that it had room (CAPACITY_REACHED arrives first otherwise).
+            frame = await session._send_and_receive({"type": "state"})
+            if frame.get("type") != "state" or not isinstance(frame.get("data"), dict):
+                raise NotOpenEnv(
+                    f"/ws answered a state request with a {frame.get('type')!r} frame, not OpenEnv's 'state'"
+                )
+        except Unreachable as exc:
+            raise OpenEnvUnavailableError(
+                f"the OpenEnv server at {display} is not reachable: {self.scrub(str(exc))}. "
+                "Start it (e.g. `agilerl serve-env module:TextEnv --port N`) or fix environment.env_url."
             ) from None
-        except _SessionFailure as exc:
+        except NotOpenEnv as exc:
+            raise OpenEnvProtocolError(
+                f"{display} does not speak the OpenEnv protocol: {self.scrub(str(exc))}. "
+                "environment.env_url must point at an OpenEnv server (its WebSocket route is /ws)."
+            ) from None
+        except Lost as exc:
+            raise OpenEnvUnavailableError(
+                f"the OpenEnv server at {display} accepted a connection but {self.scrub(str(exc))}. "
+                "Is it overloaded or hung? Raise environment.request_timeout_s or restart it."
+            ) from None
+        except ErrorFrame as exc:
+            if exc.code == "CAPACITY_REACHED":
+                if not SessionPool.count(rep.url.ws)[0]:  # full, and not with this process's sessions
+                    raise capacity_error(self.pool, exc.data) from None
+                self.pool.note_capacity(rep, exc.data)  # full with ours: the run queues its episodes
+            # EXECUTION_ERROR here only means "state before reset" failed: the endpoint is OpenEnv.
+        finally:
+            await session.disconnect()
+
+    async def _list_tools(self) -> list[Tool]:
+        rep, session = await self.pool.open_session(time.monotonic() + self.timeout)
+        try:
+            frame = await session._send_and_receive({"type": "step", "data": {"type": "list_tools"}})
+        except ErrorFrame as exc:
+            raise OpenEnvProtocolError(
+                f"the server at {rep.url.display} takes MCP tool calls but refused list_tools: "
+                f"{self.scrub(exc.message or exc.code)}"
+            ) from None
+        except (Lost, Unreachable, NotOpenEnv) as exc:
             raise OpenEnvUnavailableError(
                 f"listing the tools of {rep.url.display} failed: {self.scrub(str(exc))}"
             ) from None
         finally:
-            self.discard(rep, session)
-        tools = ((frame.get("data") or {}).get("observation") or {}).get("tools") or []
-        by_name = {t.get("name"): t for t in tools if isinstance(t, dict)}
-        if tool not in by_name:
+            self.pool.discard(rep, session)
+        listing = ((frame.get("data") or {}).get("observation") or {}).get("tools") or []
+        return [Tool.from_listing(t) for t in listing if isinstance(t, dict) and t.get("name")]
+
+    def probe(self) -> None:
+        """Check every replica before training (reachable, speaks OpenEnv), then read the first one's
+        schema and metadata: the action format, the tools, the prompt."""
+        for rep in self.replicas:
+            self.loop.run(self._check_replica(rep), self.timeout * 2 + 1.0)
+        first = self.replicas[0].url
+        schema: dict[str, Any] = {}
+        try:
+            schema = self._http_json(first, "/schema") or {}
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.info("could not read %s/schema (%s); actions are sent as text", first.display, self.scrub(str(exc)))
+        try:
+            meta = self._http_json(first, "/metadata") or {}
+            self.env_name = str(meta.get("name")) if isinstance(meta, dict) and meta.get("name") else None
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        self._set_format(schema)
+
+    def _set_format(self, schema: dict[str, Any]) -> None:
+        where = self.replicas[0].url.display
+        action = schema.get("action") or {}
+        obs_fields = {p.name for p in params_of(schema.get("observation") or {}, skip=("metadata", "reward", "done"))}
+        field_name = self.config.action_field
+        if is_mcp_action(action):
+            if field_name:
+                raise OpenEnvProtocolError(
+                    f"the server at {where} is an MCP tool environment (its action is a tool call); remove "
+                    "environment.action_field (set mcp_tool to allow only one tool)"
+                )
+            tools = self.loop.run(self._list_tools(), self.timeout * 2 + 1.0)
+            if self.config.mcp_tool and self.config.mcp_tool not in {t.name for t in tools}:
+                raise OpenEnvProtocolError(
+                    f"environment.mcp_tool {self.config.mcp_tool!r} is not a tool of the server at {where} "
+                    f"(its tools: {', '.join(sorted(t.name for t in tools)) or 'none'})."
+                )
+            fmt = ActionFormat.for_tools(tools, self.config.mcp_tool)
+        else:
+            if self.config.mcp_tool and action:
+                raise OpenEnvProtocolError(
+                    f"environment.mcp_tool is set but the server at {where} is not an MCP tool environment (its "
+                    f"action has the fields {', '.join(p.name for p in params_of(action)) or 'none'}). Unset mcp_tool."
+                )
+            names = [p.name for p in params_of(action)]
+            if field_name and names and field_name not in names:
+                raise OpenEnvProtocolError(
+                    f"environment.action_field {field_name!r} is not a field of the action the server at {where} "
+                    f"takes (its fields: {', '.join(sorted(names))}). Set action_field to the one that should receive "
+                    "the policy's text, or remove it to fill every field from the reply."
+                )
+            fmt = ActionFormat.for_fields(action, field_name)
+        obs = self.config.observation_field
+        if obs and obs_fields and obs not in obs_fields:
             raise OpenEnvProtocolError(
-                f"environment.mcp_tool {tool!r} is not a tool of the server at {rep.url.display} "
-                f"(its tools: {', '.join(sorted(n for n in by_name if n)) or 'none'})."
+                f"environment.observation_field {obs!r} is not a field of the server's observation (at {where}; "
+                f"its fields: {', '.join(sorted(obs_fields))})."
             )
-        self.tool_schema = by_name[tool].get("input_schema") or by_name[tool].get("inputSchema") or {}
-
-    def _capacity_message(self, reps: list[_Replica], exc: _ErrorFrame) -> str:
-        held = sum(_SessionPool.held.get(r.url.ws, 0) for r in reps)
-        shown = ", ".join(
-            f"{r.url.display} ({exc.data.get('active_sessions', '?')}/{exc.data.get('max_sessions', '?')} sessions)"
-            for r in reps
-        )
-        return (
-            f"every OpenEnv replica refused a new session: CAPACITY_REACHED at {shown}. This process holds {held} of "
-            "them (one per concurrent trajectory, plus idle ones it reuses). Start the server with more sessions (agilerl serve-env ... "
-            "--max-concurrent-envs N), add replicas to environment.env_url, or run fewer trajectories at once."
-        )
-
-    # -- envs --------------------------------------------------------------------------------------
+        self.action_format = fmt
+        self.prompts = PromptRenderer(fmt, self.config.prompt_template, obs)
 
     def make_env(self) -> OpenEnvTextEnv:
-        """A fresh text env: its own session, opened on first ``reset``."""
+        """A fresh text env: its session is opened on first ``reset``."""
         return OpenEnvTextEnv(self)
 
 
@@ -638,204 +308,218 @@ class OpenEnvSource:
 # the text env
 # --------------------------------------------------------------------------------------------------
 
-
-def render_observation(obs: dict[str, Any], field_name: str | None) -> str:
-    """An OpenEnv observation dict as the text the policy reads."""
-    if field_name:
-        value = obs.get(field_name)
-        if field_name not in obs:
-            raise OpenEnvProtocolError(
-                f"the server's observation has no field {field_name!r} (environment.observation_field); "
-                f"it has: {', '.join(sorted(obs)) or 'none'}"
-            )
-        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    if isinstance(obs.get("text"), str):
-        return str(obs["text"])
-    if "tool_name" in obs and "result" in obs:  # an MCP CallToolObservation
-        return render_tool_result(obs)
-    strings = [k for k, v in obs.items() if isinstance(v, str) and k not in ("system_prompt",)]
-    if len(strings) == 1:
-        return str(obs[strings[0]])
-    return json.dumps({k: v for k, v in obs.items() if k not in ("info", "truncated")}, sort_keys=True, default=str)
-
-
-def render_tool_result(obs: dict[str, Any]) -> str:
-    error = obs.get("error")
-    if error:
-        return f"Tool error: {error.get('message', error) if isinstance(error, dict) else error}"
-    result = obs.get("result")
-    if isinstance(result, dict):
-        texts = [
-            c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict) and c.get("type") == "text"
-        ]
-        if texts:
-            return "\n".join(texts)
-        if "data" in result:
-            result = result["data"]
-    return result if isinstance(result, str) else json.dumps(result, sort_keys=True, default=str)
+StepTuple = tuple[str, float, bool, bool, dict[str, Any]]
 
 
 class OpenEnvTextEnv:
     """A text env (``reset``/``step``) whose episodes run on a remote OpenEnv server.
 
-    One instance holds at most one WebSocket session; make one per concurrent trajectory.
-    ``concurrent``: calls wait on the network and instances are thread-safe, so the LLM plugin's
-    rollout harness resets and steps a batch of them at once.
+    An instance holds a WebSocket session only while its episode runs (then the session goes back
+    to the pool for the next episode). ``concurrent``: calls wait on the network, so the rollout
+    plays a batch of these at once; :meth:`run_batch` runs a batch's calls on the one event loop.
     """
 
     concurrent = True
 
     def __init__(self, source: OpenEnvSource) -> None:
         self._source = source
-        self._rep: _Replica | None = None
+        self._rep: Replica | None = None
         self._session: Any = None
         self._last_text = ""
         self._turns = 0
+        self._invalid = 0
         self._done = True
         self.system_prompt: str | None = None
+        self.assistant_prefix: str | None = None
         self.max_turns: int | None = source.config.max_turns
 
-    # -- protocol ----------------------------------------------------------------------------------
+    # -- the protocol (synchronous, for any caller) ------------------------------------------------
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        src = self._source
-        if src._reset_slots is not None:
-            with src._reset_slots:
-                return self._reset(seed)
-        return self._reset(seed)
+        return self._source.loop.run(self.areset(seed), self._source.budget())  # type: ignore[no-any-return]
 
-    def _reset(self, seed: int | None) -> tuple[str, dict[str, Any]]:
-        src = self._source
-        # Budget: one request timeout per replica (a hung one costs a full timeout to notice) plus one.
-        deadline = time.monotonic() + src.timeout * (len(src.replicas) + 1)
-        full: list[_Replica] = []
+    def step(self, action: str) -> StepTuple:
+        return self._source.loop.run(self.astep(action), self._source.budget())  # type: ignore[no-any-return]
+
+    @staticmethod
+    def run_batch(calls: list[Callable[[], Any]]) -> list[Any]:
+        """Run ``reset``/``step`` calls of several envs concurrently on the event loop (one thread hop
+        per batch). An :class:`EnvAtCapacity` is returned in its call's place; other errors raise."""
+        coros: list[Any] = []
+        for call in calls:
+            fn = call.func if isinstance(call, partial) else None
+            env = getattr(fn, "__self__", None)
+            name = getattr(fn, "__name__", "")
+            if not isinstance(env, OpenEnvTextEnv) or name not in ("reset", "step"):
+                for c in coros:
+                    c.close()
+                return [_capture(c) for c in calls]
+            assert isinstance(call, partial)
+            coros.append(getattr(env, "a" + name)(*call.args, **call.keywords))
+        if not coros:
+            return []
+        envs = [call.func.__self__ for call in calls]  # type: ignore[attr-defined]
+        budget = max(env._source.budget() for env in envs)
+        results = envs[0]._source.loop.run_all(coros, budget)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, EnvAtCapacity):
+                raise result
+        return results
+
+    # -- reset -------------------------------------------------------------------------------------
+
+    async def areset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        slots = self._source._reset_slots
+        if slots is None:
+            return await self._reset(seed)
+        async with slots:
+            return await self._reset(seed)
+
+    async def _reset(self, seed: int | None) -> tuple[str, dict[str, Any]]:
+        src, pool = self._source, self._source.pool
+        deadline = time.monotonic() + src.budget() - 1.0
+        kwargs = {} if seed is None else {"seed": int(seed)}
         while True:
             if self._session is None:
-                self._rep, self._session = src.open_session(deadline)
+                try:
+                    self._rep, self._session = await pool.open_session(deadline)
+                except AllFull:
+                    raise EnvAtCapacity(
+                        "every OpenEnv replica is at its session limit with this run's own episodes; "
+                        "this one waits for a free session"
+                    ) from None
             rep = self._rep
             assert rep is not None
             try:
-                result = src._loop.run(
-                    self._session.reset(**({} if seed is None else {"seed": int(seed)})), src.timeout
-                )
+                result = await self._session.reset(**kwargs)
                 break
-            except _ErrorFrame as exc:
+            except ErrorFrame as exc:
                 self._drop(discard=True)
-                if exc.code == "CAPACITY_REACHED":
-                    if rep not in full:
-                        full.append(rep)
-                    if len(full) >= len(src.replicas) or time.monotonic() >= deadline:
-                        raise OpenEnvCapacityError(src._capacity_message(full, exc)) from None
-                    src.mark_down(rep, "CAPACITY_REACHED (no free session)")
+                if exc.code != "CAPACITY_REACHED":
+                    raise OpenEnvProtocolError(
+                        f"the OpenEnv server at {rep.url.display} rejected reset(seed={seed}): {src.scrub(str(exc))}"
+                    ) from None
+                pool.note_capacity(rep, exc.data)
+                mine, _ = SessionPool.count(rep.url.ws)
+                if mine:  # this run's own episodes fill it: never ask it for more than that
+                    rep.capacity = min(rep.capacity or mine, mine)
                     continue
-                raise OpenEnvProtocolError(
-                    f"the OpenEnv server at {rep.url.display} rejected reset(seed={seed}): {src.scrub(str(exc))}"
-                ) from None
-            except (_Lost, _Unreachable) as exc:
-                src.mark_down(rep, str(exc))
+                # Other clients fill this server: try the others, and it again after a backoff.
+                pool.mark_down(rep, "CAPACITY_REACHED: other clients hold every session")
+                if time.monotonic() >= deadline:
+                    raise capacity_error(pool, exc.data) from None
+            except (Lost, Unreachable) as exc:
+                pool.mark_down(rep, str(exc))
                 self._drop(discard=True)
                 if time.monotonic() >= deadline:
                     raise OpenEnvUnavailableError(
-                        f"reset() could not start an episode on any OpenEnv replica: {src.scrub(str(exc))}"
+                        f"reset() could not start an episode on any OpenEnv replica ({rep.url.display}: "
+                        f"{src.scrub(str(exc))}); the last checkpoint is kept (resume with agilerl train --resume)"
                     ) from None
-            except _NotOpenEnv as exc:
+            except NotOpenEnv as exc:
                 self._drop(discard=True)
                 raise OpenEnvProtocolError(
                     f"{rep.url.display} stopped speaking OpenEnv: {src.scrub(str(exc))}"
                 ) from None
+        pool.mark_up(rep)
         obs = result.observation if isinstance(result.observation, dict) else {}
-        self.system_prompt = (
-            obs.get("system_prompt") if isinstance(obs.get("system_prompt"), str) else self.system_prompt
-        )
-        self._last_text = render_observation(obs, src.config.observation_field)
-        self._turns, self._done = 0, False
+        self.system_prompt = src.prompts.system(obs)
+        self.assistant_prefix = src.prompts.assistant_prefix(obs)
+        self._last_text = src.prompts.user(obs)
+        self._turns, self._invalid, self._done = 0, 0, False
         extra = obs.get("info")
-        info: dict[str, Any] = {"env_url": rep.url.display, **(extra if isinstance(extra, dict) else {})}
+        info: dict[str, Any] = {**(extra if isinstance(extra, dict) else {}), **self._info(rep)}
+        info["openenv_reward"] = result.reward
         return self._last_text, info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _info(self, rep: Replica) -> dict[str, Any]:
+        info: dict[str, Any] = {"env_url": rep.url.display, "metrics": {"invalid_actions": float(self._invalid)}}
+        if self._source.env_name:
+            info["env_name"] = self._source.env_name
+        return info
+
+    # -- step --------------------------------------------------------------------------------------
+
+    async def astep(self, action: str) -> StepTuple:
         src = self._source
         if self._session is None or self._done:
             raise OpenEnvError("step() called before reset() (or after the episode ended): call reset() first")
         rep = self._rep
         assert rep is not None
         self._turns += 1
-        info: dict[str, Any] = {"env_url": rep.url.display}
-        if src.config.mcp_tool:
-            try:
-                args = parse_tool_call(action, src.config.mcp_tool, src.tool_schema)
-            except ToolCallParseError as exc:
-                return self._feedback(f"Invalid tool call: {exc}", info)
-            payload: dict[str, Any] = {"type": "call_tool", "tool_name": src.config.mcp_tool, "arguments": args}
-        else:
-            payload = {src.action_field: action}
         try:
-            result = src._loop.run(self._session.step(payload), src.timeout)
-        except (_Lost, _Unreachable, _NotOpenEnv) as exc:
+            data = src.action_format.parse(action)
+        except ActionParseError as exc:
+            return self._invalid_action(f"Invalid action: {exc}.", rep)
+        try:
+            result = await self._session.step(data)
+        except (Lost, Unreachable, NotOpenEnv) as exc:
             reason = src.scrub(str(exc))
-            log.warning(
-                "OpenEnv replica %s: %s; the trajectory on it ends as truncated (the run goes on)",
-                rep.url.display,
-                reason,
-            )
-            src.mark_down(rep, reason)
+            src.pool.mark_down(rep, reason, truncated=True)
             self._drop(discard=True)
             self._done = True
-            return self._last_text, 0.0, False, True, {**info, "openenv_error": reason}
-        except _ErrorFrame as exc:
-            if exc.code in ("VALIDATION_ERROR", "EXECUTION_ERROR") and src.config.action_error_field:
-                return self._feedback(f"Invalid action: {_frame_details(exc)}", info)
+            return self._last_text, 0.0, False, True, {**self._info(rep), "openenv_error": reason}
+        except ErrorFrame as exc:
             if exc.code in ("VALIDATION_ERROR", "EXECUTION_ERROR"):
-                self._done = True
-                where = "rejected the action" if exc.code == "VALIDATION_ERROR" else "failed executing the action"
-                sent = (
-                    f"call of tool {src.config.mcp_tool!r}"
-                    if src.config.mcp_tool
-                    else f"{{{src.action_field!r}: <policy text>}}"
-                )
-                raise OpenEnvActionRejectedError(
-                    f"the OpenEnv server at {rep.url.display} {where} ({exc.code}: {src.scrub(_frame_details(exc))}); "
-                    f"sent {sent}. Set environment.action_field to the action field that takes text, or set "
-                    "environment.action_error_field to feed rejected actions back to the policy as observations."
-                ) from None
-            raise OpenEnvProtocolError(
-                f"the OpenEnv server at {rep.url.display} answered step() with {src.scrub(str(exc))}"
-            ) from None
+                return self._invalid_action(f"Invalid action: {src.scrub(_frame_details(exc))}.", rep)
+            reason = src.scrub(str(exc))  # the server dropped our session (SESSION_ERROR, ...): end it
+            log.warning(
+                "OpenEnv replica %s answered step() with %s; the episode ends as truncated", rep.url.display, reason
+            )
+            self._drop(discard=True)
+            self._done = True
+            return self._last_text, 0.0, False, True, {**self._info(rep), "openenv_error": reason}
+        src.pool.mark_up(rep)
         obs = result.observation if isinstance(result.observation, dict) else {}
         reward = 0.0 if result.reward is None else float(result.reward)
         done = bool(result.done)
         truncated = done and bool(obs.get("truncated", False))
         terminated = done and not truncated
-        text = render_observation(obs, src.config.observation_field) if obs else ""
+        text = src.prompts.user(obs) if obs else ""
+        error_field = src.config.action_error_field
+        info: dict[str, Any] = {}
         if isinstance(obs.get("info"), dict):
             info.update(obs["info"])
-        field_name = src.config.action_error_field
-        if field_name and obs.get(field_name):
-            info["action_error"] = str(obs[field_name])
-            if str(obs[field_name]) not in text:
-                text = f"{text}\n{obs[field_name]}" if text else str(obs[field_name])
+        if "tool_name" in obs and obs.get("error"):  # the MCP tool refused the call (it raised)
+            self._invalid += 1
+            info["action_error"] = text
+            if result.reward is None:
+                reward = src.config.invalid_action_reward
+        elif error_field and obs.get(error_field):
+            self._invalid += 1  # refused by the env itself, in its own observation field
+            info["action_error"] = str(obs[error_field])
+            if str(obs[error_field]) not in text:
+                text = f"{text}\n{obs[error_field]}" if text else str(obs[error_field])
         if not done and self.max_turns is not None and self._turns >= self.max_turns:
             truncated = True
         self._last_text = text
         self._done = terminated or truncated
-        return text, reward, terminated, truncated, info
+        if self._done:
+            self._drop(discard=False)  # the session serves the next episode (of any env)
+        return text, reward, terminated, truncated, {**info, **self._info(rep), "openenv_done": done}
 
-    def _feedback(self, message: str, info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """A rejected action counts as a turn with no reward; the policy reads why."""
+    def _invalid_action(self, message: str, rep: Replica) -> StepTuple:
+        """An action the server would not take: a turn with the penalty; the policy reads why."""
+        self._invalid += 1
+        hint = self._source.action_format.instructions()
+        text = f"{message} {hint}".strip()
         truncated = self.max_turns is not None and self._turns >= self.max_turns
         self._done = truncated
-        self._last_text = message
-        return message, 0.0, False, truncated, {**info, "action_error": message}
+        self._last_text = text
+        if truncated:
+            self._drop(discard=False)
+        reward = self._source.config.invalid_action_reward
+        return text, reward, False, truncated, {**self._info(rep), "action_error": message}
 
     # -- cleanup -----------------------------------------------------------------------------------
 
     def _drop(self, *, discard: bool) -> None:
         rep, session, self._rep, self._session = self._rep, self._session, None, None
         if session is not None and rep is not None:
-            (self._source.discard if discard else self._source.release)(rep, session)
+            (self._source.pool.discard if discard else self._source.pool.release)(rep, session)
 
     def close(self) -> None:
-        """Give the session back (kept open for the next env of this source)."""
+        """Give the session back (kept open for the next env of this process)."""
         self._drop(discard=False)
         self._done = True
 
@@ -846,7 +530,14 @@ class OpenEnvTextEnv:
             pass
 
 
-def _frame_details(exc: _ErrorFrame) -> str:
+def _capture(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except EnvAtCapacity as exc:
+        return exc
+
+
+def _frame_details(exc: ErrorFrame) -> str:
     errors = exc.data.get("errors")
     if isinstance(errors, list) and errors:
         parts = []

@@ -18,12 +18,8 @@ class OpenEnvProtocolError(OpenEnvError):
 
 
 class OpenEnvCapacityError(OpenEnvError):
-    """Every replica refused a new session with ``CAPACITY_REACHED``."""
-
-
-class OpenEnvActionRejectedError(OpenEnvError):
-    """The server rejected an action (``VALIDATION_ERROR``/``EXECUTION_ERROR`` frame) and
-    ``action_error_field`` is not set, so the rejection cannot be fed back to the policy."""
+    """Every replica refused a new session with ``CAPACITY_REACHED`` while other clients hold them all
+    (when this run's own episodes fill a server, the extra ones wait instead)."""
 
 
 class ServeEnvError(AgileRLError):

@@ -14,7 +14,11 @@ from agilerl import hookimpl
 
 @hookimpl(optionalhook=True)  # the LLM plugin defines this hook; without it, nothing to register
 def agilerl_llm_register_rollout_sources(register: Any) -> None:
-    register("env_url", "agilerl_plugin_openenv.client:build_env_url_source")
+    register(
+        "env_url",
+        "agilerl_plugin_openenv.client:build_env_url_source",
+        check="agilerl_plugin_openenv.checks:env_url_problems",
+    )
 
 
 @hookimpl

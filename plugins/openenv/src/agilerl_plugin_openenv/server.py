@@ -15,6 +15,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -104,8 +105,16 @@ class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, make_text_env: Callable[[], Any], execution: Execution = "auto") -> None:
+    def __init__(
+        self,
+        make_text_env: Callable[[], Any],
+        execution: Execution = "auto",
+        *,
+        name: str = "text_env",
+        max_concurrent_envs: int | None = None,
+    ) -> None:
         super().__init__()
+        self._name, self._max_sessions = name, max_concurrent_envs
         from agilerl_plugin_llm.envs import check_reset, check_step
 
         self._check_reset, self._check_step = check_reset, check_step
@@ -133,10 +142,11 @@ class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
     def _reset(self, seed: int | None, episode_id: str | None) -> TextObservation:
         raw = self._env.reset() if seed is None else self._env.reset(seed=seed)
         text, info = self._check_reset(raw, self._env)
-        self._state = State(episode_id=episode_id, step_count=0)
+        # As openenv-core's env template does: an episode always has an id, and reset's reward is 0.
+        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
         return TextObservation(
             text=text,
-            reward=None,
+            reward=0.0,
             done=False,
             system_prompt=getattr(self._env, "system_prompt", None),
             info=_jsonable(info),
@@ -171,6 +181,21 @@ class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
     @property
     def state(self) -> Any:
         return self._state
+
+    def get_metadata(self) -> Any:
+        """``GET /metadata``: the env's name, and how many sessions the server holds at once."""
+        limit = f"at most {self._max_sessions} concurrent sessions" if self._max_sessions else "concurrent sessions"
+        doc = (getattr(self._env, "__doc__", None) or "").strip().split("\n\n")[0]
+        from openenv.core.env_server.types import EnvironmentMetadata
+
+        return EnvironmentMetadata(
+            name=self._name,
+            description=(
+                f"agilerl serve-env: the text env {self._name!r} ({doc or 'reset()/step(text)'}); one env per "
+                f"WebSocket session, {limit} (--max-concurrent-envs); action {{'text': str}}."
+            ),
+            version=None,
+        )
 
     def close(self) -> None:
         if self._executor is not None:
@@ -219,7 +244,7 @@ def make_app(
         raise ServeEnvError(f"execution must be auto, inline or thread, got {execution!r}")
 
     def factory() -> TextEnvEnvironment:
-        return TextEnvEnvironment(make_text_env, execution)
+        return TextEnvEnvironment(make_text_env, execution, name=name, max_concurrent_envs=max_concurrent_envs)
 
     factory.__name__ = name
     # A plain function (not the class) makes create_app build one instance to check concurrency
@@ -227,6 +252,18 @@ def make_app(
     return _server.create_app(
         factory, TextAction, TextObservation, env_name=name, max_concurrent_envs=max_concurrent_envs
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -274,8 +311,12 @@ def serve(
     announce(
         f"serving {entrypoint} as an OpenEnv server on http://{shown_host}:{bound} (WebSocket /ws, {max_concurrent_envs} sessions max)"
     )
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        announce(f"warning: listening on {host}, reachable from other machines; the server has no authentication")
+    if not is_loopback(host):
+        announce(
+            f"warning: listening on {host}, reachable from other machines; the server has no authentication "
+            "(anyone who can reach it can play, and use up its sessions). Bind 127.0.0.1 (the default) unless you "
+            "mean it, and put an authenticating proxy in front."
+        )
     server = _uvicorn_server(app, log_level)
     server.run(sockets=[sock])
 

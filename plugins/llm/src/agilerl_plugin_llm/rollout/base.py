@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
+from agilerl_plugin_llm.envs import EnvAtCapacity
 from agilerl_plugin_llm.rollout.generation import GenerationBackend, GenerationError, SamplingConfig, select_backend
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
 from agilerl_plugin_llm.rollout.kv import has_dropout, shared_prefix_logprobs, supports_shared_prefix
@@ -39,10 +40,30 @@ def collect(
     concurrently, one thread per env: a batch costs about one round trip per turn instead of one per
     env. Tokenisation stays on this thread either way.
     """
-    run = env_runner([h.env for h in harnesses])
-    resets = run([partial(h.env.reset, seed=s) for h, s in zip(harnesses, seeds, strict=False)])
-    for harness, result in zip(harnesses, resets, strict=False):
-        harness.begin(result)
+    out: list[Trajectory | None] = [None] * len(harnesses)
+    waiting = list(range(len(harnesses)))
+    wave = 0
+    while waiting:
+        # An env may have no room for every episode at once (EnvAtCapacity): those wait for a later wave.
+        run = env_runner([harnesses[i].env for i in waiting])
+        resets = run([partial(harnesses[i].env.reset, seed=seeds[i]) for i in waiting])
+        started = [i for i, r in zip(waiting, resets, strict=True) if not isinstance(r, EnvAtCapacity)]
+        if not started:
+            raise next(r for r in resets if isinstance(r, EnvAtCapacity))
+        for i, result in zip(waiting, resets, strict=True):
+            if i in started:
+                harnesses[i].begin(result)
+        _play([harnesses[i] for i in started], backend, sampling, run,
+              None if generation_seed is None else generation_seed + 104_729 * wave)  # fmt: skip
+        for i in started:
+            out[i] = harnesses[i].trajectory()
+        waiting = [i for i in waiting if i not in started]
+        wave += 1
+    return [t for t in out if t is not None]
+
+
+def _play(harnesses: Sequence[RolloutHarness], backend: GenerationBackend, sampling: SamplingConfig,
+          run: Callable[[list[Callable[[], Any]]], list[Any]], generation_seed: int | None) -> None:  # fmt: skip
     turn = 0
     while True:
         active = [h for h in harnesses if not h.done]
@@ -59,7 +80,6 @@ def collect(
         for harness, result in zip(active, results, strict=True):
             harness.finish_step(result)
         turn += 1
-    return [h.trajectory() for h in harnesses]
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -68,9 +88,14 @@ _POOL_LOCK = threading.Lock()
 
 def env_runner(envs: Sequence[Any]) -> Callable[[list[Callable[[], Any]]], list[Any]]:
     """A function that makes a batch of calls on these envs and returns their results in order:
-    concurrently (a shared thread pool) when every env is ``concurrent``, else one after another."""
+    concurrently when every env is ``concurrent`` (the envs' own ``run_batch`` when they share one,
+    else a shared thread pool), else one after another. An ``EnvAtCapacity`` is returned in its
+    call's place (the caller defers that episode); other errors raise."""
+    batch = getattr(type(envs[0]), "run_batch", None) if envs else None
+    if batch is not None and all(type(env) is type(envs[0]) for env in envs):
+        return batch  # type: ignore[no-any-return]
     if len(envs) < 2 or not all(getattr(env, "concurrent", False) for env in envs):
-        return lambda calls: [call() for call in calls]
+        return lambda calls: [_capture(call) for call in calls]
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
@@ -78,9 +103,23 @@ def env_runner(envs: Sequence[Any]) -> Callable[[list[Callable[[], Any]]], list[
     pool = _POOL
 
     def run(calls: list[Callable[[], Any]]) -> list[Any]:
-        return [f.result() for f in [pool.submit(call) for call in calls]]
+        return [f.result() for f in [pool.submit(_capture, call) for call in calls]]
 
     return run
+
+
+def _capture(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except EnvAtCapacity as exc:
+        return exc
+
+
+def episode_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Means over episodes of the numbers envs report in ``info["metrics"]`` (0 where one is absent)."""
+    per = [t.info.get("metrics") for t in trajs]
+    keys = sorted({k for m in per if isinstance(m, dict) for k in m})
+    return {k: sum(float(m.get(k, 0.0)) if isinstance(m, dict) else 0.0 for m in per) / len(trajs) for k in keys}
 
 
 def group_ids(trajs: Sequence[Trajectory], repeats: int) -> torch.Tensor:
@@ -234,6 +273,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             rollout_s=t_rollout,
             iteration_s=time.perf_counter() - t0,
         )
+        stats.update(episode_metrics(trajs))
         return stats
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:

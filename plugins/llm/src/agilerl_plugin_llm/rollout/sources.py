@@ -53,7 +53,7 @@ UNSUPPORTED_ROLLOUT_FIELDS: dict[str, str] = {
 #: Fields that only configure the OpenEnv client (``env_url``); meaningless for the built-in sources.
 ENV_URL_ONLY_FIELDS = (
     "action_field", "action_error_field", "observation_field", "mcp_tool", "request_timeout_s",
-    "max_concurrent_resets",
+    "max_concurrent_resets", "invalid_action_reward", "env_url_headers_from_env",
 )  # fmt: skip
 
 
@@ -97,9 +97,17 @@ class RolloutSource:
     field: str
     build: Any
     provider: str
+    #: Optional ``check(spec) -> [(field, why), ...]`` run at validation (must import nothing heavy).
+    check: Any = None
 
     def resolve(self) -> Build:
         return resolve(self.build, f"rollout source for {self.field!r}")  # type: ignore[no-any-return]
+
+    def problems(self, spec: Any) -> list[tuple[str, str]]:
+        """What the source's own validation check finds wrong with ``spec`` (nothing is built)."""
+        if self.check is None:
+            return []
+        return list(resolve(self.check, f"validation check of rollout source {self.field!r}")(spec))
 
 
 def rollout_sources() -> dict[str, RolloutSource]:
@@ -111,13 +119,13 @@ def rollout_sources() -> dict[str, RolloutSource]:
         return table
     for impl in reversed(caller.get_hookimpls()):
 
-        def register(field: str, build: Any, *, _provider: str = impl.plugin_name) -> None:
+        def register(field: str, build: Any, *, check: Any = None, _provider: str = impl.plugin_name) -> None:
             old = table.get(field)
             if old is not None and old.build is not build:
                 raise DuplicateRegistrationError(
                     f"rollout source {field!r} is registered twice: by {old.provider!r} and by {_provider!r}"
                 )
-            table[field] = RolloutSource(field, build, _provider)
+            table[field] = RolloutSource(field, build, _provider, check)
 
         impl.function(register=register)
     return table

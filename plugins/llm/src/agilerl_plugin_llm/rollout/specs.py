@@ -116,6 +116,8 @@ class RolloutLLMSpec(LLMAlgorithmSpec):
             else:
                 for name, why in unsupported_fields(manifest.environment, source.field):
                     problems.append(Problem(f"environment.{name}", f"{why}; remove it"))
+                for name, why in source.problems(manifest.environment):
+                    problems.append(Problem(f"environment.{name}", why))
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",
