@@ -199,3 +199,168 @@ def test_a_restarted_server_is_reconnected_after_backoff(game, build, caplog) ->
     finally:
         second.stop()
     assert f"OpenEnv replica {first.url} answers again; reconnected" in caplog.text
+
+
+def test_half_open_probes_do_not_reset_backoff_and_warnings_are_rate_limited(game, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A replica that accepts connections and then drops every request (what a crashing server behind
+    a load balancer looks like): a successful connect must not count as recovery."""
+    import time
+
+    from websockets.sync.server import serve
+
+    from agilerl_plugin_openenv.client import OpenEnvSource, SourceConfig
+    from agilerl_plugin_openenv.urls import parse_replica
+
+    def accept_then_drop(ws: Any) -> None:
+        ws.recv()
+        ws.close()
+
+    caplog.set_level(logging.DEBUG, logger="agilerl_plugin_openenv")
+    with serve(accept_then_drop, "127.0.0.1", 0) as broken, serve_in_thread(game) as good:
+        threading.Thread(target=broken.serve_forever, daemon=True).start()
+        bad_url = f"http://127.0.0.1:{broken.socket.getsockname()[1]}"
+        source = OpenEnvSource(
+            SourceConfig(replicas=[parse_replica(bad_url), parse_replica(good.url)], request_timeout_s=1)
+        )
+        bad = source.replicas[0]
+        failures = []
+        start = time.monotonic()
+        episodes = 0
+        while time.monotonic() - start < 2.5:  # bounded: ~2.5 s of episodes
+            env = source.make_env()
+            assert env.reset()[1]["env_url"] == good.url  # every episode lands on the good replica
+            assert env.step("one")[1] == pytest.approx(1.0)
+            failures.append(bad.failures)
+            episodes += 1
+        broken.shutdown()
+    assert failures == sorted(failures) and failures[-1] >= 3, failures  # backoff kept growing: 0.25, 0.5, 1 s
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING and bad_url in r.getMessage()]
+    assert 1 <= len(warnings) <= failures[-1], [r.getMessage() for r in warnings]  # <= one per backoff period
+    assert all("failed:" in r.getMessage() and "the connection closed" in r.getMessage() for r in warnings)
+    assert episodes > 10
+
+
+class _RequireAuth:
+    """ASGI middleware: 403 unless the request carries ``Authorization: Bearer <token>`` or ``?token=``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = dict(scope.get("headers") or [])
+            query = scope.get("query_string", b"").decode()
+            if (
+                headers.get(b"authorization", b"").decode() != f"Bearer {self.token}"
+                and f"token={self.token}" not in query
+            ):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
+                    await send({"type": "websocket.http.response.body", "body": b""})
+                else:
+                    await send({"type": "http.response.start", "status": 403, "headers": []})
+                    await send({"type": "http.response.body", "body": b""})
+                return
+        await self.app(scope, receive, send)
+
+
+def test_credentials_are_read_from_the_environment_and_never_shown(game, build, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    from agilerl_plugin_openenv.errors import OpenEnvError
+    from agilerl_plugin_openenv.server import ServedEnv, make_app
+
+    caplog.set_level(logging.DEBUG, logger="agilerl_plugin_openenv")
+    token = "tok-abcdef123"
+    monkeypatch.setenv("W19_AUTH", f"Bearer {token}")
+    monkeypatch.setenv("W19_TOKEN", token)
+    served = ServedEnv(_RequireAuth(make_app(game), token)).start()
+    try:
+        with pytest.raises(OpenEnvProtocolError, match="HTTP 403") as denied:
+            build(served.url, max_turns=1, request_timeout_s=2)
+        # A header read from an environment variable ...
+        make_env, _ = build(served.url, max_turns=1, env_url_headers_from_env={"Authorization": "W19_AUTH"})
+        env = make_env()
+        assert env.reset()[0] == "Say one."
+        # ... or ${VAR} in the URL, expanded when the run starts; the manifest only holds the name.
+        make_env, _ = build(served.url + "/?token=${W19_TOKEN}", max_turns=1, request_timeout_s=1)
+        other = make_env()
+        _, info = other.reset()
+        assert info["env_url"] == served.url + "?token=***"
+        with pytest.raises(OpenEnvError, match="W19_MISSING is not set"):
+            build(served.url, max_turns=1, env_url_headers_from_env={"Authorization": "W19_MISSING"})
+    finally:
+        served.stop()
+    _, _, _, truncated, step_info = other.step("one")  # the server is gone: the error names it, not the token
+    assert truncated
+    _assert_no_secrets(denied.value, caplog.text, info, step_info)
+
+
+def test_validate_refuses_written_out_credentials_and_missing_max_turns_without_showing_them(  # type: ignore[no-untyped-def]
+    write_manifest, run_cli
+) -> None:
+    def manifest(env: dict[str, Any]) -> Any:
+        return write_manifest({
+            "algorithm": {"name": "GRPO"},
+            "network": {"pretrained_model_name_or_path": "./model"},
+            "environment": {"env_type": "rollout", **env},
+            "training": {"max_steps": 1},
+        })  # fmt: skip
+
+    code, out, err = run_cli("validate", manifest({"env_url": _with_credentials("http://127.0.0.1:9")}))
+    assert code == 1 and "environment.env_url" in out + err and "${VARIABLE}" in out + err
+    assert "environment.max_turns" in out + err and "required with env_url" in out + err
+    _assert_no_secrets(out, err)
+    ok = {"env_url": "http://trainer:${W19_PW}@127.0.0.1:9/?token=${W19_TOKEN}", "max_turns": 1}
+    code, out, err = run_cli("validate", manifest(ok))
+    assert code == 0, out + err
+
+
+def test_clients_close_their_sessions_at_exit(native, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A training process that ends without closing its envs still says goodbye to the server."""
+    import subprocess
+    import sys
+    import time
+
+    frames: list[str] = []
+
+    class RecordCloses:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            async def recorded() -> Any:
+                message = await receive()
+                if message.get("type") == "websocket.receive" and '"close"' in (message.get("text") or ""):
+                    frames.append("close")
+                if message.get("type") == "websocket.disconnect":
+                    frames.append("disconnect")
+                return message
+
+            await self.app(scope, recorded, send)
+
+    from agilerl_plugin_openenv.server import ServedEnv
+
+    app = native.app(native.GuessEnvironment, native.GuessAction, native.GuessObservation)
+    served = ServedEnv(RecordCloses(app)).start()
+    try:
+        script = tmp_path / "client.py"
+        script.write_text(
+            "from agilerl_plugin_llm.specs import LLMEnvSpec\n"
+            "from agilerl_plugin_openenv.client import build_env_url_source\n"
+            f"make_env, _ = build_env_url_source(LLMEnvSpec(env_type='rollout', env_url={served.url!r}, max_turns=1))\n"
+            "envs = [make_env() for _ in range(3)]\n"
+            "for env in envs:\n    env.reset()\n"
+            "envs[0].step('cat')\n"  # one episode ends (its session goes idle), two stay open
+            "print('done', flush=True)\n",
+            encoding="utf-8",
+        )
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "done" in out.stdout, out.stderr
+        for _ in range(200):  # bounded wait for the server to see the last frames
+            if frames.count("close") >= 4:
+                break
+            time.sleep(0.01)
+    finally:
+        served.stop()
+    # The probe's session and all three of the envs' sessions ended with a close frame.
+    assert frames.count("close") == 4, frames
+    assert "Traceback" not in out.stderr, out.stderr

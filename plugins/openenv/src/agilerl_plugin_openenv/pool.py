@@ -53,11 +53,12 @@ class Replica:
 
 
 class SessionPool:
-    """Open sessions no env uses right now, per server, shared by every source of the process."""
+    """The sessions this process holds, per server: every open one (``live``) and, among them, those no
+    episode uses right now (``idle``, reused by the next episode). Shared by every source of the process."""
 
     lock = threading.Lock()
     idle: dict[str, list[Any]] = {}
-    held: dict[str, int] = {}  # open sessions of this process per server (busy + idle)
+    live: dict[str, dict[int, Any]] = {}
 
     @classmethod
     def take(cls, ws_url: str) -> Any | None:
@@ -71,39 +72,40 @@ class SessionPool:
             cls.idle.setdefault(ws_url, []).append(session)
 
     @classmethod
-    def opened(cls, ws_url: str) -> None:
+    def opened(cls, ws_url: str, session: Any) -> None:
         with cls.lock:
-            cls.held[ws_url] = cls.held.get(ws_url, 0) + 1
+            cls.live.setdefault(ws_url, {})[id(session)] = session
 
     @classmethod
-    def closed(cls, ws_url: str) -> None:
+    def closed(cls, ws_url: str, session: Any) -> None:
         with cls.lock:
-            cls.held[ws_url] = max(0, cls.held.get(ws_url, 0) - 1)
+            cls.live.get(ws_url, {}).pop(id(session), None)
 
     @classmethod
     def count(cls, ws_url: str) -> tuple[int, int]:
-        """``(held, idle)`` sessions of this process on a server."""
+        """``(open, idle)`` sessions of this process on a server."""
         with cls.lock:
-            return cls.held.get(ws_url, 0), len(cls.idle.get(ws_url, ()))
+            return len(cls.live.get(ws_url, ())), len(cls.idle.get(ws_url, ()))
 
     @classmethod
     def drain(cls, ws_url: str) -> list[Any]:
+        """Forget the idle sessions on a server (the caller closes them)."""
         with cls.lock:
             stale = cls.idle.pop(ws_url, [])
-            cls.held[ws_url] = max(0, cls.held.get(ws_url, 0) - len(stale))
+            for session in stale:
+                cls.live.get(ws_url, {}).pop(id(session), None)
             return stale
 
     @classmethod
     def close_all(cls) -> None:
-        """Close every idle session (at exit: the servers see a clean close, not a dropped socket)."""
+        """Close every open session, idle or not (at exit: the servers see a clean close, not a dropped
+        socket, and free the sessions at once)."""
         with cls.lock:
-            stale = [s for sessions in cls.idle.values() for s in sessions]
+            stale = [s for sessions in cls.live.values() for s in sessions.values()]
             cls.idle.clear()
-            cls.held.clear()
-        if not stale:
-            return
-        loop = EventLoop.get()
-        loop.run_all([s.disconnect() for s in stale], 2.0)
+            cls.live.clear()
+        if stale:
+            EventLoop.get().run_all([s.disconnect() for s in stale], 2.0)
 
 
 class AllFull(Exception):
@@ -242,7 +244,7 @@ class ReplicaSet:
                 except (Unreachable, Lost, NotOpenEnv) as exc:
                     self.mark_down(rep, str(exc))
                     continue
-                SessionPool.opened(rep.url.ws)
+                SessionPool.opened(rep.url.ws, session)
                 return rep, session
             live = [r for r in self.replicas if r.down_until <= time.monotonic()]
             if full and full >= len(live):
@@ -268,7 +270,7 @@ class ReplicaSet:
             self.discard(rep, session)
 
     def discard(self, rep: Replica, session: Any) -> None:
-        SessionPool.closed(rep.url.ws)
+        SessionPool.closed(rep.url.ws, session)
         self.loop.fire(session.disconnect())
 
     def capacity_message(self, data: dict[str, Any]) -> str:

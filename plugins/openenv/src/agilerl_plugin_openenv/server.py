@@ -254,6 +254,23 @@ def make_app(
     )
 
 
+def startup_lines(entrypoint: str, host: str, port: int, max_concurrent_envs: int) -> list[str]:
+    """What ``serve-env`` prints when it starts: where it listens, its session limit, and a warning
+    when the address is reachable from other machines."""
+    shown_host = f"[{host}]" if ":" in host else host
+    lines = [
+        f"serving {entrypoint} as an OpenEnv server on http://{shown_host}:{port} (WebSocket /ws, "
+        f"{max_concurrent_envs} sessions max: one per concurrent episode; raise with --max-concurrent-envs)"
+    ]
+    if not is_loopback(host):
+        lines.append(
+            f"warning: listening on {host}, reachable from other machines; the server has no authentication "
+            "(anyone who can reach it can play, and use up its sessions). Bind 127.0.0.1 (the default) unless you "
+            "mean it, and put an authenticating proxy in front."
+        )
+    return lines
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only accepts connections from this machine."""
     import ipaddress
@@ -306,17 +323,8 @@ def serve(
     """Serve ``entrypoint`` until interrupted (what ``agilerl serve-env`` runs)."""
     app = make_app(entrypoint, max_concurrent_envs=max_concurrent_envs, env_config=env_config, execution=execution)
     sock = bind_socket(host, port)
-    bound = sock.getsockname()[1]
-    shown_host = f"[{host}]" if ":" in host else host
-    announce(
-        f"serving {entrypoint} as an OpenEnv server on http://{shown_host}:{bound} (WebSocket /ws, {max_concurrent_envs} sessions max)"
-    )
-    if not is_loopback(host):
-        announce(
-            f"warning: listening on {host}, reachable from other machines; the server has no authentication "
-            "(anyone who can reach it can play, and use up its sessions). Bind 127.0.0.1 (the default) unless you "
-            "mean it, and put an authenticating proxy in front."
-        )
+    for line in startup_lines(entrypoint, host, sock.getsockname()[1], max_concurrent_envs):
+        announce(line)
     server = _uvicorn_server(app, log_level)
     server.run(sockets=[sock])
 
