@@ -225,6 +225,30 @@ class SlowResetEnvironment(GuessEnvironment):
                 cls.running -= 1
 
 
+class RequireAuth:
+    """ASGI middleware: 403 unless the request carries ``Authorization: Bearer <token>`` or ``?token=``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = dict(scope.get("headers") or [])
+            query = scope.get("query_string", b"").decode()
+            if (
+                headers.get(b"authorization", b"").decode() != f"Bearer {self.token}"
+                and f"token={self.token}" not in query
+            ):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
+                    await send({"type": "websocket.http.response.body", "body": b""})
+                else:
+                    await send({"type": "http.response.start", "status": 403, "headers": []})
+                    await send({"type": "http.response.body", "body": b""})
+                return
+        await self.app(scope, receive, send)
+
+
 def app(env_cls: Any, action_cls: Any, obs_cls: Any, max_concurrent_envs: int = 4) -> Any:
     return _s.create_app(
         env_cls, action_cls, obs_cls, env_name=env_cls.__name__, max_concurrent_envs=max_concurrent_envs

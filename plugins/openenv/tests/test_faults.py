@@ -240,31 +240,7 @@ def test_half_open_probes_do_not_reset_backoff_and_warnings_are_rate_limited(gam
     assert episodes > 10
 
 
-class _RequireAuth:
-    """ASGI middleware: 403 unless the request carries ``Authorization: Bearer <token>`` or ``?token=``."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app, self.token = app, token
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] in ("http", "websocket"):
-            headers = dict(scope.get("headers") or [])
-            query = scope.get("query_string", b"").decode()
-            if (
-                headers.get(b"authorization", b"").decode() != f"Bearer {self.token}"
-                and f"token={self.token}" not in query
-            ):
-                if scope["type"] == "websocket":
-                    await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
-                    await send({"type": "websocket.http.response.body", "body": b""})
-                else:
-                    await send({"type": "http.response.start", "status": 403, "headers": []})
-                    await send({"type": "http.response.body", "body": b""})
-                return
-        await self.app(scope, receive, send)
-
-
-def test_credentials_are_read_from_the_environment_and_never_shown(game, build, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_credentials_are_read_from_the_environment_and_never_shown(native, game, build, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     from agilerl_plugin_openenv.errors import OpenEnvError
     from agilerl_plugin_openenv.server import ServedEnv, make_app
 
@@ -272,7 +248,7 @@ def test_credentials_are_read_from_the_environment_and_never_shown(game, build, 
     token = "tok-abcdef123"
     monkeypatch.setenv("W19_AUTH", f"Bearer {token}")
     monkeypatch.setenv("W19_TOKEN", token)
-    served = ServedEnv(_RequireAuth(make_app(game), token)).start()
+    served = ServedEnv(native.RequireAuth(make_app(game), token)).start()
     try:
         with pytest.raises(OpenEnvProtocolError, match="HTTP 403") as denied:
             build(served.url, max_turns=1, request_timeout_s=2)

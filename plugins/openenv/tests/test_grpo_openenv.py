@@ -146,3 +146,30 @@ def test_only_server_killed_mid_run_stops_clearly_and_keeps_the_checkpoint(  # t
 
     saved = checkpoint.load(run_dir / "checkpoint_10.pt")
     assert saved["agents"] and saved["generation"] >= 0
+
+
+def test_credentials_never_reach_the_run_directory(
+    native, game, tiny_model, write_manifest, run_cli, tmp_path, monkeypatch, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """A run against a server that wants a token: the token comes from the environment and is found
+    nowhere in what the run writes (manifest copy, metrics, logs, checkpoints, elite)."""
+    from agilerl_plugin_openenv.server import ServedEnv, make_app
+
+    token = "tok-s3cret-98765"
+    monkeypatch.setenv("W19_RUN_TOKEN", token)
+    monkeypatch.setenv("W19_RUN_AUTH", f"Bearer {token}")
+    caplog.set_level(logging.DEBUG, logger="agilerl_plugin_openenv")
+    served = ServedEnv(native.RequireAuth(make_app(game, max_concurrent_envs=32), token)).start()
+    try:
+        run_dir = tmp_path / "run"
+        spec = manifest(tiny_model, served.url + "/?token=${W19_RUN_TOKEN}", run_dir, max_steps=10)
+        spec["environment"]["env_url_headers_from_env"] = {"Authorization": "W19_RUN_AUTH"}
+        code, out, err = run_cli("train", write_manifest(spec), "--no-progress")
+    finally:
+        served.stop()
+    assert code == 0, err
+    written = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".pt" for p in written) and any(p.name == "metrics.csv" for p in written)
+    for path in written:
+        assert token.encode() not in path.read_bytes(), path
+    assert token not in out + err + caplog.text
