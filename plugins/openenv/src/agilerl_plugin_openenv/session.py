@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import os
 import threading
 from collections.abc import Coroutine
 from functools import cache
@@ -20,6 +21,18 @@ from typing import Any
 from agilerl_plugin_openenv.urls import ReplicaURL
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+async def within(awaitable: Any, timeout: float) -> Any:
+    """``await awaitable`` for at most ``timeout`` seconds (``TimeoutError`` after).
+
+    ``asyncio.timeout`` where there is one (3.11+): unlike ``wait_for`` it makes no task per call,
+    which is a good part of the client's CPU per step when a batch's requests are tiny.
+    """
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(timeout):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, timeout)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -58,6 +71,22 @@ class ErrorFrame(SessionFailure):
 # --------------------------------------------------------------------------------------------------
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where it is installed (a dependency on Linux and macOS), else asyncio's.
+
+    The client's CPU per env step is mostly event-loop and transport work in Python; uvloop does
+    that in C (see benchmarks/openenv/bench_speed.py). ``AGILERL_OPENENV_LOOP=asyncio`` opts out.
+    """
+    if os.environ.get("AGILERL_OPENENV_LOOP", "").lower() != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    return asyncio.new_event_loop()
+
+
 class EventLoop:
     """One daemon thread running an asyncio loop for every session of the process."""
 
@@ -65,7 +94,7 @@ class EventLoop:
     _lock = threading.Lock()
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="agilerl-openenv-loop", daemon=True)
         self.thread.start()
 
@@ -81,8 +110,8 @@ class EventLoop:
 
         async def bounded() -> Any:
             try:
-                return await asyncio.wait_for(coro, timeout)
-            except asyncio.TimeoutError:
+                return await within(coro, timeout)
+            except (asyncio.TimeoutError, TimeoutError):
                 raise Lost(f"no answer within request_timeout_s={timeout:g}s") from None
 
         future = asyncio.run_coroutine_threadsafe(bounded(), self.loop)
@@ -100,14 +129,10 @@ class EventLoop:
         low when a rollout batch steps many sessions at once.
         """
 
-        async def bounded(coro: Coroutine[Any, Any, Any]) -> Any:
-            try:
-                return await asyncio.wait_for(coro, timeout)
-            except asyncio.TimeoutError:
-                raise Lost(f"no answer within request_timeout_s={timeout:g}s") from None
-
+        # No timeout per call: every request of a session is bounded by its own timeouts (connect,
+        # message), and a timer per call would be a good part of the CPU of a tiny step.
         async def gather() -> list[Any]:
-            return list(await asyncio.gather(*(bounded(c) for c in coros), return_exceptions=True))
+            return list(await asyncio.gather(*coros, return_exceptions=True))
 
         future = asyncio.run_coroutine_threadsafe(gather(), self.loop)
         try:
@@ -185,8 +210,8 @@ def session_cls() -> type:
         async def _receive(self) -> dict[str, Any]:
             assert self._ws is not None
             try:
-                raw = await asyncio.wait_for(self._ws.recv(), timeout=self._message_timeout)
-            except asyncio.TimeoutError:
+                raw = await within(self._ws.recv(), self._message_timeout)
+            except (asyncio.TimeoutError, TimeoutError):
                 raise Lost(f"no answer within request_timeout_s={self.timeout:g}s") from None
             except ConnectionClosed as exc:
                 raise Lost(f"the connection closed ({close_reason(exc)})") from None
