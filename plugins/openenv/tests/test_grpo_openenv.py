@@ -131,7 +131,7 @@ def test_replica_killed_mid_run_training_finishes_on_the_survivor(  # type: igno
         assert checkpoint.load(run_dir / f"checkpoint_{steps}.pt")["agents"]
 
 
-def test_only_server_killed_mid_run_stops_clearly_and_keeps_the_checkpoint(  # type: ignore[no-untyped-def]
+def test_only_server_killed_mid_run_stops_clearly_and_keeps_a_resumable_checkpoint(  # type: ignore[no-untyped-def]
     server_process, tiny_model, write_manifest, run_cli, tmp_path, monkeypatch
 ) -> None:
     server = server_process("--max-concurrent-envs", "32")
@@ -146,6 +146,14 @@ def test_only_server_killed_mid_run_stops_clearly_and_keeps_the_checkpoint(  # t
 
     saved = checkpoint.load(run_dir / "checkpoint_10.pt")
     assert saved["agents"] and saved["generation"] >= 0
+    # The checkpoint resumes the run once a server is back (here on a new address).
+    again = server_process("--max-concurrent-envs", "32")
+    code, out, err = run_cli(
+        "train", path, "--no-progress", "--resume", str(run_dir / "checkpoint_10.pt"),
+        "--set", f"environment.env_url={again.url}",
+    )  # fmt: skip
+    assert code == 0 and "stopped by max_steps" in out, err
+    assert checkpoint.load(run_dir / "checkpoint_30.pt")["agents"]
 
 
 def test_credentials_never_reach_the_run_directory(

@@ -129,18 +129,12 @@ class Param:
             if isinstance(value, str):
                 return value
             raise ActionParseError(f"{self.name} must be a string")
-        if kind == "object":
+        if kind in ("object", "array"):
+            want, what = (dict, "a JSON object") if kind == "object" else (list, "a JSON list")
             if isinstance(value, str):
-                value = _json(value, f"{self.name} must be a JSON object")
-            if not isinstance(value, dict):
-                raise ActionParseError(f"{self.name} must be a JSON object")
-            return value
-        if kind == "array":
-            if isinstance(value, str):
-                value = _json(value, f"{self.name} must be a JSON list")
-            if not isinstance(value, list):
-                raise ActionParseError(f"{self.name} must be a JSON list")
-            return value
+                value = _json(value, f"{self.name} must be {what}")
+            if not isinstance(value, want):
+                raise ActionParseError(f"{self.name} must be {what}")
         return value
 
 
