@@ -119,6 +119,8 @@ TOOLS = [
         ('say("sun", times="3")', ("say", {"word": "sun", "times": 3})),
         ("```python\nsay(word='sea')\n```", ("say", {"word": "sea"})),
         ("hint()", ("hint", {})),
+        ('[TOOL_CALLS] [{"name": "say", "arguments": {"word": "sky"}}]', ("say", {"word": "sky"})),  # Mistral
+        ('<|python_tag|>{"name": "say", "parameters": {"word": "sea"}}', ("say", {"word": "sea"})),  # Llama 3.1
     ],
 )
 def test_tool_calls_parse(text: str, expected: tuple[str, dict[str, Any]]) -> None:

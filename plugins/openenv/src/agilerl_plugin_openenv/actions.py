@@ -13,7 +13,8 @@ What is accepted, after stripping whitespace, ``<tool_call>`` tags and code fenc
 * several fields: a JSON object of them (required ones present, no unknown ones);
 * MCP tools: ``{"tool": "name", "arguments": {...}}`` (also ``name``/``tool_name`` and
   ``args``/``parameters``; OpenAI-style arguments as a JSON string), the chat-template form
-  ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, a call ``name(word="cat")`` /
+  ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` (also Mistral's ``[TOOL_CALLS] [{...}]`` and
+  Llama 3.1's ``<|python_tag|>{...}``), a call ``name(word="cat")`` /
   ``name("cat")``, or, when only one tool is allowed and it takes one argument, plain text.
 """
 
@@ -38,11 +39,19 @@ class ActionParseError(ValueError):
     """The reply is not an action the server takes; the message says what is expected."""
 
 
+#: Markers chat templates put before a tool call (Mistral, Llama 3.1, ...), dropped before parsing.
+_CALL_PREFIXES = ("[TOOL_CALLS]", "<|python_tag|>", "<tool_call>")
+
+
 def strip_reply(text: str) -> str:
-    """The reply without surrounding whitespace, ``<tool_call>`` tags or a code fence."""
+    """The reply without surrounding whitespace, ``<tool_call>`` tags, tool-call markers or a code fence."""
     body = text.strip()
     m = _TAG.search(body) or _FENCE.search(body)
-    return m.group(1).strip() if m else body
+    body = m.group(1).strip() if m else body
+    for prefix in _CALL_PREFIXES:
+        if body.startswith(prefix):
+            body = body[len(prefix) :].strip()
+    return body
 
 
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -296,6 +305,11 @@ class ActionFormat:
         body = strip_reply(text)
         allowed = [self.only_tool] if self.only_tool else list(self.tools)
         example = f'{{"tool": "{allowed[0]}", "arguments": {{...}}}}' if allowed else "a tool call"
+        if body.startswith("[") and body.rstrip().endswith("]"):  # Mistral: a list of calls
+            calls = _json(body, f"expected a tool call such as {example}")
+            if not (isinstance(calls, list) and len(calls) == 1 and isinstance(calls[0], dict)):
+                raise ActionParseError(f"make exactly one tool call, e.g. {example}")
+            body = json.dumps(calls[0])
         if body.startswith("{"):
             obj = _json(body, f"expected a tool call such as {example}")
             if not isinstance(obj, dict):
