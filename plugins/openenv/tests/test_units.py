@@ -184,8 +184,8 @@ def test_prompt_template_formats_observation_fields() -> None:
 
 
 class _Spec:
-    def __init__(self, env_url: Any, max_turns: int | None = 1) -> None:
-        self.env_url, self.max_turns = env_url, max_turns
+    def __init__(self, env_url: Any, max_turns: int | None = 1, prompt_template: Any = None) -> None:
+        self.env_url, self.max_turns, self.prompt_template = env_url, max_turns, prompt_template
 
 
 def test_validation_wants_max_turns_and_no_written_out_credentials() -> None:
@@ -196,3 +196,7 @@ def test_validation_wants_max_turns_and_no_written_out_credentials() -> None:
     assert "a password and the query parameter 'api_key'" in problems["env_url[1]"]
     assert "hunter2" not in str(problems) and "abc123" not in str(problems)
     assert url_credentials("http://user@h:1/?mode=fast") == []
+    assert (
+        "keys are <role>_<position>"
+        in dict(env_url_problems(_Spec("http://h:1", 1, {"prompt": "x"})))["prompt_template"]
+    )

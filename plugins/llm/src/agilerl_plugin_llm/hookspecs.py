@@ -20,5 +20,7 @@ def agilerl_llm_register_rollout_sources(register: Any) -> None:
     this source (``"env_url"``, ``"entrypoint"``, ...); ``build`` (callable or ``"module:attr"``) is
     called as ``build(spec, *, seed=None)`` and returns ``(make_env, max_turns)``: a zero-argument
     callable creating a fresh, independent text env (see ``agilerl_plugin_llm.envs.TextEnv``) and the
-    turn budget (``None``: use ``spec.max_turns`` or 1).
+    turn budget (``None``: use ``spec.max_turns`` or 1). Optionally ``register(field, build,
+    check=...)``: ``check(spec)`` (callable or ``"module:attr"``, importing nothing heavy) runs at
+    validation and returns ``[(field, why), ...]`` for what is wrong with the environment section.
     """

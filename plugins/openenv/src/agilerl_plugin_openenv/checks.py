@@ -29,7 +29,8 @@ def url_credentials(url: str) -> list[str]:
 
 
 def env_url_problems(spec: Any) -> list[tuple[str, str]]:
-    """``(field, why)`` for an ``env_url`` spec: ``max_turns`` given, no credentials written into the URL."""
+    """``(field, why)`` for an ``env_url`` spec: ``max_turns`` given, ``prompt_template`` keys well formed,
+    no credentials written into the URL."""
     problems: list[tuple[str, str]] = []
     if getattr(spec, "max_turns", None) is None:
         problems.append((
@@ -37,6 +38,12 @@ def env_url_problems(spec: Any) -> list[tuple[str, str]]:
             "required with env_url: the most replies an episode may take (a server cannot be asked; "
             "episodes that go on longer end as truncated), e.g. max_turns: 1 for a single-turn env",
         ))  # fmt: skip
+    from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
+
+    try:
+        check_prompt_template(getattr(spec, "prompt_template", None))
+    except RolloutSourceError as exc:
+        problems.append(("prompt_template", str(exc).partition(": ")[2] or str(exc)))
     urls = spec.env_url if isinstance(spec.env_url, (list, tuple)) else [spec.env_url]
     for i, url in enumerate(urls):
         found = url_credentials(str(url))
