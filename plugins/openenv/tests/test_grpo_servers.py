@@ -79,3 +79,19 @@ def test_grpo_reward_rises_through_env_url_with_invalid_actions_survived(  # typ
     assert last["train/invalid_actions"] < first["train/invalid_actions"], rows
     if sessions < 16:  # 16 trajectories per iteration on a 4-session server: queued, with one warning
         assert caplog.text.count("accepts 4 concurrent session(s)") == 1
+
+
+def test_episodes_cut_short_by_the_context_free_their_sessions_for_the_next_wave(  # type: ignore[no-untyped-def]
+    native, tiny_model, write_manifest, run_cli, tmp_path
+) -> None:
+    """Multi-turn grid episodes on a 4-session server, with a context so short that the harness ends
+    most of them after one turn while the server's episode goes on: the next wave still gets sessions."""
+    with serve_in_thread(native.server_app("multi_field", 4)) as served:
+        run_dir = tmp_path / "run"
+        spec = _manifest(tiny_model, served.url, run_dir, {}, 2)
+        spec["environment"]["max_turns"] = 3
+        spec["network"]["max_context_length"] = 200  # the prompt is ~135 tokens, a turn boundary ~100
+        spec["training"]["evo_steps"] = 1
+        code, _out, err = run_cli("train", write_manifest(spec), "--no-progress")
+    assert code == 0, err
+    assert all(row["train/truncated"] > 0 for row in _rows(run_dir))  # the harness did cut episodes short

@@ -58,6 +58,9 @@ def collect(
         for i in started:
             out[i] = harnesses[i].trajectory()
         waiting = [i for i in waiting if i not in started]
+        if waiting:  # free what this wave's envs hold (an episode the harness cut short still has its session)
+            for i in started:
+                harnesses[i].close()
         wave += 1
     return [t for t in out if t is not None]
 
