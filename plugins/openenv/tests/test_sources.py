@@ -171,3 +171,28 @@ def test_max_concurrent_resets_bounds_resets_in_flight(native, build) -> None:  
             assert 1 <= env_cls.most <= limit
             for env in envs:
                 env.close()
+
+
+def test_mcp_tools_reach_the_models_chat_template(servers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A chat template that announces tools (as Qwen's, Llama's, Mistral's do) gets the server's tools."""
+    from transformers import AutoTokenizer
+
+    from agilerl_plugin_llm.rollout.env import make_rollout_env_factory
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+    from agilerl_plugin_llm.testing import CHAT_TEMPLATE, build_tiny_model
+
+    template = tmp_path / "tools.jinja"
+    template.write_text(
+        "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}({{ t.function.parameters.properties | list"
+        " | join(',') }});{% endfor %}</tools>{% endif %}" + CHAT_TEMPLATE,
+        encoding="utf-8",
+    )
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "model"))
+    for only, shown in ((None, "<tools>submit(word);hint();</tools>"), ("submit", "<tools>submit(word);</tools>")):
+        spec = LLMEnvSpec(
+            env_type="rollout", env_url=servers["mcp"].url, max_turns=1, chat_template_path=str(template), mcp_tool=only
+        )
+        factory, _ = make_rollout_env_factory(spec, tokenizer, max_model_len=1024, max_output_tokens=4)
+        harness = factory()
+        assert shown in tokenizer.decode(harness.reset(seed=0))
+        harness.close()

@@ -190,6 +190,12 @@ class Tool:
         schema = raw.get("input_schema") or raw.get("inputSchema") or {}
         return cls(str(raw.get("name")), str(raw.get("description") or ""), tuple(params_of(schema, skip=())), schema)
 
+    def function_schema(self) -> dict[str, Any]:
+        """The tool as chat templates take it (``apply_chat_template(tools=[...])``, OpenAI's shape)."""
+        params = self.schema or {"type": "object", "properties": {}}
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": params}}  # fmt: skip
+
     def signature(self) -> str:
         args = ", ".join(p.describe() for p in self.params)
         return f"{self.name}({args})" + (f": {self.description}" if self.description else "")
@@ -246,10 +252,13 @@ class ActionFormat:
         return cls([], tools=tools, only_tool=only_tool)
 
     # -- describing ------------------------------------------------------------------------------
+    def allowed_tools(self) -> list[Tool]:
+        return [self.tools[self.only_tool]] if self.only_tool in self.tools else list(self.tools.values())
+
     def instructions(self) -> str:
         """What the default system prompt says about the reply's format."""
         if self.is_mcp:
-            allowed = [self.tools[self.only_tool]] if self.only_tool in self.tools else list(self.tools.values())
+            allowed = self.allowed_tools()
             lines = ["Reply with exactly one tool call, as JSON: "
                      '{"tool": "<name>", "arguments": {<argument>: <value>, ...}}. Tools:']  # fmt: skip
             lines += [f"- {t.signature()}" for t in allowed]

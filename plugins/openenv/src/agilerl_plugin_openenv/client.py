@@ -332,6 +332,12 @@ class OpenEnvTextEnv:
         self.system_prompt: str | None = None
         self.assistant_prefix: str | None = None
         self.max_turns: int | None = source.config.max_turns
+        #: MCP envs: the allowed tools as function schemas, for the model's chat template (``tools=``).
+        self.tools: list[dict[str, Any]] | None = (
+            [t.function_schema() for t in source.action_format.allowed_tools()] or None
+            if source.action_format.is_mcp
+            else None
+        )
 
     # -- the protocol (synchronous, for any caller) ------------------------------------------------
 

@@ -153,6 +153,10 @@ class RolloutHarness:
         self.turn_index.extend([self.turn if policy else -1] * len(ids))
 
     def _render(self, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
+        # An env offering tools (``env.tools``, OpenAI function schemas) has them rendered the way the
+        # model's own chat template announces tools, so it answers in its trained tool-call format.
+        tools = getattr(self.env, "tools", None)
+        extra = {"tools": tools} if tools and "tools" not in self.chat_template_kwargs else {}
         try:
             text = self.tokenizer.apply_chat_template(
                 messages,
@@ -160,6 +164,7 @@ class RolloutHarness:
                 add_generation_prompt=add_generation_prompt,
                 chat_template=self.chat_template,
                 **self.chat_template_kwargs,
+                **extra,
             )
         except Exception as exc:  # jinja errors, missing template
             raise ChatTemplateError(f"rendering the chat template failed: {type(exc).__name__}: {exc}") from exc
