@@ -10,7 +10,9 @@ The parts live by job:
 * :mod:`~agilerl_plugin_openenv.prompts`: observations -> text, the system prompt, ``prompt_template``;
 * :mod:`~agilerl_plugin_openenv.pool`: replicas, health and backoff, the session pool, capacity;
 * :mod:`~agilerl_plugin_openenv.session`: one session (openenv-core's client) and the event loop;
-* this module: the configuration and the env adapter.
+* :mod:`~agilerl_plugin_openenv.config` (the spec's fields resolved) and
+  :mod:`~agilerl_plugin_openenv.source` (probing the replicas, reading the schema);
+* this module: the env adapter and the rollout-source entry point.
 
 Faults never end a run by surprise: an unparseable or rejected action is a turn with
 ``invalid_action_reward`` and a feedback observation (counted in the ``invalid_actions`` metric); a
@@ -21,288 +23,21 @@ reconnect budget does ``reset()`` raise :class:`~agilerl_plugin_openenv.errors.O
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import base64
-import json
 import logging
-import os
-import re
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from agilerl_plugin_llm.envs import EnvAtCapacity
-from agilerl_plugin_openenv.actions import ActionFormat, ActionParseError, Tool, is_mcp_action, params_of
+from agilerl_plugin_openenv.actions import ActionParseError
+from agilerl_plugin_openenv.config import DEFAULT_REQUEST_TIMEOUT_S, SourceConfig, expand_env_vars
 from agilerl_plugin_openenv.errors import OpenEnvError, OpenEnvProtocolError, OpenEnvUnavailableError
-from agilerl_plugin_openenv.pool import AllFull, Replica, ReplicaSet, SessionPool, capacity_error
-from agilerl_plugin_openenv.prompts import PromptRenderer
-from agilerl_plugin_openenv.session import _LOOPBACK, ErrorFrame, Lost, NotOpenEnv, Unreachable
-from agilerl_plugin_openenv.urls import ReplicaURL, parse_replica
+from agilerl_plugin_openenv.pool import AllFull, Replica, SessionPool, capacity_error
+from agilerl_plugin_openenv.session import ErrorFrame, Lost, NotOpenEnv, Unreachable
+from agilerl_plugin_openenv.source import OpenEnvSource
 
 log = logging.getLogger("agilerl_plugin_openenv")
-
-DEFAULT_REQUEST_TIMEOUT_S = 30.0
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-# --------------------------------------------------------------------------------------------------
-# configuration
-# --------------------------------------------------------------------------------------------------
-
-
-def expand_env_vars(text: str, where: str) -> tuple[str, list[str]]:
-    """``text`` with ``${NAME}`` replaced by environment variables, and the values substituted."""
-    values: list[str] = []
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name not in os.environ:
-            raise OpenEnvError(f"{where} uses ${{{name}}} but the environment variable {name} is not set")
-        values.append(os.environ[name])
-        return os.environ[name]
-
-    return _VAR.sub(sub, text), values
-
-
-@dataclass
-class SourceConfig:
-    """The ``LLMEnvSpec`` fields this source honours, resolved."""
-
-    replicas: list[ReplicaURL]
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-    max_concurrent_resets: int | None = None
-    max_turns: int | None = None
-    observation_field: str | None = None
-    action_field: str | None = None
-    action_error_field: str = ""
-    mcp_tool: str | None = None
-    invalid_action_reward: float = 0.0
-    prompt_template: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_spec(cls, spec: Any) -> SourceConfig:
-        headers: dict[str, str] = {}
-        secrets: list[str] = []
-        for header, var in (getattr(spec, "env_url_headers_from_env", None) or {}).items():
-            if var not in os.environ:
-                raise OpenEnvError(
-                    f"environment.env_url_headers_from_env.{header}: the environment variable {var} is not set"
-                )
-            headers[str(header)] = os.environ[var]
-            secrets.append(os.environ[var])
-        urls = spec.env_url if isinstance(spec.env_url, (list, tuple)) else [spec.env_url]
-        replicas: list[ReplicaURL] = []
-        for i, url in enumerate(urls):
-            where = "environment.env_url" + (f"[{i}]" if len(urls) > 1 else "")
-            text, values = expand_env_vars(str(url), where)
-            try:
-                rep = parse_replica(text)
-            except ValueError as exc:
-                raise OpenEnvError(f"{where} is not a usable URL: {exc}. Use e.g. http://127.0.0.1:8000") from None
-            extra = [v for v in [*values, *secrets] if len(v) >= 3]
-            rep = replace(rep, raw=text, secrets=tuple(sorted({*rep.secrets, *extra}, key=len, reverse=True)))
-            if values:  # what the manifest said is safe to show with the variables unexpanded
-                rep = replace(rep, display=parse_replica(_VAR.sub("VAR", str(url))).display)
-            replicas.append(rep)
-        if not replicas:
-            raise OpenEnvError("environment.env_url is an empty list: give at least one OpenEnv server URL")
-        timeout = getattr(spec, "request_timeout_s", None)
-        return cls(
-            replicas=replicas,
-            # 0 would mean "never wait"; treat it (and None) as the default rather than fail every request.
-            request_timeout_s=float(timeout) if timeout else DEFAULT_REQUEST_TIMEOUT_S,
-            max_concurrent_resets=getattr(spec, "max_concurrent_resets", None),
-            max_turns=getattr(spec, "max_turns", None),
-            observation_field=getattr(spec, "observation_field", None) or None,
-            action_field=getattr(spec, "action_field", None) or None,
-            action_error_field=getattr(spec, "action_error_field", "") or "",
-            mcp_tool=getattr(spec, "mcp_tool", None) or None,
-            invalid_action_reward=float(getattr(spec, "invalid_action_reward", 0.0) or 0.0),
-            prompt_template=getattr(spec, "prompt_template", None) or None,
-            headers=headers,
-        )
-
-
-# --------------------------------------------------------------------------------------------------
-# the source: replicas, the server's schema, the prompt
-# --------------------------------------------------------------------------------------------------
-
-_EXIT_HOOKED = threading.Event()
-
-
-class OpenEnvSource:
-    """Everything the envs of one ``env_url`` share: replicas, settings, the action format, prompts."""
-
-    def __init__(self, config: SourceConfig) -> None:
-        self.config = config
-        self.pool = ReplicaSet(config.replicas, config.request_timeout_s, config.headers)
-        self.loop = self.pool.loop
-        n = config.max_concurrent_resets
-        self._reset_slots = asyncio.Semaphore(n) if n else None
-        self.action_format = ActionFormat.for_fields({}, config.action_field)
-        self.prompts = PromptRenderer(self.action_format, config.prompt_template, config.observation_field)
-        self.env_name: str | None = None
-        if not _EXIT_HOOKED.is_set():
-            _EXIT_HOOKED.set()
-            atexit.register(SessionPool.close_all)  # servers see sessions closed, not dropped
-
-    @property
-    def timeout(self) -> float:
-        return self.config.request_timeout_s
-
-    @property
-    def replicas(self) -> list[Replica]:
-        return self.pool.replicas
-
-    def scrub(self, text: str) -> str:
-        return self.pool.scrub(text)
-
-    def budget(self) -> float:
-        """Seconds a reset may take: one request timeout per replica (a hung one costs a full
-        timeout to notice) plus one, plus the backoff waits in between."""
-        return self.timeout * (len(self.replicas) + 1) + 1.0
-
-    # -- probing at build time -----------------------------------------------------------------------
-
-    def _http_json(self, rep: ReplicaURL, path: str) -> Any:
-        """GET ``path`` from a replica (credentials sent as headers, never in the URL printed)."""
-        from urllib.parse import urlsplit, urlunsplit
-
-        parts = urlsplit(rep.http)
-        netloc = parts.netloc.rsplit("@", 1)[-1]
-        url = urlunsplit((parts.scheme, netloc, parts.path + path, parts.query, ""))
-        req = urllib.request.Request(url, headers={"Accept": "application/json", **self.config.headers})
-        if parts.username is not None:
-            token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
-            req.add_header("Authorization", f"Basic {token}")
-        handler = urllib.request.ProxyHandler({}) if parts.hostname in _LOOPBACK else urllib.request.ProxyHandler()
-        with urllib.request.build_opener(handler).open(req, timeout=self.timeout) as resp:
-            return json.loads(resp.read().decode("utf-8"))
-
-    async def _check_replica(self, rep: Replica) -> None:
-        session = self.pool.new_session(rep)
-        display = rep.url.display
-        try:
-            await session.connect()
-            # A session costs the server one env; "state" is the cheapest frame that proves the
-            # endpoint is OpenEnv's and that it had room (CAPACITY_REACHED arrives first otherwise).
-            frame = await session._send_and_receive({"type": "state"})
-            if frame.get("type") != "state" or not isinstance(frame.get("data"), dict):
-                raise NotOpenEnv(
-                    f"/ws answered a state request with a {frame.get('type')!r} frame, not OpenEnv's 'state'"
-                )
-        except Unreachable as exc:
-            raise OpenEnvUnavailableError(
-                f"the OpenEnv server at {display} is not reachable: {self.scrub(str(exc))}. "
-                "Start it (e.g. `agilerl serve-env module:TextEnv --port N`) or fix environment.env_url."
-            ) from None
-        except NotOpenEnv as exc:
-            raise OpenEnvProtocolError(
-                f"{display} does not speak the OpenEnv protocol: {self.scrub(str(exc))}. "
-                "environment.env_url must point at an OpenEnv server (its WebSocket route is /ws)."
-            ) from None
-        except Lost as exc:
-            raise OpenEnvUnavailableError(
-                f"the OpenEnv server at {display} accepted a connection but {self.scrub(str(exc))}. "
-                "Is it overloaded or hung? Raise environment.request_timeout_s or restart it."
-            ) from None
-        except ErrorFrame as exc:
-            if exc.code == "CAPACITY_REACHED":
-                if not SessionPool.count(rep.url.ws)[0]:  # full, and not with this process's sessions
-                    raise capacity_error(self.pool, exc.data) from None
-                self.pool.note_capacity(rep, exc.data)  # full with ours: the run queues its episodes
-            # EXECUTION_ERROR here only means "state before reset" failed: the endpoint is OpenEnv.
-        finally:
-            await session.disconnect()
-
-    async def _list_tools(self) -> list[Tool]:
-        rep, session = await self.pool.open_session(time.monotonic() + self.timeout)
-        try:
-            frame = await session._send_and_receive({"type": "step", "data": {"type": "list_tools"}})
-        except ErrorFrame as exc:
-            raise OpenEnvProtocolError(
-                f"the server at {rep.url.display} takes MCP tool calls but refused list_tools: "
-                f"{self.scrub(exc.message or exc.code)}"
-            ) from None
-        except (Lost, Unreachable, NotOpenEnv) as exc:
-            raise OpenEnvUnavailableError(
-                f"listing the tools of {rep.url.display} failed: {self.scrub(str(exc))}"
-            ) from None
-        finally:
-            self.pool.discard(rep, session)
-        listing = ((frame.get("data") or {}).get("observation") or {}).get("tools") or []
-        return [Tool.from_listing(t) for t in listing if isinstance(t, dict) and t.get("name")]
-
-    def probe(self) -> None:
-        """Check every replica before training (reachable, speaks OpenEnv), then read the first one's
-        schema and metadata: the action format, the tools, the prompt."""
-        for rep in self.replicas:
-            self.loop.run(self._check_replica(rep), self.timeout * 2 + 1.0)
-        first = self.replicas[0].url
-        schema: dict[str, Any] = {}
-        try:
-            schema = self._http_json(first, "/schema") or {}
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            log.info("could not read %s/schema (%s); actions are sent as text", first.display, self.scrub(str(exc)))
-        try:
-            meta = self._http_json(first, "/metadata") or {}
-            self.env_name = str(meta.get("name")) if isinstance(meta, dict) and meta.get("name") else None
-        except (urllib.error.URLError, OSError, ValueError):
-            pass
-        self._set_format(schema)
-
-    def _set_format(self, schema: dict[str, Any]) -> None:
-        where = self.replicas[0].url.display
-        action = schema.get("action") or {}
-        obs_fields = {p.name for p in params_of(schema.get("observation") or {}, skip=("metadata", "reward", "done"))}
-        field_name = self.config.action_field
-        if is_mcp_action(action):
-            if field_name:
-                raise OpenEnvProtocolError(
-                    f"the server at {where} is an MCP tool environment (its action is a tool call); remove "
-                    "environment.action_field (set mcp_tool to allow only one tool)"
-                )
-            tools = self.loop.run(self._list_tools(), self.timeout * 2 + 1.0)
-            if self.config.mcp_tool and self.config.mcp_tool not in {t.name for t in tools}:
-                raise OpenEnvProtocolError(
-                    f"environment.mcp_tool {self.config.mcp_tool!r} is not a tool of the server at {where} "
-                    f"(its tools: {', '.join(sorted(t.name for t in tools)) or 'none'})."
-                )
-            fmt = ActionFormat.for_tools(tools, self.config.mcp_tool)
-        else:
-            if self.config.mcp_tool and action:
-                raise OpenEnvProtocolError(
-                    f"environment.mcp_tool is set but the server at {where} is not an MCP tool environment (its "
-                    f"action has the fields {', '.join(p.name for p in params_of(action)) or 'none'}). Unset mcp_tool."
-                )
-            names = [p.name for p in params_of(action)]
-            if field_name and names and field_name not in names:
-                raise OpenEnvProtocolError(
-                    f"environment.action_field {field_name!r} is not a field of the action the server at {where} "
-                    f"takes (its fields: {', '.join(sorted(names))}). Set action_field to the one that should receive "
-                    "the policy's text, or remove it to fill every field from the reply."
-                )
-            fmt = ActionFormat.for_fields(action, field_name)
-        obs = self.config.observation_field
-        if obs and obs_fields and obs not in obs_fields:
-            raise OpenEnvProtocolError(
-                f"environment.observation_field {obs!r} is not a field of the server's observation (at {where}; "
-                f"its fields: {', '.join(sorted(obs_fields))})."
-            )
-        self.action_format = fmt
-        self.prompts = PromptRenderer(fmt, self.config.prompt_template, obs)
-
-    def make_env(self) -> OpenEnvTextEnv:
-        """A fresh text env: its session is opened on first ``reset``."""
-        return OpenEnvTextEnv(self)
-
 
 # --------------------------------------------------------------------------------------------------
 # the text env
@@ -568,3 +303,13 @@ def build_env_url_source(spec: Any, *, seed: int | None = None) -> tuple[Callabl
     source = OpenEnvSource(SourceConfig.from_spec(spec))
     source.probe()
     return source.make_env, source.config.max_turns
+
+
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT_S",
+    "OpenEnvSource",
+    "OpenEnvTextEnv",
+    "SourceConfig",
+    "build_env_url_source",
+    "expand_env_vars",
+]
