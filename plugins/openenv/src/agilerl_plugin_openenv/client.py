@@ -23,7 +23,6 @@ reconnect budget does ``reset()`` raise :class:`~agilerl_plugin_openenv.errors.O
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from functools import partial
@@ -36,8 +35,6 @@ from agilerl_plugin_openenv.errors import OpenEnvError, OpenEnvProtocolError, Op
 from agilerl_plugin_openenv.pool import AllFull, Replica, SessionPool, capacity_error
 from agilerl_plugin_openenv.session import ErrorFrame, Lost, NotOpenEnv, Unreachable
 from agilerl_plugin_openenv.source import OpenEnvSource
-
-log = logging.getLogger("agilerl_plugin_openenv")
 
 # --------------------------------------------------------------------------------------------------
 # the text env
@@ -203,10 +200,10 @@ class OpenEnvTextEnv:
         except ErrorFrame as exc:
             if exc.code in ("VALIDATION_ERROR", "EXECUTION_ERROR"):
                 return self._invalid_action(f"Invalid action: {src.scrub(_frame_details(exc))}.", rep)
-            reason = src.scrub(str(exc))  # the server dropped our session (SESSION_ERROR, ...): end it
-            log.warning(
-                "OpenEnv replica %s answered step() with %s; the episode ends as truncated", rep.url.display, reason
-            )
+            # The server dropped our session (SESSION_ERROR, ...): a replica fault like any other
+            # (named, backed off, warned about at most once per backoff period); the episode ends.
+            reason = f"step() answered {src.scrub(str(exc))}"
+            src.pool.mark_down(rep, reason, truncated=True)
             self._drop(discard=True)
             self._done = True
             return self._last_text, 0.0, False, True, {**self._info(rep), "openenv_error": reason}
