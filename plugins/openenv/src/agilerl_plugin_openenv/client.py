@@ -74,10 +74,16 @@ class OpenEnvTextEnv:
     # -- the protocol (synchronous, for any caller) ------------------------------------------------
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        return self._source.loop.run(self.areset(seed), self._source.budget())  # type: ignore[no-any-return]
+        return self._run(self.areset(seed))  # type: ignore[no-any-return]
 
     def step(self, action: str) -> StepTuple:
-        return self._source.loop.run(self.astep(action), self._source.budget())  # type: ignore[no-any-return]
+        return self._run(self.astep(action))  # type: ignore[no-any-return]
+
+    def _run(self, coro: Any) -> Any:
+        try:
+            return self._source.loop.run(coro, self._source.outer_limit())
+        except Lost as exc:  # only the outer guard: areset/astep handle their own requests' timeouts
+            raise _stalled(self._source, exc) from None
 
     @staticmethod
     def run_batch(calls: list[Callable[[], Any]]) -> list[Any]:
@@ -97,9 +103,11 @@ class OpenEnvTextEnv:
         if not coros:
             return []
         envs = [call.func.__self__ for call in calls]  # type: ignore[attr-defined]
-        budget = max(env._source.budget() for env in envs)
-        results = envs[0]._source.loop.run_all(coros, budget)
+        source = max((env._source for env in envs), key=lambda src: src.outer_limit())
+        results = source.loop.run_all(coros, source.outer_limit())
         for result in results:
+            if isinstance(result, Lost):
+                raise _stalled(source, result)
             if isinstance(result, BaseException) and not isinstance(result, EnvAtCapacity):
                 raise result
         return results
@@ -266,6 +274,14 @@ class OpenEnvTextEnv:
             self._drop(discard=False)
         except Exception:
             pass
+
+
+def _stalled(source: OpenEnvSource, exc: Exception) -> OpenEnvUnavailableError:
+    return OpenEnvUnavailableError(
+        f"an OpenEnv call did not finish within {source.outer_limit():g}s ({source.scrub(str(exc))}); replicas: "
+        + "; ".join(f"{r.url.display}: {r.last_error or 'no error seen'}" for r in source.replicas)
+        + ". The last checkpoint is kept (resume with agilerl train --resume)."
+    )
 
 
 def _capture(call: Callable[[], Any]) -> Any:

@@ -67,6 +67,11 @@ class OpenEnvSource:
         timeout to notice) plus one, plus the backoff waits in between."""
         return self.timeout * (len(self.replicas) + 1) + 1.0
 
+    def outer_limit(self) -> float:
+        """Seconds after which a reset or step is given up for good: its budget, plus one last
+        connection attempt that may start just before the deadline. Only a wedged loop reaches it."""
+        return self.budget() + self.timeout + 5.0
+
     # -- probing at build time -----------------------------------------------------------------------
 
     def _http_json(self, rep: ReplicaURL, path: str) -> Any:
