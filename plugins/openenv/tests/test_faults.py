@@ -340,3 +340,27 @@ def test_clients_close_their_sessions_at_exit(native, tmp_path) -> None:  # type
     # The probe's session and all three of the envs' sessions ended with a close frame.
     assert frames.count("close") == 4, frames
     assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_pooled_session_the_server_closed_is_replaced_without_blaming_the_replica(game, build, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Servers may close idle sessions (openenv-core's idle-session reaper): reusing one must not mark
+    a healthy replica down."""
+    import time
+
+    from agilerl_plugin_openenv.pool import SessionPool
+
+    caplog.set_level(logging.WARNING, logger="agilerl_plugin_openenv")
+    with serve_in_thread(game) as served:
+        make_env, _ = build(served.url, max_turns=1)
+        env = make_env()
+        env.reset()
+        env.step("one")  # the episode ends: its session waits in the pool
+        ws_url = served.url.replace("http://", "ws://") + "/ws"
+        idle = SessionPool.idle[ws_url][-1]
+        env._source.loop.loop.call_soon_threadsafe(idle._ws.transport.abort)  # the server side went away
+        for _ in range(200):  # bounded: until the client has noticed
+            if idle._ws.state.name != "OPEN":
+                break
+            time.sleep(0.01)
+        assert env.reset()[0] == "Say one."
+        assert env._source.replicas[0].failures == 0 and "failed" not in caplog.text

@@ -155,8 +155,11 @@ class OpenEnvTextEnv:
                 if time.monotonic() >= deadline:
                     raise capacity_error(pool, exc.data) from None
             except (Lost, Unreachable) as exc:
-                pool.mark_down(rep, str(exc))
+                stale = pool.stale(self._session)
                 self._drop(discard=True)
+                if stale:  # a pooled session the server had closed: retry on a fresh one
+                    continue
+                pool.mark_down(rep, str(exc))
                 if time.monotonic() >= deadline:
                     raise OpenEnvUnavailableError(
                         f"reset() could not start an episode on any OpenEnv replica ({rep.url.display}: "

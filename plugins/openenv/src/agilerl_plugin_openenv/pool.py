@@ -209,9 +209,12 @@ class ReplicaSet:
 
     def _room(self, rep: Replica) -> tuple[Any | None, bool]:
         """``(idle session, may open another)`` on ``rep``."""
-        session = SessionPool.take(rep.url.ws)
-        if session is not None:
-            return session, True
+        while (session := SessionPool.take(rep.url.ws)) is not None:
+            ws = getattr(session, "_ws", None)
+            if ws is not None and getattr(getattr(ws, "state", None), "name", "OPEN") == "OPEN":
+                session.reused = True  # see ReplicaSet.stale
+                return session, True
+            self.discard(rep, session)  # closed while idle (a server's idle-session reaper, say)
         held, _ = SessionPool.count(rep.url.ws)
         return None, rep.capacity is None or held < rep.capacity
 
@@ -261,6 +264,12 @@ class ReplicaSet:
             "Check that the server(s) in environment.env_url are running and reachable; the last checkpoint is kept "
             "(resume with agilerl train --resume)."
         )
+
+    @staticmethod
+    def stale(session: Any) -> bool:
+        """Whether a failed request was on a session reused from the pool (which the server may have
+        closed while it sat idle: a reason to retry on a fresh one, not a sign the replica is down)."""
+        return bool(getattr(session, "reused", False))
 
     def release(self, rep: Replica, session: Any) -> None:
         """An episode is done with ``session``: keep it open for the next one (cheaper than reconnecting)."""
