@@ -169,11 +169,32 @@ class TrainingSpec(Spec):
     )
     save_elite: bool = True
     progress: bool = True
+    # --- where members train between tournaments (agilerl.training.backend) ---
+    backend: Literal["local", "ray"] = Field(
+        default="local", description="local: members train one after another here; ray: each on a Ray actor."
+    )
+    ray_address: str | None = Field(
+        default=None, description="Ray cluster to join (else RAY_ADDRESS; neither: start a local one)."
+    )
+    ray_workers: Annotated[int | None, Field(ge=1, description="Ray worker actors (default: as CPUs allow).")] = None
+    ray_max_retries: Annotated[
+        int, Field(ge=0, description="Restarts of a dead Ray worker and retries of its member's step.")
+    ] = 2
+    num_cpus_per_member: Annotated[float, Field(ge=0, description="CPUs each Ray worker asks for.")] = 1.0
+    num_gpus_per_member: Annotated[float, Field(ge=0, description="GPUs each Ray worker asks for.")] = 0.0
 
     @model_validator(mode="after")
     def _epochs(self) -> TrainingSpec:
         if self.evo_epochs is not None and self.num_epochs is None:
             raise ValueError("evo_epochs needs num_epochs")
+        return self
+
+    @model_validator(mode="after")
+    def _ray_fields(self) -> TrainingSpec:
+        ray_only = ("ray_address", "ray_workers", "ray_max_retries", "num_cpus_per_member", "num_gpus_per_member")
+        given = [k for k in ray_only if k in self.model_fields_set]
+        if self.backend != "ray" and given:
+            raise ValueError(f"{', '.join(given)} only apply with backend: ray (backend is {self.backend!r})")
         return self
 
 

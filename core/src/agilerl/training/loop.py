@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agilerl import checkpoint
 from agilerl.errors import TrainingInterrupted
 from agilerl.hpo.selection import last_fitness
+from agilerl.training.backend import LocalBackend, MemberFailedError
 from agilerl.training.metrics import Progress
 
 if TYPE_CHECKING:
@@ -125,21 +126,22 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     resume_phase = (run.resume or {}).get("phase")
     parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
     t0 = time.perf_counter()
+    backend = run.backend if run.backend is not None else LocalBackend()
     try:
         while True:
             if resume_phase == "evaluated":
                 resume_phase = None  # the restored population was evaluated: go straight to evolution
             else:
-                # --- learn ---
-                learn_stats: dict[int, dict[str, float]] = {}
-                for agent in population:
-                    before = agent.steps
-                    budget = min(evo_steps, max(t.max_steps - agent.steps, 0))
-                    learn_stats[agent.index] = strategy.learn(agent, run, budget) if budget > 0 else {}
+                # --- learn and evaluate each member (in this process or on workers: the backend's) ---
+                budgets = [min(evo_steps, max(t.max_steps - a.steps, 0)) for a in population]
+
+                def on_member(pos: int, before: int, agent: Any) -> None:
                     progress.update(min(agent.steps, t.max_steps) - min(before, t.max_steps))
-                # --- evaluate ---
-                for agent in population:
-                    agent.fitness.append(float(strategy.evaluate(agent, run)))
+
+                results = backend.train_generation(run, strategy, population, budgets, on_member)
+                population = [r.agent for r in results]
+                run.population = population
+                learn_stats = {r.agent.index: r.stats for r in results}
                 best = max(population, key=last_fitness)
                 progress.update(0, best_fitness=last_fitness(best), generation=run.generation)
                 elapsed = time.perf_counter() - t0
@@ -190,6 +192,13 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
             run.population = population
             strategy.after_selection(run, population)
             run.generation += 1
+    except MemberFailedError as exc:
+        # run.population is still the population as it was before this generation: resuming redoes it.
+        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
+        progress.close()
+        raise MemberFailedError(
+            f"{exc}; checkpoint written to {path}. Resume with: agilerl train --resume {path}"
+        ) from None
     except KeyboardInterrupt:
         path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
         progress.close()

@@ -35,3 +35,5 @@ class Run:
     #: Resume payload, if the run continues a checkpoint.
     resume: dict[str, Any] | None = None
     progress: bool = True
+    #: Where members train between tournaments (:mod:`agilerl.training.backend`); None: in this process.
+    backend: Any = None

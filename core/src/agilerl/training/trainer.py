@@ -17,6 +17,7 @@ from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
 from agilerl.hpo.selection import TournamentSelection
 from agilerl.models.manifest import TrainingManifest, load_manifest
 from agilerl.strategies import select_strategy
+from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, restore_rng
 from agilerl.training.metrics import MetricsLogger
 from agilerl.training.run import Run
@@ -111,6 +112,7 @@ class LocalTrainer:
         seed = t.seed
         _seed_everything(seed, t.torch_threads, self.device)
         strategy = self.strategy
+        backend = make_backend(t)  # before any env or model: a missing Ray fails here
         env = strategy.make_env(manifest, seed=seed)
         eval_env = strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
         rng = random.Random(seed)
@@ -161,6 +163,7 @@ class LocalTrainer:
             mutations=mutations,
             resume=self._resume,
             progress=self.progress,
+            backend=backend,
         )
         strategy.setup(run)
         if self._resume is not None:
@@ -172,8 +175,10 @@ class LocalTrainer:
             manifest.algorithm, training=t, env_spec=manifest.environment, memory=run.extras.get("memory")
         )
         try:
+            backend.start(run, strategy)
             result: TrainResult = loop(run, strategy, **kwargs)
         finally:
+            backend.close()
             strategy.close(run)
             logger.close()
         if t.save_elite and result.population:
