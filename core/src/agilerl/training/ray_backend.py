@@ -102,21 +102,24 @@ class MemberWorker:
     def load_strategy_state(self, state: dict[str, Any]) -> None:
         self.strategy.load_state_dict(state)
 
-    def step(self, agent: Any, budget: int, generation: int) -> MemberResult:
+    def step(self, packed_agent: bytes, budget: int, generation: int) -> bytes:
         """Train and evaluate one member (see :func:`~agilerl.training.backend.train_member`)."""
+        return _pack(self._step(_unpack(packed_agent), budget, generation))
+
+    def _step(self, agent: Any, budget: int, generation: int) -> MemberResult:
         self.run.generation = generation
         self.logger.rows = []
         stats = train_member(self.strategy, self.run, agent, budget)
         return MemberResult(agent, stats, self.logger.rows)
 
-    def generation(
-        self, agents: list[Any], budgets: list[int], generation: int, strategy_state: dict[str, Any]
-    ) -> tuple[list[MemberResult], dict[str, Any]]:
-        """All members in order, for strategies whose members share state (sent in, sent back)."""
+    def generation(self, packed: bytes, budgets: list[int], generation: int) -> bytes:
+        """All members in order, for strategies whose members share state: ``packed`` holds the
+        agents and the strategy's state; the trained agents and the new state go back."""
+        agents, strategy_state = _unpack(packed)
         self.strategy.load_state_dict(strategy_state)
         self.run.population = agents
-        results = [self.step(agent, budget, generation) for agent, budget in zip(agents, budgets, strict=True)]
-        return results, self.strategy.state_dict()
+        results = [self._step(agent, budget, generation) for agent, budget in zip(agents, budgets, strict=True)]
+        return _pack((results, self.strategy.state_dict()))
 
     def close(self) -> None:
         self.strategy.close(self.run)
@@ -156,19 +159,19 @@ class RayBackend:
 
     def _num_workers(self, pop_size: int) -> int:
         t = self.training
-        if not self.independent:
-            return 1
-        if t.ray_workers is not None:
-            return min(t.ray_workers, pop_size)
         resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        n = int(resources.get("CPU", 1) // max(t.num_cpus_per_member, 1e-9)) if t.num_cpus_per_member > 0 else pop_size
+        n = int(resources.get("CPU", 1) // t.num_cpus_per_member) if t.num_cpus_per_member > 0 else pop_size
         if t.num_gpus_per_member > 0:
             n = min(n, int(resources.get("GPU", 0) // t.num_gpus_per_member))
             if n < 1:
                 raise AgileRLError(
-                    f"training.num_gpus_per_member: {t.num_gpus_per_member} GPU(s) per member, but the Ray "
-                    f"cluster has {resources.get('GPU', 0)}; add GPU nodes or lower num_gpus_per_member"
+                    f"training.num_gpus_per_member: {t.num_gpus_per_member:g} GPU(s) per member, but the Ray "
+                    f"cluster has {resources.get('GPU', 0):g}; add GPU nodes or lower num_gpus_per_member"
                 )
+        if not self.independent:
+            return 1
+        if t.ray_workers is not None:
+            return min(t.ray_workers, pop_size)
         return max(1, min(n, pop_size))
 
     def start(self, run: Run, strategy: TrainingStrategy) -> None:
@@ -225,14 +228,14 @@ class RayBackend:
             while queue and idle:
                 pos = queue.pop(0)
                 worker = idle.pop(0)
-                ref = worker.step.remote(population[pos], budgets[pos], run.generation)
+                ref = worker.step.remote(_pack(population[pos]), budgets[pos], run.generation)
                 pending[ref] = pos
                 busy[ref] = worker
             done, _ = ray.wait(list(pending), num_returns=1)
             ref = done[0]
             pos = pending.pop(ref)
             idle.append(busy.pop(ref))
-            result = self._get(ref, population[pos])
+            result = _unpack(self._get(ref, population[pos]))
             self._deliver(run, result)
             results[pos] = result
             if on_member is not None:
@@ -247,8 +250,10 @@ class RayBackend:
         budgets: list[int],
         on_member: MemberCallback | None,
     ) -> list[MemberResult]:
-        ref = self.workers[0].generation.remote(population, budgets, run.generation, strategy.state_dict())
-        results, state = self._get(ref, population[0])
+        packed = _pack((population, strategy.state_dict()))
+        results, state = _unpack(
+            self._get(self.workers[0].generation.remote(packed, budgets, run.generation), population[0])
+        )
         strategy.load_state_dict(state)
         for pos, result in enumerate(results):
             self._deliver(run, result)
@@ -274,6 +279,16 @@ class RayBackend:
     def _deliver(run: Run, result: MemberResult) -> None:
         for row in result.rows:
             run.logger.log(row)
+
+
+def _pack(obj: Any) -> bytes:
+    # Members and strategy state travel as pickled bytes rather than as Ray objects: Ray hands NumPy
+    # arrays back read-only (zero-copy), and an agent or a buffer must be able to write to its own.
+    return ray.cloudpickle.dumps(obj)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def _unpack(data: bytes) -> Any:
+    return ray.cloudpickle.loads(data)
 
 
 def _cause(exc: BaseException) -> str:
