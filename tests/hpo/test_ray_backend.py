@@ -8,6 +8,10 @@ fitness histories and every parameter of every member must be identical.
 from __future__ import annotations
 
 import copy
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ import torch
 from agilerl import LocalTrainer
 from agilerl.errors import AgileRLError, ManifestError
 from agilerl.models import load_manifest
+from agilerl.training.backend import MemberFailedError
 
 PPO_CARTPOLE: dict[str, Any] = {
     "algorithm": {"name": "PPO", "learn_step": 64, "batch_size": 32, "update_epochs": 2, "lr": 0.003},
@@ -171,3 +176,66 @@ def test_gpus_per_member_beyond_the_cluster_is_a_clear_error(tmp_path: Path, ray
     m = manifest(tmp_path, "gpu", backend="ray", num_gpus_per_member=1)
     with pytest.raises(AgileRLError, match=r"num_gpus_per_member: 1 GPU\(s\) per member, but the Ray cluster has 0"):
         LocalTrainer.from_manifest(m).train()
+
+
+# --- faults -----------------------------------------------------------------------------------------
+class WorkerKiller(threading.Thread):
+    """SIGKILLs the first Ray worker process seen running a member's step (Ray titles it
+    ``ray::MemberWorker.step``), i.e. a worker dying mid-generation."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.killed: int | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set() and self.killed is None:
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit():
+                    continue
+                try:
+                    cmdline = (proc / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"ray::MemberWorker.step" in cmdline:
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    self.killed = int(proc.name)
+                    return
+            time.sleep(0.05)
+
+
+FAULT_TRAINING = {"max_steps": 1024, "evo_steps": 512, "backend": "ray", "ray_workers": 2}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory, ray_local: Any) -> Any:
+    """The run the faulted ones must reproduce."""
+    return LocalTrainer.from_manifest(manifest(tmp_path_factory.mktemp("clean"), "run", **FAULT_TRAINING)).train()
+
+
+def test_killed_worker_is_restarted_and_its_member_retried(tmp_path: Path, clean: Any) -> None:
+    killer = WorkerKiller()
+    killer.start()
+    try:
+        faulted = LocalTrainer.from_manifest(manifest(tmp_path, "faulted", **FAULT_TRAINING)).train()
+    finally:
+        killer.stop.set()
+    assert killer.killed is not None
+    # The retried step started from the driver's copy of the member: nothing differs.
+    assert faulted.fitnesses == clean.fitnesses
+    assert_same_population(clean.population, faulted.population)
+
+
+def test_worker_lost_without_retries_stops_with_a_resumable_checkpoint(tmp_path: Path, clean: Any) -> None:
+    killer = WorkerKiller()
+    killer.start()
+    try:
+        with pytest.raises(MemberFailedError, match=r"died .*ray_max_retries.*checkpoint written to (\S+)\.") as info:
+            LocalTrainer.from_manifest(manifest(tmp_path, "faulted", **FAULT_TRAINING, ray_max_retries=0)).train()
+    finally:
+        killer.stop.set()
+    path = Path(str(info.value).split("checkpoint written to ")[1].split(". Resume")[0])
+    assert path.exists()
+    resumed = LocalTrainer.from_checkpoint(path, run_dir=tmp_path / "resumed").train()
+    assert resumed.fitnesses == clean.fitnesses
+    assert_same_population(clean.population, resumed.population)
