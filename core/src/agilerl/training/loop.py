@@ -104,6 +104,9 @@ def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase:
         "strategy": strategy.state_dict(),
         "rng": rng_state(run),
     }
+    selection_state = getattr(run.selection, "state_dict", None)  # MF-PBT's counters
+    if callable(selection_state):
+        payload["selection"] = selection_state()
     return checkpoint.save(path, payload)
 
 
@@ -188,6 +191,9 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                 keep_elite = run.selection is not None and run.selection.elitism
                 mutate_elite = manifest.mutation is None or manifest.mutation.mutate_elite
                 skip = {0} if keep_elite and not mutate_elite else None
+                selection_skip = getattr(run.selection, "mutation_skip", None)  # MF-PBT: only winner clones
+                if callable(selection_skip):
+                    skip = selection_skip()
                 run.mutations.mutate(population, skip=skip)
             run.population = population
             strategy.after_selection(run, population)

@@ -13,9 +13,11 @@ from typing import Any
 from agilerl import checkpoint
 from agilerl.builders import AlgorithmBuildRuntime, select_builder
 from agilerl.errors import AgileRLError
+from agilerl.hpo.mfpbt import MultiFrequencySelection
 from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
 from agilerl.hpo.selection import TournamentSelection
 from agilerl.models.manifest import TrainingManifest, load_manifest
+from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import select_strategy
 from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, restore_rng
@@ -116,16 +118,20 @@ class LocalTrainer:
         env = strategy.make_env(manifest, seed=seed)
         eval_env = strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
         rng = random.Random(seed)
-        selection = mutations = None
+        selection: TournamentSelection | MultiFrequencySelection | None = None
+        mutations = None
         if manifest.hpo:
             sel = manifest.tournament_selection
             evo_seed = _evolution_seed(manifest)
             # Two independent seeded streams: selection's draws must not mirror mutation's.
-            selection = TournamentSelection(
-                sel.tournament_size if sel else 2,
-                sel.elitism if sel else True,
-                rng=random.Random(None if evo_seed is None else f"selection:{evo_seed}"),
-            )
+            selection_rng = random.Random(None if evo_seed is None else f"selection:{evo_seed}")
+            if isinstance(sel, MultiFrequencySelectionSpec):
+                hp_names = sorted(resolve_hp_ranges(manifest.algorithm, manifest.mutation)) if manifest.mutation else []
+                selection = MultiFrequencySelection.from_spec(sel, t.pop_size, hp_names=hp_names, rng=selection_rng)
+            else:
+                selection = TournamentSelection(
+                    sel.tournament_size if sel else 2, sel.elitism if sel else True, rng=selection_rng
+                )
             if manifest.mutation is not None:
                 mutations = Mutations(manifest.mutation, manifest.algorithm, rng=random.Random(evo_seed))
         hp_config: dict[str, tuple[float, float]] = {}
@@ -170,6 +176,8 @@ class LocalTrainer:
             run.generation = int(self._resume.get("generation", 0))
             strategy.load_state_dict(self._resume.get("strategy", {}))
             restore_rng(run, self._resume["rng"])
+            if "selection" in self._resume and isinstance(selection, MultiFrequencySelection):
+                selection.load_state_dict(self._resume["selection"])
         loop = strategy.get_training_loop(manifest.algorithm)
         kwargs = strategy.get_trainer_kwargs(
             manifest.algorithm, training=t, env_spec=manifest.environment, memory=run.extras.get("memory")
