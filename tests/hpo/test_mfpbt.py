@@ -105,13 +105,14 @@ def assert_same(a: Any, b: Any) -> None:
 
 
 def test_mfpbt_resumes_exactly_and_matches_on_ray(tmp_path: Path, ray_local: Any) -> None:
-    full = LocalTrainer.from_manifest(mfpbt(tmp_path, "full", checkpoint_steps=128)).train()
-    # The checkpoint after generation 1 (256 steps): the slow sub-population is mid-cycle there.
+    full = LocalTrainer.from_manifest(mfpbt(tmp_path, "full", max_steps=384, checkpoint_steps=128)).train()
+    # The checkpoint after generation 1 (256 steps): the slow sub-population is half-way through its
+    # 2-generation cycle there, and evolves right after the resume.
     ckpt = tmp_path / "full" / "checkpoint_256.pt"
     assert ckpt.exists()
     resumed = LocalTrainer.from_checkpoint(ckpt, run_dir=tmp_path / "resumed").train()
     assert_same(full, resumed)
-    on_ray = LocalTrainer.from_manifest(mfpbt(tmp_path, "ray", backend="ray", ray_workers=2)).train()
+    on_ray = LocalTrainer.from_manifest(mfpbt(tmp_path, "ray", max_steps=384, backend="ray", ray_workers=2)).train()
     assert_same(full, on_ray)
 
 

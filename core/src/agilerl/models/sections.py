@@ -263,8 +263,9 @@ class TournamentSelectionSpec(Spec):
 
 
 class MultiFrequencySelectionSpec(Spec):
-    """MF-PBT (multiple-frequencies population-based training), selected by ``strategy:
-    multi_frequency`` in the ``selection_strategy`` block: ``n_subpopulations`` equal
+    """MF-PBT: sub-populations evolving at different frequencies, with migration between them.
+
+    Selected by ``strategy: multi_frequency`` in the ``selection_strategy`` block: ``n_subpopulations`` equal
     sub-populations (in population order), sub-population ``i`` evolving every
     ``evolution_frequency_ratios[i]`` generations. Each evolving sub-population, ranked by fitness,
     is cut into ``n_winners``, ``n_survivors``, ``n_open_for_migration`` and ``n_losers``: losers

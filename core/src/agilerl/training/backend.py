@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
 
@@ -99,12 +99,13 @@ def train_member(strategy: TrainingStrategy, run: Run, agent: Any, budget: int) 
     return stats
 
 
-class Backend(Protocol):
+class Backend:
     """Runs :func:`train_member` for a population; selection and mutation stay with the caller."""
 
-    name: str
+    name = ""
 
-    def start(self, run: Run, strategy: TrainingStrategy) -> None: ...
+    def start(self, run: Run, strategy: TrainingStrategy) -> None:
+        """Start workers (once, before the first generation)."""
 
     def train_generation(
         self,
@@ -113,18 +114,19 @@ class Backend(Protocol):
         population: list[Any],
         budgets: list[int],
         on_member: MemberCallback | None = None,
-    ) -> list[MemberResult]: ...
+    ) -> list[MemberResult]:
+        """Train and evaluate every member (``budgets[i]`` steps for ``population[i]``); return
+        the results in population order, calling ``on_member`` as each member finishes."""
+        raise NotImplementedError
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release workers."""
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Members train one after another in this process (``training.backend: local``)."""
 
     name = "local"
-
-    def start(self, run: Run, strategy: TrainingStrategy) -> None:
-        """Nothing to start."""
 
     def train_generation(
         self,
@@ -141,9 +143,6 @@ class LocalBackend:
             if on_member is not None:
                 on_member(pos, before, agent)
         return results
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def make_backend(training: TrainingSpec) -> Backend:

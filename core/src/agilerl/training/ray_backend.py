@@ -31,7 +31,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
-from agilerl.training.backend import MemberCallback, MemberFailedError, MemberResult, train_member
+from agilerl.training.backend import Backend, MemberCallback, MemberFailedError, MemberResult, train_member
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -125,7 +125,7 @@ class MemberWorker:
         self.strategy.close(self.run)
 
 
-class RayBackend:
+class RayBackend(Backend):
     """Train each generation's members on Ray actors (see the module docstring)."""
 
     name = "ray"
@@ -148,6 +148,9 @@ class RayBackend:
         kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}, "log_to_driver": True}
         if address is None:
             kwargs["include_dashboard"] = False
+            # Ray runs workers at nice 15 by default, for a responsive driver; here the workers do all
+            # the training while the driver waits, so they run at the driver's priority.
+            kwargs["_system_config"] = {"worker_niceness": 0}
         try:
             ray.init(address=address, **kwargs)
         except ConnectionError as exc:
