@@ -2,7 +2,7 @@
 
     python benchmarks/hpo/bench_mfpbt.py [--seeds 0 1 2] [--max-steps 40960] [--evo-steps 4096]
 
-Both train PPO on CartPole-v1 from ``examples/ppo_cartpole_hpo.yaml`` with a population of 6 (the
+Both train PPO on CartPole-v1 (or ``--env``) from ``examples/ppo_cartpole_hpo.yaml`` with a population of 6 (the
 smallest MF-PBT layout: 2 sub-populations of 3) and the manifest's mutation settings, for
 ``--max-steps`` env steps per agent with an evaluation + evolution step every ``--evo-steps``:
 so both spend 6 x max-steps env steps. Tournament selection: size 2, elitism. MF-PBT:
@@ -39,9 +39,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--max-steps", type=int, default=40_960)
     parser.add_argument("--evo-steps", type=int, default=4_096)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "mfpbt_vs_tournament.json")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id (same PPO settings)")
+    parser.add_argument("--out", type=Path, default=None, help="default results/mfpbt_vs_tournament_<env>.json")
     args = parser.parse_args()
+    args.out = args.out or HERE / "results" / f"mfpbt_vs_tournament_{args.env}.json"
     base = yaml.safe_load(MANIFEST.read_text())
+    base["environment"]["name"] = args.env
     base.pop("tournament_selection", None)
     base["training"].update(pop_size=6, max_steps=args.max_steps, evo_steps=args.evo_steps)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in SELECTION}
@@ -62,7 +65,7 @@ def main() -> None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "results": results},
                                            indent=2))  # fmt: skip
-    print(f"\nPPO CartPole-v1, population 6, {args.max_steps} env steps per agent, evolution every "
+    print(f"\nPPO {args.env}, population 6, {args.max_steps} env steps per agent, evolution every "
           f"{args.evo_steps}, seeds {args.seeds} (medians)\n")  # fmt: skip
     print("| selection | final best fitness | final mean fitness | best during run | total env steps |")
     print("|---|---|---|---|---|")

@@ -45,6 +45,25 @@ def run(python: Path | str, worker: str, cfg: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def member_bytes(manifest: dict[str, Any]) -> int:
+    """Size of one freshly built member as the Ray backend ships it (pickled)."""
+    import ray.cloudpickle
+    import torch
+
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.models import load_manifest
+    from agilerl.strategies import select_strategy
+
+    torch.set_num_threads(1)
+    m = load_manifest(manifest)
+    env = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=env, manifest=m, runtime=AlgorithmBuildRuntime(manifest=m)
+    )
+    env.close()
+    return len(ray.cloudpickle.dumps(agent))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -56,6 +75,8 @@ def main() -> None:
     base = yaml.safe_load(MANIFEST.read_text())
     base["training"]["max_steps"] = base["training"]["evo_steps"] * args.generations
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+    shipped = member_bytes(base)
+    print(f"[bench] one member pickled: {shipped} bytes", flush=True)
     their_python = None
     if args.agilerl:
         sys.path.insert(0, str(HERE.parent))
@@ -90,9 +111,8 @@ def main() -> None:
             print(f"[bench] seed {seed} AgileRL 2.58    wall {r['wall_s']:6.1f} s, {r['s_per_generation']:.1f} s/gen, "
                   f"best fitness {r['best_fitness']:.1f}", flush=True)  # fmt: skip
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        if args.skip_ours:
-            continue
-        args.out.write_text(json.dumps({"generations": args.generations, "seeds": args.seeds, "results": results},
+        out = args.out.with_name("agilerl_population.json") if args.skip_ours else args.out
+        out.write_text(json.dumps({"generations": args.generations, "seeds": args.seeds, "member_bytes": shipped, "results": results},
                                        indent=2))  # fmt: skip
     print(f"\nPPO CartPole-v1, population 4, {args.generations} generations of 10,240 env steps per agent, "
           f"seeds {args.seeds} (medians over seeds)\n")  # fmt: skip

@@ -65,9 +65,15 @@ def test_ray_fields_need_the_ray_backend() -> None:
         load_manifest(m)
 
 
-def test_local_and_ray_give_identical_populations(tmp_path: Path, ray_local: Any) -> None:
+def test_local_and_ray_give_identical_populations(
+    tmp_path: Path, ray_local: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     local = LocalTrainer.from_manifest(manifest(tmp_path, "local")).train()
-    remote = LocalTrainer.from_manifest(manifest(tmp_path, "ray", backend="ray", ray_workers=2)).train()
+    remote = LocalTrainer.from_manifest(manifest(tmp_path, "ray", backend="ray", ray_workers=2, progress=True)).train()
+    # The driver's progress counted every step trained on the workers (4 members x 256 steps).
+    assert "[agilerl] 1024/1024 steps (100%)" in capsys.readouterr().err
+    if (tmp_path / "ray" / "tensorboard").exists():  # TensorBoard installed: the driver wrote the events
+        assert list((tmp_path / "ray" / "tensorboard").glob("events.out.tfevents.*"))
     assert local.generations == remote.generations == 2
     assert remote.fitnesses == local.fitnesses
     assert_same_population(local.population, remote.population)
