@@ -274,7 +274,6 @@ class MultiFrequencySelectionSpec(Spec):
     comes from a faster sub-population). Unset bracket sizes resolve against ``training.pop_size``."""
 
     strategy: Literal["multi_frequency"] = "multi_frequency"
-    name: str | None = None
     n_subpopulations: Annotated[int, Field(ge=2)] = 2
     n_winners: Annotated[int | None, Field(ge=1)] = None
     n_survivors: Annotated[int | None, Field(ge=0)] = None
