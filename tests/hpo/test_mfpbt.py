@@ -40,7 +40,7 @@ def mfpbt(tmp: Path, run: str, **training: Any) -> dict[str, Any]:
     return m
 
 
-@pytest.mark.parametrize("name", ["ppo/ppo_mfpbt.yaml", "dqn/dqn_mfpbt.yaml", "multi_agent/ippo_mfpbt.yaml",
+@pytest.mark.parametrize("name", ["ppo/ppo_mfpbt.yaml", "dqn/dqn_mfpbt.yaml", "multi_agent/ippo_mfpbt.yaml", "cqn_mfpbt.yaml", "multi_agent/maddpg_mfpbt.yaml",
                                   "bandit/neural_ucb_mfpbt.yaml"])  # fmt: skip
 def test_upstream_mfpbt_manifests_validate_with_their_meaning(name: str) -> None:
     path = UPSTREAM / name
