@@ -126,7 +126,8 @@ def main() -> None:
         if name == "AgileRL 2.58":
             per_gen = statistics.median(r["s_per_generation"] for r in runs)
             best = statistics.median(r["best_fitness"] for r in runs)
-            print(f"| {name} (its LocalTrainer) | {per_gen:.2f} | {per_gen / local_gen:.2f}x | - | {best:.1f} | - |")
+            ratio = "-" if local_gen != local_gen else f"{per_gen / local_gen:.2f}x"  # NaN: local not run
+            print(f"| {name} (its LocalTrainer) | {per_gen:.2f} | {ratio} | - | {best:.1f} | - |")
             continue
         per_gen = statistics.median(statistics.median(r["generation_s"]) for r in runs)
         startup = statistics.median(r["startup_s"] for r in runs)

@@ -245,3 +245,19 @@ def test_worker_lost_without_retries_stops_with_a_resumable_checkpoint(tmp_path:
     resumed = LocalTrainer.from_checkpoint(path, run_dir=tmp_path / "resumed").train()
     assert resumed.fitnesses == clean.fitnesses
     assert_same_population(clean.population, resumed.population)
+
+
+def test_a_strategy_with_its_own_loop_is_refused_on_ray(tmp_path: Path) -> None:
+    """``backend: ray`` would do nothing for a strategy whose loop bypasses the backend: refused."""
+    from agilerl_plugin_gym.single_agent.strategies import OnPolicyStrategy
+
+    def own_loop(run: Any, strategy: Any) -> Any:  # pragma: no cover - never reached
+        raise AssertionError
+
+    class OwnLoop(OnPolicyStrategy):
+        default_loop = staticmethod(own_loop)
+
+    trainer = LocalTrainer.from_manifest(manifest(tmp_path, "own", backend="ray"))
+    trainer.strategy = OwnLoop()
+    with pytest.raises(AgileRLError, match=r"backend: ray: OwnLoop trains with its own loop .*use backend: local"):
+        trainer.train()

@@ -20,7 +20,7 @@ from agilerl.models.manifest import TrainingManifest, load_manifest
 from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import select_strategy
 from agilerl.training.backend import make_backend
-from agilerl.training.loop import TrainResult, restore_rng
+from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
 from agilerl.training.metrics import MetricsLogger
 from agilerl.training.run import Run
 
@@ -115,6 +115,13 @@ class LocalTrainer:
         _seed_everything(seed, t.torch_threads, self.device)
         strategy = self.strategy
         backend = make_backend(t)  # before any env or model: a missing Ray fails here
+        loop = strategy.get_training_loop(manifest.algorithm)
+        if backend.name != "local" and loop is not evolutionary_loop:
+            raise AgileRLError(
+                f"training.backend: {backend.name}: {type(strategy).__name__} trains with its own loop "
+                f"({getattr(loop, '__qualname__', loop)}), which does not run members through a backend; "
+                "use backend: local"
+            )
         env = strategy.make_env(manifest, seed=seed)
         eval_env = strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
         rng = random.Random(seed)
@@ -178,7 +185,6 @@ class LocalTrainer:
             restore_rng(run, self._resume["rng"])
             if "selection" in self._resume and isinstance(selection, MultiFrequencySelection):
                 selection.load_state_dict(self._resume["selection"])
-        loop = strategy.get_training_loop(manifest.algorithm)
         kwargs = strategy.get_trainer_kwargs(
             manifest.algorithm, training=t, env_spec=manifest.environment, memory=run.extras.get("memory")
         )
