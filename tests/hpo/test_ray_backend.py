@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from agilerl import LocalTrainer
+from agilerl import LocalTrainer, checkpoint
 from agilerl.errors import AgileRLError, ManifestError
 from agilerl.models import load_manifest
 from agilerl.training.backend import MemberFailedError
@@ -261,3 +263,27 @@ def test_a_strategy_with_its_own_loop_is_refused_on_ray(tmp_path: Path) -> None:
     trainer.strategy = OwnLoop()
     with pytest.raises(AgileRLError, match=r"backend: ray: OwnLoop trains with its own loop .*use backend: local"):
         trainer.train()
+
+
+def test_nothing_imports_ray_unless_a_manifest_asks(tmp_path: Path) -> None:
+    code = (
+        "import sys, agilerl, agilerl.training.trainer, agilerl.hpo\n"
+        "from agilerl import LocalTrainer\n"
+        f"LocalTrainer.from_manifest({manifest(tmp_path, 'plain', max_steps=64, evo_steps=64)!r}).train()\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_a_local_checkpoint_resumes_on_ray(tmp_path: Path, ray_local: Any) -> None:
+    """Checkpoints do not depend on the backend: a local run's mid-run checkpoint, resumed with
+    ``backend: ray``, ends with the population of the uninterrupted local run."""
+    full = LocalTrainer.from_manifest(manifest(tmp_path, "full", checkpoint_steps=128)).train()
+    ckpt = tmp_path / "full" / "checkpoint_128.pt"
+    payload = checkpoint.load(ckpt)
+    payload["manifest"]["training"].update(backend="ray", ray_workers=2)
+    moved = tmp_path / "on_ray.pt"
+    checkpoint.save(moved, payload)
+    resumed = LocalTrainer.from_checkpoint(moved, run_dir=tmp_path / "resumed").train()
+    assert resumed.fitnesses == full.fitnesses
+    assert_same_population(full.population, resumed.population)
