@@ -98,6 +98,7 @@ def manifest_page() -> str:
         ("mutation.probabilities", sections.MutationProbabilities),
         ("mutation.rl_hp_selection.<name>", sections.RLHyperparameter),
         ("tournament_selection (alias selection_strategy)", sections.TournamentSelectionSpec),
+        ("selection_strategy (strategy: multi_frequency, MF-PBT)", sections.MultiFrequencySelectionSpec),
         ("replay_buffer", sections.ReplayBufferSpec),
     ]:
         lines += [f"## `{title}`", "", (inspect.getdoc(model) or "").split("\n")[0], "", *_fields_table(model), ""]

@@ -21,7 +21,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "[install] no CUDA found: using the CPU build of torch"
   "${pip[@]}" install -q "${constraints[@]}" torch
 fi
-packages=(-e core)
+packages=(-e "core[ray]")  # the ray extra: the Ray-backend tests run on a fresh machine too
 for dir in plugins/*/; do
   [ -f "$dir/pyproject.toml" ] && packages+=(-e "${dir%/}")
 done

@@ -132,9 +132,13 @@ def test_unsupported_mutation_operator_is_refused(example_plugin: Any, ucb_manif
     assert out == ["mutation.probabilities.arch_mut: UCB1 supports only no_mut, rl_hp_mut; set arch_mut: 0"]
 
 
-def test_mf_pbt_is_refused_with_a_hint(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
+def test_mf_pbt_needs_a_population_that_splits(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
     ucb_manifest["selection_strategy"] = {"strategy": "multi_frequency"}
-    assert "not supported yet" in problems(ucb_manifest)[0]
+    ucb_manifest.setdefault("training", {})["pop_size"] = 4
+    assert problems(ucb_manifest) == [
+        "selection_strategy: training.pop_size (4) must split into 2 sub-populations of at least 3 agents "
+        "(a multiple of n_subpopulations, >= 6)"
+    ]
 
 
 def test_wrong_api_version(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:

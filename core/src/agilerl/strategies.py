@@ -33,6 +33,11 @@ class TrainingStrategy:
     default_loop: ClassVar[TrainingLoop | str | None] = "agilerl.training.loop:evolutionary_loop"
     #: Unit counted by ``agent.steps`` and ``training.max_steps`` (for progress output).
     step_unit: ClassVar[str] = "step"
+    #: True when one member's ``learn``/``evaluate`` reads and writes no state shared with the other
+    #: members (only its own agent, and envs it resets from a seed), so members may train in
+    #: parallel (``training.backend: ray`` fans them out over workers; otherwise one worker runs
+    #: them in order, with :meth:`state_dict` sent there and back).
+    independent_members: ClassVar[bool] = False
 
     # --- seed API ----------------------------------------------------------------------------
     def get_training_loop(self, spec: AlgorithmSpec) -> TrainingLoop:

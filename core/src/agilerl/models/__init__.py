@@ -37,6 +37,7 @@ from agilerl.models.manifest import (
 from agilerl.models.sections import (
     CnnSpec,
     MlpSpec,
+    MultiFrequencySelectionSpec,
     MutationProbabilities,
     MutationSpec,
     NetworkSpec,
@@ -72,6 +73,7 @@ __all__ = [
     "LoraConfigDict",
     "MlpSpec",
     "MultiAgentAlgorithmSpec",
+    "MultiFrequencySelectionSpec",
     "MutationProbabilities",
     "MutationSpec",
     "NetworkSpec",

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
+    MultiFrequencySelectionSpec,
     MutationSpec,
     NetworkSpec,
     ReplayBufferSpec,
@@ -52,7 +53,10 @@ class TrainingManifest(BaseModel):
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     mutation: MutationSpec | None = None
     replay_buffer: ReplayBufferSpec | None = None
-    tournament_selection: TournamentSelectionSpec | None = None
+    #: ``selection_strategy`` in AgileRL's manifests: tournament selection or MF-PBT, by ``strategy``.
+    tournament_selection: TournamentSelectionSpec | MultiFrequencySelectionSpec | None = Field(
+        default=None, discriminator="strategy"
+    )
 
     @property
     def evo_steps(self) -> int:
@@ -76,6 +80,11 @@ class TrainingManifest(BaseModel):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value.model_dump(exclude_defaults=True)
+        if self.network is not None and self.network.encoder_config is not None:
+            # `arch` discriminates the encoder: keep it even at its default, or the dict does not validate.
+            out["network"].setdefault("encoder_config", {})["arch"] = self.network.encoder_config.arch
+        if self.tournament_selection is not None:
+            out["tournament_selection"]["strategy"] = self.tournament_selection.strategy  # likewise
         result: dict[str, Any] = json.loads(json.dumps(out, default=str))
         return result
 
@@ -260,6 +269,12 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         for key in _LLM_NETWORK_FIELDS:
             if getattr(manifest.network, key) is not None:
                 problems.append(Problem(f"network.{key}", f"only LLM algorithms take {key}; {algo.name} does not"))
+    selection = manifest.tournament_selection
+    if isinstance(selection, MultiFrequencySelectionSpec):
+        try:
+            selection.brackets(manifest.training.pop_size)
+        except ValueError as exc:
+            problems.append(Problem("selection_strategy", str(exc)))
     problems.extend(algo.manifest_problems(manifest))
     return problems
 
@@ -286,15 +301,13 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
     api = normalised.get("apiVersion", API_VERSION)
     if api != API_VERSION:
         problems.append(Problem("apiVersion", f"must be {API_VERSION!r}, got {api!r}"))
-    selection = normalised.get("tournament_selection")
-    if isinstance(selection, Mapping) and selection.get("strategy") == "multi_frequency":
-        problems.append(Problem("selection_strategy.strategy",
-                                "multi_frequency (MF-PBT) is not supported yet; use strategy: tournament"))  # fmt: skip
-        normalised.pop("tournament_selection")
     network_raw = normalised.get("network") if isinstance(normalised.get("network"), Mapping) else None
     algo = _algorithm(normalised, network_raw, problems)
     env = _environment(normalised, algo, problems)
-    sections = {key: _section(normalised, key, model, problems) for key, model in SECTIONS.items() if model is not None}
+    selection = normalised.get("tournament_selection")
+    multi_frequency = isinstance(selection, Mapping) and selection.get("strategy") == "multi_frequency"
+    models = {**SECTIONS, **({"tournament_selection": MultiFrequencySelectionSpec} if multi_frequency else {})}
+    sections = {key: _section(normalised, key, model, problems) for key, model in models.items() if model is not None}
     if problems:
         raise ManifestError(problems, source)
     if algo is not None and algo.paradigm == "llm" and sections["network"] is not None:

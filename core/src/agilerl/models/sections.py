@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -169,11 +170,32 @@ class TrainingSpec(Spec):
     )
     save_elite: bool = True
     progress: bool = True
+    # --- where members train between tournaments (agilerl.training.backend) ---
+    backend: Literal["local", "ray"] = Field(
+        default="local", description="local: members train one after another here; ray: each on a Ray actor."
+    )
+    ray_address: str | None = Field(
+        default=None, description="Ray cluster to join (else RAY_ADDRESS; neither: start a local one)."
+    )
+    ray_workers: Annotated[int | None, Field(ge=1, description="Ray worker actors (default: as CPUs allow).")] = None
+    ray_max_retries: Annotated[
+        int, Field(ge=0, description="Restarts of a dead Ray worker and retries of its member's step.")
+    ] = 2
+    num_cpus_per_member: Annotated[float, Field(ge=0, description="CPUs each Ray worker asks for.")] = 1.0
+    num_gpus_per_member: Annotated[float, Field(ge=0, description="GPUs each Ray worker asks for.")] = 0.0
 
     @model_validator(mode="after")
     def _epochs(self) -> TrainingSpec:
         if self.evo_epochs is not None and self.num_epochs is None:
             raise ValueError("evo_epochs needs num_epochs")
+        return self
+
+    @model_validator(mode="after")
+    def _ray_fields(self) -> TrainingSpec:
+        ray_only = ("ray_address", "ray_workers", "ray_max_retries", "num_cpus_per_member", "num_gpus_per_member")
+        given = [k for k in ray_only if k in self.model_fields_set]
+        if self.backend != "ray" and given:
+            raise ValueError(f"{', '.join(given)} only apply with backend: ray (backend is {self.backend!r})")
         return self
 
 
@@ -238,6 +260,70 @@ class TournamentSelectionSpec(Spec):
     strategy: Literal["tournament"] = "tournament"
     tournament_size: Annotated[int, Field(ge=1)] = 2
     elitism: bool = True
+
+
+class MultiFrequencySelectionSpec(Spec):
+    """MF-PBT: sub-populations evolving at different frequencies, with migration between them.
+
+    Selected by ``strategy: multi_frequency`` in the ``selection_strategy`` block: ``n_subpopulations`` equal
+    sub-populations (in population order), sub-population ``i`` evolving every
+    ``evolution_frequency_ratios[i]`` generations. Each evolving sub-population, ranked by fitness,
+    is cut into ``n_winners``, ``n_survivors``, ``n_open_for_migration`` and ``n_losers``: losers
+    become mutated clones of random winners, open slots take better agents from the other
+    sub-populations (networks only, with the destination elite's hyperparameters, when the migrant
+    comes from a faster sub-population). Unset bracket sizes resolve against ``training.pop_size``."""
+
+    strategy: Literal["multi_frequency"] = "multi_frequency"
+    n_subpopulations: Annotated[int, Field(ge=2)] = 2
+    n_winners: Annotated[int | None, Field(ge=1)] = None
+    n_survivors: Annotated[int | None, Field(ge=0)] = None
+    n_open_for_migration: Annotated[int | None, Field(ge=1)] = None
+    n_losers: Annotated[int | None, Field(ge=1)] = None
+    evolution_frequency_ratios: list[Annotated[int, Field(ge=1)]] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_ratios(cls, data: Any) -> Any:
+        # Unset ratios: [1, 5, 10, ...], one per sub-population (AgileRL's default).
+        if isinstance(data, dict) and not data.get("evolution_frequency_ratios"):
+            k = data.get("n_subpopulations", 2)
+            if isinstance(k, int) and k >= 1:
+                data = {**data, "evolution_frequency_ratios": [1, *(5 * i for i in range(1, k))]}
+        return data
+
+    @model_validator(mode="after")
+    def _ratios(self) -> MultiFrequencySelectionSpec:
+        ratios = self.evolution_frequency_ratios or []
+        if len(ratios) != self.n_subpopulations:
+            raise ValueError(
+                f"evolution_frequency_ratios has {len(ratios)} entries; it needs one per sub-population "
+                f"(n_subpopulations: {self.n_subpopulations})"
+            )
+        if any(a >= b for a, b in itertools.pairwise(ratios)):
+            raise ValueError(f"evolution_frequency_ratios must be strictly increasing, got {ratios}")
+        return self
+
+    def brackets(self, pop_size: int) -> tuple[int, int, int, int]:
+        """``(n_winners, n_survivors, n_open_for_migration, n_losers)`` for ``pop_size``; unset ones
+        default to a quarter, 0, a quarter and the rest of a sub-population. Raises ValueError."""
+        k = self.n_subpopulations
+        if pop_size % k or pop_size // k < 3:
+            raise ValueError(
+                f"training.pop_size ({pop_size}) must split into {k} sub-populations of at least 3 agents "
+                f"(a multiple of n_subpopulations, >= {3 * k})"
+            )
+        size = pop_size // k
+        winners = self.n_winners if self.n_winners is not None else max(1, round(size / 4))
+        survivors = self.n_survivors if self.n_survivors is not None else 0
+        open_ = self.n_open_for_migration if self.n_open_for_migration is not None else max(1, round(size / 4))
+        losers = self.n_losers if self.n_losers is not None else size - winners - survivors - open_
+        if losers < 1 or winners + survivors + open_ + losers != size:
+            raise ValueError(
+                f"n_winners + n_survivors + n_open_for_migration + n_losers ({winners} + {survivors} + {open_} + "
+                f"{losers}) must equal the sub-population size, pop_size // n_subpopulations = {size}, "
+                "with at least one loser"
+            )
+        return winners, survivors, open_, losers
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agilerl import checkpoint
 from agilerl.errors import TrainingInterrupted
 from agilerl.hpo.selection import last_fitness
+from agilerl.training.backend import LocalBackend, MemberFailedError
 from agilerl.training.metrics import Progress
 
 if TYPE_CHECKING:
@@ -103,6 +104,9 @@ def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase:
         "strategy": strategy.state_dict(),
         "rng": rng_state(run),
     }
+    selection_state = getattr(run.selection, "state_dict", None)  # MF-PBT's counters
+    if callable(selection_state):
+        payload["selection"] = selection_state()
     return checkpoint.save(path, payload)
 
 
@@ -125,21 +129,22 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     resume_phase = (run.resume or {}).get("phase")
     parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
     t0 = time.perf_counter()
+    backend = run.backend if run.backend is not None else LocalBackend()
     try:
         while True:
             if resume_phase == "evaluated":
                 resume_phase = None  # the restored population was evaluated: go straight to evolution
             else:
-                # --- learn ---
-                learn_stats: dict[int, dict[str, float]] = {}
-                for agent in population:
-                    before = agent.steps
-                    budget = min(evo_steps, max(t.max_steps - agent.steps, 0))
-                    learn_stats[agent.index] = strategy.learn(agent, run, budget) if budget > 0 else {}
+                # --- learn and evaluate each member (in this process or on workers: the backend's) ---
+                budgets = [min(evo_steps, max(t.max_steps - a.steps, 0)) for a in population]
+
+                def on_member(pos: int, before: int, agent: Any) -> None:
                     progress.update(min(agent.steps, t.max_steps) - min(before, t.max_steps))
-                # --- evaluate ---
-                for agent in population:
-                    agent.fitness.append(float(strategy.evaluate(agent, run)))
+
+                results = backend.train_generation(run, strategy, population, budgets, on_member)
+                population = [r.agent for r in results]
+                run.population = population
+                learn_stats = {r.agent.index: r.stats for r in results}
                 best = max(population, key=last_fitness)
                 progress.update(0, best_fitness=last_fitness(best), generation=run.generation)
                 elapsed = time.perf_counter() - t0
@@ -186,10 +191,20 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                 keep_elite = run.selection is not None and run.selection.elitism
                 mutate_elite = manifest.mutation is None or manifest.mutation.mutate_elite
                 skip = {0} if keep_elite and not mutate_elite else None
+                selection_skip = getattr(run.selection, "mutation_skip", None)  # MF-PBT: only winner clones
+                if callable(selection_skip):
+                    skip = selection_skip()
                 run.mutations.mutate(population, skip=skip)
             run.population = population
             strategy.after_selection(run, population)
             run.generation += 1
+    except MemberFailedError as exc:
+        # run.population is still the population as it was before this generation: resuming redoes it.
+        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
+        progress.close()
+        raise MemberFailedError(
+            f"{exc}; checkpoint written to {path}. Resume with: agilerl train --resume {path}"
+        ) from None
     except KeyboardInterrupt:
         path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
         progress.close()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agilerl.builders import AlgorithmBuilder
+    from agilerl.hpo.mfpbt import MultiFrequencySelection
     from agilerl.hpo.mutation import Mutations
     from agilerl.hpo.selection import TournamentSelection
     from agilerl.models.manifest import TrainingManifest
@@ -27,7 +28,7 @@ class Run:
     logger: MetricsLogger
     device: str = "cpu"
     seed: int | None = None
-    selection: TournamentSelection | None = None
+    selection: TournamentSelection | MultiFrequencySelection | None = None
     mutations: Mutations | None = None
     generation: int = 0
     #: Free-form per-run state for strategies (buffers, env iterators, ...).
@@ -35,3 +36,5 @@ class Run:
     #: Resume payload, if the run continues a checkpoint.
     resume: dict[str, Any] | None = None
     progress: bool = True
+    #: Where members train between tournaments (:mod:`agilerl.training.backend`); None: in this process.
+    backend: Any = None

@@ -13,11 +13,14 @@ from typing import Any
 from agilerl import checkpoint
 from agilerl.builders import AlgorithmBuildRuntime, select_builder
 from agilerl.errors import AgileRLError
+from agilerl.hpo.mfpbt import MultiFrequencySelection
 from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
 from agilerl.hpo.selection import TournamentSelection
 from agilerl.models.manifest import TrainingManifest, load_manifest
+from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import select_strategy
-from agilerl.training.loop import TrainResult, restore_rng
+from agilerl.training.backend import make_backend
+from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
 from agilerl.training.metrics import MetricsLogger
 from agilerl.training.run import Run
 
@@ -111,19 +114,31 @@ class LocalTrainer:
         seed = t.seed
         _seed_everything(seed, t.torch_threads, self.device)
         strategy = self.strategy
+        backend = make_backend(t)  # before any env or model: a missing Ray fails here
+        loop = strategy.get_training_loop(manifest.algorithm)
+        if backend.name != "local" and loop is not evolutionary_loop:
+            raise AgileRLError(
+                f"training.backend: {backend.name}: {type(strategy).__name__} trains with its own loop "
+                f"({getattr(loop, '__qualname__', loop)}), which does not run members through a backend; "
+                "use backend: local"
+            )
         env = strategy.make_env(manifest, seed=seed)
         eval_env = strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
         rng = random.Random(seed)
-        selection = mutations = None
+        selection: TournamentSelection | MultiFrequencySelection | None = None
+        mutations = None
         if manifest.hpo:
             sel = manifest.tournament_selection
             evo_seed = _evolution_seed(manifest)
             # Two independent seeded streams: selection's draws must not mirror mutation's.
-            selection = TournamentSelection(
-                sel.tournament_size if sel else 2,
-                sel.elitism if sel else True,
-                rng=random.Random(None if evo_seed is None else f"selection:{evo_seed}"),
-            )
+            selection_rng = random.Random(None if evo_seed is None else f"selection:{evo_seed}")
+            if isinstance(sel, MultiFrequencySelectionSpec):
+                hp_names = sorted(resolve_hp_ranges(manifest.algorithm, manifest.mutation)) if manifest.mutation else []
+                selection = MultiFrequencySelection.from_spec(sel, t.pop_size, hp_names=hp_names, rng=selection_rng)
+            else:
+                selection = TournamentSelection(
+                    sel.tournament_size if sel else 2, sel.elitism if sel else True, rng=selection_rng
+                )
             if manifest.mutation is not None:
                 mutations = Mutations(manifest.mutation, manifest.algorithm, rng=random.Random(evo_seed))
         hp_config: dict[str, tuple[float, float]] = {}
@@ -161,19 +176,23 @@ class LocalTrainer:
             mutations=mutations,
             resume=self._resume,
             progress=self.progress,
+            backend=backend,
         )
         strategy.setup(run)
         if self._resume is not None:
             run.generation = int(self._resume.get("generation", 0))
             strategy.load_state_dict(self._resume.get("strategy", {}))
             restore_rng(run, self._resume["rng"])
-        loop = strategy.get_training_loop(manifest.algorithm)
+            if "selection" in self._resume and isinstance(selection, MultiFrequencySelection):
+                selection.load_state_dict(self._resume["selection"])
         kwargs = strategy.get_trainer_kwargs(
             manifest.algorithm, training=t, env_spec=manifest.environment, memory=run.extras.get("memory")
         )
         try:
+            backend.start(run, strategy)
             result: TrainResult = loop(run, strategy, **kwargs)
         finally:
+            backend.close()
             strategy.close(run)
             logger.close()
         if t.save_elite and result.population:

@@ -96,6 +96,8 @@ class OnPolicyStrategy(GymStrategy):
     """Rollouts of ``learn_step`` env steps (``learn_step // num_envs`` vector steps), then a PPO update."""
 
     regime = "on_policy"
+    #: Every learn() resets the env from a seed of its own and uses no shared buffer.
+    independent_members = True
 
     def _rollout_buffer(self, agent: Any, steps: int, n: int, obs: np.ndarray) -> RolloutBuffer:
         cached = getattr(agent, "_cache_rollout", None)

@@ -1,0 +1,141 @@
+"""Generation wall time of a population on the local and the Ray backend, side by side.
+
+    python benchmarks/hpo/bench_ray.py [--seeds 0 1 2] [--generations 3] [--agilerl]
+
+Population 4 of PPO on CartPole-v1 from ``examples/ppo_cartpole_hpo.yaml`` (8 sync envs,
+learn_step 2048, 10,240 env steps per agent per generation, tournament selection and mutation),
+``--generations`` generations, each configuration in a fresh process with one torch thread per
+process: ``local`` (members one after another), ``ray`` with 1 worker and with 2 workers (a local
+Ray instance the backend starts, 1 CPU per member). Reported per configuration: the median
+generation wall time (the loop's own clock: training, evaluation, shipping members to and from
+the workers, selection and mutation), the start-up cost (Ray, worker processes, envs), and whether
+the fitnesses equal the local run's. With ``--agilerl`` AgileRL 2.58's own ``LocalTrainer`` runs
+the same manifest and budget in the shared PyPI-AgileRL virtualenv (``benchmarks/agilerl_venv.py``):
+its seconds per generation and best fitness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = HERE.parents[1] / "examples" / "ppo_cartpole_hpo.yaml"
+CONFIGS: dict[str, dict[str, Any]] = {
+    "local": {},
+    "ray, 1 worker": {"backend": "ray", "ray_workers": 1},
+    "ray, 2 workers": {"backend": "ray", "ray_workers": 2},
+}
+
+
+def run(python: Path | str, worker: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run(
+        [str(python), str(HERE / worker), json.dumps(cfg)], check=True, capture_output=True, text=True, env=env
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def member_bytes(manifest: dict[str, Any]) -> int:
+    """Size of one freshly built member as the Ray backend ships it (pickled)."""
+    import ray.cloudpickle
+    import torch
+
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.models import load_manifest
+    from agilerl.strategies import select_strategy
+
+    torch.set_num_threads(1)
+    m = load_manifest(manifest)
+    env = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=env, manifest=m, runtime=AlgorithmBuildRuntime(manifest=m)
+    )
+    env.close()
+    return len(ray.cloudpickle.dumps(agent))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--generations", type=int, default=3)
+    parser.add_argument("--agilerl", action="store_true", help="also run AgileRL 2.58 on the same budget")
+    parser.add_argument("--skip-ours", action="store_true", help="with --agilerl: run AgileRL only")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "ray_backend.json")
+    args = parser.parse_args()
+    base = yaml.safe_load(MANIFEST.read_text())
+    base["training"]["max_steps"] = base["training"]["evo_steps"] * args.generations
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONFIGS}
+    shipped = member_bytes(base)
+    print(f"[bench] one member pickled: {shipped} bytes", flush=True)
+    their_python = None
+    if args.agilerl:
+        sys.path.insert(0, str(HERE.parent))
+        from agilerl_venv import ensure_agilerl_venv
+
+        their_python = ensure_agilerl_venv()
+        results["AgileRL 2.58"] = []
+    for seed in args.seeds:
+        for name, training in CONFIGS.items():
+            if args.skip_ours:
+                break
+            manifest = json.loads(json.dumps(base))
+            manifest["mutation"]["rand_seed"] = seed
+            manifest["training"].update(training)
+            r = run(sys.executable, "_ours_worker.py", {"seed": seed, "manifest": manifest})
+            r["seed"] = seed
+            results[name].append(r)
+            local = results["local"][-1]
+            same = r["histories"] == local["histories"]
+            print(f"[bench] seed {seed} {name:15s} wall {r['wall_s']:6.1f} s, start-up {r['startup_s']:5.1f} s, "
+                  f"generations {[round(g, 1) for g in r['generation_s']]} s, fitnesses "
+                  f"{'identical to local' if same else 'DIFFER from local'}", flush=True)  # fmt: skip
+            r["identical_to_local"] = same
+        if their_python is not None:
+            manifest = json.loads(json.dumps(base))
+            manifest["mutation"]["rand_seed"] = seed
+            r = run(their_python, "_agilerl_worker.py", {"seed": seed, "manifest": manifest})
+            gens = r["generations"]
+            r = {"seed": seed, "wall_s": r["wall_s"], "s_per_generation": r["wall_s"] / max(len(gens), 1),
+                 "best_fitness": max(g["best"] for g in gens)}  # fmt: skip
+            results["AgileRL 2.58"].append(r)
+            print(f"[bench] seed {seed} AgileRL 2.58    wall {r['wall_s']:6.1f} s, {r['s_per_generation']:.1f} s/gen, "
+                  f"best fitness {r['best_fitness']:.1f}", flush=True)  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        out = args.out.with_name("agilerl_population.json") if args.skip_ours else args.out
+        out.write_text(json.dumps({"generations": args.generations, "seeds": args.seeds, "member_bytes": shipped, "results": results},
+                                       indent=2))  # fmt: skip
+    print(f"\nPPO CartPole-v1, population 4, {args.generations} generations of 10,240 env steps per agent, "
+          f"seeds {args.seeds} (medians over seeds)\n")  # fmt: skip
+    print("| configuration | s / generation | vs local | start-up s | best fitness | fitnesses identical to local |")
+    print("|---|---|---|---|---|---|")
+    local_runs = results["local"] or [{"generation_s": [float("nan")]}]
+    local_gen = statistics.median(statistics.median(r["generation_s"]) for r in local_runs)
+    for name, runs in results.items():
+        if not runs:
+            continue
+        if name == "AgileRL 2.58":
+            per_gen = statistics.median(r["s_per_generation"] for r in runs)
+            best = statistics.median(r["best_fitness"] for r in runs)
+            ratio = "-" if local_gen != local_gen else f"{per_gen / local_gen:.2f}x"  # NaN: local not run
+            print(f"| {name} (its LocalTrainer) | {per_gen:.2f} | {ratio} | - | {best:.1f} | - |")
+            continue
+        per_gen = statistics.median(statistics.median(r["generation_s"]) for r in runs)
+        startup = statistics.median(r["startup_s"] for r in runs)
+        best = statistics.median(max(r["best_per_generation"]) for r in runs)
+        same = sum(r["identical_to_local"] for r in runs)
+        print(f"| {name} | {per_gen:.2f} | {per_gen / local_gen:.2f}x | {startup:.1f} | {best:.1f} | "
+              f"{same}/{len(runs)} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

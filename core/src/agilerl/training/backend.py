@@ -1,0 +1,167 @@
+"""Where a generation's members train: the seam between the evolutionary loop and its executors.
+
+Between two tournaments every member of a population trains and is evaluated on its own; that
+step is :func:`train_member`. A *backend* runs it for the whole population and hands the trained
+members back to the loop, which keeps selection, mutation, checkpoints and logging in the driver:
+
+* :class:`LocalBackend` (``training.backend: local``, the default): one member after another in
+  this process, as the loop always did.
+* ``RayBackend`` (``training.backend: ray``, in :mod:`agilerl.training.ray_backend`, imported only
+  when asked): each member's step is a task on a Ray actor, on this machine or a cluster.
+
+Per-member random streams: a member's step runs with Python's, NumPy's and torch's global
+generators seeded from ``(training.seed, member index, member steps)`` and put back afterwards.
+So a member's training depends only on its own state, never on which members trained before it
+in the same process: local and Ray runs give identical populations, and because the seed is a
+function of checkpointed state, a resumed run continues exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agilerl.errors import AgileRLError
+
+if TYPE_CHECKING:
+    from agilerl.models.sections import TrainingSpec
+    from agilerl.strategies import TrainingStrategy
+    from agilerl.training.run import Run
+
+#: ``on_member(position, steps_before, trained_agent)``: called as each member finishes.
+MemberCallback = Callable[[int, int, Any], None]
+
+
+class MemberFailedError(AgileRLError):
+    """A member's train-and-evaluate step failed on a worker (after the backend's retries)."""
+
+
+@dataclass
+class MemberResult:
+    """What one member's step gives back: the trained agent, its learn metrics, and the rows the
+    strategy logged while it ran (a Ray worker has no metrics files of its own)."""
+
+    agent: Any
+    stats: dict[str, float]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def member_seed(run_seed: int | None, index: int, steps: int) -> int | None:
+    """Seed of a member's step: a function of the run seed and the member's index and steps only."""
+    if run_seed is None:
+        return None
+    return random.Random(f"agilerl-member:{run_seed}:{index}:{steps}").getrandbits(63)
+
+
+@contextmanager
+def member_rng(seed: int | None) -> Iterator[None]:
+    """Run the body with the global Python/NumPy/torch generators seeded by ``seed``; restore them after.
+
+    Only libraries already imported are touched (core imports neither NumPy nor torch itself).
+    """
+    if seed is None:
+        yield
+        return
+    saved_py = random.getstate()
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    saved_np = np.random.get_state() if np is not None else None
+    if np is not None:
+        np.random.seed(seed % (2**32))
+    torch = sys.modules.get("torch")
+    saved_torch = saved_cuda = None
+    if torch is not None:
+        saved_torch = torch.get_rng_state()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            saved_cuda = torch.cuda.get_rng_state_all()
+        torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(saved_py)
+        if np is not None:
+            np.random.set_state(saved_np)
+        if torch is not None:
+            torch.set_rng_state(saved_torch)
+            if saved_cuda is not None:
+                torch.cuda.set_rng_state_all(saved_cuda)
+
+
+def train_member(strategy: TrainingStrategy, run: Run, agent: Any, budget: int) -> dict[str, float]:
+    """One member's step between tournaments: learn for ``budget`` steps, then append its fitness."""
+    with member_rng(member_seed(run.seed, agent.index, agent.steps)):
+        stats = strategy.learn(agent, run, budget) if budget > 0 else {}
+        agent.fitness.append(float(strategy.evaluate(agent, run)))
+    return stats
+
+
+class Backend:
+    """Runs :func:`train_member` for a population; selection and mutation stay with the caller."""
+
+    name = ""
+
+    def start(self, run: Run, strategy: TrainingStrategy) -> None:
+        """Start workers (once, before the first generation)."""
+
+    def train_generation(
+        self,
+        run: Run,
+        strategy: TrainingStrategy,
+        population: list[Any],
+        budgets: list[int],
+        on_member: MemberCallback | None = None,
+    ) -> list[MemberResult]:
+        """Train and evaluate every member (``budgets[i]`` steps for ``population[i]``); return
+        the results in population order, calling ``on_member`` as each member finishes."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release workers."""
+
+
+class LocalBackend(Backend):
+    """Members train one after another in this process (``training.backend: local``)."""
+
+    name = "local"
+
+    def train_generation(
+        self,
+        run: Run,
+        strategy: TrainingStrategy,
+        population: list[Any],
+        budgets: list[int],
+        on_member: MemberCallback | None = None,
+    ) -> list[MemberResult]:
+        results = []
+        for pos, (agent, budget) in enumerate(zip(population, budgets, strict=True)):
+            before = agent.steps
+            results.append(MemberResult(agent, train_member(strategy, run, agent, budget)))
+            if on_member is not None:
+                on_member(pos, before, agent)
+        return results
+
+
+def make_backend(training: TrainingSpec) -> Backend:
+    """The backend ``training.backend`` names (Ray is imported only here, only when asked)."""
+    if training.backend == "ray":
+        from agilerl.training.ray_backend import RayBackend
+
+        return RayBackend(training)
+    return LocalBackend()
+
+
+__all__ = [
+    "Backend",
+    "LocalBackend",
+    "MemberCallback",
+    "MemberFailedError",
+    "MemberResult",
+    "make_backend",
+    "member_rng",
+    "member_seed",
+    "train_member",
+]

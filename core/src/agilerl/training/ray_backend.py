@@ -1,0 +1,302 @@
+"""``training.backend: ray``: each member's train-and-evaluate step runs on a Ray actor.
+
+Imported only when a manifest asks for it (``pip install 'agilerl-core[ray]'``). The driver (the
+process running ``agilerl train``) keeps the population, selection, mutation, checkpoints and
+metrics; every generation it sends each member (the agent object, pickled by Ray) to a worker
+actor, which trains and evaluates it with :func:`agilerl.training.backend.train_member` and sends
+the trained agent, its learn metrics and any rows the strategy logged back.
+
+* Workers: ``training.ray_workers`` actors (default: as many as the cluster's CPUs allow at
+  ``num_cpus_per_member`` each, at most one per member), each asking Ray for
+  ``num_cpus_per_member`` CPUs and ``num_gpus_per_member`` GPUs. A worker builds the strategy and
+  its envs once from the manifest and keeps them for the whole run.
+* Members that share state: a strategy whose members train independently (its class sets
+  ``independent_members = True``) fans out over all workers. Any other strategy (a replay buffer
+  shared by the population, an env stream that continues from member to member) runs on a single
+  worker, members in population order, with the strategy's state (:meth:`state_dict`) sent there
+  and back every generation: same results as ``local``, on the cluster's hardware, no parallelism.
+* Faults: a worker process that dies is restarted by Ray and its task retried, up to
+  ``training.ray_max_retries`` times; the retried step starts from the driver's copy of the member,
+  so the result is the one an uninterrupted run gives. When retries run out the step raises
+  :class:`~agilerl.training.backend.MemberFailedError`; the loop then writes a checkpoint of the
+  population as it was before the generation, which ``--resume`` continues exactly.
+* Cluster: ``training.ray_address`` (else ``RAY_ADDRESS``) joins a running cluster; with neither,
+  a local Ray instance sized to this machine is started and shut down at the end of the run. Ray
+  already initialised in this process (a test fixture, a notebook) is used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from agilerl.errors import AgileRLError
+from agilerl.training.backend import Backend, MemberCallback, MemberFailedError, MemberResult, train_member
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+    from agilerl.models.sections import TrainingSpec
+    from agilerl.strategies import TrainingStrategy
+    from agilerl.training.run import Run
+
+try:
+    import ray
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise AgileRLError("training.backend: ray needs Ray; install it with: pip install 'agilerl-core[ray]'") from exc
+
+
+class _RowCollector:
+    """Stands in for the run's :class:`~agilerl.training.metrics.MetricsLogger` on a worker: rows a
+    strategy logs there are sent back and written by the driver's logger."""
+
+    def __init__(self, run_dir: Any) -> None:
+        self.run_dir = run_dir
+        self.rows: list[dict[str, Any]] = []
+
+    def log(self, row: dict[str, Any]) -> None:
+        self.rows.append(dict(row))
+
+    def read_jsonl(self) -> list[dict[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class MemberWorker:
+    """A Ray actor holding one strategy and its envs; trains the members it is sent."""
+
+    def __init__(self, manifest: TrainingManifest, *, seed: int | None, device: str, run_dir: str) -> None:
+        import random
+        from pathlib import Path
+
+        from agilerl.builders import select_builder
+        from agilerl.strategies import select_strategy
+        from agilerl.training.run import Run
+        from agilerl.training.trainer import _seed_everything
+
+        t = manifest.training
+        _seed_everything(seed, t.torch_threads, device)
+        self.strategy = select_strategy(manifest.algorithm)
+        env = self.strategy.make_env(manifest, seed=seed)
+        eval_env = self.strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
+        self.logger = _RowCollector(Path(run_dir))
+        self.run = Run(
+            manifest=manifest,
+            population=[],
+            env=env,
+            eval_env=eval_env,
+            builder=select_builder(manifest.algorithm),
+            run_dir=Path(run_dir),
+            rng=random.Random(seed),
+            logger=self.logger,  # type: ignore[arg-type]
+            device=device,
+            seed=seed,
+            progress=False,
+        )
+        self.strategy.setup(self.run)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def load_strategy_state(self, state: dict[str, Any]) -> None:
+        self.strategy.load_state_dict(state)
+
+    def step(self, packed_agent: bytes, budget: int, generation: int) -> bytes:
+        """Train and evaluate one member (see :func:`~agilerl.training.backend.train_member`)."""
+        return _pack(self._step(_unpack(packed_agent), budget, generation))
+
+    def _step(self, agent: Any, budget: int, generation: int) -> MemberResult:
+        self.run.generation = generation
+        self.logger.rows = []
+        stats = train_member(self.strategy, self.run, agent, budget)
+        return MemberResult(agent, stats, self.logger.rows)
+
+    def generation(self, packed: bytes, budgets: list[int], generation: int) -> bytes:
+        """All members in order, for strategies whose members share state: ``packed`` holds the
+        agents and the strategy's state; the trained agents and the new state go back."""
+        agents, strategy_state = _unpack(packed)
+        self.strategy.load_state_dict(strategy_state)
+        self.run.population = agents
+        results = [self._step(agent, budget, generation) for agent, budget in zip(agents, budgets, strict=True)]
+        return _pack((results, self.strategy.state_dict()))
+
+    def close(self) -> None:
+        self.strategy.close(self.run)
+
+
+class RayBackend(Backend):
+    """Train each generation's members on Ray actors (see the module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, training: TrainingSpec) -> None:
+        self.training = training
+        self.workers: list[Any] = []
+        self.owns_ray = False
+        self.independent = True
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return
+        address = self.training.ray_address or os.environ.get("RAY_ADDRESS") or None
+        env_vars = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        for key in ("AGILERL_STRICT_PLUGINS", "AGILERL_LOAD_PLUGINS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+            if key in os.environ:
+                env_vars[key] = os.environ[key]
+        kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}, "log_to_driver": True}
+        if address is None:
+            kwargs["include_dashboard"] = False
+            # Ray runs workers at nice 15 by default, for a responsive driver; here the workers do all
+            # the training while the driver waits, so they run at the driver's priority.
+            kwargs["_system_config"] = {"worker_niceness": 0}
+        try:
+            ray.init(address=address, **kwargs)
+        except ConnectionError as exc:
+            raise AgileRLError(
+                f"training.ray_address: cannot reach a Ray cluster at {address!r} ({exc}); "
+                "start one with `ray start --head` or leave ray_address unset for a local instance"
+            ) from None
+        self.owns_ray = True
+
+    def _num_workers(self, pop_size: int) -> int:
+        t = self.training
+        resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        n = int(resources.get("CPU", 1) // t.num_cpus_per_member) if t.num_cpus_per_member > 0 else pop_size
+        if t.num_gpus_per_member > 0:
+            n = min(n, int(resources.get("GPU", 0) // t.num_gpus_per_member))
+            if n < 1:
+                raise AgileRLError(
+                    f"training.num_gpus_per_member: {t.num_gpus_per_member:g} GPU(s) per member, but the Ray "
+                    f"cluster has {resources.get('GPU', 0):g}; add GPU nodes or lower num_gpus_per_member"
+                )
+        if not self.independent:
+            return 1
+        if t.ray_workers is not None:
+            return min(t.ray_workers, pop_size)
+        return max(1, min(n, pop_size))
+
+    def start(self, run: Run, strategy: TrainingStrategy) -> None:
+        self._connect()
+        t = self.training
+        self.independent = bool(getattr(strategy, "independent_members", False))
+        n = self._num_workers(len(run.population))
+        retries = t.ray_max_retries
+        actor = ray.remote(MemberWorker).options(
+            num_cpus=t.num_cpus_per_member,
+            num_gpus=t.num_gpus_per_member,
+            max_restarts=retries,
+            max_task_retries=retries,
+        )
+        manifest_ref = ray.put(run.manifest)
+        self.workers = [
+            actor.remote(manifest_ref, seed=run.seed, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)
+        ]
+        try:
+            ray.get([w.pid.remote() for w in self.workers])  # fail here, not mid-generation, on a bad setup
+        except ray.exceptions.RayError as exc:
+            self.close()
+            raise AgileRLError(f"training.backend: ray: the workers could not start: {_cause(exc)}") from None
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                ray.get(w.close.remote(), timeout=30)
+            except Exception:  # a dead or hung worker: nothing left to release
+                pass
+            ray.kill(w)
+        self.workers = []
+        if self.owns_ray and ray.is_initialized():
+            ray.shutdown()
+            self.owns_ray = False
+
+    # --- one generation -------------------------------------------------------------------------
+    def train_generation(
+        self,
+        run: Run,
+        strategy: TrainingStrategy,
+        population: list[Any],
+        budgets: list[int],
+        on_member: MemberCallback | None = None,
+    ) -> list[MemberResult]:
+        if not self.independent:
+            return self._sequential(run, strategy, population, budgets, on_member)
+        results: list[MemberResult | None] = [None] * len(population)
+        pending: dict[Any, int] = {}
+        queue = list(range(len(population)))
+        idle = list(self.workers)
+        busy: dict[Any, Any] = {}  # ref -> worker
+        while queue or pending:
+            while queue and idle:
+                pos = queue.pop(0)
+                worker = idle.pop(0)
+                ref = worker.step.remote(_pack(population[pos]), budgets[pos], run.generation)
+                pending[ref] = pos
+                busy[ref] = worker
+            done, _ = ray.wait(list(pending), num_returns=1)
+            ref = done[0]
+            pos = pending.pop(ref)
+            idle.append(busy.pop(ref))
+            result = _unpack(self._get(ref, population[pos]))
+            self._deliver(run, result)
+            results[pos] = result
+            if on_member is not None:
+                on_member(pos, population[pos].steps, result.agent)
+        return [r for r in results if r is not None]
+
+    def _sequential(
+        self,
+        run: Run,
+        strategy: TrainingStrategy,
+        population: list[Any],
+        budgets: list[int],
+        on_member: MemberCallback | None,
+    ) -> list[MemberResult]:
+        packed = _pack((population, strategy.state_dict()))
+        results, state = _unpack(
+            self._get(self.workers[0].generation.remote(packed, budgets, run.generation), population[0])
+        )
+        strategy.load_state_dict(state)
+        for pos, result in enumerate(results):
+            self._deliver(run, result)
+            if on_member is not None:
+                on_member(pos, population[pos].steps, result.agent)
+        return results  # type: ignore[no-any-return]
+
+    def _get(self, ref: Any, agent: Any) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            raise MemberFailedError(
+                f"the Ray worker training member {agent.index} died and was retried "
+                f"{self.training.ray_max_retries} time(s) (training.ray_max_retries): {_cause(exc)}"
+            ) from None
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else None
+            if isinstance(cause, AgileRLError):
+                raise cause from None
+            raise MemberFailedError(f"member {agent.index} failed on a Ray worker: {_cause(exc)}") from None
+
+    @staticmethod
+    def _deliver(run: Run, result: MemberResult) -> None:
+        for row in result.rows:
+            run.logger.log(row)
+
+
+def _pack(obj: Any) -> bytes:
+    # Members and strategy state travel as pickled bytes rather than as Ray objects: Ray hands NumPy
+    # arrays back read-only (zero-copy), and an agent or a buffer must be able to write to its own.
+    return ray.cloudpickle.dumps(obj)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def _unpack(data: bytes) -> Any:
+    return ray.cloudpickle.loads(data)
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1] if text else type(exc).__name__
+
+
+__all__ = ["MemberWorker", "RayBackend"]
