@@ -107,12 +107,16 @@ class _Table(Generic[T]):
             return table
 
     # --- reading -----------------------------------------------------------------------------
+    def _listed(self, entry: Entry[T]) -> bool:
+        """Whether ``entry`` is shown in listings and "registered: ..." messages."""
+        return True
+
     def entry(self, key: str) -> Entry[T]:
         table = self._fill()
         try:
             return table[key]
         except KeyError:
-            raise UnknownNameError(self.kind, key, list(table)) from None
+            raise UnknownNameError(self.kind, key, [k for k, e in table.items() if self._listed(e)]) from None
 
     def __contains__(self, key: object) -> bool:
         return key in self._fill()
@@ -199,13 +203,16 @@ class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
         spec._registry_name = name
         return spec
 
+    def _listed(self, entry: Entry[Any]) -> bool:
+        return not entry.value.not_supported
+
     def names(self) -> list[str]:
-        """Every registered algorithm name, sorted."""
-        return self.keys()
+        """Every registered algorithm name that can be trained, sorted (not the ``not_supported`` ones)."""
+        return [e.key for e in self.entries() if self._listed(e)]
 
     def items(self) -> list[tuple[str, type[AlgorithmSpec]]]:
-        """Every (name, spec class) pair, sorted by name."""
-        return [(e.key, e.value) for e in self.entries()]
+        """Every (name, spec class) pair that can be trained, sorted by name."""
+        return [(e.key, e.value) for e in self.entries() if self._listed(e)]
 
     def name_of(self, spec_cls: type[AlgorithmSpec]) -> str | None:
         """The registered name of ``spec_cls`` (or of its nearest registered base class)."""

@@ -18,16 +18,9 @@ from annotated_types import Ge, Gt, Le, Lt
 
 from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
-from agilerl.models.sections import MutationSpec
+from agilerl.models.sections import MutationSpec, unsupported_operators_message
 
 #: What each operator does, for error messages.
-OPERATOR_NAMES = {
-    "arch_mut": "architecture mutation",
-    "params_mut": "parameter mutation",
-    "act_mut": "activation mutation",
-    "rl_hp_mut": "hyperparameter mutation",
-    "no_mut": "no mutation",
-}
 
 
 class UnsupportedMutationError(AgileRLError):
@@ -92,13 +85,10 @@ class Mutations:
         supported = type(algo_spec).supported_mutations
         refused = [op for op, w in weights.items() if w > 0 and op not in supported]
         if refused:
-            reason = type(algo_spec).unsupported_mutation_reason
-            why = f" ({reason})" if reason else ""
-            ops = ", ".join(f"{OPERATOR_NAMES.get(op, op)} ({op})" for op in refused)
-            raise UnsupportedMutationError(
-                f"mutation.probabilities: {algo_spec.name} does not support {ops}{why}; "
-                f"set {', '.join(f'{op}: 0' for op in refused)}"
+            message = unsupported_operators_message(
+                algo_spec.name, refused, type(algo_spec).unsupported_mutation_reason
             )
+            raise UnsupportedMutationError(f"mutation.probabilities: {message}")
         total = sum(weights.values())
         if total <= 0:
             weights, total = {"no_mut": 1.0}, 1.0

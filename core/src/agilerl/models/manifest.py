@@ -19,6 +19,7 @@ from agilerl.models.sections import (
     ReplayBufferSpec,
     TournamentSelectionSpec,
     TrainingSpec,
+    unsupported_operators_message,
 )
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
@@ -113,7 +114,7 @@ def _fields_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]
     for f in current.model_fields.values():
         va = f.validation_alias
         if va is not None and hasattr(va, "choices"):
-            names += [c for c in va.choices if isinstance(c, str)]
+            names += [c for c in va.choices if isinstance(c, str) and c not in names]
     return names
 
 
@@ -210,11 +211,18 @@ def _algorithm(
         for key in spec_cls.lifted_network_fields:
             if key in network_raw and not _names_of_field(spec_cls, key) & fields.keys():
                 fields[key] = network_raw[key]
+    if spec_cls.not_supported:
+        problems.append(Problem("algorithm.name", spec_cls.not_supported))
+        raise _Refused
     try:
         return MANIFEST_REGISTRY.create(name, **fields)
     except ValidationError as exc:
         problems.extend(problems_from_validation(exc, "algorithm", spec_cls))
         return None
+
+
+class _Refused(Exception):
+    """The manifest needs a feature we do not have: that one problem is the whole answer."""
 
 
 def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: list[Problem]) -> EnvSpec | None:
@@ -228,7 +236,8 @@ def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: 
     fields = dict(raw)
     env_type = fields.get("env_type") or (type(algo).default_env_type if algo is not None else None)
     if env_type is None:
-        problems.append(Problem("environment.env_type", "required when the algorithm is invalid or unknown"))
+        # The env type comes from the algorithm, whose problem is already reported: one root cause,
+        # one error. The section is checked once the algorithm is fixed.
         return None
     fields["env_type"] = env_type
     try:
@@ -257,14 +266,15 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
                 msg += f"; did you mean {hint!r}?" if hint else f" (numeric fields: {', '.join(sorted(numeric))})"
                 problems.append(Problem(f"mutation.rl_hp_selection.{key}", msg))
         probs = manifest.mutation.probabilities
-        for op, weight in probs.operator_weights().items():
-            # Only what the manifest asked for is an error; unsupported defaults are dropped below.
-            if weight > 0 and op not in type(algo).supported_mutations and op in probs.model_fields_set:
-                problems.append(Problem(
-                    f"mutation.probabilities.{op}",
-                    f"{algo.name} supports only {', '.join(sorted(type(algo).supported_mutations))}; "
-                    f"set {op}: 0",
-                ))  # fmt: skip
+        supported = type(algo).supported_mutations
+        # Only what the manifest asked for is an error; unsupported defaults are dropped below.
+        refused = [op for op, weight in probs.operator_weights().items()
+                   if weight > 0 and op not in supported and op in probs.model_fields_set]  # fmt: skip
+        if refused:
+            message = unsupported_operators_message(algo.name, refused, type(algo).unsupported_mutation_reason)
+            problems.append(Problem("mutation.probabilities", message))
+    if problems:  # the spec's own checks run once the shared sections are right: one cause, one error
+        return problems
     problems.extend(algo.manifest_problems(manifest))
     return problems
 
@@ -333,7 +343,10 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
                                 "multi_frequency (MF-PBT) is not supported yet; use strategy: tournament"))  # fmt: skip
         normalised.pop("tournament_selection")
     network_raw = normalised.get("network") if isinstance(normalised.get("network"), Mapping) else None
-    algo = _algorithm(normalised, network_raw, problems)
+    try:
+        algo = _algorithm(normalised, network_raw, problems)
+    except _Refused:
+        raise ManifestError(problems[-1:], source) from None
     env = _environment(normalised, algo, problems)
     if network_raw is not None:
         normalised["network"] = _network_without_lifted(normalised, network_raw, algo, problems)

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
 from agilerl.models.base import Spec
 
@@ -68,6 +69,8 @@ class CnnSpec(Spec):
 
 
 class LstmSpec(Spec):
+    """A recurrent (LSTM) encoder, as AgileRL's ``arch: lstm``."""
+
     arch: Literal["lstm"] = "lstm"
     hidden_state_size: Annotated[int, Field(ge=1)] = 64
     num_layers: Annotated[int, Field(ge=1)] = 1
@@ -78,7 +81,17 @@ class LstmSpec(Spec):
     max_layers: int = 6
 
 
+class CnnLstmSpec(Spec):
+    """A CNN followed by an LSTM, as AgileRL's ``arch: cnn_lstm``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    arch: Literal["cnn_lstm"] = "cnn_lstm"
+
+
 class SimbaSpec(Spec):
+    """A SimBa residual MLP encoder, as AgileRL's ``arch: simba``."""
+
     arch: Literal["simba"] = "simba"
     hidden_size: Annotated[int, Field(ge=1)] = 128
     num_blocks: Annotated[int, Field(ge=1)] = 1
@@ -89,17 +102,65 @@ class SimbaSpec(Spec):
     max_mlp_nodes: int = 256
 
 
-EncoderSpec = Annotated[MlpSpec | CnnSpec | LstmSpec | SimbaSpec, Field(discriminator="arch")]
+class MultiInputSpec(Spec):
+    """One encoder per part of a Dict/Tuple observation, as AgileRL's ``arch: multiinput``."""
+
+    arch: Literal["multiinput"] = "multiinput"
+    latent_dim: Annotated[int, Field(ge=1)] = 128
+    vector_space_mlp: bool = False
+    mlp_config: MlpSpec | None = None
+    cnn_config: CnnSpec | None = None
+    lstm_config: LstmSpec | None = None
+    init_dicts: dict[str, Any] | None = None
+    output_activation: Activation | None = None
+    min_latent_dim: Annotated[int, Field(ge=1)] = 8
+    max_latent_dim: Annotated[int, Field(ge=1)] = 128
+
+
+EncoderSpec = Annotated[
+    MlpSpec | CnnSpec | LstmSpec | CnnLstmSpec | SimbaSpec | MultiInputSpec, Field(discriminator="arch")
+]
+ENCODER_ARCHS: tuple[str, ...] = ("mlp", "cnn", "lstm", "cnn_lstm", "simba", "multiinput")
+
+# Keys that identify an encoder's kind when a manifest gives no ``arch`` (AgileRL's files rarely do).
+_CNN_KEYS = {"channel_size", "kernel_size", "stride_size", "min_channel_size", "max_channel_size"}
+_LSTM_KEYS = {"hidden_state_size", "num_layers", "min_hidden_state_size", "max_hidden_state_size",
+              "min_layers", "max_layers", "dropout"}  # fmt: skip
+_SIMBA_KEYS = {"num_blocks", "scale_factor", "min_blocks", "max_blocks"}
+_MULTI_INPUT_KEYS = {"mlp_config", "cnn_config", "lstm_config", "vector_space_mlp", "init_dicts", "latent_dim"}
+
+
+def infer_encoder_arch(config: Mapping[str, Any]) -> str:
+    """The ``arch`` an encoder config without one describes, from its keys.
+
+    Per-input configs (``mlp_config``, ``cnn_config``, ...) mean ``multiinput``; CNN keys with LSTM
+    keys mean ``cnn_lstm``; then ``cnn``, ``lstm``, ``simba`` (its block keys, or an integer
+    ``hidden_size``); anything else is an ``mlp``.
+    """
+    keys = set(config)
+    if keys & _MULTI_INPUT_KEYS:
+        return "multiinput"
+    if keys & _CNN_KEYS:
+        return "cnn_lstm" if keys & (_LSTM_KEYS - {"dropout"}) else "cnn"
+    if keys & _LSTM_KEYS:
+        return "lstm"
+    if keys & _SIMBA_KEYS or isinstance(config.get("hidden_size"), int):
+        return "simba"
+    return "mlp"
 
 
 class NetworkSpec(Spec):
     """Network architecture: an encoder and a head.
 
     Fields an algorithm spec lists in ``lifted_network_fields`` may be written here too; they are
-    moved onto the algorithm at validation and are not part of this section.
+    moved onto the algorithm at validation and are not part of this section. An ``encoder_config``
+    without ``arch`` gets the one its keys describe (:func:`infer_encoder_arch`); the dump always
+    writes it, so a stored manifest re-validates to the same spec.
     """
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
+    min_latent_dim: Annotated[int | None, Field(ge=1, description="Smallest latent_dim mutation may reach.")] = None
+    max_latent_dim: Annotated[int | None, Field(ge=1, description="Largest latent_dim mutation may reach.")] = None
     encoder_config: EncoderSpec | None = None
     head_config: MlpSpec | None = None
     random_seed: int | None = None
@@ -115,7 +176,25 @@ class NetworkSpec(Spec):
             enc = dict(data.get("encoder_config") or {})
             enc.setdefault("arch", arch)
             data["encoder_config"] = enc
+        if isinstance(data, dict) and isinstance(data.get("encoder_config"), Mapping):
+            enc = dict(data["encoder_config"])
+            if "arch" not in enc:
+                enc["arch"] = "simba" if data.get("simba") is True else infer_encoder_arch(enc)
+                data = {**data, "encoder_config": enc}
+            elif enc["arch"] not in ENCODER_ARCHS:
+                raise ValueError(
+                    f"encoder_config.arch {enc['arch']!r} is not an encoder kind; use one of {', '.join(ENCODER_ARCHS)}"
+                )
         return data
+
+    @model_validator(mode="after")
+    def _latent_range(self) -> NetworkSpec:
+        lo, hi = self.min_latent_dim, self.max_latent_dim
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_latent_dim ({lo}) must be <= max_latent_dim ({hi})")
+        if (lo is not None and self.latent_dim < lo) or (hi is not None and self.latent_dim > hi):
+            raise ValueError(f"latent_dim ({self.latent_dim}) must lie in [min_latent_dim, max_latent_dim]")
+        return self
 
 
 # --------------------------------------------------------------------------------------------------
@@ -201,6 +280,22 @@ class MutationProbabilities(Spec):
             "act_mut": self.act_mut,
             "rl_hp_mut": self.rl_hp_mut,
         }
+
+
+OPERATOR_NAMES = {
+    "arch_mut": "architecture mutation",
+    "params_mut": "parameter mutation",
+    "act_mut": "activation mutation",
+    "rl_hp_mut": "hyperparameter mutation",
+    "no_mut": "no mutation",
+}
+
+
+def unsupported_operators_message(algo_name: str, refused: list[str], reason: str = "") -> str:
+    """One message for every mutation operator an algorithm cannot apply (and how to turn them off)."""
+    ops = " or ".join(f"{OPERATOR_NAMES.get(op, op)} ({op})" for op in refused)
+    why = f" ({reason})" if reason else ""
+    return f"{algo_name} does not support {ops} yet{why}; set {', '.join(f'{op}: 0' for op in refused)}"
 
 
 class RLHyperparameter(Spec):

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationError
 from agilerl.errors import Problem, closest
 from agilerl.models.base import MultiAgentAlgorithmSpec
 from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.spec_checks import network_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -99,6 +100,13 @@ def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Prob
         found = importlib.util.find_spec(name) is not None if name and not name.startswith(".") else False
     except (ImportError, ValueError):
         found = False
+    if found and "." in name:
+        # The module is there: import it (cheap, no torch) so a package that moved says where to.
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            problems.append(Problem("environment.name", f"cannot import {name!r}: {exc}"))
+            return problems
     if not found:
         hint = (
             f"{name!r} looks like a gymnasium id: {algo_name} is multi-agent; train it with a single-agent "
@@ -161,6 +169,9 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
     )
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        network = network_problems(manifest, type(self).supported_mutations)
+        if network:  # a feature this plugin lacks: that is the answer, whatever the env
+            return network
         return net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
 
 
@@ -176,7 +187,9 @@ class IPPOSpec(_MultiAgentSpecBase):
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per rollout before an update.")] = 4096
     lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic.")] = 1e-4
     gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda.")] = 0.95
-    action_std_init: Annotated[float, Field(gt=0, description="Initial std of continuous actions.")] = 0.6
+    action_std_init: float = Field(
+        default=-0.5108, description="Initial log-std of continuous actions, as in AgileRL; -0.51 is std 0.6."
+    )
     clip_coef: Annotated[float, Field(ge=0, description="PPO ratio clip.")] = 0.2
     ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus weight.")] = 0.01
     vf_coef: Annotated[float, Field(ge=0, description="Value loss weight.")] = 0.5

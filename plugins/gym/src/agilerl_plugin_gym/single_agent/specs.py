@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from agilerl.errors import Problem
 from agilerl.models import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.spec_checks import missing_env_package, namespace_package_problem, network_problems
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -43,6 +44,9 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "false is not supported yet: an off-policy population shares one replay buffer; "
                 "remove the field or set it to true",
             ))  # fmt: skip
+        problems += network_problems(manifest, type(self).supported_mutations)
+        if problems:  # a feature this plugin lacks: that is the answer, whatever the env
+            return problems
         env = manifest.environment
         if env.env_type != "gym":
             problems.append(Problem("environment.env_type", f"{self.name} trains on gym environments (env_type: gym)"))
@@ -54,10 +58,15 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
             # Importing gymnasium's registry is cheap (no torch): catch a typo before anything runs.
             from agilerl_plugin_gym.envs import GymEnvError, check_gym_id
 
+            missing = namespace_package_problem(env.env_id)
             try:
-                check_gym_id(env.env_id)
+                if missing is None:
+                    check_gym_id(env.env_id)
+                    missing = missing_env_package(env.env_id)
             except GymEnvError as exc:
                 problems.append(Problem("environment.name", str(exc).removeprefix("environment.name: ")))
+            if missing is not None:
+                problems.append(Problem("environment.name", missing))
         if not problems:
             problems += _space_problems(self.name, env)
         return problems
@@ -113,8 +122,9 @@ class PPOSpec(GymAlgorithmSpec):
     batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step.")] = 64
     lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
     gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages).")] = 0.95
-    action_std_init: Annotated[float, Field(gt=0, description="Initial std of the Gaussian policy (Box actions).")] = (
-        0.6
+    action_std_init: float = Field(
+        default=-0.5108,
+        description="Initial log-std of the Gaussian policy (Box actions), as in AgileRL; -0.51 is std 0.6.",
     )
     clip_coef: Annotated[float, Field(gt=0, description="PPO ratio clip range (and value clip range).")] = 0.2
     ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.01
@@ -157,7 +167,14 @@ class DQNSpec(GymAlgorithmSpec):
     lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
-    cudagraphs: bool = Field(default=False, description="Accepted for AgileRL compatibility (unused).")
+    cudagraphs: bool = Field(default=False, description="CUDA graphs: false only (true is not supported yet).")
+
+    @field_validator("cudagraphs")
+    @classmethod
+    def _no_cudagraphs(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("CUDA graphs (cudagraphs: true) are not supported yet; set cudagraphs: false")
+        return value
 
 
 class DDPGSpec(GymAlgorithmSpec):
@@ -178,8 +195,15 @@ class DDPGSpec(GymAlgorithmSpec):
     mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
     theta: Annotated[float, Field(ge=0, description="OU mean-reversion rate.")] = 0.15
     dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
-    share_encoders: bool = Field(default=False, description="Accepted for AgileRL compatibility (unused).")
+    share_encoders: bool = Field(default=False, description="Actor and critic encoders: separate only (false).")
     vect_noise_dim: Annotated[int, Field(ge=1, description="Accepted for AgileRL compatibility.")] = 1
+
+    @field_validator("share_encoders")
+    @classmethod
+    def _no_shared_encoders(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("a shared actor-critic encoder (share_encoders: true) is not supported yet here")
+        return value
 
 
 class TD3Spec(DDPGSpec):
@@ -188,3 +212,24 @@ class TD3Spec(DDPGSpec):
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 5e-3
     policy_noise: Annotated[float, Field(ge=0, description="Target policy smoothing noise (fraction of range).")] = 0.2
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
+
+
+class _NotSupportedSpec(GymAlgorithmSpec):
+    """An AgileRL algorithm name this plugin knows but cannot train yet (see ``not_supported``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class RainbowDQNSpec(_NotSupportedSpec):
+    regime: ClassVar[str] = "off_policy"
+    not_supported: ClassVar[str] = (
+        "RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN"
+    )
+
+
+class CQNSpec(_NotSupportedSpec):
+    regime: ClassVar[str] = "offline"
+    not_supported: ClassVar[str] = (
+        "CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline "
+        "env type and strategy this plugin does not have"
+    )
