@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,17 +66,48 @@ class TrainingManifest(BaseModel):
         return self.mutation is not None or self.tournament_selection is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict that :func:`validate_manifest` accepts (round-trips)."""
+        """A plain dict that :func:`validate_manifest` turns back into this same manifest.
+
+        Fields left at their default are omitted, except discriminators (``arch: mlp``,
+        ``env_type``, ...): without them an encoder's kind would be re-inferred from its keys. The
+        copy stored in a checkpoint or run directory therefore re-validates to the same spec.
+        """
         out: dict[str, Any] = {"apiVersion": self.apiVersion}
-        out["algorithm"] = {"name": self.algorithm.name, **self.algorithm.model_dump(exclude_defaults=True)}
-        out["environment"] = self.environment.model_dump(exclude_defaults=True)
-        out["environment"]["env_type"] = self.environment.env_type
+        out["algorithm"] = {"name": self.algorithm.name, **dump_spec(self.algorithm)}
+        out["environment"] = {**dump_spec(self.environment), "env_type": self.environment.env_type}
         for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection"):
             value = getattr(self, key)
             if value is not None:
-                out[key] = value.model_dump(exclude_defaults=True)
+                out[key] = dump_spec(value)
         result: dict[str, Any] = json.loads(json.dumps(out, default=str))
         return result
+
+
+def _is_tag(info: Any) -> bool:
+    """A field typed as one literal value: a discriminator, always written."""
+    return typing.get_origin(info.annotation) is typing.Literal and len(typing.get_args(info.annotation)) == 1
+
+
+def dump_spec(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump(exclude_defaults=True)`` that keeps every nested model's discriminators."""
+    out: dict[str, Any] = model.model_dump(exclude_defaults=True)
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if _is_tag(info):
+            out[name] = value
+        elif name in out:
+            out[name] = _with_tags(value, out[name])
+    return out
+
+
+def _with_tags(value: Any, dumped: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return dump_spec(value)
+    if isinstance(value, Mapping) and isinstance(dumped, dict):
+        return {k: _with_tags(v, dumped[k]) if k in dumped else dumped.get(k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and isinstance(dumped, list) and len(value) == len(dumped):
+        return [_with_tags(v, d) for v, d in zip(value, dumped, strict=True)]
+    return dumped
 
 
 # --------------------------------------------------------------------------------------------------
