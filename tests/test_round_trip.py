@@ -26,10 +26,14 @@ def _corpus() -> list[Path]:
 
 
 def _valid(path: Path) -> bool:
+    cwd = Path.cwd()
     try:
+        os.chdir(UPSTREAM if UPSTREAM in path.parents else REPO)
         load_manifest(path)
     except ManifestError:
         return False
+    finally:
+        os.chdir(cwd)
     return True
 
 
@@ -41,7 +45,8 @@ def test_the_corpus_is_not_empty() -> None:
 
 
 @pytest.mark.parametrize("path", VALID, ids=lambda p: str(p.relative_to(p.parents[1])))
-def test_dump_revalidates_to_the_same_manifest(path: Path) -> None:
+def test_dump_revalidates_to_the_same_manifest(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(UPSTREAM if UPSTREAM in path.parents else REPO)
     manifest = load_manifest(path)
     dumped = manifest.to_dict()
     again = validate_manifest(yaml.safe_load(yaml.safe_dump(dumped)))  # through YAML, as stored

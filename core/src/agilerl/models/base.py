@@ -21,6 +21,12 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
+    #: Other libraries' names for this section's fields (SB3's ``learning_rate`` for ``lr``, ...):
+    #: an unknown field listed here gets "did you mean" the field it names. A value is a field of
+    #: this section, or a dotted path into another section (``replay_buffer.max_size``). Names whose
+    #: target this spec does not have are skipped, so a base class may list its subclasses' names.
+    field_synonyms: ClassVar[dict[str, str]] = {}
+
 
 class AlgorithmSpec(Spec):
     """Fields every algorithm's manifest section carries."""

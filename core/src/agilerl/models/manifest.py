@@ -125,22 +125,28 @@ def _path(prefix: str, loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def _fields_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
-    """Field names (and aliases) valid at ``loc`` inside ``model``, for did-you-mean hints."""
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that validates the mapping holding ``loc[-1]`` inside ``model``."""
     current: Any = model
     for item in loc[:-1]:
         if current is None or not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
+            return None
         field = current.model_fields.get(str(item))
         if field is None:
-            return []
+            return None
         ann = field.annotation
         current = None
         for cand in getattr(ann, "__args__", ()) or (ann,):
             if isinstance(cand, type) and issubclass(cand, BaseModel):
                 current = cand
                 break
-    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _fields_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """Field names (and aliases) valid at ``loc`` inside ``model``, for did-you-mean hints."""
+    current = _model_at(model, loc)
+    if current is None:
         return []
     names = list(current.model_fields)
     for f in current.model_fields.values():
@@ -148,6 +154,20 @@ def _fields_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]
         if va is not None and hasattr(va, "choices"):
             names += [c for c in va.choices if isinstance(c, str) and c not in names]
     return names
+
+
+def _synonym(model: type[BaseModel] | None, loc: tuple[Any, ...], key: str) -> str | None:
+    """Our name for ``key`` when it is another library's name for a field (``field_synonyms``)."""
+    current = _model_at(model, loc)
+    synonyms: dict[str, str] = getattr(current, "field_synonyms", {}) or {}
+    target = synonyms.get(key) or synonyms.get(key.lower())
+    if target is None or current is None:
+        return None
+    if "." in target:  # another section's field
+        section, _, name = target.partition(".")
+        other = SECTIONS.get(section)
+        return target if other is not None and name in other.model_fields else None
+    return target if target in _fields_of(model, loc) else None
 
 
 def problems_from_validation(exc: ValidationError, prefix: str, model: type[BaseModel] | None = None) -> list[Problem]:
@@ -159,8 +179,11 @@ def problems_from_validation(exc: ValidationError, prefix: str, model: type[Base
         kind = err["type"]
         if kind == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
-            hint = closest(key, _fields_of(model, loc))
+            synonym = _synonym(model, loc, key)
+            hint = synonym or closest(key, _fields_of(model, loc))
             msg = "unknown field" + (f"; did you mean {hint!r}?" if hint else "")
+            if synonym:
+                msg += f" ({key} is another library's name for it)"
             valid = _fields_of(model, loc)
             if not hint and valid:
                 msg += f" (valid fields: {', '.join(sorted(valid))})"

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
@@ -205,6 +205,13 @@ class NetworkSpec(Spec):
 class TrainingSpec(Spec):
     """How long and how to train, evaluate and checkpoint."""
 
+    field_synonyms: ClassVar[dict[str, str]] = {
+        "total_timesteps": "max_steps", "n_timesteps": "max_steps", "total_steps": "max_steps",
+        "eval_freq": "evo_steps", "n_eval_episodes": "eval_loop", "eval_episodes": "eval_loop",
+        "population": "pop_size", "learning_starts": "learning_delay", "exploration_initial_eps": "eps_start",
+        "exploration_final_eps": "eps_end", "save_freq": "checkpoint_steps", "num_train_epochs": "num_epochs",
+    }  # fmt: skip
+
     name: str | None = None
     max_steps: Annotated[int, Field(ge=1, description="Env steps per agent before stopping.")] = 1_000_000
     evo_steps: Annotated[
@@ -350,6 +357,8 @@ class PerArgs(Spec):
 
 class ReplayBufferSpec(Spec):
     """Experience replay for off-policy algorithms."""
+
+    field_synonyms: ClassVar[dict[str, str]] = {"buffer_size": "max_size", "capacity": "max_size"}
 
     kind: Literal["classic", "llm"] = "classic"
     name: str | None = None

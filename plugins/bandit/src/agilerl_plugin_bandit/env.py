@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from agilerl.errors import AgileRLError
-from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec
+from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec, table_path_problem
 
 TableInput: TypeAlias = pd.DataFrame | pd.Series | np.ndarray | str | os.PathLike[str]
 
@@ -150,17 +150,9 @@ class BanditEnv:
 
 
 def _resolve_path(value: str | os.PathLike[str], base: str | None, field: str) -> Path:
-    p = Path(value).expanduser()
-    if not p.is_absolute() and base is not None:
-        p = Path(base).expanduser() / p
-    if not p.exists():
-        hint = f" (relative to environment.path {base!r})" if base is not None and not Path(value).is_absolute() else ""
-        raise BanditDataError(
-            f"environment.{field}: file not found: {p}{hint}. Check the path; relative paths resolve against "
-            f"environment.path when set, else the working directory ({Path.cwd()})."
-        )
-    if p.is_dir():
-        raise BanditDataError(f"environment.{field}: {p} is a directory; give a .csv or .parquet file")
+    p, message = table_path_problem(str(value), base, field)
+    if message is not None:
+        raise BanditDataError(message)
     return p
 
 

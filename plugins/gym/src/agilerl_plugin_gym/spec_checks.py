@@ -15,6 +15,24 @@ from agilerl.errors import Problem
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
 
+#: Stable-Baselines3 / CleanRL / RLlib names for this plugin's hyperparameters (hints only).
+RL_SYNONYMS: dict[str, str] = {
+    "learning_rate": "lr", "n_steps": "learn_step", "train_freq": "learn_step", "n_epochs": "update_epochs",
+    "ent_coeff": "ent_coef", "entropy_coef": "ent_coef", "entropy_coeff": "ent_coef", "entropy_beta": "ent_coef",
+    "vf_coeff": "vf_coef", "value_coef": "vf_coef", "value_loss_coef": "vf_coef", "vf_loss_coeff": "vf_coef",
+    "clip_range": "clip_coef", "clip_ratio": "clip_coef", "clip_param": "clip_coef", "clip_epsilon": "clip_coef",
+    "discount": "gamma", "discount_factor": "gamma", "gae_lam": "gae_lambda", "lam": "gae_lambda",
+    "lambda": "gae_lambda", "grad_clip": "max_grad_norm", "clip_grad_norm": "max_grad_norm",
+    "max_norm": "max_grad_norm", "actor_lr": "lr_actor", "pi_lr": "lr_actor", "policy_lr": "lr_actor",
+    "critic_lr": "lr_critic", "q_lr": "lr_critic", "qf_lr": "lr_critic", "polyak": "tau",
+    "target_noise": "policy_noise", "target_policy_noise": "policy_noise", "target_noise_clip": "noise_clip",
+    "target_noise_clip_range": "noise_clip", "policy_delay": "policy_freq", "action_noise": "expl_noise",
+    "exploration_noise": "expl_noise", "log_std_init": "action_std_init", "minibatch_size": "batch_size",
+    "normalize_advantage": "normalize_advantages", "buffer_size": "replay_buffer.max_size",
+    "learning_starts": "training.learning_delay", "exploration_initial_eps": "training.eps_start",
+    "exploration_final_eps": "training.eps_end",
+}  # fmt: skip
+
 #: Encoder kinds AgileRL has and this plugin's networks do not, with what to write instead.
 UNSUPPORTED_ENCODERS: dict[str, str] = {
     "lstm": "LSTM encoders (arch: lstm, recurrent policies) are not supported yet; use an mlp encoder",

@@ -49,6 +49,16 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         {"pretrained_model_name_or_path", "max_context_length", "lora_config"}
     )
 
+    #: TRL / OpenRLHF names (hints only; a name whose target a subclass lacks is not suggested).
+    field_synonyms: ClassVar[dict[str, str]] = {
+        "learning_rate": "lr", "num_generations": "group_size", "max_completion_length": "max_output_tokens",
+        "max_new_tokens": "max_output_tokens", "per_device_train_batch_size": "micro_batch_size_per_gpu",
+        "num_iterations": "update_epochs", "ppo_epochs": "update_epochs", "epsilon": "clip_coef",
+        "cliprange": "clip_coef", "kl_coef": "beta", "init_kl_coef": "beta", "max_length": "max_model_len",
+        "max_seq_length": "max_model_len", "model_name_or_path": "pretrained_model_name_or_path",
+        "model": "pretrained_model_name_or_path",
+    }  # fmt: skip
+
     batch_size: Annotated[int, Field(ge=1)] = 16
     beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.001
     max_grad_norm: Annotated[float, Field(ge=0.0)] = 0.1

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError
 from agilerl.errors import Problem, closest
 from agilerl.models.base import MultiAgentAlgorithmSpec
 from agilerl.models.sections import NetworkSpec
-from agilerl_plugin_gym.spec_checks import network_problems
+from agilerl_plugin_gym.spec_checks import RL_SYNONYMS, network_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -155,6 +155,7 @@ def net_config_problems(net_config: dict[str, Any] | None) -> list[Problem]:
 
 class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RL_RANGES
+    field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut"})
 
     share_groups: bool = Field(

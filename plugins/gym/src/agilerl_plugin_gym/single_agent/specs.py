@@ -12,7 +12,12 @@ from pydantic import ConfigDict, Field, field_validator
 from agilerl.errors import Problem
 from agilerl.models import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.env_spec import GymEnvSpec
-from agilerl_plugin_gym.spec_checks import missing_env_package, namespace_package_problem, network_problems
+from agilerl_plugin_gym.spec_checks import (
+    RL_SYNONYMS,
+    missing_env_package,
+    namespace_package_problem,
+    network_problems,
+)
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -31,6 +36,7 @@ _RL_RANGES: dict[str, tuple[float, float]] = {
 class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
     """Base of this plugin's single-agent specs: shared validation-time checks."""
 
+    field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     # No activation mutation: these algorithms' networks keep their activations (as in AgileRL).
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
         {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut"}
