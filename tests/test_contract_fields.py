@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from gymnasium import spaces
@@ -98,3 +100,69 @@ def test_an_unknown_algorithm_is_one_problem_not_two() -> None:
     with pytest.raises(ManifestError) as info:
         validate_manifest({"algorithm": "PPOO", "environment": {"name": "CartPole-v1"}})
     assert len(info.value.problems) == 1 and "Did you mean 'PPO'" in str(info.value)
+
+
+def test_training_fields_are_honoured_where_read_and_refused_elsewhere() -> None:
+    dqn = validate_manifest({"algorithm": "DQN", "environment": {"name": "CartPole-v1"},
+                             "training": {"learning_delay": 10, "eps_start": 0.5, "eps_decay": 0.99}})  # fmt: skip
+    assert dqn.training.eps_start == 0.5
+    with pytest.raises(ManifestError, match=r"training.learning_delay: not used by PPO \(not supported yet\)"):
+        validate_manifest({"algorithm": "PPO", "environment": {"name": "CartPole-v1"},
+                           "training": {"learning_delay": 10}})  # fmt: skip
+    with pytest.raises(ManifestError, match=r"training.episode_steps: not used by NeuralTS"):
+        validate_manifest({"algorithm": "NeuralTS", "environment": {"env_type": "bandit", "name": "iris"},
+                           "training": {"episode_steps": 500}})  # fmt: skip
+
+
+def test_bandit_eval_steps_gives_agilerls_fitness_scale(tmp_path: Path) -> None:
+    from agilerl import LocalTrainer
+
+    def fitness(training: dict[str, object]) -> float:
+        manifest = {
+            "algorithm": {"name": "NeuralUCB", "batch_size": 8},
+            "environment": {"env_type": "bandit", "name": "iris"},
+            "network": {"encoder_config": {"hidden_size": [8]}},
+            "training": {"max_steps": 60, "evo_steps": 60, "seed": 0, "progress": False, **training},
+        }
+        result = LocalTrainer.from_manifest(manifest, run_dir=tmp_path / str(len(training))).train()
+        return float(result.fitnesses[0])
+
+    online = fitness({})
+    assert 0.0 <= online <= 1.0  # mean reward per step
+    summed = fitness({"eval_steps": 40, "eval_loop": 2})
+    assert 1.0 < summed <= 40.0  # total reward over 40 greedy steps, as AgileRL scores bandits
+    with pytest.raises(ManifestError, match=r"training\.eval_loop: bandit fitness is the online mean reward"):
+        validate_manifest({"algorithm": "NeuralUCB", "environment": {"env_type": "bandit", "name": "iris"},
+                           "training": {"eval_loop": 3}})  # fmt: skip
+
+
+@pytest.mark.parametrize("algo", ["DQN", "MADDPG", "NeuralUCB"])
+def test_replay_variants_we_lack_are_refused_at_validation(algo: str) -> None:
+    env = {"DQN": {"name": "CartPole-v1"}, "MADDPG": {"name": "mpe2.simple_speaker_listener_v4"},
+           "NeuralUCB": {"env_type": "bandit", "name": "iris"}}[algo]  # fmt: skip
+    with pytest.raises(ManifestError, match=r"replay_buffer.per_buffer: .*not supported yet"):
+        validate_manifest({"algorithm": algo, "environment": env, "replay_buffer": {"per_buffer": True}})
+
+
+@pytest.mark.parametrize(
+    ("algo", "env", "fields", "needle"),
+    [
+        ("PPO", "CartPole-v1", {"max_seq_len": 8}, "algorithm.max_seq_len: not supported yet"),
+        ("PPO", "CartPole-v1", {"rollout_buffer_config": {"x": 1}}, "algorithm.rollout_buffer_config: not supported"),
+        ("PPO", "CartPole-v1", {"bptt_sequence_type": "maximum"}, "algorithm.bptt_sequence_type: not supported"),
+        ("DDPG", "Pendulum-v1", {"vect_noise_dim": 3}, "algorithm.vect_noise_dim: exploration noise has one vector"),
+        ("IPPO", "mpe2.simple_speaker_listener_v4", {"action_batch_size": 4}, "algorithm.action_batch_size: not"),
+        ("IPPO", "mpe2.simple_speaker_listener_v4", {"torch_compiler": "default"}, "torch.compile"),
+    ],
+)
+def test_agilerl_fields_we_only_accept_at_our_value(
+    algo: str, env: str, fields: dict[str, object], needle: str
+) -> None:
+    with pytest.raises(ManifestError) as info:
+        validate_manifest({"algorithm": {"name": algo, **fields}, "environment": {"name": env, "num_envs": 2}})
+    assert needle in str(info.value)
+    ok = {k: v for k, v in fields.items() if k == "vect_noise_dim"}
+    if ok:  # one per env is what runs: accepted
+        validate_manifest(
+            {"algorithm": {"name": algo, "vect_noise_dim": 2}, "environment": {"name": env, "num_envs": 2}}
+        )

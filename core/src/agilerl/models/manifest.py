@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
+    ALGORITHM_TRAINING_FIELDS,
     MutationSpec,
     NetworkSpec,
     ReplayBufferSpec,
@@ -329,6 +330,14 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
             message = unsupported_operators_message(algo.name, refused, type(algo).unsupported_mutation_reason)
             problems.append(Problem("mutation.probabilities", message))
     if problems:  # the spec's own checks run once the shared sections are right: one cause, one error
+        return problems
+    training = manifest.training
+    for key in ALGORITHM_TRAINING_FIELDS:
+        default = TrainingSpec.model_fields[key].get_default()
+        if key in training.model_fields_set and getattr(training, key) != default:
+            if key not in type(algo).training_fields:
+                problems.append(Problem(f"training.{key}", f"not used by {algo.name} (not supported yet); remove it"))
+    if problems:
         return problems
     problems.extend(algo.manifest_problems(manifest))
     return problems

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
 from agilerl.models.base import Spec
 
@@ -202,6 +202,14 @@ class NetworkSpec(Spec):
 # --------------------------------------------------------------------------------------------------
 
 
+#: ``training`` fields that only some algorithms' strategies read. Setting one for an algorithm
+#: whose spec does not list it in ``training_fields`` is a validation error, not a silent no-op.
+ALGORITHM_TRAINING_FIELDS: tuple[str, ...] = (
+    "learning_delay", "eps_start", "eps_end", "eps_decay", "sum_scores", "experience_sharing",
+    "episode_steps", "evaluation_interval", "num_epochs", "evo_epochs", "rollout_mode",
+)  # fmt: skip
+
+
 class TrainingSpec(Spec):
     """How long and how to train, evaluate and checkpoint."""
 
@@ -237,7 +245,10 @@ class TrainingSpec(Spec):
     evaluation_interval: Annotated[int | None, Field(ge=1)] = None
     num_epochs: Annotated[int | None, Field(ge=1)] = None
     evo_epochs: Annotated[int | None, Field(ge=1)] = None
-    max_wall_seconds: Annotated[float | None, Field(gt=0)] = None
+    max_wall_seconds: Annotated[
+        float | None,
+        Field(gt=0, description="Stop (checkpointing first) once a generation ends past this many seconds."),
+    ] = None
     episode_steps: Annotated[int | None, Field(ge=1)] = None
     sum_scores: bool | None = None
     reporting_interval: Annotated[int, Field(ge=1)] = 1024
@@ -255,6 +266,20 @@ class TrainingSpec(Spec):
     )
     save_elite: bool = True
     progress: bool = True
+
+    @field_validator("checkpoint_optimizer")
+    @classmethod
+    def _optimizer_always_saved(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("false is not supported yet: checkpoints always hold the optimizer states")
+        return value
+
+    @field_validator("reporting_interval")
+    @classmethod
+    def _reporting_per_generation(cls, value: int) -> int:
+        if value != 1024:
+            raise ValueError("not supported yet: metrics are written once per generation (evo_steps)")
+        return value
 
     @model_validator(mode="after")
     def _epochs(self) -> TrainingSpec:
@@ -333,6 +358,23 @@ class MutationSpec(Spec):
     activation_selection: list[str] = Field(default_factory=lambda: ["ReLU", "ELU", "GELU"])
     mutate_elite: bool = True
 
+    @field_validator("network")
+    @classmethod
+    def _no_network_ranges(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value:
+            raise ValueError(
+                "not supported yet: give mutation ranges in the network section "
+                "(latent_dim bounds, encoder_config / head_config min_* and max_*)"
+            )
+        return value
+
+    @field_validator("dormant_threshold")
+    @classmethod
+    def _no_dormant_detection(cls, value: float) -> float:
+        if value != 0.01:
+            raise ValueError("not supported yet: mutation does not detect dormant neurons")
+        return value
+
 
 class TournamentSelectionSpec(Spec):
     """Tournament selection: keep the elite, fill other slots with tournament winners."""
@@ -372,3 +414,10 @@ class ReplayBufferSpec(Spec):
     max_rollout_version_lag: int | None = None
     drop_uninformative_groups: bool = False
     group_replay_max_age: int = 0
+
+    @field_validator("standard_buffer")
+    @classmethod
+    def _standard(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("false is not supported yet: every replay buffer here is a standard one")
+        return value

@@ -224,8 +224,20 @@ class BanditSpec(AlgorithmSpec):
                     where, f"{activation!r} is not supported by {self.name}; use one of {sorted(BANDIT_ACTIVATIONS)}"
                 )
             )
+        if manifest.training.eval_steps is None and manifest.training.eval_loop != 1:
+            problems.append(Problem(
+                "training.eval_loop",
+                "bandit fitness is the online mean reward unless training.eval_steps is set; set eval_steps "
+                "(greedy evaluation, AgileRL's scale) or remove eval_loop",
+            ))  # fmt: skip
         if isinstance(manifest.environment, BanditEnvSpec):
             problems += table_problems(manifest.environment)
+        rb = manifest.replay_buffer
+        if rb is not None and (rb.per_buffer or rb.n_step_buffer):
+            key = "per_buffer" if rb.per_buffer else "n_step_buffer"
+            problems.append(
+                Problem(f"replay_buffer.{key}", f"not supported yet: {self.name} samples its memory uniformly")
+            )
         if manifest.replay_buffer is not None and manifest.replay_buffer.kind != "classic":
             problems.append(
                 Problem("replay_buffer.kind", f"{self.name} uses a classic replay buffer; set kind: classic")

@@ -169,7 +169,13 @@ class BanditStrategy(TrainingStrategy):
         return stats
 
     def evaluate(self, agent: NeuralBandit, run: Run) -> float:
-        """Fitness: mean reward over the agent's last ``fitness_window`` online steps."""
+        """Fitness on AgileRL's scale when ``training.eval_steps`` is set: the greedy policy's total
+        reward over ``eval_steps`` steps, averaged over ``eval_loop`` runs (so AgileRL's
+        ``target_score`` values mean the same here). Otherwise the mean reward over the agent's last
+        ``fitness_window`` online steps."""
+        t = run.manifest.training
+        if t.eval_steps is not None:
+            return agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop) * t.eval_steps
         return agent.recent_mean_reward()
 
 

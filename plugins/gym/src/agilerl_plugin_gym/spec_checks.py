@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from agilerl.errors import Problem
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models import AlgorithmSpec, TrainingManifest
 
 #: Stable-Baselines3 / CleanRL / RLlib names for this plugin's hyperparameters (hints only).
 RL_SYNONYMS: dict[str, str] = {
@@ -64,6 +64,33 @@ def network_problems(manifest: TrainingManifest, supported_mutations: frozenset[
             "remove min_latent_dim/max_latent_dim or set mutation.probabilities.arch_mut: 0",
         )]  # fmt: skip
     return []
+
+
+def buffer_problems(manifest: TrainingManifest) -> list[Problem]:
+    """Replay-buffer variants this plugin's buffers do not implement."""
+    rb = manifest.replay_buffer
+    if rb is None:
+        return []
+    problems = []
+    if rb.per_buffer:
+        problems.append(Problem("replay_buffer.per_buffer", "prioritised experience replay is not supported yet"))
+    if rb.n_step_buffer:
+        problems.append(Problem("replay_buffer.n_step_buffer", "n-step replay is not supported yet"))
+    return problems
+
+
+def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Problem]:
+    """AgileRL fields whose only meaning here is the one we always use, or a network config to check."""
+    problems: list[Problem] = []
+    noise = getattr(spec, "vect_noise_dim", 1)
+    num_envs = getattr(manifest.environment, "num_envs", 1)
+    if noise not in (1, num_envs):
+        problems.append(Problem(
+            "algorithm.vect_noise_dim",
+            f"exploration noise has one vector per env here (environment.num_envs = {num_envs}); "
+            "other sizes are not supported yet: remove it",
+        ))  # fmt: skip
+    return problems
 
 
 def missing_env_package(env_id: str) -> str | None:

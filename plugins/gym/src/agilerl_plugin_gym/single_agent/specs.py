@@ -14,6 +14,8 @@ from agilerl.models import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.spec_checks import (
     RL_SYNONYMS,
+    buffer_problems,
+    compat_problems,
     missing_env_package,
     namespace_package_problem,
     network_problems,
@@ -50,7 +52,8 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "false is not supported yet: an off-policy population shares one replay buffer; "
                 "remove the field or set it to true",
             ))  # fmt: skip
-        problems += network_problems(manifest, type(self).supported_mutations)
+        problems += network_problems(manifest, type(self).supported_mutations) + buffer_problems(manifest)
+        problems += compat_problems(self, manifest)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
             return problems
         env = manifest.environment
@@ -145,16 +148,32 @@ class PPOSpec(GymAlgorithmSpec):
     clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
     recurrent: bool = Field(default=False, description="Recurrent PPO (not supported here: must be false).")
     rollout_buffer_config: dict[str, Any] | None = Field(
-        default=None, description="Accepted for AgileRL compatibility."
+        default=None, description="AgileRL's rollout buffer options: not supported yet (must be empty)."
     )
-    max_seq_len: int | None = Field(default=None, description="Accepted for AgileRL compatibility (recurrent only).")
-    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = "chunked"
+    max_seq_len: int | None = Field(default=None, description="Recurrent PPO only: not supported yet.")
+    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
+        default="chunked", description="Recurrent PPO only: not supported yet (must stay chunked)."
+    )
 
     @field_validator("recurrent")
     @classmethod
     def _no_recurrent(cls, value: bool) -> bool:
         if value:
             raise ValueError("recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false")
+        return value
+
+    @field_validator("rollout_buffer_config", "max_seq_len")
+    @classmethod
+    def _recurrent_only(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("not supported yet (AgileRL's recurrent rollout buffer options); remove it")
+        return value
+
+    @field_validator("bptt_sequence_type")
+    @classmethod
+    def _bptt_chunked(cls, value: str) -> str:
+        if value != "chunked":
+            raise ValueError("not supported yet (recurrent PPO only); remove it")
         return value
 
 
@@ -165,6 +184,9 @@ class DQNSpec(GymAlgorithmSpec):
     regime: ClassVar[str] = "off_policy"
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset(
+        {"learning_delay", "eps_start", "eps_end", "eps_decay", "experience_sharing"}
+    )
 
     learn_step: Annotated[
         int,
@@ -190,6 +212,7 @@ class DDPGSpec(GymAlgorithmSpec):
     regime: ClassVar[str] = "off_policy"
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
     lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
@@ -202,7 +225,9 @@ class DDPGSpec(GymAlgorithmSpec):
     theta: Annotated[float, Field(ge=0, description="OU mean-reversion rate.")] = 0.15
     dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
     share_encoders: bool = Field(default=False, description="Actor and critic encoders: separate only (false).")
-    vect_noise_dim: Annotated[int, Field(ge=1, description="Accepted for AgileRL compatibility.")] = 1
+    vect_noise_dim: Annotated[
+        int, Field(ge=1, description="Noise vectors: one per env always (1 or environment.num_envs accepted).")
+    ] = 1
 
     @field_validator("share_encoders")
     @classmethod

@@ -1,0 +1,69 @@
+"""Every accepted field has its effect, or validation refuses it by name (core's sections)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agilerl import LocalTrainer
+from agilerl.errors import ManifestError
+from agilerl.models import validate_manifest
+
+
+def _one_problem(manifest: dict[str, Any]) -> str:
+    with pytest.raises(ManifestError) as info:
+        validate_manifest(manifest)
+    assert len(info.value.problems) == 1, info.value
+    return str(info.value.problems[0])
+
+
+def test_max_wall_seconds_stops_the_run_between_generations(
+    example_plugin: Any, ucb_manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    unlimited = LocalTrainer.from_manifest(ucb_manifest, run_dir=tmp_path / "a").train()
+    assert unlimited.stopped_by == "max_steps" and unlimited.generations >= 4
+    # Any positive limit is past once the first generation has run: deterministic, not timing-based.
+    ucb_manifest["training"].update(max_wall_seconds=1e-9, checkpoint_steps=10_000,
+                                    checkpoint_path=str(tmp_path / "ck"))  # fmt: skip
+    limited = LocalTrainer.from_manifest(ucb_manifest, run_dir=tmp_path / "b").train()
+    assert limited.stopped_by == "max_wall_seconds"
+    assert limited.generations == 1 and limited.population[0].steps == 100
+    assert limited.checkpoint_path is not None and limited.checkpoint_path.exists()  # resumable
+
+
+@pytest.mark.parametrize(
+    ("section", "fields", "needle"),
+    [
+        ("training", {"checkpoint_optimizer": False}, "checkpoints always hold the optimizer states"),
+        ("training", {"reporting_interval": 10}, "metrics are written once per generation"),
+        ("mutation", {"dormant_threshold": 0.1}, "does not detect dormant neurons"),
+        ("mutation", {"network": {"min_latent_dim": 8}}, "give mutation ranges in the network section"),
+        ("replay_buffer", {"standard_buffer": False}, "every replay buffer here is a standard one"),
+    ],
+)
+def test_fields_with_no_effect_here_are_refused_by_name(
+    example_plugin: Any, ucb_manifest: dict[str, Any], section: str, fields: dict[str, Any], needle: str
+) -> None:
+    ucb_manifest[section] = {**ucb_manifest.get(section, {}), **fields}
+    problem = _one_problem(ucb_manifest)
+    assert problem.startswith(f"{section}.{next(iter(fields))}:") and needle in problem
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"learning_delay": 10}, {"eps_start": 0.5}, {"episode_steps": 50}, {"evaluation_interval": 3},
+     {"num_epochs": 2}, {"sum_scores": False}, {"rollout_mode": "async"}],
+)  # fmt: skip
+def test_training_fields_an_algorithm_does_not_read_are_refused(
+    example_plugin: Any, ucb_manifest: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    ucb_manifest["training"].update(fields)
+    key = next(iter(fields))
+    assert _one_problem(ucb_manifest) == f"training.{key}: not used by UCB1 (not supported yet); remove it"
+
+
+def test_training_fields_at_their_default_are_fine(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
+    ucb_manifest["training"].update(learning_delay=None, rollout_mode="colocated", checkpoint_optimizer=True)
+    assert validate_manifest(ucb_manifest).training.rollout_mode == "colocated"
