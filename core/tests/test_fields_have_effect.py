@@ -67,3 +67,12 @@ def test_training_fields_an_algorithm_does_not_read_are_refused(
 def test_training_fields_at_their_default_are_fine(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
     ucb_manifest["training"].update(learning_delay=None, rollout_mode="colocated", checkpoint_optimizer=True)
     assert validate_manifest(ucb_manifest).training.rollout_mode == "colocated"
+
+
+def test_training_hpo_must_agree_with_the_evolution_sections(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
+    ucb_manifest["training"]["hpo"] = True
+    assert _one_problem(ucb_manifest).startswith("training.hpo: true needs a mutation or tournament_selection")
+    ucb_manifest["tournament_selection"] = {"tournament_size": 2}
+    assert validate_manifest(ucb_manifest).hpo
+    ucb_manifest["training"]["hpo"] = False
+    assert _one_problem(ucb_manifest).startswith("training.hpo: false, but a mutation or tournament_selection")

@@ -134,9 +134,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from agilerl.schema import manifest_json_schema
+    from agilerl.schema import manifest_json_schema, manifest_markdown
 
-    text = json.dumps(manifest_json_schema(), indent=2)
+    text = manifest_markdown().rstrip("\n") if args.markdown else json.dumps(manifest_json_schema(), indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
         print(f"wrote {args.output}")
@@ -225,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the manifest's JSON Schema (all registered algorithms and envs)")
     p.add_argument("-o", "--output", help="write to a file")
+    p.add_argument("--markdown", action="store_true", help="the reference page (docs/reference/manifest.md) instead")
     p.set_defaults(handler=cmd_schema)
 
     p = sub.add_parser("plugins", help="list plugins, versions and hooks")

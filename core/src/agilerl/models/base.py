@@ -26,6 +26,9 @@ class Spec(BaseModel):
     #: this section, or a dotted path into another section (``replay_buffer.max_size``). Names whose
     #: target this spec does not have are skipped, so a base class may list its subclasses' names.
     field_synonyms: ClassVar[dict[str, str]] = {}
+    #: Where a field differs from AgileRL's (meaning, default, values accepted), by field name: the
+    #: reference page's "vs AgileRL" column. Absent: AgileRL's name, meaning and default.
+    upstream_notes: ClassVar[dict[str, str]] = {}
 
 
 class AlgorithmSpec(Spec):

@@ -332,6 +332,11 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
     if problems:  # the spec's own checks run once the shared sections are right: one cause, one error
         return problems
     training = manifest.training
+    if "hpo" in training.model_fields_set and training.hpo != manifest.hpo:
+        problems.append(Problem("training.hpo", (
+            "true needs a mutation or tournament_selection section (evolution runs when one is given)"
+            if training.hpo else "false, but a mutation or tournament_selection section is given: remove one"
+        )))  # fmt: skip
     for key in ALGORITHM_TRAINING_FIELDS:
         default = TrainingSpec.model_fields[key].get_default()
         if key in training.model_fields_set and getattr(training, key) != default:

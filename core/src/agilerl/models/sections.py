@@ -24,6 +24,10 @@ Activation = Literal[
 class MlpSpec(Spec):
     """A multi-layer perceptron (an encoder with ``arch: mlp``, or a head)."""
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Written by our dump even at its default, so a stored manifest re-validates to the same encoder.",
+    }
+
     arch: Literal["mlp"] = "mlp"
     hidden_size: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64])
     activation: Activation = "ReLU"
@@ -71,6 +75,10 @@ class CnnSpec(Spec):
 class LstmSpec(Spec):
     """A recurrent (LSTM) encoder, as AgileRL's ``arch: lstm``."""
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Validated; the gym and bandit plugins refuse it (not supported yet)."
+    }
+
     arch: Literal["lstm"] = "lstm"
     hidden_state_size: Annotated[int, Field(ge=1)] = 64
     num_layers: Annotated[int, Field(ge=1)] = 1
@@ -92,6 +100,10 @@ class CnnLstmSpec(Spec):
 class SimbaSpec(Spec):
     """A SimBa residual MLP encoder, as AgileRL's ``arch: simba``."""
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Validated; the gym and bandit plugins refuse it (not supported yet)."
+    }
+
     arch: Literal["simba"] = "simba"
     hidden_size: Annotated[int, Field(ge=1)] = 128
     num_blocks: Annotated[int, Field(ge=1)] = 1
@@ -104,6 +116,10 @@ class SimbaSpec(Spec):
 
 class MultiInputSpec(Spec):
     """One encoder per part of a Dict/Tuple observation, as AgileRL's ``arch: multiinput``."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Validated; the gym and bandit plugins refuse it (not supported yet)."
+    }
 
     arch: Literal["multiinput"] = "multiinput"
     latent_dim: Annotated[int, Field(ge=1)] = 128
@@ -157,6 +173,17 @@ class NetworkSpec(Spec):
     without ``arch`` gets the one its keys describe (:func:`infer_encoder_arch`); the dump always
     writes it, so a stored manifest re-validates to the same spec.
     """
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "latent_dim": "Default 64 (AgileRL: 128). The bandit plugin does not use it (its MLP is encoder then head).",
+        "min_latent_dim": "The gym plugin refuses a range when architecture mutation could change the latent "
+        "size (it never mutates it); bandits ignore it.",
+        "max_latent_dim": "As min_latent_dim.",
+        "encoder_config": "Without arch: inferred from the keys (mlp, cnn, lstm, cnn_lstm, simba, multiinput); "
+        "AgileRL infers it from the observation space. The gym plugin builds mlp and cnn only.",
+        "random_seed": "Refused by the gym plugin (not supported yet): seed the run with training.seed.",
+        "simba": "true is refused by the gym plugin (SimBa encoders are not supported yet).",
+    }
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
     min_latent_dim: Annotated[int | None, Field(ge=1, description="Smallest latent_dim mutation may reach.")] = None
@@ -212,6 +239,29 @@ ALGORITHM_TRAINING_FIELDS: tuple[str, ...] = (
 
 class TrainingSpec(Spec):
     """How long and how to train, evaluate and checkpoint."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "eval_steps": "Bandits: with it, fitness is the greedy total reward over eval_steps (AgileRL's scale); "
+        "without it, the online mean reward.",
+        "hpo": "true needs a mutation or tournament_selection section, false forbids them (evolution runs "
+        "exactly when one is given).",
+        "learning_delay": "Refused for algorithms that do not read it (PPO, IPPO, bandits).",
+        "eps_start": "DQN only; refused elsewhere.", "eps_end": "DQN only; refused elsewhere.",
+        "eps_decay": "DQN only; refused elsewhere.",
+        "checkpoint_optimizer": "Only true (checkpoints always hold the optimizer states).",
+        "evaluation_interval": "Refused unless the algorithm reads it (none does yet).",
+        "num_epochs": "Refused unless the algorithm reads it (none does yet).",
+        "evo_epochs": "Refused unless the algorithm reads it (none does yet).",
+        "max_wall_seconds": "AgileRL: multi-turn LLM runs only. Here every run: it stops, checkpointing first, "
+        "at the first generation end past the limit.",
+        "episode_steps": "Refused unless the algorithm reads it (none does yet).",
+        "sum_scores": "Multi-agent only; refused elsewhere.",
+        "reporting_interval": "Only 1024: metrics are written once per generation.",
+        "experience_sharing": "Off-policy gym only; false is refused (the population shares one buffer).",
+        "rollout_mode": "LLM only; async is refused.",
+        "seed": "Ours (not in AgileRL).", "torch_threads": "Ours.", "device": "Ours.", "run_dir": "Ours.",
+        "save_elite": "Ours.", "progress": "Ours.",
+    }  # fmt: skip
 
     field_synonyms: ClassVar[dict[str, str]] = {
         "total_timesteps": "max_steps", "n_timesteps": "max_steps", "total_steps": "max_steps",
@@ -296,6 +346,11 @@ class TrainingSpec(Spec):
 class MutationProbabilities(Spec):
     """Relative weights of the mutation operators (normalised at use)."""
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch_mut": "Refused when set for an algorithm that cannot (multi-agent).",
+        "act_mut": "Refused when set > 0 for an algorithm that cannot (gym, bandits).",
+    }
+
     no_mut: Annotated[float, Field(ge=0)] = 0.4
     arch_mut: Annotated[float, Field(ge=0)] = 0.2
     new_layer: Annotated[float, Field(ge=0, le=1)] = 0.2
@@ -347,6 +402,13 @@ class RLHyperparameter(Spec):
 
 class MutationSpec(Spec):
     """Mutation settings for evolutionary hyperparameter optimisation."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "network": "Refused (not supported yet): give ranges in the network section instead.",
+        "dormant_threshold": "Only 0.01: dormant-neuron detection is not supported yet.",
+        "activation_selection": "Ours: the activations act_mut draws from.",
+        "mutate_elite": "Ours: false keeps the elite unmutated.",
+    }
 
     name: str | None = None
     probabilities: MutationProbabilities = Field(default_factory=MutationProbabilities)
@@ -401,6 +463,11 @@ class ReplayBufferSpec(Spec):
     """Experience replay for off-policy algorithms."""
 
     field_synonyms: ClassVar[dict[str, str]] = {"buffer_size": "max_size", "capacity": "max_size"}
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "standard_buffer": "Only true.",
+        "n_step_buffer": "Refused by the gym and bandit plugins (not supported yet).",
+        "per_buffer": "Refused by the gym and bandit plugins (not supported yet).",
+    }
 
     kind: Literal["classic", "llm"] = "classic"
     name: str | None = None

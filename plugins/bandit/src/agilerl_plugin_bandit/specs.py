@@ -186,6 +186,9 @@ class BanditSpec(AlgorithmSpec):
         "minibatch_size": "batch_size", "buffer_size": "replay_buffer.max_size", "train_freq": "learn_step",
     }  # fmt: skip
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut", "arch_mut"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "net_config": "Ours: overrides the network section with {hidden_size, activation}.",
+    }
 
     gamma: Annotated[
         float,

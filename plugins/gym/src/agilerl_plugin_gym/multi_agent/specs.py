@@ -157,6 +157,13 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RL_RANGES
     field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "torch_compiler": "Refused when given (not supported yet).",
+        "action_std_init": "AgileRL's meaning (initial log-std); default -0.51 (std 0.6).",
+        "action_batch_size": "Refused when given (not supported yet).",
+        "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
+        "share_groups": "Ours.",
+    }
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut"})
 
     share_groups: bool = Field(

@@ -125,6 +125,13 @@ class PPOSpec(GymAlgorithmSpec):
         "update_epochs": (1, 10),
     }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "action_std_init": "AgileRL's meaning (initial log-std, any float); default -0.51 (std 0.6).",
+        "recurrent": "Only false (recurrent PPO is not supported yet).",
+        "rollout_buffer_config": "Refused when given (not supported yet).",
+        "max_seq_len": "Refused when given (recurrent only).",
+        "bptt_sequence_type": "Only chunked (recurrent only).",
+    }
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout.")] = 4096
@@ -194,6 +201,8 @@ class DQNSpec(GymAlgorithmSpec):
     ] = 5
     lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    upstream_notes: ClassVar[dict[str, str]] = {"cudagraphs": "Only false (not supported yet)."}
+
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
     cudagraphs: bool = Field(default=False, description="CUDA graphs: false only (true is not supported yet).")
 
@@ -213,6 +222,10 @@ class DDPGSpec(GymAlgorithmSpec):
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "share_encoders": "Only false (a shared actor-critic encoder is not supported yet).",
+        "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
+    }
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
     lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
