@@ -153,7 +153,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         _print_json([i.as_dict() for i in infos])
         return 0
     if not infos:
-        print("no plugins installed (pip install agilerl-plugin-gym, for example)")
+        print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
         print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")

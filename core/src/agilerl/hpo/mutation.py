@@ -134,16 +134,15 @@ class Mutations:
         current = agent.get_hyperparameter(name)
         factor = r.grow_factor if grow else r.shrink_factor
         f_lo, lo_inc, f_hi, hi_inc = field_bounds(self.algo_spec, name)
-        is_int = (isinstance(current, int) and not isinstance(current, bool)) or name in getattr(
-            agent, "integer_hyperparameters", ()
-        )
+        integer = name in getattr(agent, "integer_hyperparameters", ()) or name in self.algo_spec.integer_fields()
+        is_int = (isinstance(current, int) and not isinstance(current, bool)) or integer
         if is_int:
             cur = round(current)
             lo = math.ceil(r.min)
             hi = math.floor(r.max)
             if f_lo is not None:
                 lo = max(lo, math.ceil(f_lo) if lo_inc else math.floor(f_lo) + 1)
-            elif name in getattr(agent, "integer_hyperparameters", ()):
+            elif integer:
                 lo = max(lo, 1)
             if f_hi is not None:
                 hi = min(hi, math.floor(f_hi) if hi_inc else math.ceil(f_hi) - 1)
@@ -155,7 +154,7 @@ class Mutations:
             return int(min(max(value, lo), max(hi, lo)))
         cur_f = float(current)
         value_f = min(max(cur_f * factor, r.min), r.max)
-        # The range may be wider than the field allows (e.g. gamma up to 1.2): stay valid.
+        # The range may be wider than the field allows (a discount factor up to 1.2, say): stay valid.
         if f_lo is not None and (value_f < f_lo or (not lo_inc and value_f <= f_lo)):
             value_f = f_lo if lo_inc else cur_f
         if f_hi is not None and (value_f > f_hi or (not hi_inc and value_f >= f_hi)):

@@ -14,8 +14,6 @@ from agilerl.errors import KNOWN_PROVIDERS, MissingPluginError
 from agilerl.models.base import (
     AlgorithmSpec,
     EnvSpec,
-    MultiAgentAlgorithmSpec,
-    SingleAgentAlgorithmSpec,
     Spec,
 )
 from agilerl.models.env import (
@@ -67,7 +65,7 @@ def _plugin_models() -> dict[str, type[BaseModel]]:
 
 
 def __getattr__(name: str) -> Any:
-    """``agilerl.models.PPOSpec``, ``LLMAlgorithmSpec`` and friends: spec classes plugins provide.
+    """Spec classes plugins provide, by class name (the seed API's names among them).
 
     A name resolves to a registered spec class, one of its base classes, or a model one of their
     fields uses; a name no loaded plugin provides raises :class:`MissingPluginError`.
@@ -91,13 +89,11 @@ __all__ = [
     "CnnSpec",
     "EnvSpec",
     "MlpSpec",
-    "MultiAgentAlgorithmSpec",
     "MutationProbabilities",
     "MutationSpec",
     "NetworkSpec",
     "RLHyperparameter",
     "ReplayBufferSpec",
-    "SingleAgentAlgorithmSpec",
     "Spec",
     "TournamentSelectionSpec",
     "TrainingManifest",

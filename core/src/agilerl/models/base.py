@@ -7,6 +7,8 @@ looked up from those, turn it into a live algorithm and pick the loop that train
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -21,7 +23,7 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
-    #: Other libraries' names for this section's fields (SB3's ``learning_rate`` for ``lr``, ...):
+    #: Other libraries' names for this section's fields (SB3's name for a learning rate, ...):
     #: an unknown field listed here gets "did you mean" the field it names. A value is a field of
     #: this section, or a dotted path into another section (``replay_buffer.max_size``). Names whose
     #: target this spec does not have are skipped, so a base class may list its subclasses' names.
@@ -38,8 +40,8 @@ class AlgorithmSpec(Spec):
     paradigm: ClassVar[str] = ""
     #: Which loop trains it (with ``paradigm``, the key a plugin registered its strategy under).
     regime: ClassVar[str] = ""
-    #: ``environment.env_type`` used when the manifest omits it.
-    default_env_type: ClassVar[str] = "gym"
+    #: ``environment.env_type`` used when the manifest omits it ("": the manifest must give one).
+    default_env_type: ClassVar[str] = ""
     #: Env steps per agent between evaluations when ``training.evo_steps`` is not given.
     default_evo_steps: ClassVar[int] = 10_000
     #: Default (min, max) ranges for hyperparameter mutation, by field name.
@@ -80,34 +82,20 @@ class AlgorithmSpec(Spec):
         """Cross-section checks a spec wants run at validation time (override; default none)."""
         return []
 
+    @classmethod
+    def integer_fields(cls) -> frozenset[str]:
+        """Fields typed ``int`` (or ``int | None``): mutation keeps them whole numbers."""
+        out = set()
+        for name, info in cls.model_fields.items():
+            ann = info.annotation
+            args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+            if int in args and bool not in args:
+                out.add(name)
+        return frozenset(out)
+
     def hyperparameters(self) -> dict[str, Any]:
         """Numeric fields: candidates for hyperparameter mutation."""
         return {k: v for k, v in self.model_dump().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-class SingleAgentAlgorithmSpec(AlgorithmSpec):
-    """Single-agent reinforcement learning algorithms."""
-
-    paradigm: ClassVar[str] = "single_agent"
-    regime: ClassVar[str] = "on_policy"
-
-    learn_step: Annotated[int, Field(ge=1, description="Env steps between learning updates.")] = 5
-    gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount factor.")] = 0.99
-    normalize_images: bool = True
-    net_config: dict[str, Any] | None = None
-
-
-class MultiAgentAlgorithmSpec(AlgorithmSpec):
-    """Multi-agent reinforcement learning algorithms."""
-
-    paradigm: ClassVar[str] = "multi_agent"
-    regime: ClassVar[str] = "on_policy"
-
-    learn_step: Annotated[int, Field(ge=1)] = 2048
-    gamma: Annotated[float, Field(ge=0.0, le=1.0)] = 0.99
-    normalize_images: bool = True
-    torch_compiler: str | None = None
-    net_config: dict[str, Any] | None = None
 
 
 class EnvSpec(Spec):

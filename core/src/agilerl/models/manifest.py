@@ -229,6 +229,11 @@ def _section(data: Mapping[str, Any], key: str, model: type[BaseModel], problems
         return None
 
 
+def _registered() -> str:
+    names = MANIFEST_REGISTRY.names()
+    return f"registered: {', '.join(names)}" if names else "no algorithm is registered: is a plugin installed?"
+
+
 def _names_of_field(model: type[BaseModel], key: str) -> set[str]:
     """``key`` and every other name (field name, validation aliases) of the field it validates."""
     for name, info in model.model_fields.items():
@@ -246,7 +251,7 @@ def _algorithm(
 ) -> AlgorithmSpec | None:
     raw = data.get("algorithm")
     if raw is None:
-        problems.append(Problem("algorithm", "required section missing (e.g. algorithm: {name: PPO})"))
+        problems.append(Problem("algorithm", f"required section missing (algorithm: {{name: ...}}; {_registered()})"))
         return None
     if isinstance(raw, str):
         raw = {"name": raw}
@@ -256,7 +261,7 @@ def _algorithm(
     fields = dict(raw)
     name = fields.pop("name", None)
     if not isinstance(name, str) or not name:
-        problems.append(Problem("algorithm.name", "required field missing (the algorithm to train, e.g. PPO)"))
+        problems.append(Problem("algorithm.name", f"required field missing (the algorithm to train; {_registered()})"))
         return None
     try:
         spec_cls = MANIFEST_REGISTRY.get(name)
@@ -291,6 +296,9 @@ def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: 
         return None
     fields = dict(raw)
     env_type = fields.get("env_type") or (type(algo).default_env_type if algo is not None else None)
+    if env_type == "" and algo is not None:
+        problems.append(Problem("environment.env_type", f"required: {algo.name} declares no default env type"))
+        return None
     if env_type is None:
         # The env type comes from the algorithm, whose problem is already reported: one root cause,
         # one error. The section is checked once the algorithm is fixed.

@@ -73,10 +73,10 @@ class CnnSpec(Spec):
 
 
 class LstmSpec(Spec):
-    """A recurrent (LSTM) encoder, as AgileRL's ``arch: lstm``."""
+    """An LSTM encoder, as AgileRL's ``arch: lstm``."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated; the gym and bandit plugins refuse it (not supported yet)."
+        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
     }
 
     arch: Literal["lstm"] = "lstm"
@@ -101,7 +101,7 @@ class SimbaSpec(Spec):
     """A SimBa residual MLP encoder, as AgileRL's ``arch: simba``."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated; the gym and bandit plugins refuse it (not supported yet)."
+        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
     }
 
     arch: Literal["simba"] = "simba"
@@ -118,7 +118,7 @@ class MultiInputSpec(Spec):
     """One encoder per part of a Dict/Tuple observation, as AgileRL's ``arch: multiinput``."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated; the gym and bandit plugins refuse it (not supported yet)."
+        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
     }
 
     arch: Literal["multiinput"] = "multiinput"
@@ -175,14 +175,14 @@ class NetworkSpec(Spec):
     """
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "latent_dim": "Default 64 (AgileRL: 128). The bandit plugin does not use it (its MLP is encoder then head).",
-        "min_latent_dim": "The gym plugin refuses a range when architecture mutation could change the latent "
-        "size (it never mutates it); bandits ignore it.",
+        "latent_dim": "Default 64 (AgileRL: 128). Plugins whose networks have no latent layer ignore it.",
+        "min_latent_dim": "Plugins whose architecture mutation keeps the latent size refuse a range when "
+        "architecture mutation is on.",
         "max_latent_dim": "As min_latent_dim.",
         "encoder_config": "Without arch: inferred from the keys (mlp, cnn, lstm, cnn_lstm, simba, multiinput); "
-        "AgileRL infers it from the observation space. The gym plugin builds mlp and cnn only.",
-        "random_seed": "Refused by the gym plugin (not supported yet): seed the run with training.seed.",
-        "simba": "true is refused by the gym plugin (SimBa encoders are not supported yet).",
+        "AgileRL infers it from the observation space. Plugins refuse kinds their networks lack.",
+        "random_seed": "Refused by every plugin we ship (not supported yet): seed the run with training.seed.",
+        "simba": "true is refused by every plugin we ship (SimBa encoders are not supported yet).",
     }
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
@@ -241,24 +241,23 @@ class TrainingSpec(Spec):
     """How long and how to train, evaluate and checkpoint."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "eval_steps": "Bandits: with it, fitness is the greedy total reward over eval_steps (AgileRL's scale); "
-        "without it, the online mean reward.",
+        "eval_steps": "Each strategy documents how it scores an agent with it (see the plugin's docs).",
         "hpo": "true needs a mutation or tournament_selection section, false forbids them (evolution runs "
         "exactly when one is given).",
-        "learning_delay": "Refused for algorithms that do not read it (PPO, IPPO, bandits).",
-        "eps_start": "DQN only; refused elsewhere.", "eps_end": "DQN only; refused elsewhere.",
-        "eps_decay": "DQN only; refused elsewhere.",
+        "learning_delay": "Refused for algorithms that do not read it (each algorithm lists what it reads).",
+        "eps_start": "Refused for algorithms that do not read it.", "eps_end": "As eps_start.",
+        "eps_decay": "As eps_start.",
         "checkpoint_optimizer": "Only true (checkpoints always hold the optimizer states).",
         "evaluation_interval": "Refused unless the algorithm reads it (none does yet).",
         "num_epochs": "Refused unless the algorithm reads it (none does yet).",
         "evo_epochs": "Refused unless the algorithm reads it (none does yet).",
-        "max_wall_seconds": "AgileRL: multi-turn LLM runs only. Here every run: it stops, checkpointing first, "
+        "max_wall_seconds": "AgileRL: one kind of run only. Here every run: it stops, checkpointing first, "
         "at the first generation end past the limit.",
         "episode_steps": "Refused unless the algorithm reads it (none does yet).",
-        "sum_scores": "Multi-agent only; refused elsewhere.",
+        "sum_scores": "Refused for algorithms that do not read it.",
         "reporting_interval": "Only 1024: metrics are written once per generation.",
-        "experience_sharing": "Off-policy gym only; false is refused (the population shares one buffer).",
-        "rollout_mode": "LLM only; async is refused.",
+        "experience_sharing": "Refused for algorithms that do not read it.",
+        "rollout_mode": "Refused for algorithms that do not read it.",
         "seed": "Ours (not in AgileRL).", "torch_threads": "Ours.", "device": "Ours.", "run_dir": "Ours.",
         "save_elite": "Ours.", "progress": "Ours.",
     }  # fmt: skip
@@ -347,8 +346,8 @@ class MutationProbabilities(Spec):
     """Relative weights of the mutation operators (normalised at use)."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "arch_mut": "Refused when set for an algorithm that cannot (multi-agent).",
-        "act_mut": "Refused when set > 0 for an algorithm that cannot (gym, bandits).",
+        "arch_mut": "Refused when set > 0 for an algorithm that cannot apply it.",
+        "act_mut": "Refused when set > 0 for an algorithm that cannot apply it.",
     }
 
     no_mut: Annotated[float, Field(ge=0)] = 0.4
@@ -465,11 +464,12 @@ class ReplayBufferSpec(Spec):
     field_synonyms: ClassVar[dict[str, str]] = {"buffer_size": "max_size", "capacity": "max_size"}
     upstream_notes: ClassVar[dict[str, str]] = {
         "standard_buffer": "Only true.",
-        "n_step_buffer": "Refused by the gym and bandit plugins (not supported yet).",
-        "per_buffer": "Refused by the gym and bandit plugins (not supported yet).",
+        "kind": "Only classic (AgileRL's other buffer kind is not supported yet).",
+        "n_step_buffer": "Refused by every plugin we ship (not supported yet).",
+        "per_buffer": "Refused by every plugin we ship (not supported yet).",
     }
 
-    kind: Literal["classic", "llm"] = "classic"
+    kind: str = Field(default="classic", description="Only classic (experience replay) is supported.")
     name: str | None = None
     max_size: Annotated[int, Field(ge=1, validation_alias=AliasChoices("max_size", "memory_size"))] = 100_000
     standard_buffer: bool = True
@@ -477,10 +477,13 @@ class ReplayBufferSpec(Spec):
     n_step_buffer_args: NStepArgs = Field(default_factory=NStepArgs)
     per_buffer: bool = False
     per_buffer_args: PerArgs = Field(default_factory=PerArgs)
-    # LLM rollout buffer fields (kind: llm)
-    max_rollout_version_lag: int | None = None
-    drop_uninformative_groups: bool = False
-    group_replay_max_age: int = 0
+
+    @field_validator("kind")
+    @classmethod
+    def _classic(cls, value: str) -> str:
+        if value != "classic":
+            raise ValueError(f"replay buffer kind {value!r} is not supported yet; use kind: classic")
+        return value
 
     @field_validator("standard_buffer")
     @classmethod

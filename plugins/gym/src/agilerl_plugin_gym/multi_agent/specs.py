@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
-from agilerl.models.base import MultiAgentAlgorithmSpec
 from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import RL_SYNONYMS, buffer_problems, compat_problems, network_problems
 
 if TYPE_CHECKING:

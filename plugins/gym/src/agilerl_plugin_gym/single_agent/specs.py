@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from agilerl.errors import Problem
-from agilerl.models import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.spec_base import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import (
     RL_SYNONYMS,
     buffer_problems,
