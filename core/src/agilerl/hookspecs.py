@@ -18,12 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from agilerl.registry import (
-        RegisterAlgorithm,
-        RegisterBuilder,
-        RegisterEnvType,
-        RegisterStrategy,
-    )
+    from agilerl.registration import RegisterAlgorithm, RegisterBuilder, RegisterEnvType, RegisterStrategy
 
 PROJECT_NAME = "agilerl"
 

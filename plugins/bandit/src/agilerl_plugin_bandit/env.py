@@ -8,7 +8,6 @@ vector, so one network scores every arm; the true class pays 1, the others 0.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from agilerl.errors import AgileRLError
+from agilerl.imports import import_object
 from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec, table_path_problem
 
 TableInput: TypeAlias = pd.DataFrame | pd.Series | np.ndarray | str | os.PathLike[str]
@@ -277,16 +277,11 @@ def _import_entrypoint(spec: BanditEnvSpec) -> Any:
         path = str(Path(spec.path).expanduser().resolve())
         if path not in sys.path:
             sys.path.insert(0, path)
-    module_name, _, attr = spec.entrypoint.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise BanditDataError(
-            f"environment.entrypoint: cannot load {spec.entrypoint!r}: {exc}. Give 'module:callable' importable "
-            "from the working directory, or set environment.path to the directory holding the module"
-        ) from exc
+    target = import_object(
+        spec.entrypoint, what="environment.entrypoint", error=BanditDataError,
+        hint="Give 'module:callable' importable from the working directory, or set environment.path "
+        "to the directory holding the module.",
+    )  # fmt: skip
     if not callable(target):
         raise BanditDataError(f"environment.entrypoint: {spec.entrypoint!r} is not callable")
     return target
