@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agilerl.errors import ManifestError
 from agilerl.models import load_manifest, validate_manifest
@@ -40,13 +41,13 @@ def needs_box2d(env_id: str) -> str:
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": "mutation.probabilities: NeuralTS does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/bandit/neural_ucb.yaml": "mutation.probabilities: NeuralUCB does not support activation mutation (act_mut) yet; set act_mut: 0",
-    "configs/training/bandit/neural_ucb_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; use strategy: tournament",
+    "configs/training/bandit/neural_ucb_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; replace the section with a tournament one (tournament_size, elitism)",
     "configs/training/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
     "configs/training/cqn_mfpbt.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
     "configs/training/ddpg/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "configs/training/ddpg/ddpg_simba.yaml": "network.simba: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "configs/training/dqn/dqn.yaml": "mutation.probabilities: DQN does not support activation mutation (act_mut) yet; set act_mut: 0",
-    "configs/training/dqn/dqn_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; use strategy: tournament",
+    "configs/training/dqn/dqn_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; replace the section with a tournament one (tournament_size, elitism)",
     "configs/training/dqn/dqn_rainbow.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
     "configs/training/llm_finetuning/cispo.yaml": [
         "algorithm.name: unknown algorithm 'CISPO'. Did you mean 'IPPO'? Registered algorithms: DDPG, DPO, DQN, GRPO, IPPO, LLMREINFORCE, MADDPG, MATD3, NeuralTS, NeuralUCB, PPO, SFT, TD3.",
@@ -102,15 +103,15 @@ EXPECTED: dict[str, str | list[str]] = {
         "environment.env_type: unknown env_type 'multiturn'. Registered env_types: bandit, dataset, gym, rollout.",
     ],
     "configs/training/multi_agent/ippo.yaml": "mutation.probabilities: IPPO does not support architecture mutation (arch_mut) yet; set arch_mut: 0",
-    "configs/training/multi_agent/ippo_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; use strategy: tournament",
+    "configs/training/multi_agent/ippo_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; replace the section with a tournament one (tournament_size, elitism)",
     "configs/training/multi_agent/ippo_pong.yaml": "mutation.probabilities: IPPO does not support architecture mutation (arch_mut) or activation mutation (act_mut) yet; set arch_mut: 0, act_mut: 0",
     "configs/training/multi_agent/maddpg.yaml": "mutation.probabilities: MADDPG does not support architecture mutation (arch_mut) yet; set arch_mut: 0",
-    "configs/training/multi_agent/maddpg_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; use strategy: tournament",
+    "configs/training/multi_agent/maddpg_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; replace the section with a tournament one (tournament_size, elitism)",
     "configs/training/multi_agent/matd3.yaml": "mutation.probabilities: MATD3 does not support architecture mutation (arch_mut) or activation mutation (act_mut) yet; set arch_mut: 0, act_mut: 0",
     "configs/training/multi_input.yaml": "mutation.probabilities: PPO does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/ppo/ppo.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_image.yaml": "network.min_latent_dim: latent_dim mutation is not supported yet (architecture mutation keeps the latent size); remove min_latent_dim/max_latent_dim or set mutation.probabilities.arch_mut: 0",
-    "configs/training/ppo/ppo_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; use strategy: tournament",
+    "configs/training/ppo/ppo_mfpbt.yaml": "selection_strategy.strategy: multi_frequency (MF-PBT) is not supported yet; replace the section with a tournament one (tournament_size, elitism)",
     "configs/training/ppo/ppo_recurrent.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
     "configs/training/sft.yaml": "algorithm.reduce_memory_peak: unknown field",
     "configs/training/td3.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
@@ -195,3 +196,62 @@ def test_measured_count_is_the_one_the_docs_state() -> None:
     text = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
     if not _HAS_BOX2D:
         assert f"{valid} of the 53" in text
+
+
+_ALE = "environment.name: env package ale-py is not installed: pip install ale-py (it provides the ALE/ ids)"
+_MPE2 = "mpe2.simple_speaker_listener_v4"  # PettingZoo moved MPE out: pettingzoo.mpe.* says so on import
+_TOURNAMENT = {"selection_strategy": {"tournament_size": 2, "elitism": True}}
+
+#: What docs/user-guide.md tells an AgileRL user to change, per file, and the outcome after it:
+#: valid, or only the env package left to install.
+DOCUMENTED_EDITS: dict[str, tuple[dict[str, object], str]] = {
+    "configs/training/dqn/dqn.yaml": ({"mutation.probabilities.act_mut": 0}, needs_box2d("LunarLander-v3")),
+    "configs/training/ppo/ppo_image.yaml": ({"network.min_latent_dim": None, "network.max_latent_dim": None}, _ALE),
+    "configs/training/ddpg/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
+    "configs/training/td3.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
+    "tests/manifests/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
+    "configs/training/multi_agent/ippo.yaml": ({"mutation.probabilities.arch_mut": 0}, VALID),
+    "configs/training/multi_agent/maddpg.yaml": ({"mutation.probabilities.arch_mut": 0}, VALID),
+    "configs/training/multi_agent/matd3.yaml": (
+        {"mutation.probabilities.arch_mut": 0, "mutation.probabilities.act_mut": 0}, VALID),
+    "configs/training/multi_agent/ippo_pong.yaml": (
+        {"mutation.probabilities.arch_mut": 0, "mutation.probabilities.act_mut": 0}, VALID),
+    "configs/training/bandit/neural_ts.yaml": (
+        {"mutation.probabilities.act_mut": 0, "training.episode_steps": None}, VALID),
+    "configs/training/bandit/neural_ucb.yaml": ({"mutation.probabilities.act_mut": 0}, VALID),
+    "configs/training/bandit/neural_ucb_mfpbt.yaml": (
+        {**_TOURNAMENT, "mutation.probabilities.act_mut": 0}, VALID),
+    "configs/training/ppo/ppo_mfpbt.yaml": (_TOURNAMENT, needs_box2d("LunarLander-v3")),
+    "configs/training/dqn/dqn_mfpbt.yaml": (
+        {**_TOURNAMENT, "mutation.probabilities.act_mut": 0}, needs_box2d("LunarLander-v3")),
+    "configs/training/multi_agent/ippo_mfpbt.yaml": (
+        {**_TOURNAMENT, "mutation.probabilities.arch_mut": 0, "environment.name": _MPE2}, VALID),
+    "configs/training/multi_agent/maddpg_mfpbt.yaml": (
+        {**_TOURNAMENT, "mutation.probabilities.arch_mut": 0, "environment.name": _MPE2}, VALID),
+}  # fmt: skip
+
+
+def _edited(rel: str, edits: dict[str, object]) -> dict[str, object]:
+    data: dict[str, object] = yaml.safe_load((UPSTREAM / rel).read_text(encoding="utf-8"))
+    for path, value in edits.items():
+        *head, last = path.split(".")
+        node: dict[str, object] = data
+        for key in head:
+            node = node.setdefault(key, {})  # type: ignore[assignment]
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return data
+
+
+@pytest.mark.parametrize("rel", sorted(DOCUMENTED_EDITS))
+def test_the_documented_changes_make_the_manifest_run(rel: str) -> None:
+    edits, expected = DOCUMENTED_EDITS[rel]
+    assert EXPECTED[rel] != VALID  # it needed a change
+    try:
+        validate_manifest(_edited(rel, edits))
+        outcome = VALID
+    except ManifestError as exc:
+        outcome = "\n".join(str(p) for p in exc.problems)
+    assert outcome == expected

@@ -417,7 +417,8 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
     selection = normalised.get("tournament_selection")
     if isinstance(selection, Mapping) and selection.get("strategy") == "multi_frequency":
         problems.append(Problem("selection_strategy.strategy",
-                                "multi_frequency (MF-PBT) is not supported yet; use strategy: tournament"))  # fmt: skip
+                                "multi_frequency (MF-PBT) is not supported yet; replace the section with a tournament "
+                                "one (tournament_size, elitism)"))  # fmt: skip
         normalised.pop("tournament_selection")
     network_raw = normalised.get("network") if isinstance(normalised.get("network"), Mapping) else None
     try:

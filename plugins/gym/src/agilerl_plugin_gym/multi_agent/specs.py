@@ -98,7 +98,10 @@ def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Prob
     found = False
     try:
         found = importlib.util.find_spec(name) is not None if name and not name.startswith(".") else False
-    except (ImportError, ValueError):
+    except ImportError as exc:  # a parent package that refuses to import says why (e.g. "moved to mpe2")
+        problems.append(Problem("environment.name", f"cannot import {name!r}: {exc}"))
+        return problems
+    except ValueError:
         found = False
     if found and "." in name:
         # The module is there: import it (cheap, no torch) so a package that moved says where to.
