@@ -166,3 +166,15 @@ def test_agilerl_fields_we_only_accept_at_our_value(
         validate_manifest(
             {"algorithm": {"name": algo, "vect_noise_dim": 2}, "environment": {"name": env, "num_envs": 2}}
         )
+
+
+def test_bandit_network_is_encoder_latent_head_like_agilerl() -> None:
+    from agilerl_plugin_bandit.training import network_config
+
+    m = validate_manifest({"algorithm": "NeuralUCB", "environment": {"env_type": "bandit", "name": "iris"},
+                           "network": {"latent_dim": 32, "encoder_config": {"hidden_size": [16]},
+                                       "head_config": {"hidden_size": [8]}}})  # fmt: skip
+    assert network_config(m.algorithm, m) == ([16, 32, 8], "ReLU")  # type: ignore[arg-type]
+    m = validate_manifest({"algorithm": "NeuralUCB", "environment": {"env_type": "bandit", "name": "iris"},
+                           "network": {"encoder_config": {"hidden_size": [16]}}})  # fmt: skip
+    assert network_config(m.algorithm, m) == ([16], "ReLU")  # type: ignore[arg-type]

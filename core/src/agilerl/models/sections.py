@@ -175,7 +175,7 @@ class NetworkSpec(Spec):
     """
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "latent_dim": "Default 64 (AgileRL: 128). Plugins whose networks have no latent layer ignore it.",
+        "latent_dim": "Default 64 (AgileRL: 128). See each plugin for how its networks use it.",
         "min_latent_dim": "Plugins whose architecture mutation keeps the latent size refuse a range when "
         "architecture mutation is on.",
         "max_latent_dim": "As min_latent_dim.",

@@ -187,7 +187,8 @@ class BanditSpec(AlgorithmSpec):
     }  # fmt: skip
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut", "arch_mut"})
     upstream_notes: ClassVar[dict[str, str]] = {
-        "net_config": "Ours: overrides the network section with {hidden_size, activation}.",
+        "net_config": "Ours: overrides the network section with {hidden_size, activation}. From the network "
+        "section the MLP is encoder hidden sizes, then latent_dim when given, then head hidden sizes.",
     }
 
     gamma: Annotated[
