@@ -22,6 +22,8 @@ CORE = Path(__file__).resolve().parents[1] / "core" / "src" / "agilerl"
 #: The seed API's forwarding names (core resolves them from the plugin that registers them).
 SEED_NAMES = {"make_gym_env", "make_pz_env", "make_single_env", "make_bandit_env", "make_llm_env",
               "make_rollout_env_factory"}  # fmt: skip
+#: A key of AgileRL's manifest contract that it retired; core refuses it with the replacement.
+SEED_NAMES.add("async_rollout")
 #: (file, top-level assignment) whose whole statement may name plugins' names: "pip install X" hints.
 ALLOWED_ASSIGNMENTS = {("errors.py", "KNOWN_PROVIDERS")}
 

@@ -76,3 +76,25 @@ def test_training_hpo_must_agree_with_the_evolution_sections(example_plugin: Any
     assert validate_manifest(ucb_manifest).hpo
     ucb_manifest["training"]["hpo"] = False
     assert _one_problem(ucb_manifest).startswith("training.hpo: false, but a mutation or tournament_selection")
+
+
+@pytest.mark.parametrize(
+    ("section", "fields", "needle"),
+    [
+        ("training", {"weight_sync_backend": "nccl"}, "training.weight_sync_backend: not used by UCB1"),
+        ("training", {"eval_greedy": False}, "training.eval_greedy: not used by UCB1"),
+        ("training", {"async_rollout": True}, "async_rollout was retired by AgileRL; write rollout_mode: async"),
+        (
+            "replay_buffer",
+            {"group_replay_max_age": 2},
+            "replay_buffer.group_replay_max_age: not supported yet (AgileRL's group-replay buffer)",
+        ),
+        ("replay_buffer", {"kind": "llm"}, "replay buffer kind 'llm' is not supported yet"),
+    ],
+)
+def test_agilerl_fields_we_lack_are_named_never_unknown(
+    example_plugin: Any, ucb_manifest: dict[str, Any], section: str, fields: dict[str, Any], needle: str
+) -> None:
+    ucb_manifest[section] = {**ucb_manifest.get(section, {}), **fields}
+    problem = _one_problem(ucb_manifest)
+    assert needle in problem and "unknown field" not in problem

@@ -234,6 +234,10 @@ class NetworkSpec(Spec):
 ALGORITHM_TRAINING_FIELDS: tuple[str, ...] = (
     "learning_delay", "eps_start", "eps_end", "eps_decay", "sum_scores", "experience_sharing",
     "episode_steps", "evaluation_interval", "num_epochs", "evo_epochs", "rollout_mode",
+    # AgileRL's evaluation and distributed-training settings (no algorithm here reads them yet)
+    "eval_samples_per_task", "eval_greedy", "eval_max_concurrent_episodes", "env_resource_ratio",
+    "rollout_batch_size", "rollout_engines_per_agent", "training_gpus_per_agent", "weight_sync_backend",
+    "reuse_prefix_cache_across_syncs", "weight_sync_interval", "rollout_version_stamp", "checkpoint_export",
 )  # fmt: skip
 
 
@@ -303,6 +307,18 @@ class TrainingSpec(Spec):
     reporting_interval: Annotated[int, Field(ge=1)] = 1024
     experience_sharing: bool | None = None
     rollout_mode: Literal["colocated", "async"] = "colocated"
+    eval_samples_per_task: Annotated[int, Field(ge=0)] = 0
+    eval_greedy: bool = True
+    eval_max_concurrent_episodes: Annotated[int | None, Field(ge=1)] = None
+    env_resource_ratio: Annotated[float | None, Field(gt=0)] = None
+    rollout_batch_size: Annotated[int | None, Field(ge=1)] = None
+    rollout_engines_per_agent: int | Literal["auto"] = 0
+    training_gpus_per_agent: Annotated[int, Field(ge=1)] = 1
+    weight_sync_backend: Literal["filesystem", "nccl"] | None = None
+    reuse_prefix_cache_across_syncs: bool = False
+    weight_sync_interval: Annotated[int | None, Field(ge=1)] = None
+    rollout_version_stamp: Literal["publish", "oldest_turn"] | None = None
+    checkpoint_export: dict[str, Any] | None = None
     # --- agilerl's own (not in AgileRL's format) ---
     seed: int | None = Field(default=None, description="Seeds python, numpy, torch and the envs.")
     torch_threads: Annotated[
@@ -315,6 +331,13 @@ class TrainingSpec(Spec):
     )
     save_elite: bool = True
     progress: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "async_rollout" in data:
+            raise ValueError("async_rollout was retired by AgileRL; write rollout_mode: async")
+        return data
 
     @field_validator("checkpoint_optimizer")
     @classmethod
@@ -477,12 +500,23 @@ class ReplayBufferSpec(Spec):
     n_step_buffer_args: NStepArgs = Field(default_factory=NStepArgs)
     per_buffer: bool = False
     per_buffer_args: PerArgs = Field(default_factory=PerArgs)
+    # AgileRL's group-replay buffer (its other kind): accepted at their defaults only.
+    max_rollout_version_lag: Annotated[int | None, Field(ge=0)] = None
+    drop_uninformative_groups: bool = False
+    group_replay_max_age: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("kind")
     @classmethod
     def _classic(cls, value: str) -> str:
         if value != "classic":
             raise ValueError(f"replay buffer kind {value!r} is not supported yet; use kind: classic")
+        return value
+
+    @field_validator("max_rollout_version_lag", "drop_uninformative_groups", "group_replay_max_age")
+    @classmethod
+    def _group_buffer(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("not supported yet (AgileRL's group-replay buffer); remove it")
         return value
 
     @field_validator("standard_buffer")
