@@ -178,3 +178,11 @@ def test_bandit_network_is_encoder_latent_head_like_agilerl() -> None:
     m = validate_manifest({"algorithm": "NeuralUCB", "environment": {"env_type": "bandit", "name": "iris"},
                            "network": {"encoder_config": {"hidden_size": [16]}}})  # fmt: skip
     assert network_config(m.algorithm, m) == ([16], "ReLU")  # type: ignore[arg-type]
+
+
+def test_refused_names_are_not_listed_as_algorithms(capsys: pytest.CaptureFixture[str]) -> None:
+    from agilerl.cli import main
+
+    assert main(["algorithms"]) == 0
+    listed = capsys.readouterr().out
+    assert "PPO" in listed and "RainbowDQN" not in listed and "CQN" not in listed

@@ -167,6 +167,7 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         {"name": e.key, "spec": f"{e.value.__module__}.{e.value.__qualname__}", "paradigm": e.value.paradigm,
          "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider}
         for e in MANIFEST_REGISTRY.entries()
+        if not e.value.not_supported  # known names a plugin refuses: not trainable, not listed
     ]  # fmt: skip
     if args.json:
         _print_json(rows)
