@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,23 @@ def test_refused_names_are_not_listed_as_algorithms(capsys: pytest.CaptureFixtur
     assert main(["algorithms"]) == 0
     listed = capsys.readouterr().out
     assert "PPO" in listed and "RainbowDQN" not in listed and "CQN" not in listed
+
+
+@pytest.mark.parametrize(
+    ("network", "env", "needle"),
+    [
+        ({"encoder_config": {"hidden_size": [8], "layer_norm": True}}, {}, "network.encoder_config.layer_norm: not"),
+        ({"head_config": {"hidden_size": [8], "max_mlp_nodes": 512}}, {}, "network.head_config.max_mlp_nodes: not"),
+        ({}, {"num_envs": 4}, "num_envs other than 1 is not supported yet"),
+    ],
+)
+def test_bandit_network_and_env_options_it_lacks_are_refused(
+    network: dict[str, object], env: dict[str, object], needle: str
+) -> None:
+    manifest = {"algorithm": "NeuralUCB", "environment": {"env_type": "bandit", "name": "iris", **env}}
+    if network:
+        manifest["network"] = network
+    with pytest.raises(ManifestError, match=re.escape(needle)):
+        validate_manifest(manifest)
+    ok = {"encoder_config": {"hidden_size": [8], "layer_norm": False, "max_mlp_nodes": 256}}
+    validate_manifest({**manifest, "environment": {"env_type": "bandit", "name": "iris"}, "network": ok})

@@ -71,6 +71,14 @@ class BanditEnvSpec(EnvSpec):
     )
 
     @model_validator(mode="after")
+    def _single_env(self) -> BanditEnvSpec:
+        if self.num_envs != 1:
+            raise ValueError("num_envs other than 1 is not supported yet: bandits step one context at a time")
+        if self.version is not None:
+            raise ValueError("version is not used by table bandits; remove it")
+        return self
+
+    @model_validator(mode="after")
     def _one_source(self) -> BanditEnvSpec:
         if self.entrypoint is not None and (self.features is not None or self.targets is not None):
             raise ValueError("give either entrypoint or features/targets, not both")
@@ -165,6 +173,16 @@ def table_problems(env: BanditEnvSpec) -> list[Problem]:
     return problems
 
 
+#: MLP options the bandit reward network does not have, with the value that runs. Given at any
+#: other value they are refused (architecture mutation only grows, up to 4 hidden layers of 256).
+_PLAIN_MLP: dict[str, Any] = {
+    "layer_norm": False,
+    "output_activation": None,
+    "max_hidden_layers": 4,
+    "max_mlp_nodes": 256,
+}
+
+
 class BanditSpec(AlgorithmSpec):
     """Fields shared by the neural contextual-bandit algorithms (unregistered base)."""
 
@@ -220,6 +238,15 @@ class BanditSpec(AlgorithmSpec):
             problems.append(
                 Problem("network.encoder_config.arch", f"{self.name} needs an mlp encoder on tabular contexts")
             )
+        for part in ("encoder_config", "head_config"):
+            mlp = getattr(net, part, None) if net is not None else None
+            for field, runs in _PLAIN_MLP.items():
+                if mlp is not None and field in mlp.model_fields_set and getattr(mlp, field) != runs:
+                    problems.append(Problem(
+                        f"network.{part}.{field}",
+                        f"not supported yet: {self.name}'s reward network is a plain MLP "
+                        f"({field}: {runs!r}, fixed architecture-mutation bounds); remove it",
+                    ))  # fmt: skip
         activation = (self.net_config or {}).get("activation") or getattr(enc, "activation", None)
         if activation is not None and activation not in BANDIT_ACTIVATIONS:
             where = "algorithm.net_config.activation" if self.net_config else "network.encoder_config.activation"
