@@ -191,8 +191,9 @@ def test_llm_manifests_refuse_architecture_and_parameter_mutation() -> None:
     with pytest.raises(ManifestError) as info:
         load_manifest(data)
     msg = str(info.value)
-    assert "mutation.probabilities.arch_mut" in msg and "mutation.probabilities.params_mut" in msg
-    assert "set arch_mut: 0" in msg and "set params_mut: 0" in msg
+    assert "mutation.probabilities: GRPO does not support architecture mutation (arch_mut)" in msg
+    assert "parameter mutation (params_mut)" in msg and "set arch_mut: 0, params_mut: 0" in msg
+    assert len(info.value.problems) == 1  # one root cause, one problem
 
 
 def test_llm_manifests_mutate_hyperparameters_only_by_default() -> None:

@@ -129,7 +129,9 @@ def test_rl_hp_selection_must_name_numeric_fields(example_plugin: Any, ucb_manif
 def test_unsupported_mutation_operator_is_refused(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
     ucb_manifest["mutation"] = {"probabilities": {"arch_mut": 0.3, "params_mut": 0, "rl_hp_mut": 0.2}}
     out = problems(ucb_manifest)
-    assert out == ["mutation.probabilities.arch_mut: UCB1 supports only no_mut, rl_hp_mut; set arch_mut: 0"]
+    assert out == [
+        "mutation.probabilities: UCB1 does not support architecture mutation (arch_mut) yet; set arch_mut: 0"
+    ]
 
 
 def test_mf_pbt_needs_a_population_that_splits(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:

@@ -1,6 +1,5 @@
-"""agilerl: train RL agents, multi-agent teams, contextual bandits and fine-tuned LLMs from one
-validated YAML manifest. This is the core; paradigms come from plugins (entry-point group
-``agilerl``). ``import agilerl`` imports no torch and no plugin.
+"""agilerl: train agents, populations and fine-tuned models from one validated YAML manifest.
+This is the core; paradigms come from plugins (entry-point group ``agilerl``). ``import agilerl`` imports no torch and no plugin.
 """
 
 from __future__ import annotations

@@ -12,15 +12,14 @@ class AlgorithmBase:
     """Implements ``index``, ``fitness``, ``steps``, ``mut``, ``clone`` and hyperparameter access.
 
     Hyperparameters are attributes named like the spec's fields. Subclasses list the ones whose
-    change needs work in ``_on_hyperparameter_change`` (e.g. rebuild an optimizer after ``lr``).
+    change needs work in ``_on_hyperparameter_change`` (e.g. rebuild an optimizer after a learning rate changed).
     Subclasses implement ``state_dict``/``load_state_dict`` for their own state and call
     ``super()`` to include the bookkeeping.
     """
 
-    #: Hyperparameters that must stay integers when mutated.
-    integer_hyperparameters: ClassVar[frozenset[str]] = frozenset(
-        {"batch_size", "learn_step", "update_epochs", "policy_freq", "group_size", "n_step"}
-    )
+    #: Hyperparameters that must stay integers (at least 1) when mutated, beyond the spec's
+    #: ``int``-typed fields (which always do).
+    integer_hyperparameters: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: AlgorithmSpec, *, index: int = 0) -> None:
         self.spec = spec
@@ -41,7 +40,7 @@ class AlgorithmBase:
     def set_hyperparameter(self, name: str, value: float) -> None:
         if not hasattr(self, name):
             raise KeyError(f"{type(self).__name__} has no hyperparameter {name!r}")
-        if name in self.integer_hyperparameters:
+        if name in self.integer_hyperparameters or name in self.spec.integer_fields():
             value = max(1, round(value))
         old = getattr(self, name)
         setattr(self, name, value)

@@ -134,9 +134,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from agilerl.schema import manifest_json_schema
+    from agilerl.schema import manifest_json_schema, manifest_markdown
 
-    text = json.dumps(manifest_json_schema(), indent=2)
+    text = manifest_markdown().rstrip("\n") if args.markdown else json.dumps(manifest_json_schema(), indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
         print(f"wrote {args.output}")
@@ -153,7 +153,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         _print_json([i.as_dict() for i in infos])
         return 0
     if not infos:
-        print("no plugins installed (pip install agilerl-plugin-gym, for example)")
+        print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
         print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")
@@ -167,6 +167,7 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         {"name": e.key, "spec": f"{e.value.__module__}.{e.value.__qualname__}", "paradigm": e.value.paradigm,
          "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider}
         for e in MANIFEST_REGISTRY.entries()
+        if not e.value.not_supported  # known names a plugin refuses: not trainable, not listed
     ]  # fmt: skip
     if args.json:
         _print_json(rows)
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("schema", help="print the manifest's JSON Schema (all registered algorithms and envs)")
     p.add_argument("-o", "--output", help="write to a file")
+    p.add_argument("--markdown", action="store_true", help="the reference page (docs/reference/manifest.md) instead")
     p.set_defaults(handler=cmd_schema)
 
     p = sub.add_parser("plugins", help="list plugins, versions and hooks")

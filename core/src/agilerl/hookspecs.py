@@ -18,12 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from agilerl.registry import (
-        RegisterAlgorithm,
-        RegisterBuilder,
-        RegisterEnvType,
-        RegisterStrategy,
-    )
+    from agilerl.registration import RegisterAlgorithm, RegisterBuilder, RegisterEnvType, RegisterStrategy
 
 PROJECT_NAME = "agilerl"
 
@@ -85,6 +80,6 @@ def agilerl_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
     """Add a plugin's own hook specifications.
 
     Called once after every plugin is registered and before pending implementations are checked, so
-    plugin-defined hooks (the LLM plugin's rollout sources, say) are validated like core's. Call
+    plugin-defined hooks (a plugin's own extension points) are validated like core's. Call
     ``plugin_manager.add_hookspecs(module)``.
     """

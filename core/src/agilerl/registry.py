@@ -12,14 +12,14 @@ install when core knows it.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agilerl import plugins
 from agilerl.errors import DuplicateRegistrationError, MissingPluginError, PluginError, UnknownNameError
+from agilerl.imports import import_object
 
 if TYPE_CHECKING:
     from agilerl.models.base import AlgorithmSpec, EnvSpec
@@ -31,22 +31,10 @@ IN_PROCESS = "<in-process>"
 
 
 def resolve(obj: Any, what: str = "object") -> Any:
-    """Import ``"module:attr"`` strings; return other objects unchanged."""
+    """Import ``"module:attr"`` strings (:func:`agilerl.imports.import_object`); return other objects unchanged."""
     if not isinstance(obj, str):
         return obj
-    module_name, sep, attr = obj.partition(":")
-    if not sep or not module_name or not attr:
-        raise PluginError(f"{what} {obj!r} is not of the form 'module:attribute'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PluginError(f"cannot import {module_name!r} for {what} {obj!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError as exc:
-            raise PluginError(f"module {module_name!r} has no attribute {attr!r} ({what})") from exc
-    return target
+    return import_object(obj, what=what, error=PluginError)
 
 
 @dataclass
@@ -89,6 +77,19 @@ class _Table(Generic[T]):
     def _make_register(self, table: dict[str, Entry[T]], provider: str) -> Callable[..., Any]:
         raise NotImplementedError
 
+    def _add(self, entry: Entry[T]) -> None:
+        """Register ``entry`` in this process (plugins use the hook instead): the one ``add``."""
+        with self._lock:
+            if self._entries is not None:
+                self._put(self._entries, entry)
+            self._put(self._manual, entry)
+
+    def _remove(self, key: str) -> None:
+        """Undo :meth:`_add` (tests): the one ``remove``."""
+        with self._lock:
+            self._manual.pop(key, None)
+            self.invalidate()
+
     def _fill(self) -> dict[str, Entry[T]]:
         with self._lock:
             if self._entries is not None:
@@ -107,12 +108,16 @@ class _Table(Generic[T]):
             return table
 
     # --- reading -----------------------------------------------------------------------------
+    def _listed(self, entry: Entry[T]) -> bool:
+        """Whether ``entry`` is shown in listings and "registered: ..." messages."""
+        return True
+
     def entry(self, key: str) -> Entry[T]:
         table = self._fill()
         try:
             return table[key]
         except KeyError:
-            raise UnknownNameError(self.kind, key, list(table)) from None
+            raise UnknownNameError(self.kind, key, [k for k, e in table.items() if self._listed(e)]) from None
 
     def __contains__(self, key: object) -> bool:
         return key in self._fill()
@@ -131,18 +136,6 @@ class _Table(Generic[T]):
 # --------------------------------------------------------------------------------------------------
 # Algorithms
 # --------------------------------------------------------------------------------------------------
-
-
-class RegisterAlgorithm(Protocol):
-    def __call__(
-        self,
-        spec_cls: type[AlgorithmSpec],
-        name: str | None = None,
-        *,
-        algorithm: Any = None,
-        builder: Any = None,
-        strategy: Any = None,
-    ) -> None: ...
 
 
 class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
@@ -176,18 +169,12 @@ class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
         strategy: Any = None,
     ) -> None:
         """Register ``spec_cls`` under ``name`` in this process (plugins use the hook instead)."""
-        with self._lock:
-            extra = {"algorithm": algorithm, "builder": builder, "strategy": strategy}
-            entry: Entry[Any] = Entry(name, spec_cls, IN_PROCESS, extra)
-            if self._entries is not None:
-                self._put(self._entries, entry)
-            self._put(self._manual, entry)
+        extra = {"algorithm": algorithm, "builder": builder, "strategy": strategy}
+        self._add(Entry(name, spec_cls, IN_PROCESS, extra))
 
     def remove(self, name: str) -> None:
         """Undo :meth:`add` (tests)."""
-        with self._lock:
-            self._manual.pop(name, None)
-            self.invalidate()
+        self._remove(name)
 
     def get(self, name: str) -> type[AlgorithmSpec]:
         """The spec class registered as ``name``. Raises ``KeyError`` when unknown."""
@@ -199,13 +186,16 @@ class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
         spec._registry_name = name
         return spec
 
+    def _listed(self, entry: Entry[Any]) -> bool:
+        return not entry.value.not_supported
+
     def names(self) -> list[str]:
-        """Every registered algorithm name, sorted."""
-        return self.keys()
+        """Every registered algorithm name that can be trained, sorted (not the ``not_supported`` ones)."""
+        return [e.key for e in self.entries() if self._listed(e)]
 
     def items(self) -> list[tuple[str, type[AlgorithmSpec]]]:
-        """Every (name, spec class) pair, sorted by name."""
-        return [(e.key, e.value) for e in self.entries()]
+        """Every (name, spec class) pair that can be trained, sorted by name."""
+        return [(e.key, e.value) for e in self.entries() if self._listed(e)]
 
     def name_of(self, spec_cls: type[AlgorithmSpec]) -> str | None:
         """The registered name of ``spec_cls`` (or of its nearest registered base class)."""
@@ -238,17 +228,6 @@ class EnvType:
     functions: dict[str, Any]
 
 
-class RegisterEnvType(Protocol):
-    def __call__(
-        self,
-        env_type: str,
-        spec_cls: type[EnvSpec],
-        factory: Any,
-        *,
-        functions: dict[str, Any] | None = None,
-    ) -> None: ...
-
-
 class EnvTypeRegistry(_Table[EnvType]):
     """``environment.env_type`` -> spec class, factory and named helper functions."""
 
@@ -269,16 +248,10 @@ class EnvTypeRegistry(_Table[EnvType]):
         return register
 
     def add(self, env_type: str, spec_cls: type[EnvSpec], factory: Any, **functions: Any) -> None:
-        with self._lock:
-            entry = Entry(env_type, EnvType(env_type, spec_cls, factory, functions), IN_PROCESS)
-            if self._entries is not None:
-                self._put(self._entries, entry)
-            self._put(self._manual, entry)
+        self._add(Entry(env_type, EnvType(env_type, spec_cls, factory, functions), IN_PROCESS))
 
     def remove(self, env_type: str) -> None:
-        with self._lock:
-            self._manual.pop(env_type, None)
-            self.invalidate()
+        self._remove(env_type)
 
     def spec_class(self, env_type: str) -> type[EnvSpec]:
         return self.entry(env_type).value.spec_cls
@@ -302,10 +275,6 @@ class EnvTypeRegistry(_Table[EnvType]):
 # --------------------------------------------------------------------------------------------------
 
 
-class RegisterBuilder(Protocol):
-    def __call__(self, paradigm: str, builder: Any) -> None: ...
-
-
 class BuilderRegistry(_Table[Any]):
     kind = "paradigm"
     hook = "agilerl_register_builders"
@@ -317,23 +286,13 @@ class BuilderRegistry(_Table[Any]):
         return register
 
     def add(self, paradigm: str, builder: Any) -> None:
-        with self._lock:
-            entry = Entry(paradigm, builder, IN_PROCESS)
-            if self._entries is not None:
-                self._put(self._entries, entry)
-            self._put(self._manual, entry)
+        self._add(Entry(paradigm, builder, IN_PROCESS))
 
     def remove(self, paradigm: str) -> None:
-        with self._lock:
-            self._manual.pop(paradigm, None)
-            self.invalidate()
+        self._remove(paradigm)
 
     def get(self, paradigm: str) -> Any:
         return resolve(self.entry(paradigm).value, f"builder for paradigm {paradigm!r}")
-
-
-class RegisterStrategy(Protocol):
-    def __call__(self, paradigm: str, regime: str, strategy: Any) -> None: ...
 
 
 def strategy_key(paradigm: str, regime: str) -> str:
@@ -351,16 +310,10 @@ class StrategyRegistry(_Table[Any]):
         return register
 
     def add(self, paradigm: str, regime: str, strategy: Any) -> None:
-        with self._lock:
-            entry = Entry(strategy_key(paradigm, regime), strategy, IN_PROCESS)
-            if self._entries is not None:
-                self._put(self._entries, entry)
-            self._put(self._manual, entry)
+        self._add(Entry(strategy_key(paradigm, regime), strategy, IN_PROCESS))
 
     def remove(self, paradigm: str, regime: str) -> None:
-        with self._lock:
-            self._manual.pop(strategy_key(paradigm, regime), None)
-            self.invalidate()
+        self._remove(strategy_key(paradigm, regime))
 
     def get(self, paradigm: str, regime: str) -> Any:
         table = self._fill()

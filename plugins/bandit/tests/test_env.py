@@ -134,7 +134,9 @@ def test_entrypoint_that_is_not_a_bandit_env(tmp_path: Path) -> None:
         BanditDataError, match=r"built a Gridworld, which is not a bandit env \(missing step, arms, context_dim\)"
     ):
         make_bandit_env(spec)
-    with pytest.raises(BanditDataError, match=r"cannot load 'not_a_bandit_mod:Nothing'"):
+    with pytest.raises(
+        BanditDataError, match=r"environment.entrypoint: module 'not_a_bandit_mod' has no attribute 'Nothing'"
+    ):
         make_bandit_env(BanditEnvSpec(entrypoint="not_a_bandit_mod:Nothing", path=str(tmp_path)))
 
 

@@ -227,7 +227,9 @@ def test_mutation_and_sharing_settings_the_plugin_cannot_honour_are_refused() ->
     from agilerl.models import validate_manifest
 
     base = {"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1", "num_envs": 1}}
-    with pytest.raises(ManifestError, match=r"mutation.probabilities.act_mut: DQN supports only"):
+    with pytest.raises(
+        ManifestError, match=r"mutation.probabilities: DQN does not support activation mutation \(act_mut\) yet"
+    ):
         validate_manifest({**base, "mutation": {"probabilities": {"act_mut": 0.2}}})
     with pytest.raises(ManifestError, match=r"training.experience_sharing: false is not supported yet"):
         validate_manifest({**base, "training": {"experience_sharing": False}})

@@ -134,7 +134,8 @@ def test_training_the_gym_algorithms_never_imports_torch_dynamo() -> None:
         for name, env in (("PPO", "CartPole-v1"), ("DQN", "CartPole-v1"), ("TD3", "Pendulum-v1")):
             m = {"algorithm": {"name": name, "learn_step": 64, "batch_size": 32},
                  "environment": {"name": env, "num_envs": 2, "sync": True},
-                 "training": {"max_steps": 400, "evo_steps": 200, "progress": False, "learning_delay": 50}}
+                 "training": {"max_steps": 400, "evo_steps": 200, "progress": False,
+                              **({} if name == "PPO" else {"learning_delay": 50})}}
             LocalTrainer.from_manifest(m, run_dir=sys.argv[1] + "/" + name).train()
         print("torch._dynamo" in sys.modules)
         """

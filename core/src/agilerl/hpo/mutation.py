@@ -4,7 +4,7 @@ Hyperparameter mutation is done here, generically, through ``get_hyperparameter`
 ``set_hyperparameter``. Architecture, parameter and activation mutation are the algorithm's own
 (``mutate_architecture``, ``mutate_parameters``, ``mutate_activation``); an algorithm without one
 gets no mutation for that draw, labelled so in the log. Operators the algorithm's spec does not
-list in ``supported_mutations`` (LLMs: hyperparameters only) are refused with a clear error.
+list in ``supported_mutations`` are refused with a clear error (and the spec's ``unsupported_mutation_reason``).
 """
 
 from __future__ import annotations
@@ -18,16 +18,9 @@ from annotated_types import Ge, Gt, Le, Lt
 
 from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
-from agilerl.models.sections import MutationSpec
+from agilerl.models.sections import MutationSpec, unsupported_operators_message
 
 #: What each operator does, for error messages.
-OPERATOR_NAMES = {
-    "arch_mut": "architecture mutation",
-    "params_mut": "parameter mutation",
-    "act_mut": "activation mutation",
-    "rl_hp_mut": "hyperparameter mutation",
-    "no_mut": "no mutation",
-}
 
 
 class UnsupportedMutationError(AgileRLError):
@@ -92,17 +85,10 @@ class Mutations:
         supported = type(algo_spec).supported_mutations
         refused = [op for op, w in weights.items() if w > 0 and op not in supported]
         if refused:
-            why = (
-                " (LLM algorithms get hyperparameter mutation only: their weights are a pretrained model"
-                " or its adapters, which architecture and parameter mutation would break)"
-                if type(algo_spec).paradigm == "llm"
-                else ""
+            message = unsupported_operators_message(
+                algo_spec.name, refused, type(algo_spec).unsupported_mutation_reason
             )
-            ops = ", ".join(f"{OPERATOR_NAMES.get(op, op)} ({op})" for op in refused)
-            raise UnsupportedMutationError(
-                f"mutation.probabilities: {algo_spec.name} does not support {ops}{why}; "
-                f"set {', '.join(f'{op}: 0' for op in refused)}"
-            )
+            raise UnsupportedMutationError(f"mutation.probabilities: {message}")
         total = sum(weights.values())
         if total <= 0:
             weights, total = {"no_mut": 1.0}, 1.0
@@ -148,16 +134,15 @@ class Mutations:
         current = agent.get_hyperparameter(name)
         factor = r.grow_factor if grow else r.shrink_factor
         f_lo, lo_inc, f_hi, hi_inc = field_bounds(self.algo_spec, name)
-        is_int = (isinstance(current, int) and not isinstance(current, bool)) or name in getattr(
-            agent, "integer_hyperparameters", ()
-        )
+        integer = name in getattr(agent, "integer_hyperparameters", ()) or name in self.algo_spec.integer_fields()
+        is_int = (isinstance(current, int) and not isinstance(current, bool)) or integer
         if is_int:
             cur = round(current)
             lo = math.ceil(r.min)
             hi = math.floor(r.max)
             if f_lo is not None:
                 lo = max(lo, math.ceil(f_lo) if lo_inc else math.floor(f_lo) + 1)
-            elif name in getattr(agent, "integer_hyperparameters", ()):
+            elif integer:
                 lo = max(lo, 1)
             if f_hi is not None:
                 hi = min(hi, math.floor(f_hi) if hi_inc else math.ceil(f_hi) - 1)
@@ -169,7 +154,7 @@ class Mutations:
             return int(min(max(value, lo), max(hi, lo)))
         cur_f = float(current)
         value_f = min(max(cur_f * factor, r.min), r.max)
-        # The range may be wider than the field allows (e.g. gamma up to 1.2): stay valid.
+        # The range may be wider than the field allows (a discount factor up to 1.2, say): stay valid.
         if f_lo is not None and (value_f < f_lo or (not lo_inc and value_f <= f_lo)):
             value_f = f_lo if lo_inc else cur_f
         if f_hi is not None and (value_f > f_hi or (not hi_inc and value_f >= f_hi)):

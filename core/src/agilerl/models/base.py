@@ -7,6 +7,8 @@ looked up from those, turn it into a live algorithm and pick the loop that train
 
 from __future__ import annotations
 
+import types
+import typing
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -21,16 +23,25 @@ class Spec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
+    #: Other libraries' names for this section's fields (SB3's name for a learning rate, ...):
+    #: an unknown field listed here gets "did you mean" the field it names. A value is a field of
+    #: this section, or a dotted path into another section (``replay_buffer.max_size``). Names whose
+    #: target this spec does not have are skipped, so a base class may list its subclasses' names.
+    field_synonyms: ClassVar[dict[str, str]] = {}
+    #: Where a field differs from AgileRL's (meaning, default, values accepted), by field name: the
+    #: reference page's "vs AgileRL" column. Absent: AgileRL's name, meaning and default.
+    upstream_notes: ClassVar[dict[str, str]] = {}
+
 
 class AlgorithmSpec(Spec):
     """Fields every algorithm's manifest section carries."""
 
-    #: Which builder makes it (``single_agent``, ``multi_agent``, ``llm``, ``bandit``, ...).
+    #: Which builder makes it (the key a plugin registered its builder under).
     paradigm: ClassVar[str] = ""
-    #: Which loop trains it (``on_policy``, ``off_policy``, ``rollout``, ``dataset``, ...).
+    #: Which loop trains it (with ``paradigm``, the key a plugin registered its strategy under).
     regime: ClassVar[str] = ""
-    #: ``environment.env_type`` used when the manifest omits it.
-    default_env_type: ClassVar[str] = "gym"
+    #: ``environment.env_type`` used when the manifest omits it ("": the manifest must give one).
+    default_env_type: ClassVar[str] = ""
     #: Env steps per agent between evaluations when ``training.evo_steps`` is not given.
     default_evo_steps: ClassVar[int] = 10_000
     #: Default (min, max) ranges for hyperparameter mutation, by field name.
@@ -41,6 +52,17 @@ class AlgorithmSpec(Spec):
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
         {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut", "act_mut"}
     )
+    #: Why the operators outside ``supported_mutations`` are refused (shown in the error).
+    unsupported_mutation_reason: ClassVar[str] = ""
+    #: Fields that may be written under the manifest's ``network:`` section and are lifted onto
+    #: this algorithm spec at validation (a field of the spec, or a validation alias of one).
+    lifted_network_fields: ClassVar[frozenset[str]] = frozenset()
+    #: ``training`` fields among :data:`agilerl.models.sections.ALGORITHM_TRAINING_FIELDS` that this
+    #: algorithm's strategy reads; setting any other of them is a validation error.
+    training_fields: ClassVar[frozenset[str]] = frozenset()
+    #: Non-empty: a name a plugin knows (e.g. from AgileRL's catalogue) but cannot train yet. A
+    #: manifest naming it fails with exactly this one message, and nothing else is checked.
+    not_supported: ClassVar[str] = ""
 
     batch_size: Annotated[int, Field(ge=1, description="Samples per gradient step.")] = 64
 
@@ -60,91 +82,20 @@ class AlgorithmSpec(Spec):
         """Cross-section checks a spec wants run at validation time (override; default none)."""
         return []
 
+    @classmethod
+    def integer_fields(cls) -> frozenset[str]:
+        """Fields typed ``int`` (or ``int | None``): mutation keeps them whole numbers."""
+        out = set()
+        for name, info in cls.model_fields.items():
+            ann = info.annotation
+            args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+            if int in args and bool not in args:
+                out.add(name)
+        return frozenset(out)
+
     def hyperparameters(self) -> dict[str, Any]:
         """Numeric fields: candidates for hyperparameter mutation."""
         return {k: v for k, v in self.model_dump().items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-class SingleAgentAlgorithmSpec(AlgorithmSpec):
-    """Single-agent reinforcement learning algorithms."""
-
-    paradigm: ClassVar[str] = "single_agent"
-    regime: ClassVar[str] = "on_policy"
-
-    learn_step: Annotated[int, Field(ge=1, description="Env steps between learning updates.")] = 5
-    gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount factor.")] = 0.99
-    normalize_images: bool = True
-    net_config: dict[str, Any] | None = None
-
-
-class MultiAgentAlgorithmSpec(AlgorithmSpec):
-    """Multi-agent reinforcement learning algorithms."""
-
-    paradigm: ClassVar[str] = "multi_agent"
-    regime: ClassVar[str] = "on_policy"
-
-    learn_step: Annotated[int, Field(ge=1)] = 2048
-    gamma: Annotated[float, Field(ge=0.0, le=1.0)] = 0.99
-    normalize_images: bool = True
-    torch_compiler: str | None = None
-    net_config: dict[str, Any] | None = None
-
-
-class LoraConfigDict(Spec):
-    """LoRA adapter settings (peft), written under the manifest's ``network`` section."""
-
-    lora_r: Annotated[int, Field(ge=1)] = 16
-    lora_alpha: Annotated[float, Field(gt=0)] = 32
-    target_modules: str | list[str] = "all-linear"
-    target_parameters: list[str] | None = None
-    task_type: str = "CAUSAL_LM"
-    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
-
-
-class LLMAlgorithmSpec(AlgorithmSpec):
-    """LLM fine-tuning algorithms.
-
-    ``pretrained_model_name_or_path``, ``max_model_len`` and ``lora_config`` may be written under
-    the manifest's ``network`` section; they are lifted onto the algorithm at validation.
-    """
-
-    paradigm: ClassVar[str] = "llm"
-    regime: ClassVar[str] = "rollout"
-    default_env_type: ClassVar[str] = "rollout"
-    default_evo_steps: ClassVar[int] = 20
-    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut"})
-
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.001
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 0.1
-    update_epochs: Annotated[int, Field(ge=1)] = 1
-    use_separate_reference_adapter: bool = True
-    calc_position_embeddings: bool = True
-    gradient_checkpointing: bool = True
-    use_liger_loss: bool = True
-    use_liger_kernel: bool | None = None
-    use_mamba_kernels: bool | None = None
-    cast_logprobs_to_fp32: bool = True
-    seed: int = 42
-    quantization: str | dict[str, Any] | None = None
-    activation_offload: bool = False
-    moe_lora_recompute: bool | None = None
-    use_sequence_packing: bool = False
-    lora_target_scope: str | None = None
-    chunk_rows: Annotated[int | None, Field(ge=1)] = None
-    attn_implementation: str | None = None
-    micro_batch_size_per_gpu: Annotated[int | None, Field(ge=1)] = None
-    mini_batch_size: Annotated[int | None, Field(ge=1)] = None
-    hf_generate_chunk_size: Annotated[int | None, Field(ge=1)] = None
-    thinking_token_budget: Annotated[int | None, Field(ge=0)] = None
-    constrain_answer_pattern: str | None = None
-    answer_continuation: bool = False
-    fsdp: bool | dict[str, Any] | None = None
-    vllm_engine_args: dict[str, Any] = Field(default_factory=dict)
-    vllm_lora_export_dir: str | None = None
-    pretrained_model_name_or_path: Annotated[str | None, Field(min_length=1)] = None
-    max_model_len: Annotated[int, Field(ge=1)] = 1024
-    lora_config: LoraConfigDict | None = None
 
 
 class EnvSpec(Spec):

@@ -24,9 +24,8 @@ def _accepted(fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 def make_env(spec: EnvSpec, **kwargs: Any) -> Any:
     """Build the live environment described by ``spec``.
 
-    Keyword arguments (``multi_agent``, ``extra_wrappers``, ``tokenizer``, ``features``,
-    ``targets``, ``seed``, ...) are passed to the factory when it accepts them; ``None`` values are
-    dropped.
+    Keyword arguments (``seed``, and whatever the plugin's factory documents) are passed to the
+    factory when it accepts them; ``None`` values are dropped.
     """
     factory = ENV_TYPES.factory(spec.env_type)
     given = {k: v for k, v in kwargs.items() if v is not None}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
+    ALGORITHM_TRAINING_FIELDS,
     MultiFrequencySelectionSpec,
     MutationSpec,
     NetworkSpec,
     ReplayBufferSpec,
     TournamentSelectionSpec,
     TrainingSpec,
+    unsupported_operators_message,
 )
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
@@ -36,9 +39,6 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "tournament_selection": TournamentSelectionSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
-# Fields of the `network` section that belong to LLM algorithms.
-_LLM_NETWORK_FIELDS = {"pretrained_model_name_or_path": "pretrained_model_name_or_path",
-                       "max_context_length": "max_model_len", "lora_config": "lora_config"}  # fmt: skip
 
 
 class TrainingManifest(BaseModel):
@@ -71,22 +71,50 @@ class TrainingManifest(BaseModel):
         return self.mutation is not None or self.tournament_selection is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict that :func:`validate_manifest` accepts (round-trips)."""
+        """A plain dict that :func:`validate_manifest` turns back into this same manifest.
+
+        Fields left at their default are omitted, except discriminators (``arch: mlp``,
+        ``env_type``, ...): without them an encoder's kind would be re-inferred from its keys. The
+        copy stored in a checkpoint or run directory therefore re-validates to the same spec.
+        """
         out: dict[str, Any] = {"apiVersion": self.apiVersion}
-        out["algorithm"] = {"name": self.algorithm.name, **self.algorithm.model_dump(exclude_defaults=True)}
-        out["environment"] = self.environment.model_dump(exclude_defaults=True)
-        out["environment"]["env_type"] = self.environment.env_type
+        out["algorithm"] = {"name": self.algorithm.name, **dump_spec(self.algorithm)}
+        out["environment"] = {**dump_spec(self.environment), "env_type": self.environment.env_type}
         for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection"):
             value = getattr(self, key)
             if value is not None:
-                out[key] = value.model_dump(exclude_defaults=True)
-        if self.network is not None and self.network.encoder_config is not None:
-            # `arch` discriminates the encoder: keep it even at its default, or the dict does not validate.
-            out["network"].setdefault("encoder_config", {})["arch"] = self.network.encoder_config.arch
-        if self.tournament_selection is not None:
-            out["tournament_selection"]["strategy"] = self.tournament_selection.strategy  # likewise
+                out[key] = dump_spec(value)
+        if isinstance(self.tournament_selection, MultiFrequencySelectionSpec):
+            out["tournament_selection"]["strategy"] = self.tournament_selection.strategy
         result: dict[str, Any] = json.loads(json.dumps(out, default=str))
         return result
+
+
+def _is_tag(info: Any) -> bool:
+    """A field typed as one literal value: a discriminator, always written."""
+    return typing.get_origin(info.annotation) is typing.Literal and len(typing.get_args(info.annotation)) == 1
+
+
+def dump_spec(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump(exclude_defaults=True)`` that keeps every nested model's discriminators."""
+    out: dict[str, Any] = model.model_dump(exclude_defaults=True)
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        if _is_tag(info):
+            out[name] = value
+        elif name in out:
+            out[name] = _with_tags(value, out[name])
+    return out
+
+
+def _with_tags(value: Any, dumped: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return dump_spec(value)
+    if isinstance(value, Mapping) and isinstance(dumped, dict):
+        return {k: _with_tags(v, dumped[k]) if k in dumped else dumped.get(k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and isinstance(dumped, list) and len(value) == len(dumped):
+        return [_with_tags(v, d) for v, d in zip(value, dumped, strict=True)]
+    return dumped
 
 
 # --------------------------------------------------------------------------------------------------
@@ -104,29 +132,49 @@ def _path(prefix: str, loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-def _fields_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
-    """Field names (and aliases) valid at ``loc`` inside ``model``, for did-you-mean hints."""
+def _model_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that validates the mapping holding ``loc[-1]`` inside ``model``."""
     current: Any = model
     for item in loc[:-1]:
         if current is None or not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
+            return None
         field = current.model_fields.get(str(item))
         if field is None:
-            return []
+            return None
         ann = field.annotation
         current = None
         for cand in getattr(ann, "__args__", ()) or (ann,):
             if isinstance(cand, type) and issubclass(cand, BaseModel):
                 current = cand
                 break
-    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _fields_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """Field names (and aliases) valid at ``loc`` inside ``model``, for did-you-mean hints."""
+    current = _model_at(model, loc)
+    if current is None:
         return []
     names = list(current.model_fields)
     for f in current.model_fields.values():
         va = f.validation_alias
         if va is not None and hasattr(va, "choices"):
-            names += [c for c in va.choices if isinstance(c, str)]
+            names += [c for c in va.choices if isinstance(c, str) and c not in names]
     return names
+
+
+def _synonym(model: type[BaseModel] | None, loc: tuple[Any, ...], key: str) -> str | None:
+    """Our name for ``key`` when it is another library's name for a field (``field_synonyms``)."""
+    current = _model_at(model, loc)
+    synonyms: dict[str, str] = getattr(current, "field_synonyms", {}) or {}
+    target = synonyms.get(key) or synonyms.get(key.lower())
+    if target is None or current is None:
+        return None
+    if "." in target:  # another section's field
+        section, _, name = target.partition(".")
+        other = SECTIONS.get(section)
+        return target if other is not None and name in other.model_fields else None
+    return target if target in _fields_of(model, loc) else None
 
 
 def problems_from_validation(exc: ValidationError, prefix: str, model: type[BaseModel] | None = None) -> list[Problem]:
@@ -138,8 +186,11 @@ def problems_from_validation(exc: ValidationError, prefix: str, model: type[Base
         kind = err["type"]
         if kind == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
-            hint = closest(key, _fields_of(model, loc))
+            synonym = _synonym(model, loc, key)
+            hint = synonym or closest(key, _fields_of(model, loc))
             msg = "unknown field" + (f"; did you mean {hint!r}?" if hint else "")
+            if synonym:
+                msg += f" ({key} is another library's name for it)"
             valid = _fields_of(model, loc)
             if not hint and valid:
                 msg += f" (valid fields: {', '.join(sorted(valid))})"
@@ -184,12 +235,29 @@ def _section(data: Mapping[str, Any], key: str, model: type[BaseModel], problems
         return None
 
 
+def _registered() -> str:
+    names = MANIFEST_REGISTRY.names()
+    return f"registered: {', '.join(names)}" if names else "no algorithm is registered: is a plugin installed?"
+
+
+def _names_of_field(model: type[BaseModel], key: str) -> set[str]:
+    """``key`` and every other name (field name, validation aliases) of the field it validates."""
+    for name, info in model.model_fields.items():
+        va = info.validation_alias
+        names = {name, *(c for c in getattr(va, "choices", ()) if isinstance(c, str))}
+        if isinstance(va, str):
+            names.add(va)
+        if key in names:
+            return names
+    return {key}
+
+
 def _algorithm(
     data: Mapping[str, Any], network_raw: Mapping[str, Any] | None, problems: list[Problem]
 ) -> AlgorithmSpec | None:
     raw = data.get("algorithm")
     if raw is None:
-        problems.append(Problem("algorithm", "required section missing (e.g. algorithm: {name: PPO})"))
+        problems.append(Problem("algorithm", f"required section missing (algorithm: {{name: ...}}; {_registered()})"))
         return None
     if isinstance(raw, str):
         raw = {"name": raw}
@@ -199,22 +267,29 @@ def _algorithm(
     fields = dict(raw)
     name = fields.pop("name", None)
     if not isinstance(name, str) or not name:
-        problems.append(Problem("algorithm.name", "required field missing (the algorithm to train, e.g. PPO)"))
+        problems.append(Problem("algorithm.name", f"required field missing (the algorithm to train; {_registered()})"))
         return None
     try:
         spec_cls = MANIFEST_REGISTRY.get(name)
     except UnknownNameError as exc:
         problems.append(Problem("algorithm.name", str(exc)))
         return None
-    if spec_cls.paradigm == "llm" and network_raw:
-        for src, dst in _LLM_NETWORK_FIELDS.items():
-            if src in network_raw and dst not in fields:
-                fields[dst] = network_raw[src]
+    if network_raw:
+        for key in spec_cls.lifted_network_fields:
+            if key in network_raw and not _names_of_field(spec_cls, key) & fields.keys():
+                fields[key] = network_raw[key]
+    if spec_cls.not_supported:
+        problems.append(Problem("algorithm.name", spec_cls.not_supported))
+        raise _Refused
     try:
         return MANIFEST_REGISTRY.create(name, **fields)
     except ValidationError as exc:
         problems.extend(problems_from_validation(exc, "algorithm", spec_cls))
         return None
+
+
+class _Refused(Exception):
+    """The manifest needs a feature we do not have: that one problem is the whole answer."""
 
 
 def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: list[Problem]) -> EnvSpec | None:
@@ -227,8 +302,12 @@ def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: 
         return None
     fields = dict(raw)
     env_type = fields.get("env_type") or (type(algo).default_env_type if algo is not None else None)
+    if env_type == "" and algo is not None:
+        problems.append(Problem("environment.env_type", f"required: {algo.name} declares no default env type"))
+        return None
     if env_type is None:
-        problems.append(Problem("environment.env_type", "required when the algorithm is invalid or unknown"))
+        # The env type comes from the algorithm, whose problem is already reported: one root cause,
+        # one error. The section is checked once the algorithm is fixed.
         return None
     fields["env_type"] = env_type
     try:
@@ -257,26 +336,72 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
                 msg += f"; did you mean {hint!r}?" if hint else f" (numeric fields: {', '.join(sorted(numeric))})"
                 problems.append(Problem(f"mutation.rl_hp_selection.{key}", msg))
         probs = manifest.mutation.probabilities
-        for op, weight in probs.operator_weights().items():
-            # Only what the manifest asked for is an error; unsupported defaults are dropped below.
-            if weight > 0 and op not in type(algo).supported_mutations and op in probs.model_fields_set:
-                problems.append(Problem(
-                    f"mutation.probabilities.{op}",
-                    f"{algo.name} supports only {', '.join(sorted(type(algo).supported_mutations))}; "
-                    f"set {op}: 0",
-                ))  # fmt: skip
-    if algo.paradigm != "llm" and manifest.network is not None:
-        for key in _LLM_NETWORK_FIELDS:
-            if getattr(manifest.network, key) is not None:
-                problems.append(Problem(f"network.{key}", f"only LLM algorithms take {key}; {algo.name} does not"))
+        supported = type(algo).supported_mutations
+        # Only what the manifest asked for is an error; unsupported defaults are dropped below.
+        refused = [op for op, weight in probs.operator_weights().items()
+                   if weight > 0 and op not in supported and op in probs.model_fields_set]  # fmt: skip
+        if refused:
+            message = unsupported_operators_message(algo.name, refused, type(algo).unsupported_mutation_reason)
+            problems.append(Problem("mutation.probabilities", message))
     selection = manifest.tournament_selection
     if isinstance(selection, MultiFrequencySelectionSpec):
         try:
             selection.brackets(manifest.training.pop_size)
         except ValueError as exc:
             problems.append(Problem("selection_strategy", str(exc)))
+    if problems:  # the spec's own checks run once the shared sections are right: one cause, one error
+        return problems
+    training = manifest.training
+    if "hpo" in training.model_fields_set and training.hpo != manifest.hpo:
+        problems.append(Problem("training.hpo", (
+            "true needs a mutation or tournament_selection section (evolution runs when one is given)"
+            if training.hpo else "false, but a mutation or tournament_selection section is given: remove one"
+        )))  # fmt: skip
+    for key in ALGORITHM_TRAINING_FIELDS:
+        default = TrainingSpec.model_fields[key].get_default()
+        if key in training.model_fields_set and getattr(training, key) != default:
+            if key not in type(algo).training_fields:
+                problems.append(Problem(f"training.{key}", f"not used by {algo.name} (not supported yet); remove it"))
+    if problems:
+        return problems
     problems.extend(algo.manifest_problems(manifest))
     return problems
+
+
+def _network_without_lifted(
+    data: Mapping[str, Any], network_raw: Mapping[str, Any], algo: AlgorithmSpec | None, problems: list[Problem]
+) -> Mapping[str, Any] | None:
+    """The ``network`` section less the fields algorithm specs lift onto themselves.
+
+    Fields the algorithm lifts were moved onto it by :func:`_algorithm`. A field another registered
+    algorithm lifts is an error naming who takes it (or, when the algorithm itself is invalid, left
+    to that one error). ``None`` when nothing else is left.
+    """
+    takers: dict[str, list[str]] = {}
+    for name, cls in MANIFEST_REGISTRY.items():
+        for key in cls.lifted_network_fields:
+            takers.setdefault(key, []).append(name)
+    spec_cls = type(algo) if algo is not None else _algorithm_class(data)
+    own = spec_cls.lifted_network_fields if spec_cls is not None else frozenset()
+    rest: dict[str, Any] = {}
+    for key, value in network_raw.items():
+        if key in own:
+            continue
+        if key in takers:
+            if spec_cls is not None and algo is not None:
+                names = ", ".join(sorted(takers[key]))
+                problems.append(Problem(f"network.{key}", f"only {names} take {key}; {algo.name} does not"))
+            continue
+        rest[key] = value
+    return rest if rest or not own else None
+
+
+def _algorithm_class(data: Mapping[str, Any]) -> type[AlgorithmSpec] | None:
+    raw = data.get("algorithm")
+    name = raw.get("name") if isinstance(raw, Mapping) else raw
+    if isinstance(name, str) and name in MANIFEST_REGISTRY:
+        return MANIFEST_REGISTRY.get(name)
+    return None
 
 
 def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> TrainingManifest:
@@ -302,19 +427,19 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
     if api != API_VERSION:
         problems.append(Problem("apiVersion", f"must be {API_VERSION!r}, got {api!r}"))
     network_raw = normalised.get("network") if isinstance(normalised.get("network"), Mapping) else None
-    algo = _algorithm(normalised, network_raw, problems)
+    try:
+        algo = _algorithm(normalised, network_raw, problems)
+    except _Refused:
+        raise ManifestError(problems[-1:], source) from None
     env = _environment(normalised, algo, problems)
+    if network_raw is not None:
+        normalised["network"] = _network_without_lifted(normalised, network_raw, algo, problems)
     selection = normalised.get("tournament_selection")
     multi_frequency = isinstance(selection, Mapping) and selection.get("strategy") == "multi_frequency"
     models = {**SECTIONS, **({"tournament_selection": MultiFrequencySelectionSpec} if multi_frequency else {})}
     sections = {key: _section(normalised, key, model, problems) for key, model in models.items() if model is not None}
     if problems:
         raise ManifestError(problems, source)
-    if algo is not None and algo.paradigm == "llm" and sections["network"] is not None:
-        net = sections["network"]
-        sections["network"] = net.model_copy(
-            update={"pretrained_model_name_or_path": None, "max_context_length": None, "lora_config": None}
-        )
     manifest = TrainingManifest.model_validate(
         {"apiVersion": api, "algorithm": algo, "environment": env,
          **{k: v for k, v in sections.items() if v is not None}}

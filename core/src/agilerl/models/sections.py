@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, field_validator, model_validator
 
-from agilerl.models.base import LoraConfigDict, Spec
+from agilerl.models.base import Spec
 
 Activation = Literal[
     "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
@@ -23,6 +24,10 @@ Activation = Literal[
 
 class MlpSpec(Spec):
     """A multi-layer perceptron (an encoder with ``arch: mlp``, or a head)."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Written by our dump even at its default, so a stored manifest re-validates to the same encoder.",
+    }
 
     arch: Literal["mlp"] = "mlp"
     hidden_size: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [64])
@@ -69,6 +74,12 @@ class CnnSpec(Spec):
 
 
 class LstmSpec(Spec):
+    """An LSTM encoder, as AgileRL's ``arch: lstm``."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
+    }
+
     arch: Literal["lstm"] = "lstm"
     hidden_state_size: Annotated[int, Field(ge=1)] = 64
     num_layers: Annotated[int, Field(ge=1)] = 1
@@ -79,7 +90,21 @@ class LstmSpec(Spec):
     max_layers: int = 6
 
 
+class CnnLstmSpec(Spec):
+    """A CNN followed by an LSTM, as AgileRL's ``arch: cnn_lstm``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    arch: Literal["cnn_lstm"] = "cnn_lstm"
+
+
 class SimbaSpec(Spec):
+    """A SimBa residual MLP encoder, as AgileRL's ``arch: simba``."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
+    }
+
     arch: Literal["simba"] = "simba"
     hidden_size: Annotated[int, Field(ge=1)] = 128
     num_blocks: Annotated[int, Field(ge=1)] = 1
@@ -90,21 +115,84 @@ class SimbaSpec(Spec):
     max_mlp_nodes: int = 256
 
 
-EncoderSpec = Annotated[MlpSpec | CnnSpec | LstmSpec | SimbaSpec, Field(discriminator="arch")]
+class MultiInputSpec(Spec):
+    """One encoder per part of a Dict/Tuple observation, as AgileRL's ``arch: multiinput``."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
+    }
+
+    arch: Literal["multiinput"] = "multiinput"
+    latent_dim: Annotated[int, Field(ge=1)] = 128
+    vector_space_mlp: bool = False
+    mlp_config: MlpSpec | None = None
+    cnn_config: CnnSpec | None = None
+    lstm_config: LstmSpec | None = None
+    init_dicts: dict[str, Any] | None = None
+    output_activation: Activation | None = None
+    min_latent_dim: Annotated[int, Field(ge=1)] = 8
+    max_latent_dim: Annotated[int, Field(ge=1)] = 128
+
+
+EncoderSpec = Annotated[
+    MlpSpec | CnnSpec | LstmSpec | CnnLstmSpec | SimbaSpec | MultiInputSpec, Field(discriminator="arch")
+]
+ENCODER_ARCHS: tuple[str, ...] = ("mlp", "cnn", "lstm", "cnn_lstm", "simba", "multiinput")
+
+# Keys that identify an encoder's kind when a manifest gives no ``arch`` (AgileRL's files rarely do).
+_CNN_KEYS = {"channel_size", "kernel_size", "stride_size", "min_channel_size", "max_channel_size"}
+_LSTM_KEYS = {"hidden_state_size", "num_layers", "min_hidden_state_size", "max_hidden_state_size",
+              "min_layers", "max_layers", "dropout"}  # fmt: skip
+_SIMBA_KEYS = {"num_blocks", "scale_factor", "min_blocks", "max_blocks"}
+_MULTI_INPUT_KEYS = {"mlp_config", "cnn_config", "lstm_config", "vector_space_mlp", "init_dicts", "latent_dim"}
+
+
+def infer_encoder_arch(config: Mapping[str, Any]) -> str:
+    """The ``arch`` an encoder config without one describes, from its keys.
+
+    Per-input configs (``mlp_config``, ``cnn_config``, ...) mean ``multiinput``; CNN keys with LSTM
+    keys mean ``cnn_lstm``; then ``cnn``, ``lstm``, ``simba`` (its block keys, or an integer
+    ``hidden_size``); anything else is an ``mlp``.
+    """
+    keys = set(config)
+    if keys & _MULTI_INPUT_KEYS:
+        return "multiinput"
+    if keys & _CNN_KEYS:
+        return "cnn_lstm" if keys & (_LSTM_KEYS - {"dropout"}) else "cnn"
+    if keys & _LSTM_KEYS:
+        return "lstm"
+    if keys & _SIMBA_KEYS or isinstance(config.get("hidden_size"), int):
+        return "simba"
+    return "mlp"
 
 
 class NetworkSpec(Spec):
-    """Network architecture for RL algorithms: an encoder and a head."""
+    """Network architecture: an encoder and a head.
+
+    Fields an algorithm spec lists in ``lifted_network_fields`` may be written here too; they are
+    moved onto the algorithm at validation and are not part of this section. An ``encoder_config``
+    without ``arch`` gets the one its keys describe (:func:`infer_encoder_arch`); the dump always
+    writes it, so a stored manifest re-validates to the same spec.
+    """
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "latent_dim": "Default 64 (AgileRL: 128). See each plugin for how its networks use it.",
+        "min_latent_dim": "Plugins whose architecture mutation keeps the latent size refuse a range when "
+        "architecture mutation is on.",
+        "max_latent_dim": "As min_latent_dim.",
+        "encoder_config": "Without arch: inferred from the keys (mlp, cnn, lstm, cnn_lstm, simba, multiinput); "
+        "AgileRL infers it from the observation space. Plugins refuse kinds their networks lack.",
+        "random_seed": "Refused by every plugin we ship (not supported yet): seed the run with training.seed.",
+        "simba": "true is refused by every plugin we ship (SimBa encoders are not supported yet).",
+    }
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
+    min_latent_dim: Annotated[int | None, Field(ge=1, description="Smallest latent_dim mutation may reach.")] = None
+    max_latent_dim: Annotated[int | None, Field(ge=1, description="Largest latent_dim mutation may reach.")] = None
     encoder_config: EncoderSpec | None = None
     head_config: MlpSpec | None = None
     random_seed: int | None = None
     simba: bool = False
-    # LLM fine-tuning: written here, lifted onto the algorithm at validation.
-    pretrained_model_name_or_path: str | None = None
-    max_context_length: Annotated[int | None, Field(ge=1)] = None
-    lora_config: LoraConfigDict | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -116,7 +204,25 @@ class NetworkSpec(Spec):
             enc = dict(data.get("encoder_config") or {})
             enc.setdefault("arch", arch)
             data["encoder_config"] = enc
+        if isinstance(data, dict) and isinstance(data.get("encoder_config"), Mapping):
+            enc = dict(data["encoder_config"])
+            if "arch" not in enc:
+                enc["arch"] = "simba" if data.get("simba") is True else infer_encoder_arch(enc)
+                data = {**data, "encoder_config": enc}
+            elif enc["arch"] not in ENCODER_ARCHS:
+                raise ValueError(
+                    f"encoder_config.arch {enc['arch']!r} is not an encoder kind; use one of {', '.join(ENCODER_ARCHS)}"
+                )
         return data
+
+    @model_validator(mode="after")
+    def _latent_range(self) -> NetworkSpec:
+        lo, hi = self.min_latent_dim, self.max_latent_dim
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_latent_dim ({lo}) must be <= max_latent_dim ({hi})")
+        if (lo is not None and self.latent_dim < lo) or (hi is not None and self.latent_dim > hi):
+            raise ValueError(f"latent_dim ({self.latent_dim}) must lie in [min_latent_dim, max_latent_dim]")
+        return self
 
 
 # --------------------------------------------------------------------------------------------------
@@ -124,8 +230,49 @@ class NetworkSpec(Spec):
 # --------------------------------------------------------------------------------------------------
 
 
+#: ``training`` fields that only some algorithms' strategies read. Setting one for an algorithm
+#: whose spec does not list it in ``training_fields`` is a validation error, not a silent no-op.
+ALGORITHM_TRAINING_FIELDS: tuple[str, ...] = (
+    "learning_delay", "eps_start", "eps_end", "eps_decay", "sum_scores", "experience_sharing",
+    "episode_steps", "evaluation_interval", "num_epochs", "evo_epochs", "rollout_mode",
+    # AgileRL's evaluation and distributed-training settings (no algorithm here reads them yet)
+    "eval_samples_per_task", "eval_greedy", "eval_max_concurrent_episodes", "env_resource_ratio",
+    "rollout_batch_size", "rollout_engines_per_agent", "training_gpus_per_agent", "weight_sync_backend",
+    "reuse_prefix_cache_across_syncs", "weight_sync_interval", "rollout_version_stamp", "checkpoint_export",
+)  # fmt: skip
+
+
 class TrainingSpec(Spec):
     """How long and how to train, evaluate and checkpoint."""
+
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "eval_steps": "Each strategy documents how it scores an agent with it (see the plugin's docs).",
+        "hpo": "true needs a mutation or tournament_selection section, false forbids them (evolution runs "
+        "exactly when one is given).",
+        "learning_delay": "Refused for algorithms that do not read it (each algorithm lists what it reads).",
+        "eps_start": "Refused for algorithms that do not read it.", "eps_end": "As eps_start.",
+        "eps_decay": "As eps_start.",
+        "checkpoint_optimizer": "Only true (checkpoints always hold the optimizer states).",
+        "evaluation_interval": "Refused unless the algorithm reads it (none does yet).",
+        "num_epochs": "Refused unless the algorithm reads it (none does yet).",
+        "evo_epochs": "Refused unless the algorithm reads it (none does yet).",
+        "max_wall_seconds": "AgileRL: one kind of run only. Here every run: it stops, checkpointing first, "
+        "at the first generation end past the limit.",
+        "episode_steps": "Refused unless the algorithm reads it (none does yet).",
+        "sum_scores": "Refused for algorithms that do not read it.",
+        "reporting_interval": "Only 1024: metrics are written once per generation.",
+        "experience_sharing": "Refused for algorithms that do not read it.",
+        "rollout_mode": "Refused for algorithms that do not read it.",
+        "seed": "Ours (not in AgileRL).", "torch_threads": "Ours.", "device": "Ours.", "run_dir": "Ours.",
+        "save_elite": "Ours.", "progress": "Ours.",
+    }  # fmt: skip
+
+    field_synonyms: ClassVar[dict[str, str]] = {
+        "total_timesteps": "max_steps", "n_timesteps": "max_steps", "total_steps": "max_steps",
+        "eval_freq": "evo_steps", "n_eval_episodes": "eval_loop", "eval_episodes": "eval_loop",
+        "population": "pop_size", "learning_starts": "learning_delay", "exploration_initial_eps": "eps_start",
+        "exploration_final_eps": "eps_end", "save_freq": "checkpoint_steps", "num_train_epochs": "num_epochs",
+    }  # fmt: skip
 
     name: str | None = None
     max_steps: Annotated[int, Field(ge=1, description="Env steps per agent before stopping.")] = 1_000_000
@@ -152,12 +299,27 @@ class TrainingSpec(Spec):
     evaluation_interval: Annotated[int | None, Field(ge=1)] = None
     num_epochs: Annotated[int | None, Field(ge=1)] = None
     evo_epochs: Annotated[int | None, Field(ge=1)] = None
-    max_wall_seconds: Annotated[float | None, Field(gt=0)] = None
+    max_wall_seconds: Annotated[
+        float | None,
+        Field(gt=0, description="Stop (checkpointing first) once a generation ends past this many seconds."),
+    ] = None
     episode_steps: Annotated[int | None, Field(ge=1)] = None
     sum_scores: bool | None = None
     reporting_interval: Annotated[int, Field(ge=1)] = 1024
     experience_sharing: bool | None = None
     rollout_mode: Literal["colocated", "async"] = "colocated"
+    eval_samples_per_task: Annotated[int, Field(ge=0)] = 0
+    eval_greedy: bool = True
+    eval_max_concurrent_episodes: Annotated[int | None, Field(ge=1)] = None
+    env_resource_ratio: Annotated[float | None, Field(gt=0)] = None
+    rollout_batch_size: Annotated[int | None, Field(ge=1)] = None
+    rollout_engines_per_agent: int | Literal["auto"] = 0
+    training_gpus_per_agent: Annotated[int, Field(ge=1)] = 1
+    weight_sync_backend: Literal["filesystem", "nccl"] | None = None
+    reuse_prefix_cache_across_syncs: bool = False
+    weight_sync_interval: Annotated[int | None, Field(ge=1)] = None
+    rollout_version_stamp: Literal["publish", "oldest_turn"] | None = None
+    checkpoint_export: dict[str, Any] | None = None
     # --- agilerl's own (not in AgileRL's format) ---
     seed: int | None = Field(default=None, description="Seeds python, numpy, torch and the envs.")
     torch_threads: Annotated[
@@ -184,6 +346,27 @@ class TrainingSpec(Spec):
     num_cpus_per_member: Annotated[float, Field(ge=0, description="CPUs each Ray worker asks for.")] = 1.0
     num_gpus_per_member: Annotated[float, Field(ge=0, description="GPUs each Ray worker asks for.")] = 0.0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _retired(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "async_rollout" in data:
+            raise ValueError("async_rollout was retired by AgileRL; write rollout_mode: async")
+        return data
+
+    @field_validator("checkpoint_optimizer")
+    @classmethod
+    def _optimizer_always_saved(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("false is not supported yet: checkpoints always hold the optimizer states")
+        return value
+
+    @field_validator("reporting_interval")
+    @classmethod
+    def _reporting_per_generation(cls, value: int) -> int:
+        if value != 1024:
+            raise ValueError("not supported yet: metrics are written once per generation (evo_steps)")
+        return value
+
     @model_validator(mode="after")
     def _epochs(self) -> TrainingSpec:
         if self.evo_epochs is not None and self.num_epochs is None:
@@ -207,6 +390,11 @@ class TrainingSpec(Spec):
 class MutationProbabilities(Spec):
     """Relative weights of the mutation operators (normalised at use)."""
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "arch_mut": "Refused when set > 0 for an algorithm that cannot apply it.",
+        "act_mut": "Refused when set > 0 for an algorithm that cannot apply it.",
+    }
+
     no_mut: Annotated[float, Field(ge=0)] = 0.4
     arch_mut: Annotated[float, Field(ge=0)] = 0.2
     new_layer: Annotated[float, Field(ge=0, le=1)] = 0.2
@@ -223,6 +411,22 @@ class MutationProbabilities(Spec):
             "act_mut": self.act_mut,
             "rl_hp_mut": self.rl_hp_mut,
         }
+
+
+OPERATOR_NAMES = {
+    "arch_mut": "architecture mutation",
+    "params_mut": "parameter mutation",
+    "act_mut": "activation mutation",
+    "rl_hp_mut": "hyperparameter mutation",
+    "no_mut": "no mutation",
+}
+
+
+def unsupported_operators_message(algo_name: str, refused: list[str], reason: str = "") -> str:
+    """One message for every mutation operator an algorithm cannot apply (and how to turn them off)."""
+    ops = " or ".join(f"{OPERATOR_NAMES.get(op, op)} ({op})" for op in refused)
+    why = f" ({reason})" if reason else ""
+    return f"{algo_name} does not support {ops} yet{why}; set {', '.join(f'{op}: 0' for op in refused)}"
 
 
 class RLHyperparameter(Spec):
@@ -243,6 +447,13 @@ class RLHyperparameter(Spec):
 class MutationSpec(Spec):
     """Mutation settings for evolutionary hyperparameter optimisation."""
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "network": "Refused (not supported yet): give ranges in the network section instead.",
+        "dormant_threshold": "Only 0.01: dormant-neuron detection is not supported yet.",
+        "activation_selection": "Ours: the activations act_mut draws from.",
+        "mutate_elite": "Ours: false keeps the elite unmutated.",
+    }
+
     name: str | None = None
     probabilities: MutationProbabilities = Field(default_factory=MutationProbabilities)
     rl_hp_selection: dict[str, RLHyperparameter] = Field(default_factory=dict)
@@ -252,6 +463,23 @@ class MutationSpec(Spec):
     dormant_threshold: Annotated[float, Field(ge=0)] = 0.01
     activation_selection: list[str] = Field(default_factory=lambda: ["ReLU", "ELU", "GELU"])
     mutate_elite: bool = True
+
+    @field_validator("network")
+    @classmethod
+    def _no_network_ranges(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value:
+            raise ValueError(
+                "not supported yet: give mutation ranges in the network section "
+                "(latent_dim bounds, encoder_config / head_config min_* and max_*)"
+            )
+        return value
+
+    @field_validator("dormant_threshold")
+    @classmethod
+    def _no_dormant_detection(cls, value: float) -> float:
+        if value != 0.01:
+            raise ValueError("not supported yet: mutation does not detect dormant neurons")
+        return value
 
 
 class TournamentSelectionSpec(Spec):
@@ -342,7 +570,15 @@ class PerArgs(Spec):
 class ReplayBufferSpec(Spec):
     """Experience replay for off-policy algorithms."""
 
-    kind: Literal["classic", "llm"] = "classic"
+    field_synonyms: ClassVar[dict[str, str]] = {"buffer_size": "max_size", "capacity": "max_size"}
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "standard_buffer": "Only true.",
+        "kind": "Only classic (AgileRL's other buffer kind is not supported yet).",
+        "n_step_buffer": "Refused by every plugin we ship (not supported yet).",
+        "per_buffer": "Refused by every plugin we ship (not supported yet).",
+    }
+
+    kind: str = Field(default="classic", description="Only classic (experience replay) is supported.")
     name: str | None = None
     max_size: Annotated[int, Field(ge=1, validation_alias=AliasChoices("max_size", "memory_size"))] = 100_000
     standard_buffer: bool = True
@@ -350,7 +586,28 @@ class ReplayBufferSpec(Spec):
     n_step_buffer_args: NStepArgs = Field(default_factory=NStepArgs)
     per_buffer: bool = False
     per_buffer_args: PerArgs = Field(default_factory=PerArgs)
-    # LLM rollout buffer fields (kind: llm)
-    max_rollout_version_lag: int | None = None
+    # AgileRL's group-replay buffer (its other kind): accepted at their defaults only.
+    max_rollout_version_lag: Annotated[int | None, Field(ge=0)] = None
     drop_uninformative_groups: bool = False
-    group_replay_max_age: int = 0
+    group_replay_max_age: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("kind")
+    @classmethod
+    def _classic(cls, value: str) -> str:
+        if value != "classic":
+            raise ValueError(f"replay buffer kind {value!r} is not supported yet; use kind: classic")
+        return value
+
+    @field_validator("max_rollout_version_lag", "drop_uninformative_groups", "group_replay_max_age")
+    @classmethod
+    def _group_buffer(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("not supported yet (AgileRL's group-replay buffer); remove it")
+        return value
+
+    @field_validator("standard_buffer")
+    @classmethod
+    def _standard(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("false is not supported yet: every replay buffer here is a standard one")
+        return value

@@ -171,15 +171,21 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                 # --- stop? ---
                 done_steps = all(a.steps >= t.max_steps for a in population)
                 target_hit = t.target_score is not None and last_fitness(best) >= t.target_score
+                # training.max_wall_seconds: checked between generations (a generation always finishes).
+                out_of_time = t.max_wall_seconds is not None and time.perf_counter() - t0 >= t.max_wall_seconds
                 if t.checkpoint_steps is not None:
                     steps_now = min(a.steps for a in population)
-                    if steps_now - last_ckpt_steps >= t.checkpoint_steps or done_steps or target_hit:
+                    due = steps_now - last_ckpt_steps >= t.checkpoint_steps
+                    if due or done_steps or target_hit or out_of_time:
                         checkpoint_path = write_checkpoint(run, strategy, _checkpoint_file(run), phase="evaluated")
                         last_ckpt_steps = steps_now
                 if target_hit:
                     stopped_by = "target_score"
                     break
                 if done_steps:
+                    break
+                if out_of_time:
+                    stopped_by = "max_wall_seconds"
                     break
                 if all(a.steps == 0 for a in population):
                     raise RuntimeError("the strategy's learn() advanced no agent's steps; the run cannot progress")

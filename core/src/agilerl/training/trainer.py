@@ -66,7 +66,7 @@ def resolve_device(device: str) -> str:
 class LocalTrainer:
     """Train a population described by a manifest, on this machine.
 
-    ``LocalTrainer.from_manifest("ppo.yaml").train()`` = validate -> make env -> build ``pop_size``
+    ``LocalTrainer.from_manifest("m.yaml").train()`` = validate -> make env -> build ``pop_size``
     agents with the selected builder -> run the selected strategy's loop -> return the population
     (best first) and its fitnesses.
     """

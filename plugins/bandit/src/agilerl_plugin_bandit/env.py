@@ -8,7 +8,6 @@ vector, so one network scores every arm; the true class pays 1, the others 0.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -18,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from agilerl.errors import AgileRLError
-from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec
+from agilerl.imports import import_object
+from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec, table_path_problem
 
 TableInput: TypeAlias = pd.DataFrame | pd.Series | np.ndarray | str | os.PathLike[str]
 
@@ -150,17 +150,9 @@ class BanditEnv:
 
 
 def _resolve_path(value: str | os.PathLike[str], base: str | None, field: str) -> Path:
-    p = Path(value).expanduser()
-    if not p.is_absolute() and base is not None:
-        p = Path(base).expanduser() / p
-    if not p.exists():
-        hint = f" (relative to environment.path {base!r})" if base is not None and not Path(value).is_absolute() else ""
-        raise BanditDataError(
-            f"environment.{field}: file not found: {p}{hint}. Check the path; relative paths resolve against "
-            f"environment.path when set, else the working directory ({Path.cwd()})."
-        )
-    if p.is_dir():
-        raise BanditDataError(f"environment.{field}: {p} is a directory; give a .csv or .parquet file")
+    p, message = table_path_problem(str(value), base, field)
+    if message is not None:
+        raise BanditDataError(message)
     return p
 
 
@@ -285,16 +277,11 @@ def _import_entrypoint(spec: BanditEnvSpec) -> Any:
         path = str(Path(spec.path).expanduser().resolve())
         if path not in sys.path:
             sys.path.insert(0, path)
-    module_name, _, attr = spec.entrypoint.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise BanditDataError(
-            f"environment.entrypoint: cannot load {spec.entrypoint!r}: {exc}. Give 'module:callable' importable "
-            "from the working directory, or set environment.path to the directory holding the module"
-        ) from exc
+    target = import_object(
+        spec.entrypoint, what="environment.entrypoint", error=BanditDataError,
+        hint="Give 'module:callable' importable from the working directory, or set environment.path "
+        "to the directory holding the module.",
+    )  # fmt: skip
     if not callable(target):
         raise BanditDataError(f"environment.entrypoint: {spec.entrypoint!r} is not callable")
     return target

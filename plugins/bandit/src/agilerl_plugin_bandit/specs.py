@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import csv
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -68,6 +71,14 @@ class BanditEnvSpec(EnvSpec):
     )
 
     @model_validator(mode="after")
+    def _single_env(self) -> BanditEnvSpec:
+        if self.num_envs != 1:
+            raise ValueError("num_envs other than 1 is not supported yet: bandits step one context at a time")
+        if self.version is not None:
+            raise ValueError("version is not used by table bandits; remove it")
+        return self
+
+    @model_validator(mode="after")
     def _one_source(self) -> BanditEnvSpec:
         if self.entrypoint is not None and (self.features is not None or self.targets is not None):
             raise ValueError("give either entrypoint or features/targets, not both")
@@ -97,6 +108,81 @@ class BanditEnvSpec(EnvSpec):
         return key if key in BUILTIN_DATASETS else None
 
 
+def table_path_problem(value: str, base: str | None, field: str) -> tuple[Path, str | None]:
+    """Where a table path points (relative to ``environment.path`` when set, else the working
+    directory) and, when it cannot be read, the message saying why."""
+    p = Path(value).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = Path(base).expanduser() / p
+    if not p.exists():
+        hint = f" (relative to environment.path {base!r})" if base is not None and not Path(value).is_absolute() else ""
+        return p, (
+            f"environment.{field}: file not found: {p}{hint}. Check the path; relative paths resolve against "
+            f"environment.path when set, else the working directory ({Path.cwd()})."
+        )
+    if p.is_dir():
+        return p, f"environment.{field}: {p} is a directory; give a .csv or .parquet file"
+    if not os.access(p, os.R_OK):
+        return p, f"environment.{field}: {p} is not readable (check its permissions)"
+    return p, None
+
+
+def _csv_header(path: Path) -> list[str] | None:
+    """The column names of a plain CSV/TSV file (None for other formats: read at run time)."""
+    suffix = path.suffix.lower()
+    if suffix not in {".csv", ".tsv", ".txt"}:
+        return None
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            row = next(csv.reader(fh, delimiter="\t" if suffix == ".tsv" else ","), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None  # the run reads it with pandas and reports the problem in full
+    return [c.strip() for c in row]
+
+
+def table_problems(env: BanditEnvSpec) -> list[Problem]:
+    """The tables a run will read exist, are readable, and have the columns the manifest names."""
+    problems: list[Problem] = []
+    headers: dict[str, list[str] | None] = {}
+    for field in ("features", "targets"):
+        value = getattr(env, field)
+        if value is None:
+            continue
+        path, message = table_path_problem(value, env.path, field)
+        if message is not None:
+            problems.append(Problem(f"environment.{field}", message.removeprefix(f"environment.{field}: ")))
+            continue
+        headers[field] = _csv_header(path)
+    cfg = env.env_config or {}
+    features = headers.get("features")
+    if features is not None:
+        column = cfg.get("target_column")
+        if column is not None and str(column) not in features:
+            problems.append(Problem("environment.env_config.target_column",
+                                    f"no column {column!r} in the features table (columns: {features})"))  # fmt: skip
+        missing = sorted(set(map(str, cfg.get("categorical") or [])) - set(features))
+        if missing:
+            problems.append(Problem("environment.env_config.categorical", f"no such feature columns {missing}"))
+    targets = headers.get("targets")
+    if targets is not None and len(targets) != 1:
+        problems.append(Problem(
+            "environment.targets",
+            f"the targets table must have exactly one column, got {len(targets)} ({targets[:5]}); "
+            "or name it with env_config.target_column",
+        ))  # fmt: skip
+    return problems
+
+
+#: MLP options the bandit reward network does not have, with the value that runs. Given at any
+#: other value they are refused (architecture mutation only grows, up to 4 hidden layers of 256).
+_PLAIN_MLP: dict[str, Any] = {
+    "layer_norm": False,
+    "output_activation": None,
+    "max_hidden_layers": 4,
+    "max_mlp_nodes": 256,
+}
+
+
 class BanditSpec(AlgorithmSpec):
     """Fields shared by the neural contextual-bandit algorithms (unregistered base)."""
 
@@ -113,7 +199,15 @@ class BanditSpec(AlgorithmSpec):
         "reg": (1e-6, 1e-1),
     }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    field_synonyms: ClassVar[dict[str, str]] = {
+        "learning_rate": "lr", "lambda": "lamb", "lambda_": "lamb", "exploration": "gamma", "nu": "gamma",
+        "minibatch_size": "batch_size", "buffer_size": "replay_buffer.max_size", "train_freq": "learn_step",
+    }  # fmt: skip
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut", "arch_mut"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "net_config": "Ours: overrides the network section with {hidden_size, activation}. From the network "
+        "section the MLP is encoder hidden sizes, then latent_dim when given, then head hidden sizes.",
+    }
 
     gamma: Annotated[
         float,
@@ -144,6 +238,15 @@ class BanditSpec(AlgorithmSpec):
             problems.append(
                 Problem("network.encoder_config.arch", f"{self.name} needs an mlp encoder on tabular contexts")
             )
+        for part in ("encoder_config", "head_config"):
+            mlp = getattr(net, part, None) if net is not None else None
+            for field, runs in _PLAIN_MLP.items():
+                if mlp is not None and field in mlp.model_fields_set and getattr(mlp, field) != runs:
+                    problems.append(Problem(
+                        f"network.{part}.{field}",
+                        f"not supported yet: {self.name}'s reward network is a plain MLP "
+                        f"({field}: {runs!r}, fixed architecture-mutation bounds); remove it",
+                    ))  # fmt: skip
         activation = (self.net_config or {}).get("activation") or getattr(enc, "activation", None)
         if activation is not None and activation not in BANDIT_ACTIVATIONS:
             where = "algorithm.net_config.activation" if self.net_config else "network.encoder_config.activation"
@@ -151,6 +254,20 @@ class BanditSpec(AlgorithmSpec):
                 Problem(
                     where, f"{activation!r} is not supported by {self.name}; use one of {sorted(BANDIT_ACTIVATIONS)}"
                 )
+            )
+        if manifest.training.eval_steps is None and manifest.training.eval_loop != 1:
+            problems.append(Problem(
+                "training.eval_loop",
+                "bandit fitness is the online mean reward unless training.eval_steps is set; set eval_steps "
+                "(greedy evaluation, AgileRL's scale) or remove eval_loop",
+            ))  # fmt: skip
+        if isinstance(manifest.environment, BanditEnvSpec):
+            problems += table_problems(manifest.environment)
+        rb = manifest.replay_buffer
+        if rb is not None and (rb.per_buffer or rb.n_step_buffer):
+            key = "per_buffer" if rb.per_buffer else "n_step_buffer"
+            problems.append(
+                Problem(f"replay_buffer.{key}", f"not supported yet: {self.name} samples its memory uniformly")
             )
         if manifest.replay_buffer is not None and manifest.replay_buffer.kind != "classic":
             problems.append(

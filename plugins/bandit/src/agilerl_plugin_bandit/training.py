@@ -36,7 +36,7 @@ def network_config(spec: BanditSpec, manifest: TrainingManifest | None) -> tuple
 
     ``net_config`` takes ``{hidden_size, activation}`` or AgileRL's ``{encoder_config: {...},
     head_config: {...}}``; from the ``network`` section the encoder's (mlp) hidden layers come
-    first, then the head's.
+    first, then ``latent_dim`` when the manifest gives it, then the head's.
     """
     cfg = dict(spec.net_config or {})
     hidden: list[int] = []
@@ -49,10 +49,17 @@ def network_config(spec: BanditSpec, manifest: TrainingManifest | None) -> tuple
         hidden += list(cfg.get("hidden_size", []))
         activation = cfg.get("activation", activation)
     elif manifest is not None and manifest.network is not None:
-        for sub in (manifest.network.encoder_config, manifest.network.head_config):
-            if isinstance(sub, MlpSpec):
-                hidden += list(sub.hidden_size)
-                activation = sub.activation
+        net = manifest.network
+        if isinstance(net.encoder_config, MlpSpec):
+            hidden += list(net.encoder_config.hidden_size)
+            activation = net.encoder_config.activation
+        # AgileRL's network is encoder -> latent_dim -> head: given explicitly, the latent layer is
+        # one more hidden layer here (our default 64 is not AgileRL's 128, so it is not implied).
+        if "latent_dim" in net.model_fields_set:
+            hidden.append(net.latent_dim)
+        if isinstance(net.head_config, MlpSpec):
+            hidden += list(net.head_config.hidden_size)
+            activation = net.head_config.activation
     return (hidden or list(DEFAULT_HIDDEN_SIZE)), activation
 
 
@@ -169,7 +176,13 @@ class BanditStrategy(TrainingStrategy):
         return stats
 
     def evaluate(self, agent: NeuralBandit, run: Run) -> float:
-        """Fitness: mean reward over the agent's last ``fitness_window`` online steps."""
+        """Fitness on AgileRL's scale when ``training.eval_steps`` is set: the greedy policy's total
+        reward over ``eval_steps`` steps, averaged over ``eval_loop`` runs (so AgileRL's
+        ``target_score`` values mean the same here). Otherwise the mean reward over the agent's last
+        ``fitness_window`` online steps."""
+        t = run.manifest.training
+        if t.eval_steps is not None:
+            return agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop) * t.eval_steps
         return agent.recent_mean_reward()
 
 

@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from agilerl.errors import AgileRLError, closest
+from agilerl.imports import import_object
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 
 __all__ = ["GymEnvError", "check_gym_id", "make_env", "make_gym_env", "make_single_env", "resolve_import"]
@@ -41,30 +42,10 @@ class GymEnvError(AgileRLError):
 
 def resolve_import(path: str, field: str) -> Any:
     """Import ``module:attr`` or ``module.attr``; a :class:`GymEnvError` naming ``field`` if it fails."""
-    if ":" in path:
-        module_name, _, attr = path.partition(":")
-    else:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise GymEnvError(f"{field}: {path!r} is not an import path; write it as 'package.module:Name'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # an ImportError, or anything the module raises while importing
-        raise GymEnvError(
-            f"{field}: cannot import module {module_name!r} for {path!r}: {type(exc).__name__}: {exc}. "
-            "Check the spelling, that the package is installed, or set environment.path to its directory."
-        ) from exc
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            names = [n for n in dir(target) if not n.startswith("_")]
-            hint = closest(part, names)
-            raise GymEnvError(
-                f"{field}: module {module_name!r} has no attribute {attr!r}"
-                + (f"; did you mean {hint!r}?" if hint else "")
-            ) from None
-    return target
+    return import_object(
+        path, what=field, error=GymEnvError, dotted_ok=True,
+        hint="Check the spelling, that the package is installed, or set environment.path to its directory.",
+    )  # fmt: skip
 
 
 def check_gym_id(env_id: str, field: str = "environment.name") -> None:

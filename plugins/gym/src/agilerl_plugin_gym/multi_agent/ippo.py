@@ -13,7 +13,6 @@ Hyperparameters (documented on :class:`~agilerl_plugin_gym.multi_agent.specs.IPP
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,9 +30,9 @@ from agilerl_plugin_gym.optim import Adam
 class _LogStd(nn.Module):
     """State-independent log standard deviation of a Gaussian policy."""
 
-    def __init__(self, dim: int, init_std: float) -> None:
+    def __init__(self, dim: int, init_log_std: float) -> None:
         super().__init__()
-        self.log_std = nn.Parameter(torch.full((dim,), math.log(init_std)))
+        self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
 
 
 class IPPO(MultiAgentAlgorithm):

@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
-from agilerl.models.base import MultiAgentAlgorithmSpec
 from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
+from agilerl_plugin_gym.spec_checks import RL_SYNONYMS, buffer_problems, compat_problems, network_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -97,8 +98,18 @@ def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Prob
     found = False
     try:
         found = importlib.util.find_spec(name) is not None if name and not name.startswith(".") else False
-    except (ImportError, ValueError):
+    except ImportError as exc:  # a parent package that refuses to import says why (e.g. "moved to mpe2")
+        problems.append(Problem("environment.name", f"cannot import {name!r}: {exc}"))
+        return problems
+    except ValueError:
         found = False
+    if found and "." in name:
+        # The module is there: import it (cheap, no torch) so a package that moved says where to.
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            problems.append(Problem("environment.name", f"cannot import {name!r}: {exc}"))
+            return problems
     if not found:
         hint = (
             f"{name!r} looks like a gymnasium id: {algo_name} is multi-agent; train it with a single-agent "
@@ -147,6 +158,15 @@ def net_config_problems(net_config: dict[str, Any] | None) -> list[Problem]:
 
 class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RL_RANGES
+    field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
+    training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "torch_compiler": "Refused when given (not supported yet).",
+        "action_std_init": "AgileRL's meaning (initial log-std); default -0.51 (std 0.6).",
+        "action_batch_size": "Refused when given (not supported yet).",
+        "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
+        "share_groups": "Ours.",
+    }
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut"})
 
     share_groups: bool = Field(
@@ -160,7 +180,18 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         "Overrides the manifest's `network` section.",
     )
 
+    @field_validator("torch_compiler")
+    @classmethod
+    def _no_compiler(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError("torch.compile of the networks is not supported yet; remove it")
+        return value
+
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        network = network_problems(manifest, type(self).supported_mutations) + buffer_problems(manifest)
+        network += compat_problems(self, manifest)
+        if network:  # a feature this plugin lacks: that is the answer, whatever the env
+            return network
         return net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
 
 
@@ -176,18 +207,29 @@ class IPPOSpec(_MultiAgentSpecBase):
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per rollout before an update.")] = 4096
     lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic.")] = 1e-4
     gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda.")] = 0.95
-    action_std_init: Annotated[float, Field(gt=0, description="Initial std of continuous actions.")] = 0.6
+    action_std_init: float = Field(
+        default=-0.5108, description="Initial log-std of continuous actions, as in AgileRL; -0.51 is std 0.6."
+    )
     clip_coef: Annotated[float, Field(ge=0, description="PPO ratio clip.")] = 0.2
     ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus weight.")] = 0.01
     vf_coef: Annotated[float, Field(ge=0, description="Value loss weight.")] = 0.5
     max_grad_norm: Annotated[float, Field(ge=0, description="Gradient norm clip.")] = 0.5
     target_kl: Annotated[float | None, Field(ge=0, description="Stop epochs early past this KL.")] = None
     update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
-    action_batch_size: Annotated[int | None, Field(ge=1, description="(AgileRL) accepted; unused.")] = None
+    action_batch_size: Annotated[
+        int | None, Field(ge=1, description="(AgileRL) batched action selection: not supported yet.")
+    ] = None
     share_groups: bool = Field(
         default=True,
         description="Agents of one group (speaker_0, speaker_1 -> speaker) share one actor-critic.",
     )
+
+    @field_validator("action_batch_size")
+    @classmethod
+    def _no_action_batches(cls, value: int | None) -> int | None:
+        if value is not None:
+            raise ValueError("not supported yet (actions are chosen for all envs at once); remove it")
+        return value
 
 
 class MADDPGSpec(_MultiAgentSpecBase):
@@ -196,6 +238,7 @@ class MADDPGSpec(_MultiAgentSpecBase):
     regime: ClassVar[str] = "off_policy"
     default_evo_steps: ClassVar[int] = 10_000
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size")
+    training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores", "learning_delay"})
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "learn_step": (1, 10)}
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per gradient update.")] = 5
@@ -208,7 +251,9 @@ class MADDPGSpec(_MultiAgentSpecBase):
     mean_noise: float = Field(default=0.0, description="Noise mean.")
     theta: Annotated[float, Field(ge=0, description="OU mean reversion rate.")] = 0.15
     dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
-    vect_noise_dim: Annotated[int, Field(ge=1, description="(AgileRL) accepted; noise follows num_envs.")] = 1
+    vect_noise_dim: Annotated[
+        int, Field(ge=1, description="Noise vectors: one per env always (1 or environment.num_envs accepted).")
+    ] = 1
     max_grad_norm: Annotated[float | None, Field(ge=0, description="(agilerl) clip gradients (None: off).")] = 0.5
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agilerl.errors import AgileRLError, closest
+from agilerl.imports import import_object
 
 WrapperLike = tuple[Any, dict[str, Any]] | str | Callable[..., Any]
 
@@ -54,18 +55,7 @@ class PettingZooEnvError(AgileRLError):
 
 
 def _import_attr(path: str, what: str) -> Any:
-    module_name, sep, attr = path.partition(":")
-    if not sep:
-        raise PettingZooEnvError(f"{what} {path!r} must be 'module:attribute' (e.g. my_envs:make_env)")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise PettingZooEnvError(f"{what} {path!r}: cannot import {module_name!r}: {exc}") from exc
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise PettingZooEnvError(f"{what} {path!r}: module {module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
-    return target
+    return import_object(path, what=what, error=PettingZooEnvError)
 
 
 def _module_candidates(name: str) -> list[str]:

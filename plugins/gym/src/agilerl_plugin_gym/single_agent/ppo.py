@@ -81,7 +81,7 @@ class PPO(GymAlgorithm):
         critic = self._net(1, encoder=shared, output_vanish=False)
         self.nets = {"actor": actor, "critic": critic}
         if self.kind == "continuous":
-            log_std = torch.full((out_dim,), math.log(spec.action_std_init), device=self.device)
+            log_std = torch.full((out_dim,), float(spec.action_std_init), device=self.device)
             self.extra_params = {"log_std": nn.Parameter(log_std)}
         self.build_optimizers()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agilerl_plugin_gym.env_spec import GymEnvSpec
-from agilerl_plugin_gym.single_agent.specs import DDPGSpec, DQNSpec, PPOSpec, TD3Spec
+from agilerl_plugin_gym.single_agent.specs import CQNSpec, DDPGSpec, DQNSpec, PPOSpec, RainbowDQNSpec, TD3Spec
 
 _PKG = "agilerl_plugin_gym.single_agent"
 
@@ -19,6 +19,9 @@ def register_algorithms(register: Any) -> None:
     register(DQNSpec, algorithm=f"{_PKG}.dqn:DQN")
     register(DDPGSpec, algorithm=f"{_PKG}.ddpg:DDPG")
     register(TD3Spec, algorithm=f"{_PKG}.td3:TD3")
+    # AgileRL names we cannot train yet: a manifest naming one fails with one "not supported" error.
+    register(RainbowDQNSpec)
+    register(CQNSpec)
 
 
 def register_env_types(register: Any) -> None:

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from agilerl.errors import Problem
-from agilerl.models import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.spec_base import SingleAgentAlgorithmSpec
+from agilerl_plugin_gym.spec_checks import (
+    RL_SYNONYMS,
+    buffer_problems,
+    compat_problems,
+    missing_env_package,
+    namespace_package_problem,
+    network_problems,
+)
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -30,6 +38,7 @@ _RL_RANGES: dict[str, tuple[float, float]] = {
 class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
     """Base of this plugin's single-agent specs: shared validation-time checks."""
 
+    field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     # No activation mutation: these algorithms' networks keep their activations (as in AgileRL).
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
         {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut"}
@@ -43,6 +52,10 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "false is not supported yet: an off-policy population shares one replay buffer; "
                 "remove the field or set it to true",
             ))  # fmt: skip
+        problems += network_problems(manifest, type(self).supported_mutations) + buffer_problems(manifest)
+        problems += compat_problems(self, manifest)
+        if problems:  # a feature this plugin lacks: that is the answer, whatever the env
+            return problems
         env = manifest.environment
         if env.env_type != "gym":
             problems.append(Problem("environment.env_type", f"{self.name} trains on gym environments (env_type: gym)"))
@@ -54,10 +67,15 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
             # Importing gymnasium's registry is cheap (no torch): catch a typo before anything runs.
             from agilerl_plugin_gym.envs import GymEnvError, check_gym_id
 
+            missing = namespace_package_problem(env.env_id)
             try:
-                check_gym_id(env.env_id)
+                if missing is None:
+                    check_gym_id(env.env_id)
+                    missing = missing_env_package(env.env_id)
             except GymEnvError as exc:
                 problems.append(Problem("environment.name", str(exc).removeprefix("environment.name: ")))
+            if missing is not None:
+                problems.append(Problem("environment.name", missing))
         if not problems:
             problems += _space_problems(self.name, env)
         return problems
@@ -107,14 +125,22 @@ class PPOSpec(GymAlgorithmSpec):
         "update_epochs": (1, 10),
     }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "action_std_init": "AgileRL's meaning (initial log-std, any float); default -0.51 (std 0.6).",
+        "recurrent": "Only false (recurrent PPO is not supported yet).",
+        "rollout_buffer_config": "Refused when given (not supported yet).",
+        "max_seq_len": "Refused when given (recurrent only).",
+        "bptt_sequence_type": "Only chunked (recurrent only).",
+    }
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout.")] = 4096
     batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step.")] = 64
     lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
     gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages).")] = 0.95
-    action_std_init: Annotated[float, Field(gt=0, description="Initial std of the Gaussian policy (Box actions).")] = (
-        0.6
+    action_std_init: float = Field(
+        default=-0.5108,
+        description="Initial log-std of the Gaussian policy (Box actions), as in AgileRL; -0.51 is std 0.6.",
     )
     clip_coef: Annotated[float, Field(gt=0, description="PPO ratio clip range (and value clip range).")] = 0.2
     ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.01
@@ -129,16 +155,32 @@ class PPOSpec(GymAlgorithmSpec):
     clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
     recurrent: bool = Field(default=False, description="Recurrent PPO (not supported here: must be false).")
     rollout_buffer_config: dict[str, Any] | None = Field(
-        default=None, description="Accepted for AgileRL compatibility."
+        default=None, description="AgileRL's rollout buffer options: not supported yet (must be empty)."
     )
-    max_seq_len: int | None = Field(default=None, description="Accepted for AgileRL compatibility (recurrent only).")
-    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = "chunked"
+    max_seq_len: int | None = Field(default=None, description="Recurrent PPO only: not supported yet.")
+    bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
+        default="chunked", description="Recurrent PPO only: not supported yet (must stay chunked)."
+    )
 
     @field_validator("recurrent")
     @classmethod
     def _no_recurrent(cls, value: bool) -> bool:
         if value:
             raise ValueError("recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false")
+        return value
+
+    @field_validator("rollout_buffer_config", "max_seq_len")
+    @classmethod
+    def _recurrent_only(cls, value: Any) -> Any:
+        if value:
+            raise ValueError("not supported yet (AgileRL's recurrent rollout buffer options); remove it")
+        return value
+
+    @field_validator("bptt_sequence_type")
+    @classmethod
+    def _bptt_chunked(cls, value: str) -> str:
+        if value != "chunked":
+            raise ValueError("not supported yet (recurrent PPO only); remove it")
         return value
 
 
@@ -149,6 +191,9 @@ class DQNSpec(GymAlgorithmSpec):
     regime: ClassVar[str] = "off_policy"
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset(
+        {"learning_delay", "eps_start", "eps_end", "eps_decay", "experience_sharing"}
+    )
 
     learn_step: Annotated[
         int,
@@ -156,8 +201,17 @@ class DQNSpec(GymAlgorithmSpec):
     ] = 5
     lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    upstream_notes: ClassVar[dict[str, str]] = {"cudagraphs": "Only false (not supported yet)."}
+
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
-    cudagraphs: bool = Field(default=False, description="Accepted for AgileRL compatibility (unused).")
+    cudagraphs: bool = Field(default=False, description="CUDA graphs: false only (true is not supported yet).")
+
+    @field_validator("cudagraphs")
+    @classmethod
+    def _no_cudagraphs(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("CUDA graphs (cudagraphs: true) are not supported yet; set cudagraphs: false")
+        return value
 
 
 class DDPGSpec(GymAlgorithmSpec):
@@ -167,6 +221,11 @@ class DDPGSpec(GymAlgorithmSpec):
     regime: ClassVar[str] = "off_policy"
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "share_encoders": "Only false (a shared actor-critic encoder is not supported yet).",
+        "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
+    }
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
     lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
@@ -178,8 +237,17 @@ class DDPGSpec(GymAlgorithmSpec):
     mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
     theta: Annotated[float, Field(ge=0, description="OU mean-reversion rate.")] = 0.15
     dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
-    share_encoders: bool = Field(default=False, description="Accepted for AgileRL compatibility (unused).")
-    vect_noise_dim: Annotated[int, Field(ge=1, description="Accepted for AgileRL compatibility.")] = 1
+    share_encoders: bool = Field(default=False, description="Actor and critic encoders: separate only (false).")
+    vect_noise_dim: Annotated[
+        int, Field(ge=1, description="Noise vectors: one per env always (1 or environment.num_envs accepted).")
+    ] = 1
+
+    @field_validator("share_encoders")
+    @classmethod
+    def _no_shared_encoders(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("a shared actor-critic encoder (share_encoders: true) is not supported yet here")
+        return value
 
 
 class TD3Spec(DDPGSpec):
@@ -188,3 +256,24 @@ class TD3Spec(DDPGSpec):
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 5e-3
     policy_noise: Annotated[float, Field(ge=0, description="Target policy smoothing noise (fraction of range).")] = 0.2
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
+
+
+class _NotSupportedSpec(GymAlgorithmSpec):
+    """An AgileRL algorithm name this plugin knows but cannot train yet (see ``not_supported``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class RainbowDQNSpec(_NotSupportedSpec):
+    regime: ClassVar[str] = "off_policy"
+    not_supported: ClassVar[str] = (
+        "RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN"
+    )
+
+
+class CQNSpec(_NotSupportedSpec):
+    regime: ClassVar[str] = "offline"
+    not_supported: ClassVar[str] = (
+        "CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline "
+        "env type and strategy this plugin does not have"
+    )

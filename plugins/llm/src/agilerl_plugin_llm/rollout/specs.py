@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models import LLMAlgorithmSpec
+from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest

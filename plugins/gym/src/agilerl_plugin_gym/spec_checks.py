@@ -1,0 +1,141 @@
+"""Validation-time checks shared by this plugin's algorithm specs (no torch imported).
+
+They turn what a run would need and this plugin cannot give into one problem naming the missing
+feature or package, before anything is built: network kinds our evolvable networks lack (LSTM,
+CNN-LSTM, SimBa, multi-input), latent-size mutation, and gymnasium ids whose package is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from agilerl.errors import Problem
+
+if TYPE_CHECKING:
+    from agilerl.models import AlgorithmSpec, TrainingManifest
+
+#: Stable-Baselines3 / CleanRL / RLlib names for this plugin's hyperparameters (hints only).
+RL_SYNONYMS: dict[str, str] = {
+    "learning_rate": "lr", "n_steps": "learn_step", "train_freq": "learn_step", "n_epochs": "update_epochs",
+    "ent_coeff": "ent_coef", "entropy_coef": "ent_coef", "entropy_coeff": "ent_coef", "entropy_beta": "ent_coef",
+    "vf_coeff": "vf_coef", "value_coef": "vf_coef", "value_loss_coef": "vf_coef", "vf_loss_coeff": "vf_coef",
+    "clip_range": "clip_coef", "clip_ratio": "clip_coef", "clip_param": "clip_coef", "clip_epsilon": "clip_coef",
+    "discount": "gamma", "discount_factor": "gamma", "gae_lam": "gae_lambda", "lam": "gae_lambda",
+    "lambda": "gae_lambda", "grad_clip": "max_grad_norm", "clip_grad_norm": "max_grad_norm",
+    "max_norm": "max_grad_norm", "actor_lr": "lr_actor", "pi_lr": "lr_actor", "policy_lr": "lr_actor",
+    "critic_lr": "lr_critic", "q_lr": "lr_critic", "qf_lr": "lr_critic", "polyak": "tau",
+    "target_noise": "policy_noise", "target_policy_noise": "policy_noise", "target_noise_clip": "noise_clip",
+    "target_noise_clip_range": "noise_clip", "policy_delay": "policy_freq", "action_noise": "expl_noise",
+    "exploration_noise": "expl_noise", "log_std_init": "action_std_init", "minibatch_size": "batch_size",
+    "normalize_advantage": "normalize_advantages", "buffer_size": "replay_buffer.max_size",
+    "learning_starts": "training.learning_delay", "exploration_initial_eps": "training.eps_start",
+    "exploration_final_eps": "training.eps_end",
+}  # fmt: skip
+
+#: Encoder kinds AgileRL has and this plugin's networks do not, with what to write instead.
+UNSUPPORTED_ENCODERS: dict[str, str] = {
+    "lstm": "LSTM encoders (arch: lstm, recurrent policies) are not supported yet; use an mlp encoder",
+    "cnn_lstm": "CNN-LSTM encoders (arch: cnn_lstm) are not supported yet; use a cnn encoder",
+    "simba": "SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
+    "multiinput": "multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
+}
+
+
+def network_problems(manifest: TrainingManifest, supported_mutations: frozenset[str]) -> list[Problem]:
+    """What the ``network`` section asks for that this plugin's networks cannot do."""
+    net = manifest.network
+    if net is None:
+        return []
+    if net.simba:
+        return [Problem("network.simba", UNSUPPORTED_ENCODERS["simba"])]
+    enc = net.encoder_config
+    if enc is not None and enc.arch in UNSUPPORTED_ENCODERS:
+        return [Problem("network.encoder_config", UNSUPPORTED_ENCODERS[enc.arch])]
+    if net.random_seed is not None:
+        return [Problem("network.random_seed", "not supported yet; seed the whole run with training.seed")]
+    lo, hi = net.min_latent_dim, net.max_latent_dim
+    mutation = manifest.mutation
+    arch_mut = mutation is not None and mutation.probabilities.arch_mut > 0 and "arch_mut" in supported_mutations
+    if arch_mut and (lo, hi) != (None, None) and not lo == hi == net.latent_dim:
+        return [Problem(
+            "network.min_latent_dim" if lo is not None else "network.max_latent_dim",
+            "latent_dim mutation is not supported yet (architecture mutation keeps the latent size); "
+            "remove min_latent_dim/max_latent_dim or set mutation.probabilities.arch_mut: 0",
+        )]  # fmt: skip
+    return []
+
+
+def buffer_problems(manifest: TrainingManifest) -> list[Problem]:
+    """Replay-buffer variants this plugin's buffers do not implement."""
+    rb = manifest.replay_buffer
+    if rb is None:
+        return []
+    problems = []
+    if rb.per_buffer:
+        problems.append(Problem("replay_buffer.per_buffer", "prioritised experience replay is not supported yet"))
+    if rb.n_step_buffer:
+        problems.append(Problem("replay_buffer.n_step_buffer", "n-step replay is not supported yet"))
+    return problems
+
+
+def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Problem]:
+    """AgileRL fields whose only meaning here is the one we always use, or a network config to check."""
+    problems: list[Problem] = []
+    noise = getattr(spec, "vect_noise_dim", 1)
+    num_envs = getattr(manifest.environment, "num_envs", 1)
+    if noise not in (1, num_envs):
+        problems.append(Problem(
+            "algorithm.vect_noise_dim",
+            f"exploration noise has one vector per env here (environment.num_envs = {num_envs}); "
+            "other sizes are not supported yet: remove it",
+        ))  # fmt: skip
+    return problems
+
+
+def missing_env_package(env_id: str) -> str | None:
+    """For a registered gymnasium id whose package is missing: the install message; else None.
+
+    Imports only the module the registry entry points at (gymnasium raises
+    ``DependencyNotInstalled`` there, naming the pip install), never constructs the env.
+    """
+    import gymnasium as gym
+
+    spec = gym.registry.get(env_id)
+    entry = getattr(spec, "entry_point", None)
+    if not isinstance(entry, str) or ":" not in entry:
+        return None
+    module = entry.partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except gym.error.DependencyNotInstalled as exc:
+        return f"env package for {env_id!r} is not installed: {exc}"
+    except ImportError as exc:
+        return f"env package for {env_id!r} is not installed ({exc})"
+    return None
+
+
+#: gymnasium id namespaces registered by a package that is not gymnasium itself.
+NAMESPACE_PACKAGES: dict[str, tuple[str, str]] = {
+    "ALE": ("ale_py", "ale-py"),
+    "MiniGrid": ("minigrid", "minigrid"),
+    "BabyAI": ("minigrid", "minigrid"),
+}
+
+
+def namespace_package_problem(env_id: str) -> str | None:
+    """``ALE/Breakout-v5`` and friends: register the namespace's package, or say how to install it."""
+    namespace, sep, _ = env_id.partition("/")
+    if not sep or namespace not in NAMESPACE_PACKAGES:
+        return None
+    module, dist = NAMESPACE_PACKAGES[namespace]
+    try:
+        pkg = importlib.import_module(module)
+    except ImportError:
+        return f"env package {dist} is not installed: pip install {dist} (it provides the {namespace}/ ids)"
+    import gymnasium as gym
+
+    register = getattr(gym, "register_envs", None)
+    if register is not None:
+        register(pkg)
+    return None
