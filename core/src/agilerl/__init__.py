@@ -13,6 +13,8 @@ from agilerl.registry import MANIFEST_REGISTRY
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from agilerl.export import export_policy
+    from agilerl.inference import evaluate, load
     from agilerl.training.loop import TrainResult
     from agilerl.training.trainer import LocalTrainer, train
 
@@ -23,6 +25,9 @@ _LAZY = {
     "load_manifest": "agilerl.models.manifest",
     "validate_manifest": "agilerl.models.manifest",
     "TrainingManifest": "agilerl.models.manifest",
+    "load": "agilerl.inference",
+    "evaluate": "agilerl.inference",
+    "export_policy": "agilerl.export",
 }
 
 
@@ -34,4 +39,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'agilerl' has no attribute {name!r}")
 
 
-__all__ = ["MANIFEST_REGISTRY", "LocalTrainer", "TrainResult", "__version__", "hookimpl", "train"]
+__all__ = [
+    "MANIFEST_REGISTRY",
+    "LocalTrainer",
+    "TrainResult",
+    "__version__",
+    "evaluate",
+    "export_policy",
+    "hookimpl",
+    "load",
+    "train",
+]

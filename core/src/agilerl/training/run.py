@@ -35,3 +35,5 @@ class Run:
     #: Resume payload, if the run continues a checkpoint.
     resume: dict[str, Any] | None = None
     progress: bool = True
+    #: The best fitness seen in this run: ``{"fitness", "generation", "member", "steps"}`` (``best.pt``).
+    best: dict[str, Any] | None = None
