@@ -119,6 +119,10 @@ def _draw(ax: Any, curve: Curve, color: str, *, label_prefix: str = "") -> None:
 def _finish(ax: Any, fig: Any, out: Path, targets: list[float]) -> Path:
     for t in sorted(set(targets)):
         ax.axhline(t, color="0.35", ls="--", lw=1, label=f"target_score {t:g}")
+    if targets:  # keep the target line off the frame's edge
+        lo, hi = ax.get_ylim()
+        pad = 0.06 * (max(hi, *targets) - min(lo, *targets))
+        ax.set_ylim(min(lo, min(targets) - pad), max(hi, max(targets) + pad))
     ax.set_xlabel("env steps per member")
     ax.set_ylabel("evaluation fitness")
     ax.grid(alpha=0.3)
