@@ -11,6 +11,27 @@ from agilerl.hookspecs import hookimpl
 from agilerl.registry import MANIFEST_REGISTRY
 
 __version__ = "0.1.0"
+#: Which distribution this package comes from (the PyPI package ``agilerl`` shares the import name).
+__distribution__ = "agilerl-core"
+
+
+class PackageClashWarning(UserWarning):
+    """The PyPI distribution ``agilerl`` is installed next to agilerl-core (same import name)."""
+
+
+def _warn_if_shadowed() -> None:
+    try:
+        from _agilerl_core import foreign_agilerl
+    except ImportError:  # pragma: no cover - a broken install without the launcher module
+        return
+    problem = foreign_agilerl()
+    if problem:
+        import warnings
+
+        warnings.warn(problem, PackageClashWarning, stacklevel=3)
+
+
+_warn_if_shadowed()
 
 if TYPE_CHECKING:
     from agilerl.export import export_policy

@@ -190,8 +190,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    from _agilerl_core import foreign_agilerl
+
     from agilerl.plugins import plugin_infos
 
+    clash = foreign_agilerl()
+    if clash:
+        print(f"warning: {clash}", file=sys.stderr)
     infos = plugin_infos()
     if args.json:
         _print_json([i.as_dict() for i in infos])

@@ -31,6 +31,8 @@ HERE = Path(__file__).resolve().parent
 PPO_CARTPOLE = {
     "algorithm": {"name": "PPO", "learn_step": 256, "batch_size": 64},
     "environment": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+    # As examples/ppo_cartpole.yaml: the checkpoint's manifest must keep the encoder's `arch`.
+    "network": {"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32], "layer_norm": False}},
     "training": {"max_steps": 2048, "evo_steps": 1024, "pop_size": 2, "seed": 0, "progress": False},
     "mutation": {},
     "tournament_selection": {},
