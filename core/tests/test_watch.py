@@ -128,6 +128,12 @@ def test_eval_refuses_an_agent_without_episodes(run_cli: Run, example_plugin: An
     assert code == 1 and "no such checkpoint or run directory" in err
 
 
+def test_save_elite_false_writes_no_agent_files(run_cli: Run, pop16: Path, tmp_path: Path) -> None:
+    code, _, err = run_cli("train", pop16, "--run-dir", tmp_path / "run", "-q", "--set", "training.save_elite=false")
+    assert code == 0, err
+    assert not list((tmp_path / "run").glob("*.pt")) and (tmp_path / "run" / "population.jsonl").is_file()
+
+
 def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "agilerl", *args], env=dict(os.environ), **kwargs)
 

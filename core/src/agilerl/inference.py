@@ -165,7 +165,7 @@ def load(
     :param path: a ``.pt`` checkpoint (``best.pt``, ``last.pt``, ``elite.pt``, ``checkpoint_*.pt``)
         or a run directory (see :func:`resolve_checkpoint` for which file it reads).
     :param device: torch device to put the agent on (``cpu``, ``cuda``, ``cuda:1``, ``auto``);
-        checkpoints written on a GPU load on a CPU-only machine.
+        checkpoints are read onto the CPU first, then the agent is built on ``device``.
     :param member: the id of the population member to load (default: the best).
     :param which: in a run directory, ``"best"`` (default), ``"last"`` or ``"elite"``.
     :returns: the algorithm object, with ``agent.manifest`` set to the manifest it was trained on

@@ -69,6 +69,9 @@ def test_load_predicts_on_a_plain_gymnasium_env_and_on_a_vector_env(ppo_run: Pat
     assert isinstance(agent, PPO) and agent.device == torch.device("cpu")
     assert agent.checkpoint_path == ppo_run / "best.pt"
     assert PPO.load(ppo_run / "last.pt", member=0).index == 0
+    assert load(ppo_run, device="auto", which="last").device.type in ("cpu", "cuda")
+    with pytest.raises(AgileRLError, match="has no member 99"):
+        load(ppo_run / "last.pt", member=99)
     with pytest.raises(AgileRLError, match="not a DQN"):
         DQN.load(ppo_run)
 
@@ -114,6 +117,15 @@ def test_eval_records_a_video(ppo_run: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in video.parent.iterdir()) == ["cartpole-episode-1.mp4", "cartpole.mp4"]
 
 
+def test_eval_renders_to_a_window(ppo_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pygame")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # a real pygame window, on no display
+    result = evaluate(ppo_run, episodes=1, seed=0, render=True)
+    assert result.lengths[0] > 0
+    with pytest.raises(AgileRLError, match="not both"):
+        evaluate(ppo_run, episodes=1, render=True, video="x.mp4")
+
+
 def _single(algo: str, env_id: str, **algo_fields: Any) -> Any:
     manifest = load_manifest(
         {"algorithm": {"name": algo, **algo_fields}, "environment": {"name": env_id, "num_envs": 1}}
@@ -139,6 +151,8 @@ def test_export_gives_the_agents_actions(algo: str, env_id: str, tmp_path: Path)
         obs = obs.astype(np.float32)
     expected, _ = agent.predict(obs)
     onnx_file = export_policy(agent, format="onnx", output=tmp_path / "p.onnx")
+    meta = json.loads((tmp_path / "p.onnx.json").read_text())
+    assert meta["input"] == "observation" and meta["observation_shape"] == list(obs.shape[1:])
     session = ort.InferenceSession(str(onnx_file))
     got = session.run(["action"], {"observation": obs})[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
@@ -192,3 +206,5 @@ def test_multi_agent_predict_on_a_pettingzoo_dict_with_agents_that_leave() -> No
     assert steps > 0
     episodes = agent.run_episodes(manifest.environment, episodes=2, seed=0)
     assert len(episodes) == 2 and all(e.length > 0 for e in episodes)
+    with pytest.raises(AgileRLError, match="--video records gymnasium envs"):
+        agent.run_episodes(manifest.environment, episodes=1, video="x.mp4")

@@ -184,6 +184,7 @@ class SingleAgentInference:
             target = Path(video)
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp_dir = Path(tempfile.mkdtemp(prefix=".agilerl-video-", dir=target.parent))
+            tmp_dir.rmdir()  # a unique name; RecordVideo creates the folder (and warns if it exists)
             env = RecordVideo(
                 env, str(tmp_dir), episode_trigger=lambda _: True, name_prefix="episode", disable_logger=True
             )
@@ -199,8 +200,14 @@ class SingleAgentInference:
                     length += 1
                     done = bool(terminated or truncated)
                 out.append(Episode(ret=total, length=length))
-        finally:
+        except BaseException:
             env.close()
+            if tmp_dir is not None:  # no half-written videos left behind
+                import shutil
+
+                shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        env.close()
         if tmp_dir is not None and video:
             _collect_videos(tmp_dir, Path(video))
         return out
