@@ -134,6 +134,47 @@ def test_save_elite_false_writes_no_agent_files(run_cli: Run, pop16: Path, tmp_p
     assert not list((tmp_path / "run").glob("*.pt")) and (tmp_path / "run" / "population.jsonl").is_file()
 
 
+def test_log_lines_never_break_the_progress_bar(
+    example_plugin: Any, ucb_manifest: dict[str, Any], write_manifest: Callable[..., Path], tmp_path: Path
+) -> None:
+    """On a terminal (a pty here) the bar is tqdm's; every log line is written above it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    ucb_manifest["training"].update(pop_size=2, max_steps=40, evo_steps=10, progress=True)
+    manifest = write_manifest(ucb_manifest)
+    example_src = Path(example_plugin.__file__).resolve().parents[1]
+    hooks = "import importlib, sys; from agilerl import plugins; from agilerl.cli import main; "
+    code = (
+        f"{hooks}sys.path.insert(0, {str(example_src)!r}); "
+        "plugins.register_plugin(importlib.import_module('agilerl_plugin_example.hooks'), name='ex'); "
+        f"sys.exit(main(['train', {str(manifest)!r}, '--run-dir', {str(tmp_path / 'run')!r}]))"
+    )
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a 120-column terminal
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=follower, stdout=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait() == 0
+    screen = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    assert "pull/s" in screen and "%|" in screen  # tqdm's bar was drawn
+    lines = [line for line in screen.split("\n") if "generation " in line and "best ever" in line]
+    assert len(lines) == 4
+    for line in lines:  # what remains visible of the line after the last carriage return
+        assert line.split("\r")[-1].removeprefix("\x1b[A").startswith("[agilerl] generation "), repr(line)
+
+
 def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "agilerl", *args], env=dict(os.environ), **kwargs)
 
