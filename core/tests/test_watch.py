@@ -128,6 +128,80 @@ def test_eval_refuses_an_agent_without_episodes(run_cli: Run, example_plugin: An
     assert code == 1 and "no such checkpoint or run directory" in err
 
 
+def _wandb_history(path: Path) -> list[dict[str, Any]]:
+    """The history rows of a W&B offline run file (a LevelDB-style log of protobuf records)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, buf, rows = 7, 32768, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pos += 7
+        chunk, pos = data[pos : pos + length], pos + length
+        if kind in (1, 2):  # full, first
+            buf = chunk
+        elif kind in (3, 4):  # middle, last
+            buf += chunk
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            if rec.WhichOneof("record_type") == "history":
+                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+    return rows
+
+
+def test_weights_and_biases_offline(
+    run_cli: Run, pop16: Path, tmp_path: Path, write_manifest: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("wandb")
+    import yaml
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    data = yaml.safe_load(pop16.read_text())
+    data["training"]["pop_size"] = 3
+    data["logging"] = {"tensorboard": False, "wandb": {"project": "agilerl-tests", "mode": "offline"}}
+    manifest = write_manifest(data, "wandb.yaml")
+    code, _, err = run_cli("train", manifest, "--run-dir", tmp_path / "run", "-q")
+    assert code == 0, err
+    run_dir = tmp_path / "run"
+    assert not (run_dir / "tensorboard").exists()  # logging.tensorboard: false
+    (wandb_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    history = _wandb_history(wandb_file)
+    population = _rows(run_dir / "population.jsonl")
+    assert [h["generation"] for h in history] == [p["generation"] for p in population]
+    assert [h["population/best"] for h in history] == pytest.approx([p["best"] for p in population])
+    assert [h["steps"] for h in history] == [p["steps"] for p in population]
+    members = _rows(run_dir / "metrics.jsonl")
+    first = members[0]
+    assert history[0][f"member/{first['member']}/fitness"] == pytest.approx(first["fitness"])
+    assert f"member/{first['member']}/hp/c" in history[0]
+    # the agent loads where W&B is irrelevant: the logging section is not needed for inference
+    from agilerl.inference import read_checkpoint
+
+    assert read_checkpoint(run_dir).manifest_data["logging"]["wandb"]["project"] == "agilerl-tests"
+
+
+def test_wandb_section_without_wandb_fails_validation(tmp_path: Path) -> None:
+    manifest = {"algorithm": {"name": "PPO"}, "environment": {"name": "CartPole-v1"},
+                "logging": {"wandb": {"project": "p"}}}  # fmt: skip
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(manifest))
+    code = (
+        "import sys; sys.modules['wandb'] = None\n"  # as if W&B were not installed
+        f"from agilerl.cli import main; sys.exit(main(['validate', {str(path)!r}]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "logging.wandb" in proc.stderr and "pip install 'agilerl-core[wandb]'" in proc.stderr
+
+
 def test_save_elite_false_writes_no_agent_files(run_cli: Run, pop16: Path, tmp_path: Path) -> None:
     code, _, err = run_cli("train", pop16, "--run-dir", tmp_path / "run", "-q", "--set", "training.save_elite=false")
     assert code == 0, err

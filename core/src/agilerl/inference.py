@@ -177,7 +177,9 @@ def load(
     from agilerl.training.trainer import resolve_device
 
     loaded = read_checkpoint(path, member=member, which=which)
-    manifest = load_manifest(loaded.manifest_data)
+    # Where the run logged to (W&B, TensorBoard) does not matter for using the agent, and W&B need
+    # not be installed where the agent is used.
+    manifest = load_manifest({k: v for k, v in loaded.manifest_data.items() if k != "logging"})
     device = resolve_device(device)
     builder = select_builder(manifest.algorithm)
     runtime = AlgorithmBuildRuntime(

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationErr
 from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
+    LoggingSpec,
     MutationSpec,
     NetworkSpec,
     ReplayBufferSpec,
@@ -33,6 +34,7 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "mutation": MutationSpec,
     "replay_buffer": ReplayBufferSpec,
     "tournament_selection": TournamentSelectionSpec,
+    "logging": LoggingSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
 # Fields of the `network` section that belong to LLM algorithms.
@@ -53,6 +55,7 @@ class TrainingManifest(BaseModel):
     mutation: MutationSpec | None = None
     replay_buffer: ReplayBufferSpec | None = None
     tournament_selection: TournamentSelectionSpec | None = None
+    logging: LoggingSpec | None = None
 
     @property
     def evo_steps(self) -> int:
@@ -72,7 +75,7 @@ class TrainingManifest(BaseModel):
         out["algorithm"] = {"name": self.algorithm.name, **self.algorithm.model_dump(exclude_defaults=True)}
         out["environment"] = self.environment.model_dump(exclude_defaults=True)
         out["environment"]["env_type"] = self.environment.env_type
-        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection"):
+        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection", "logging"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value.model_dump(exclude_defaults=True)

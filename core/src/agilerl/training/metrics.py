@@ -107,6 +107,7 @@ class MetricsLogger:
         self._csv_fields: list[str] | None = None
         self._tb: Any = None
         self._wandb: Any = None
+        self._pending: dict[str, Any] = {}
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -129,8 +130,8 @@ class MetricsLogger:
         if self._tb is not None:
             for k, v in numbers.items():
                 self._tb.add_scalar(f"member/{member}/{k}", v, step)
-        if self._wandb is not None:
-            self._wandb.log({f"member/{member}/{k}": v for k, v in numbers.items()} | {"steps": step})
+        if self._wandb is not None:  # sent with the generation's population row (one W&B step)
+            self._pending.update({f"member/{member}/{k}": v for k, v in numbers.items()})
 
     def log_population(self, summary: dict[str, Any]) -> None:
         """The population's row of one generation (see :func:`population_summary`)."""
@@ -142,7 +143,9 @@ class MetricsLogger:
             for k, v in numbers.items():
                 self._tb.add_scalar(f"population/{k}", v, step)
         if self._wandb is not None:
-            self._wandb.log({f"population/{k}": v for k, v in numbers.items()} | {"steps": step})
+            row = {f"population/{k}": v for k, v in numbers.items()}
+            self._wandb.log({**self._pending, **row, "generation": summary.get("generation"), "steps": step})
+            self._pending = {}
 
     def _write_csv(self, row: dict[str, Any]) -> None:
         new_fields = self._csv_fields is None or any(k not in self._csv_fields for k in row)
@@ -184,7 +187,10 @@ def _start_wandb(run_dir: Path, config: dict[str, Any]) -> Any:
     kwargs = {k: v for k, v in config.items() if v is not None}
     kwargs.setdefault("dir", str(run_dir))
     kwargs.setdefault("name", run_dir.name)
-    return wandb.init(**kwargs)
+    run = wandb.init(**kwargs)
+    run.define_metric("population/*", step_metric="steps")
+    run.define_metric("member/*", step_metric="steps")
+    return run
 
 
 class Progress:

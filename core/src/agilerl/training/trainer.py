@@ -147,7 +147,11 @@ class LocalTrainer:
             population.append(agent)
         if self.progress:
             ensure_console_logging()
-        logger = MetricsLogger(self.run_dir)
+        sinks = manifest.logging
+        wandb = None
+        if sinks is not None and sinks.wandb is not None:
+            wandb = {**sinks.wandb.model_dump(exclude_none=True), "config": manifest.to_dict()}
+        logger = MetricsLogger(self.run_dir, tensorboard=sinks is None or sinks.tensorboard, wandb=wandb)
         run = Run(
             manifest=manifest,
             population=population,
