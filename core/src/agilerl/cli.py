@@ -352,7 +352,9 @@ def _add_plugin_commands(parser: argparse.ArgumentParser) -> None:
 def _show_warning(
     message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
 ) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    from tqdm import tqdm
+
+    tqdm.write(f"warning: {message}", file=sys.stderr)  # above a progress bar, never through it
 
 
 def _log_level(argv: Sequence[str]) -> int:

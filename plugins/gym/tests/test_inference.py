@@ -208,3 +208,17 @@ def test_multi_agent_predict_on_a_pettingzoo_dict_with_agents_that_leave() -> No
     assert len(episodes) == 2 and all(e.length > 0 for e in episodes)
     with pytest.raises(AgileRLError, match="--video records gymnasium envs"):
         agent.run_episodes(manifest.environment, episodes=1, video="x.mp4")
+
+
+def test_a_multi_agent_run_loads_and_plays_a_pettingzoo_env(tmp_path: Path) -> None:
+    manifest = {
+        "algorithm": {"name": "IPPO", "learn_step": 64, "batch_size": 32},
+        "environment": {"name": "relay", "entrypoint": "test_multi_agent_envs:RelayEnv", "path": str(HERE),
+                        "num_envs": 2, "sync": True},
+        "training": {"max_steps": 128, "evo_steps": 128, "seed": 0, "progress": False},
+    }  # fmt: skip
+    LocalTrainer.from_manifest(manifest, run_dir=tmp_path / "run").train()
+    agent = load(tmp_path / "run")
+    assert type(agent).__name__ == "IPPO" and agent.steps >= 128
+    result = evaluate(agent, episodes=3, seed=0)
+    assert len(result.episodes) == 3 and all(e.length > 0 for e in result.episodes)
