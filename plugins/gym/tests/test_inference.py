@@ -222,3 +222,17 @@ def test_a_multi_agent_run_loads_and_plays_a_pettingzoo_env(tmp_path: Path) -> N
     assert type(agent).__name__ == "IPPO" and agent.steps >= 128
     result = evaluate(agent, episodes=3, seed=0)
     assert len(result.episodes) == 3 and all(e.length > 0 for e in result.episodes)
+
+
+def test_a_pettingzoo_env_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mpe2")
+    pytest.importorskip("pygame")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")  # a real pygame window, on no display
+    env = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 1, "sync": True, "env_config": {"max_cycles": 10}}
+    manifest = load_manifest({"algorithm": {"name": "IPPO"}, "environment": env})
+    with make_pz_env(manifest.environment, sync=True) as venv:
+        agent = MultiAgentBuilder.build_for_run(
+            manifest.algorithm, env=venv, manifest=manifest, runtime=AlgorithmBuildRuntime(seed=0)
+        )
+    (episode,) = agent.run_episodes(manifest.environment, episodes=1, seed=0, render=True)
+    assert episode.length == 10
