@@ -101,6 +101,25 @@ def test_plot_and_compare(run_cli: Run, pop16: Path, tmp_path: Path) -> None:
     assert curve.best_so_far == [max(curve.best[: i + 1]) for i in range(len(curve.best))]
     code, _, err = run_cli("compare", tmp_path / "a", tmp_path / "b", "-o", tmp_path / "cmp.png")
     assert code == 0 and (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", err
+    # a run written before population.jsonl existed: the same curve from the member rows
+    (tmp_path / "b" / "population.jsonl").rename(tmp_path / "b.population.jsonl")
+    old = read_curve(tmp_path / "b")
+    (tmp_path / "b.population.jsonl").rename(tmp_path / "b" / "population.jsonl")
+    new = read_curve(tmp_path / "b")
+    assert (old.steps, old.best, old.best_so_far) == (new.steps, new.best, new.best_so_far)
+    assert old.mean == pytest.approx(new.mean) and old.std == pytest.approx(new.std)
+
+
+def test_last_pt_resumes_the_run(run_cli: Run, pop16: Path, tmp_path: Path) -> None:
+    code, _, err = run_cli("train", pop16, "--run-dir", tmp_path / "a", "-q")
+    assert code == 0, err
+    more = ("--set", "training.max_steps=90")
+    code, _, err = run_cli(
+        "train", pop16, "--resume", tmp_path / "a" / "last.pt", "--run-dir", tmp_path / "b", "-q", *more
+    )
+    assert code == 0, err
+    rows = _rows(tmp_path / "b" / "population.jsonl")
+    assert rows[0]["generation"] == 10 and rows[-1]["steps"] == 90
 
 
 def test_console_output_levels(run_cli: Run, pop16: Path, tmp_path: Path) -> None:
