@@ -100,12 +100,9 @@ def restore_rng(run: Run, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
 
 
-def write_checkpoint(
-    run: Run, strategy: TrainingStrategy, path: Path, *, phase: str, extra: dict[str, Any] | None = None
-) -> Path:
-    """Write the whole population and run state atomically to ``path`` (``extra``: more top-level keys)."""
+def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase: str) -> Path:
+    """Write the whole population and run state atomically to ``path``."""
     payload = {
-        **(extra or {}),
         "format": checkpoint.FORMAT,
         "phase": phase,  # "evaluated": next is selection; "trained": resume re-enters training
         "manifest": run.manifest.to_dict(),
