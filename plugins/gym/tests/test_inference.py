@@ -115,6 +115,10 @@ def test_eval_records_a_video(ppo_run: Path, tmp_path: Path) -> None:
     second = video.with_name("cartpole-episode-1.mp4")
     assert video.stat().st_size > 1000 and second.stat().st_size > 1000
     assert sorted(p.name for p in video.parent.iterdir()) == ["cartpole-episode-1.mp4", "cartpole.mp4"]
+    imageio = pytest.importorskip("imageio")
+    for path, episode in ((video, result.episodes[0]), (second, result.episodes[1])):
+        # one frame per step (and the reset frame, which the encoder may fold into the first)
+        assert imageio.get_reader(path).count_frames() in (episode.length, episode.length + 1)
 
 
 def test_eval_renders_to_a_window(ppo_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
