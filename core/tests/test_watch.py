@@ -136,6 +136,24 @@ def test_console_output_levels(run_cli: Run, pop16: Path, tmp_path: Path) -> Non
     assert code == 0 and "[agilerl] generation 0:" in err  # ... unless -v asks for debug output
 
 
+def test_a_console_handler_left_by_library_use_does_not_double_cli_lines(
+    run_cli: Run, pop16: Path, tmp_path: Path
+) -> None:
+    import logging
+
+    from agilerl.training.metrics import console_handler
+
+    logger = logging.getLogger("agilerl")
+    left = console_handler()  # what ensure_console_logging installs when a script trains first
+    logger.addHandler(left)
+    try:
+        code, _, err = run_cli("train", pop16, "--run-dir", tmp_path / "a", "--set", "training.progress=true")
+        assert code == 0 and err.count("[agilerl] generation 0:") == 1, err
+        assert left in logger.handlers  # given back afterwards
+    finally:
+        logger.removeHandler(left)
+
+
 def test_eval_refuses_an_agent_without_episodes(run_cli: Run, example_plugin: Any, pop16: Path, tmp_path: Path) -> None:
     code, _, err = run_cli("train", pop16, "--run-dir", tmp_path / "run", "--no-progress", "-q")
     assert code == 0

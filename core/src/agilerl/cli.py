@@ -389,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger = logging.getLogger("agilerl")
     handler = console_handler(level)
     old_level = logger.level
+    # Ours replace a console handler left by earlier library use (no line printed twice).
+    ours = [h for h in logger.handlers if getattr(h, "agilerl_console", False)]
+    for h in ours:
+        logger.removeHandler(h)
     logger.addHandler(handler)
     logger.setLevel(level)
     old_show = warnings.showwarning
@@ -409,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         warnings.showwarning = old_show
         logger.removeHandler(handler)
+        for h in ours:
+            logger.addHandler(h)
         logger.setLevel(old_level)
 
 

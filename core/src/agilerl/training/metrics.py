@@ -38,8 +38,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("agilerl")
 
 
-class TqdmHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A stream handler that prints through ``tqdm.write``, above any progress bar."""
+class TqdmHandler(logging.Handler):
+    """Prints records through ``tqdm.write``, above any progress bar, to ``sys.stderr`` as it is at
+    the time of the record (so a handler outlives redirections, e.g. pytest's capture)."""
+
+    #: Marks the handlers agilerl installs itself (the CLI swaps them, never the user's).
+    agilerl_console = True
+
+    def __init__(self, stream: Any = None, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self._stream = stream
+
+    @property
+    def stream(self) -> Any:
+        return self._stream if self._stream is not None else sys.stderr
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -54,9 +66,8 @@ class TqdmHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 def console_handler(level: int = logging.INFO) -> logging.Handler:
     """The handler the CLI installs on the ``agilerl`` logger: ``[agilerl] message`` on stderr."""
-    handler = TqdmHandler(sys.stderr)
+    handler = TqdmHandler(level=level)
     handler.setFormatter(logging.Formatter("[agilerl] %(message)s"))
-    handler.setLevel(level)
     return handler
 
 
