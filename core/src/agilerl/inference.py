@@ -263,9 +263,12 @@ def evaluate(
     """
     if episodes < 1:
         raise AgileRLError(f"episodes must be >= 1, got {episodes}")
-    agent = source if hasattr(source, "manifest") and not isinstance(source, (str, os.PathLike)) else None
-    if agent is None:
+    if isinstance(source, (str, os.PathLike)):
         agent = load(source, device=device, member=member, which=which)
+    else:
+        agent = source
+        if getattr(agent, "manifest", None) is None:
+            raise AgileRLError("evaluate(agent) needs an agent from agilerl.load (it carries its manifest)")
     if not isinstance(agent, EpisodeRunner):
         raise AgileRLError(
             f"{type(agent).__name__} cannot play evaluation episodes (its plugin implements no run_episodes)"
