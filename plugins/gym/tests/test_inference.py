@@ -178,7 +178,7 @@ def test_predict_on_discrete_observations_takes_a_scalar() -> None:
     action, _ = agent.predict(obs)
     assert np.ndim(action) == 0 and env.action_space.contains(int(action))
     assert agent.predict(np.array([0, 5, 7]))[0].shape == (3,)
-    with pytest.raises(AgileRLError, match="needs an agent from agilerl.load"):
+    with pytest.raises(AgileRLError, match=r"needs an agent from agilerl\.load"):
         evaluate(agent)  # built by hand: no manifest to make its env from
 
 
