@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
+import os
+from typing import Any, ClassVar, TypeVar
 
 from agilerl.models.base import AlgorithmSpec
+
+_A = TypeVar("_A", bound="AlgorithmBase")
 
 
 class AlgorithmBase:
@@ -83,3 +86,15 @@ class AlgorithmBase:
 
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
         raise NotImplementedError
+
+    # --- using a trained agent ------------------------------------------------------------------
+    @classmethod
+    def load(cls: type[_A], path: str | os.PathLike[str], *, device: str = "cpu", member: int | None = None) -> _A:
+        """``PPO.load("runs/x")``: :func:`agilerl.load`, checking the agent is a ``cls``."""
+        from agilerl.errors import AgileRLError
+        from agilerl.inference import load
+
+        agent = load(path, device=device, member=member)
+        if not isinstance(agent, cls):
+            raise AgileRLError(f"{path} holds a {type(agent).__name__}, not a {cls.__name__}")
+        return agent

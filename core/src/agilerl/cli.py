@@ -126,10 +126,54 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
     )
     print(f"run directory: {result.run_dir}")
+    if result.best_path and result.best_info:
+        info = result.best_info
+        print(
+            f"best ever: member {info['member']} fitness {info['fitness']:.4g} in generation {info['generation']}, "
+            f"saved to {result.best_path}"
+        )
+    if result.last_path:
+        print(f"last generation saved to: {result.last_path}")
     if result.elite_path:
         print(f"elite saved to: {result.elite_path}")
     if result.checkpoint_path:
         print(f"last checkpoint: {result.checkpoint_path}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agilerl.inference import evaluate
+
+    result = evaluate(
+        args.source,
+        episodes=args.episodes,
+        seed=args.seed,
+        render=args.render,
+        video=args.video,
+        device=args.device,
+        member=args.member,
+        which=args.which,
+    )
+    if args.json:
+        _print_json(result.as_dict())
+        return 0
+    lengths = result.lengths
+    print(f"checkpoint: {result.checkpoint}")
+    print(
+        f"{len(lengths)} episode(s): return {result.mean_return:.4g} +/- {result.std_return:.3g} "
+        f"(min {min(result.returns):.4g}, max {max(result.returns):.4g}); "
+        f"length mean {sum(lengths) / len(lengths):.1f} (min {min(lengths)}, max {max(lengths)})"
+    )
+    if args.video:
+        print(f"video: {args.video}")
+    return 0
+
+
+def cmd_export_policy(args: argparse.Namespace) -> int:
+    from agilerl.export import export_policy
+
+    out = export_policy(args.source, format=args.format, output=args.output, member=args.member, which=args.which)
+    print(f"wrote {out} (input 'observation': a batch of raw observations; output 'action')")
     return 0
 
 
@@ -146,8 +190,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    from _agilerl_core import foreign_agilerl
+
     from agilerl.plugins import plugin_infos
 
+    clash = foreign_agilerl()
+    if clash:
+        print(f"warning: {clash}", file=sys.stderr)
     infos = plugin_infos()
     if args.json:
         _print_json([i.as_dict() for i in infos])
@@ -201,12 +250,21 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from agilerl.plot import compare_runs
+
+    out = compare_runs(args.run_dirs, args.output)
+    print(f"wrote {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agilerl", description="Train RL agents from a validated manifest.")
     parser.add_argument("--version", action="version", version=f"agilerl {__version__}")
+    _add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
@@ -246,7 +304,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="PNG path (default RUN_DIR/learning_curve.png)")
     p.set_defaults(handler=cmd_plot)
 
+    p = sub.add_parser("compare", help="overlay the learning curves of several runs in one PNG")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("-o", "--output", default="compare.png", help="PNG path (default compare.png)")
+    p.set_defaults(handler=cmd_compare)
+
+    def _pick(q: argparse.ArgumentParser) -> None:
+        q.add_argument("source", metavar="RUN_OR_CKPT", help="a run directory or a checkpoint file")
+        q.add_argument("--member", type=int, help="population member id to use (default: the best)")
+        q.add_argument(
+            "--which", choices=["best", "last", "elite"], default="best",
+            help="in a run directory: best.pt (best ever, default), last.pt or elite.pt",
+        )  # fmt: skip
+
+    p = sub.add_parser("eval", help="play evaluation episodes with a trained agent")
+    _pick(p)
+    p.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    p.add_argument("--seed", type=int, help="seed of the first episode (episode i: seed + i)")
+    p.add_argument("--render", action="store_true", help="show the episodes (render_mode=human)")
+    p.add_argument("--video", metavar="OUT.mp4", help="record the episodes (gymnasium RecordVideo)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=cmd_eval)
+
+    p = sub.add_parser("export-policy", help="write the policy network as ONNX or TorchScript")
+    _pick(p)
+    p.add_argument("--format", choices=["onnx", "torchscript"], default="onnx")
+    p.add_argument("-o", "--output", help="output file (default RUN/policy.onnx or RUN/policy.pt)")
+    p.set_defaults(handler=cmd_export_policy)
+
+    for action in sub.choices.values():
+        _add_verbosity(action, suppress=True)
     return parser
+
+
+def _add_verbosity(parser: argparse.ArgumentParser, *, suppress: bool = False) -> None:
+    default: Any = argparse.SUPPRESS if suppress else 0
+    parser.add_argument("-q", "--quiet", action="count", default=default, help="less output (warnings only)")
+    parser.add_argument("-v", "--verbose", action="count", default=default, help="more output (debug)")
 
 
 def _add_plugin_commands(parser: argparse.ArgumentParser) -> None:
@@ -259,15 +354,49 @@ def _add_plugin_commands(parser: argparse.ArgumentParser) -> None:
 def _show_warning(
     message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
 ) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    from tqdm import tqdm
+
+    tqdm.write(f"warning: {message}", file=sys.stderr)  # above a progress bar, never through it
+
+
+def _log_level(argv: Sequence[str]) -> int:
+    """-q/-v anywhere before a bare ``--``: INFO by default, WARNING with -q, DEBUG with -v."""
+    import logging
+
+    quiet = verbose = 0
+    for a in argv:
+        if a == "--":
+            break
+        if a in ("-q", "--quiet"):
+            quiet += 1
+        elif a in ("-v", "--verbose"):
+            verbose += 1
+        elif a.startswith("-") and not a.startswith("--") and set(a[1:]) <= {"q", "v"}:
+            quiet += a.count("q")
+            verbose += a.count("v")
+    if quiet > verbose:
+        return logging.WARNING if quiet - verbose == 1 else logging.ERROR
+    return logging.DEBUG if verbose > quiet else logging.INFO
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import logging
     import warnings
 
     from agilerl.plugins import PluginLoadWarning
+    from agilerl.training.metrics import console_handler
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    level = _log_level(argv)
+    logger = logging.getLogger("agilerl")
+    handler = console_handler(level)
+    old_level = logger.level
+    # Ours replace a console handler left by earlier library use (no line printed twice).
+    ours = [h for h in logger.handlers if getattr(h, "agilerl_console", False)]
+    for h in ours:
+        logger.removeHandler(h)
+    logger.addHandler(handler)
+    logger.setLevel(level)
     old_show = warnings.showwarning
     warnings.showwarning = _show_warning
     try:
@@ -275,16 +404,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.simplefilter("always", PluginLoadWarning)
             warnings.showwarning = _show_warning
             return _main(argv)
+    except BrokenPipeError:
+        # `agilerl ... | head` closed our stdout: stop quietly, as Unix tools do.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 141
     finally:
         warnings.showwarning = old_show
+        logger.removeHandler(handler)
+        for h in ours:
+            logger.addHandler(h)
+        logger.setLevel(old_level)
 
 
 def _main(argv: list[str]) -> int:
     parser = build_parser()
-    core_commands = {"train", "validate", "schema", "plugins", "algorithms", "envs", "plot"}
+    core_commands = {
+        "train", "validate", "schema", "plugins", "algorithms", "envs", "plot", "compare", "eval", "export-policy",
+    }  # fmt: skip
     try:
         # Plugin commands load plugins; core commands load them only when they need a registry.
-        if not argv or argv[0] not in core_commands | {"-h", "--help", "--version"} or argv[0] in {"-h", "--help"}:
+        first = next((a for a in argv if a not in {"-q", "--quiet", "-v", "--verbose"}), None)
+        if first is None or first not in core_commands | {"-h", "--help", "--version"} or first in {"-h", "--help"}:
             _add_plugin_commands(parser)
         args = parser.parse_args(argv)
         if not getattr(args, "handler", None):
@@ -297,6 +441,8 @@ def _main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # a bug or an unexpected failure: one line, traceback on demand
         if os.environ.get("AGILERL_TRACEBACK"):
             raise

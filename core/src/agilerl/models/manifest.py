@@ -16,6 +16,7 @@ from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
     ALGORITHM_TRAINING_FIELDS,
+    LoggingSpec,
     MultiFrequencySelectionSpec,
     MutationSpec,
     NetworkSpec,
@@ -37,6 +38,7 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "mutation": MutationSpec,
     "replay_buffer": ReplayBufferSpec,
     "tournament_selection": TournamentSelectionSpec,
+    "logging": LoggingSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
 
@@ -57,6 +59,7 @@ class TrainingManifest(BaseModel):
     tournament_selection: TournamentSelectionSpec | MultiFrequencySelectionSpec | None = Field(
         default=None, discriminator="strategy"
     )
+    logging: LoggingSpec | None = None
 
     @property
     def evo_steps(self) -> int:
@@ -80,7 +83,7 @@ class TrainingManifest(BaseModel):
         out: dict[str, Any] = {"apiVersion": self.apiVersion}
         out["algorithm"] = {"name": self.algorithm.name, **dump_spec(self.algorithm)}
         out["environment"] = {**dump_spec(self.environment), "env_type": self.environment.env_type}
-        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection"):
+        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection", "logging"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = dump_spec(value)

@@ -611,3 +611,36 @@ class ReplayBufferSpec(Spec):
         if not value:
             raise ValueError("false is not supported yet: every replay buffer here is a standard one")
         return value
+
+
+# --------------------------------------------------------------------------------------------------
+# logging (agilerl's own section: where metrics go besides the run directory's files)
+# --------------------------------------------------------------------------------------------------
+
+
+class WandbSpec(Spec):
+    """Weights & Biases: the population series and per-member values of every generation."""
+
+    project: Annotated[str, Field(min_length=1, description="W&B project.")]
+    entity: str | None = Field(default=None, description="W&B team or user (default: yours).")
+    name: str | None = Field(default=None, description="Run name (default: the run directory's name).")
+    group: str | None = None
+    tags: list[str] | None = None
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        default=None, description="online, offline (sync later with `wandb sync`) or disabled; default: WANDB_MODE."
+    )
+
+    @model_validator(mode="after")
+    def _installed(self) -> WandbSpec:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError("needs Weights & Biases: pip install 'agilerl-core[wandb]' (or remove logging.wandb)")
+        return self
+
+
+class LoggingSpec(Spec):
+    """Metrics sinks: TensorBoard (when installed) and, optionally, Weights & Biases."""
+
+    tensorboard: bool = Field(default=True, description="Write TensorBoard events (when tensorboard is installed).")
+    wandb: WandbSpec | None = None

@@ -9,9 +9,10 @@ mutated, untrained offspring.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +20,13 @@ from agilerl import checkpoint
 from agilerl.errors import TrainingInterrupted
 from agilerl.hpo.selection import last_fitness
 from agilerl.training.backend import LocalBackend, MemberFailedError
-from agilerl.training.metrics import Progress
+from agilerl.training.metrics import Progress, population_summary
 
 if TYPE_CHECKING:
     from agilerl.strategies import TrainingStrategy
     from agilerl.training.run import Run
+
+log = logging.getLogger("agilerl")
 
 
 @dataclass
@@ -36,6 +39,11 @@ class TrainResult:
     generations: int
     checkpoint_path: Path | None = None
     elite_path: Path | None = None
+    #: ``best.pt`` (the best fitness ever) and ``last.pt`` (the last evaluated population).
+    best_path: Path | None = None
+    last_path: Path | None = None
+    #: ``{"fitness", "generation", "member", "steps"}`` of the best agent ever evaluated.
+    best_info: dict[str, Any] | None = None
     stopped_by: str = "max_steps"
     history: list[dict[str, Any]] = field(default_factory=list)
 
@@ -103,11 +111,38 @@ def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase:
         "agents": [agent.state_dict() for agent in run.population],
         "strategy": strategy.state_dict(),
         "rng": rng_state(run),
+        "best": run.best,
     }
     selection_state = getattr(run.selection, "state_dict", None)  # MF-PBT's counters
     if callable(selection_state):
         payload["selection"] = selection_state()
     return checkpoint.save(path, payload)
+
+
+def _record_generation(
+    run: Run, strategy: TrainingStrategy, population: list[Any], best: Any, elapsed: float, rate: float
+) -> None:
+    """Population metrics, the generation's log line, and ``best.pt`` when the best fitness ever improved."""
+    fitness = last_fitness(best)
+    previous = (run.best or {}).get("fitness")
+    improved = math.isfinite(fitness) and (previous is None or fitness > previous)
+    if improved:
+        run.best = {"fitness": fitness, "generation": run.generation, "member": best.index, "steps": best.steps}
+    summary = population_summary(run, population, best_ever=(run.best or {}).get("fitness"))
+    summary.update(wall_s=round(elapsed, 3), steps_per_s=round(rate, 1))
+    run.logger.log_population(summary)
+    fit = ", ".join(f"{a.index}:{last_fitness(a):.4g}" for a in population)
+    muts = ", ".join(f"{a.index}:{a.mut}" for a in population)
+    log.log(
+        logging.INFO if run.progress else logging.DEBUG,
+        "generation %d: steps %d best %.4g mean %.4g (best ever %.4g) fitness {%s} mutations {%s}",
+        run.generation, min(a.steps for a in population), summary["best"] if summary["best"] is not None else math.nan,
+        summary["mean"] if summary["mean"] is not None else math.nan,
+        summary["best_ever"] if summary["best_ever"] is not None else math.nan, fit, muts,
+    )  # fmt: skip
+    if improved and run.manifest.training.save_elite:
+        best_run = replace(run, population=[best])
+        write_checkpoint(best_run, strategy, run.run_dir / "best.pt", phase="evaluated")
 
 
 def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
@@ -158,16 +193,13 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                         "parent": parents.get(agent.index),
                         "wall_s": round(elapsed, 3),
                         "steps_per_s": round(progress.rate(), 1),
+                        "member": agent.index,  # the id selection keeps (same as "agent")
                         **{f"hp/{k}": _hp(agent, k) for k in _hp_names(run)},
                         **learn_stats.get(agent.index, {}),
                     }
                     run.logger.log(row)
                     history.append(row)
-                if run.progress:
-                    fit = ", ".join(f"{a.index}:{last_fitness(a):.4g}" for a in population)
-                    muts = ", ".join(f"{a.index}:{a.mut}" for a in population)
-                    print(f"[agilerl] generation {run.generation}: steps {min(a.steps for a in population)} "
-                          f"fitness {{{fit}}} mutations {{{muts}}}", flush=True)  # fmt: skip
+                _record_generation(run, strategy, population, best, elapsed, progress.rate())
                 # --- stop? ---
                 done_steps = all(a.steps >= t.max_steps for a in population)
                 target_hit = t.target_score is not None and last_fitness(best) >= t.target_score

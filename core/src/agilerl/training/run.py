@@ -38,3 +38,5 @@ class Run:
     progress: bool = True
     #: Where members train between tournaments (:mod:`agilerl.training.backend`); None: in this process.
     backend: Any = None
+    #: The best fitness seen in this run: ``{"fitness", "generation", "member", "steps"}`` (``best.pt``).
+    best: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import select_strategy
 from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
-from agilerl.training.metrics import MetricsLogger
+from agilerl.training.metrics import MetricsLogger, ensure_console_logging
 from agilerl.training.run import Run
 
 
@@ -160,7 +160,13 @@ class LocalTrainer:
             if runtime.resume_state is not None:
                 agent.load_state_dict(runtime.resume_state)
             population.append(agent)
-        logger = MetricsLogger(self.run_dir)
+        if self.progress:
+            ensure_console_logging()
+        sinks = manifest.logging
+        wandb = None
+        if sinks is not None and sinks.wandb is not None:
+            wandb = {**sinks.wandb.model_dump(exclude_none=True), "config": manifest.to_dict()}
+        logger = MetricsLogger(self.run_dir, tensorboard=sinks is None or sinks.tensorboard, wandb=wandb)
         run = Run(
             manifest=manifest,
             population=population,
@@ -181,6 +187,7 @@ class LocalTrainer:
         strategy.setup(run)
         if self._resume is not None:
             run.generation = int(self._resume.get("generation", 0))
+            run.best = self._resume.get("best")
             strategy.load_state_dict(self._resume.get("strategy", {}))
             restore_rng(run, self._resume["rng"])
             if "selection" in self._resume and isinstance(selection, MultiFrequencySelection):
@@ -198,8 +205,15 @@ class LocalTrainer:
         if t.save_elite and result.population:
             from agilerl.training.loop import write_checkpoint
 
+            # elite.pt: the best of the last generation; last.pt: that whole generation (resumable);
+            # best.pt (written by the loop): the best fitness ever, with its generation.
             elite_run = Run(**{**run.__dict__, "population": [result.population[0]]})
             result.elite_path = write_checkpoint(elite_run, strategy, self.run_dir / "elite.pt", phase="evaluated")
+            last_run = Run(**{**run.__dict__, "population": list(result.population)})
+            result.last_path = write_checkpoint(last_run, strategy, self.run_dir / "last.pt", phase="evaluated")
+            best_path = self.run_dir / "best.pt"
+            result.best_path = best_path if best_path.is_file() else None
+            result.best_info = run.best
         return result
 
 

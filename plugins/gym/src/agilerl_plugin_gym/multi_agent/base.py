@@ -20,6 +20,7 @@ from torch import nn
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.inference import MultiAgentInference
 from agilerl_plugin_gym.networks import add_parameter_noise
 from agilerl_plugin_gym.optim import Adam
 
@@ -38,7 +39,7 @@ def action_dim(space: spaces.Space) -> int:
     return int(np.prod(space.shape))
 
 
-class MultiAgentAlgorithm(AlgorithmBase):
+class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
     """Base class: subclasses build their networks and implement :meth:`act` and ``learn``.
 
     :param spec: the validated algorithm spec.

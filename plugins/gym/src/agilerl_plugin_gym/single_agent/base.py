@@ -20,6 +20,7 @@ from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec, NetworkSpec
+from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise
 from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
@@ -29,7 +30,7 @@ from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported
 )
 
 
-class GymAlgorithm(AlgorithmBase):
+class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     """Base of PPO, DQN, DDPG and TD3 (see module docstring)."""
 
     #: The network whose architecture drives mutation (others follow with the same method).

@@ -1,0 +1,58 @@
+"""agilerl-core's guard against the other ``agilerl``, and the ``agilerl`` command's launcher.
+
+The PyPI distribution ``agilerl`` (AgileRL) installs a package with the same import name as
+agilerl-core's, ``agilerl``. Installed side by side, one shadows or overwrites the other: Python
+imports whichever comes first on ``sys.path`` (or a mix of both packages' files, if pip wrote both
+into one ``site-packages``). This module lives outside the ``agilerl`` package so the ``agilerl``
+command can say so even when ``import agilerl`` gives the other package, or fails.
+
+Our choice: agilerl-core keeps the import name ``agilerl`` (the seed API and every plugin import
+it), so the two cannot share an environment; we detect the clash and say which to uninstall.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+DISTRIBUTION = "agilerl-core"
+
+
+def foreign_agilerl() -> str | None:
+    """A message when the PyPI distribution ``agilerl`` is installed in this environment, else None."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("agilerl")
+    except metadata.PackageNotFoundError:
+        return None
+    name = dist.metadata["Name"] or "agilerl"
+    return (
+        f"the PyPI package {name!r} {dist.version} (AgileRL) is installed here and uses the same import name, "
+        f"'agilerl', as {DISTRIBUTION}: only one of them can be imported. Uninstall one "
+        f"(pip uninstall {name}) or give each its own virtual environment."
+    )
+
+
+def main() -> Any:
+    """The ``agilerl`` console script: check that ``import agilerl`` is agilerl-core, then run the CLI."""
+    try:
+        import agilerl
+    except Exception as exc:
+        problem = foreign_agilerl()
+        if problem is None:
+            raise
+        print(f"error: import agilerl failed ({type(exc).__name__}: {exc}); {problem}", file=sys.stderr)
+        return 2
+    if getattr(agilerl, "__distribution__", None) != DISTRIBUTION:
+        problem = foreign_agilerl() or "another package named 'agilerl' shadows agilerl-core"
+        where = getattr(agilerl, "__file__", "?")
+        print(f"error: 'import agilerl' gives {where}, not {DISTRIBUTION}; {problem}", file=sys.stderr)
+        return 2
+    from agilerl.cli import main as cli_main
+
+    return cli_main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

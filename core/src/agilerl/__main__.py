@@ -1,0 +1,7 @@
+"""``python -m agilerl`` runs the ``agilerl`` command line."""
+
+import sys
+
+from agilerl.cli import main
+
+sys.exit(main())

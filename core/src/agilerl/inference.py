@@ -1,0 +1,297 @@
+"""Use a trained agent: :func:`load` a checkpoint or run directory, then ``agent.predict(obs)``.
+
+``agilerl.load(path)`` needs only the checkpoint: every checkpoint embeds the manifest it was
+trained from, so the agent is rebuilt with the registered builder and its saved state is loaded.
+
+What a loaded agent can do beyond the training protocol depends on its plugin. The core knows
+these optional protocols (checked with ``hasattr``) and never what is behind them:
+
+``predict(observation, state=None, episode_start=None, deterministic=True) -> (action, state)``
+    :class:`Predictor`: act on one observation or a batch (Stable-Baselines3's convention).
+``run_episodes(env_spec, *, episodes, seed, render, video) -> list[Episode]``
+    :class:`EpisodeRunner`: play whole episodes on the manifest's environment (``agilerl eval``).
+``policy_module() -> torch.nn.Module`` and ``example_observation() -> array``
+    :class:`PolicyExporter`: the policy network with its observation preprocessing, mapping a
+    batch of raw observations to actions (``agilerl export-policy``).
+
+A builder may define ``build_for_inference(spec, *, manifest, runtime)`` to build an agent without
+a live training env; otherwise :func:`load` makes the strategy's evaluation env (or, failing that,
+its training env) to read the spaces from, and closes it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from agilerl import checkpoint
+from agilerl.errors import AgileRLError
+
+#: Files :func:`resolve_checkpoint` looks for in a run directory, per ``which``.
+RUN_FILES = {
+    "best": ("best.pt", "elite.pt", "last.pt"),
+    "last": ("last.pt", "elite.pt", "best.pt"),
+    "elite": ("elite.pt",),
+}
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One evaluation episode: its total reward and its length in env steps."""
+
+    ret: float
+    length: int
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True
+    ) -> tuple[Any, Any]: ...
+
+
+@runtime_checkable
+class EpisodeRunner(Protocol):
+    def run_episodes(
+        self, env_spec: Any, *, episodes: int, seed: int | None, render: bool, video: str | None
+    ) -> list[Episode]: ...
+
+
+@runtime_checkable
+class PolicyExporter(Protocol):
+    def policy_module(self) -> Any: ...
+
+    def example_observation(self) -> Any: ...
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint file read and its agent chosen (see :func:`read_checkpoint`)."""
+
+    path: Path
+    payload: dict[str, Any]
+    agent_state: dict[str, Any]
+    generation: int
+    fitness: float | None
+
+    @property
+    def manifest_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.payload["manifest"]
+        return data
+
+
+def resolve_checkpoint(path: str | os.PathLike[str], which: str = "best") -> Path:
+    """The checkpoint file ``path`` names: itself if a file, else a file of the run directory.
+
+    In a run directory ``which="best"`` picks ``best.pt`` (the best fitness ever seen), ``"last"``
+    picks ``last.pt`` (the last evaluated population); each falls back to ``elite.pt`` (runs
+    written before ``best.pt`` existed) and then to the other, and finally to the newest
+    ``checkpoint*.pt``.
+    """
+    p = Path(path)
+    if p.is_file():
+        return p
+    if not p.exists():
+        raise AgileRLError(f"no such checkpoint or run directory: {p}")
+    if which not in RUN_FILES:
+        raise AgileRLError(f"which must be one of {', '.join(RUN_FILES)}; got {which!r}")
+    for name in RUN_FILES[which]:
+        if (p / name).is_file():
+            return p / name
+    ckpts = sorted(p.glob("checkpoint*.pt"), key=lambda f: f.stat().st_mtime)
+    if ckpts:
+        return ckpts[-1]
+    raise AgileRLError(
+        f"{p} holds no checkpoint (looked for {', '.join(RUN_FILES[which])} and checkpoint*.pt); "
+        "is it a run directory written by agilerl train?"
+    )
+
+
+def _last(values: Any) -> float | None:
+    if not values:
+        return None
+    v = float(values[-1])
+    return v if v == v else None  # NaN -> None
+
+
+def read_checkpoint(
+    path: str | os.PathLike[str], *, member: int | None = None, which: str = "best"
+) -> LoadedCheckpoint:
+    """Read ``path`` (file or run directory) and pick one agent's state.
+
+    ``member`` selects the agent with that id (its ``index``); by default the agent with the best
+    latest fitness (a ``best.pt`` or ``elite.pt`` holds just one).
+    """
+    file = resolve_checkpoint(path, which)
+    payload = checkpoint.load(file)
+    agents = payload.get("agents") or []
+    if not agents:
+        raise AgileRLError(f"{file} holds no agent")
+    if member is not None:
+        chosen = [a for a in agents if int(a.get("index", -1)) == member]
+        if not chosen:
+            ids = ", ".join(str(a.get("index")) for a in agents)
+            raise AgileRLError(f"{file} has no member {member}; its members are {ids}")
+        state = chosen[0]
+    else:
+
+        def rank(a: dict[str, Any]) -> float:
+            f = _last(a.get("fitness"))
+            return -float("inf") if f is None else f
+
+        state = max(agents, key=rank)
+    best = payload.get("best") or {}
+    return LoadedCheckpoint(
+        path=file,
+        payload=payload,
+        agent_state=state,
+        generation=int(best.get("generation", payload.get("generation", 0))),
+        fitness=_last(state.get("fitness")),
+    )
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    device: str = "cpu",
+    member: int | None = None,
+    which: str = "best",
+) -> Any:
+    """A ready agent from a checkpoint file or a run directory.
+
+    :param path: a ``.pt`` checkpoint (``best.pt``, ``last.pt``, ``elite.pt``, ``checkpoint_*.pt``)
+        or a run directory (see :func:`resolve_checkpoint` for which file it reads).
+    :param device: torch device to put the agent on (``cpu``, ``cuda``, ``cuda:1``, ``auto``);
+        checkpoints are read onto the CPU first, then the agent is built on ``device``.
+    :param member: the id of the population member to load (default: the best).
+    :param which: in a run directory, ``"best"`` (default), ``"last"`` or ``"elite"``.
+    :returns: the algorithm object, with ``agent.manifest`` set to the manifest it was trained on
+        and ``agent.checkpoint_path`` to the file read.
+    """
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.models.manifest import load_manifest
+    from agilerl.strategies import select_strategy
+    from agilerl.training.trainer import resolve_device
+
+    loaded = read_checkpoint(path, member=member, which=which)
+    # Where the run logged to (W&B, TensorBoard) does not matter for using the agent, and W&B need
+    # not be installed where the agent is used.
+    manifest = load_manifest({k: v for k, v in loaded.manifest_data.items() if k != "logging"})
+    device = resolve_device(device)
+    builder = select_builder(manifest.algorithm)
+    runtime = AlgorithmBuildRuntime(
+        index=int(loaded.agent_state.get("index", 0)),
+        device=device,
+        seed=manifest.training.seed,
+        resume_state=loaded.agent_state,
+        manifest=manifest,
+    )
+    build_for_inference = getattr(builder, "build_for_inference", None)
+    if callable(build_for_inference):
+        agent = build_for_inference(manifest.algorithm, manifest=manifest, runtime=runtime)
+    else:
+        strategy = select_strategy(manifest.algorithm)
+        env = strategy.make_eval_env(manifest, seed=None, train_env=None)
+        if env is None:
+            env = strategy.make_env(manifest, seed=None)
+        try:
+            agent = builder.build_for_run(manifest.algorithm, env=env, manifest=manifest, runtime=runtime)
+        finally:
+            close = getattr(env, "close", None)
+            if callable(close):
+                close()
+    agent.load_state_dict(loaded.agent_state)
+    agent.manifest = manifest
+    agent.checkpoint_path = loaded.path
+    return agent
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` measured."""
+
+    episodes: list[Episode]
+    checkpoint: Path
+
+    @property
+    def returns(self) -> list[float]:
+        return [e.ret for e in self.episodes]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [e.length for e in self.episodes]
+
+    @property
+    def mean_return(self) -> float:
+        return statistics.fmean(self.returns)
+
+    @property
+    def std_return(self) -> float:
+        return statistics.pstdev(self.returns) if len(self.returns) > 1 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint": str(self.checkpoint),
+            "episodes": len(self.episodes),
+            "mean_return": self.mean_return,
+            "std_return": self.std_return,
+            "mean_length": statistics.fmean(self.lengths),
+            "returns": self.returns,
+            "lengths": self.lengths,
+        }
+
+
+def evaluate(
+    source: str | os.PathLike[str] | Any,
+    *,
+    episodes: int = 10,
+    seed: int | None = None,
+    render: bool = False,
+    video: str | os.PathLike[str] | None = None,
+    device: str = "cpu",
+    member: int | None = None,
+    which: str = "best",
+) -> EvalResult:
+    """Play ``episodes`` greedy episodes with a trained agent on its manifest's environment.
+
+    ``source`` is a checkpoint, a run directory, or an agent from :func:`load`. ``video`` records
+    the episodes (gymnasium envs); ``render`` shows them. Needs an agent that implements
+    :class:`EpisodeRunner` (every gym-plugin algorithm does).
+    """
+    if episodes < 1:
+        raise AgileRLError(f"episodes must be >= 1, got {episodes}")
+    if isinstance(source, (str, os.PathLike)):
+        agent = load(source, device=device, member=member, which=which)
+    else:
+        agent = source
+        if getattr(agent, "manifest", None) is None:
+            raise AgileRLError("evaluate(agent) needs an agent from agilerl.load (it carries its manifest)")
+    if not isinstance(agent, EpisodeRunner):
+        raise AgileRLError(
+            f"{type(agent).__name__} cannot play evaluation episodes (its plugin implements no run_episodes)"
+        )
+    played = agent.run_episodes(
+        agent.manifest.environment,  # type: ignore[attr-defined]
+        episodes=episodes,
+        seed=seed,
+        render=render,
+        video=None if video is None else str(video),
+    )
+    return EvalResult(episodes=list(played), checkpoint=Path(getattr(agent, "checkpoint_path", "") or "."))
+
+
+__all__ = [
+    "Episode",
+    "EpisodeRunner",
+    "EvalResult",
+    "LoadedCheckpoint",
+    "PolicyExporter",
+    "Predictor",
+    "evaluate",
+    "load",
+    "read_checkpoint",
+    "resolve_checkpoint",
+]

@@ -1,0 +1,342 @@
+"""Using a trained gym agent: ``predict``, whole evaluation episodes, and the policy for export.
+
+The core's optional inference protocols (:mod:`agilerl.inference`) for this plugin's algorithms,
+as two mixins that only read what the algorithms already expose (``greedy_action``, ``act``,
+the spaces, ``nets``):
+
+* :class:`SingleAgentInference` (PPO, DQN, DDPG, TD3): ``predict`` on one observation from a plain
+  ``gymnasium.Env`` or on a batch from a vector env; ``run_episodes`` on a single env made from the
+  manifest, with rendering or a video (gymnasium's ``RecordVideo``); ``policy_module`` for ONNX and
+  TorchScript export.
+* :class:`MultiAgentInference` (IPPO, MADDPG, MATD3): ``predict`` on a PettingZoo observation dict
+  (one env's, or the vector env's batch) and ``run_episodes`` on a PettingZoo ``ParallelEnv``.
+
+``predict`` follows Stable-Baselines3's ``model.predict(obs, state, episode_start, deterministic)``
+and returns ``(action, state)``; ``state`` is passed through (no recurrent policies here). One
+difference: ``deterministic`` defaults to ``True`` (the greedy policy, as evaluation uses).
+``deterministic=False`` samples from PPO's and IPPO's stochastic policies; DQN, DDPG, TD3, MADDPG
+and MATD3 policies are deterministic (their exploration noise belongs to training), so they return
+the greedy action either way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from agilerl.errors import AgileRLError
+from agilerl.inference import Episode
+
+__all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
+
+
+def render_spec(env_spec: Any, render_mode: str) -> Any:
+    """A copy of the environment section whose env is made with ``render_mode``."""
+    cfg = env_spec.env_config
+    if isinstance(cfg, str):  # a YAML/JSON file of constructor kwargs
+        path = Path(cfg)
+        text = path.read_text(encoding="utf-8") if path.is_file() else "{}"
+        if path.suffix.lower() == ".json":
+            cfg = json.loads(text)
+        else:
+            import yaml
+
+            cfg = yaml.safe_load(text)
+    return env_spec.model_copy(update={"env_config": {**(cfg or {}), "render_mode": render_mode}})
+
+
+def _is_batch(space: spaces.Space[Any], obs: np.ndarray) -> bool:
+    """Whether ``obs`` is a batch of observations of ``space`` (else one observation)."""
+    if isinstance(space, spaces.Discrete):
+        single_ndim = 0
+    else:
+        shape = space.shape or ()
+        single_ndim = len(shape)
+        if obs.shape == tuple(shape):
+            return False
+        if obs.shape[1:] != tuple(shape):
+            raise AgileRLError(
+                f"predict: observation of shape {obs.shape} fits neither the observation space {space} "
+                f"(one observation) nor a batch of them (shape (N, {', '.join(map(str, shape))}))"
+            )
+        return True
+    if obs.ndim not in (single_ndim, single_ndim + 1):
+        raise AgileRLError(f"predict: observation of shape {obs.shape} does not fit the observation space {space}")
+    return obs.ndim == single_ndim + 1
+
+
+def _as_obs_array(space: spaces.Space[Any], observation: Any) -> np.ndarray:
+    obs = np.asarray(observation)
+    if obs.dtype.kind == "f" and isinstance(space, spaces.Box) and space.dtype is not None:
+        obs = obs.astype(space.dtype, copy=False)
+    return obs
+
+
+class GreedyPolicy(nn.Module):
+    """The greedy policy as one module: raw observation batch -> env action batch.
+
+    It holds the actor network (whose ``preprocess`` one-hot encodes Discrete observations and
+    scales images) and the decision on its output: argmax for Discrete actions, a per-dimension
+    argmax for MultiDiscrete, and for Box actions either the tanh output scaled to the bounds
+    (DDPG/TD3) or the mean clipped to them (PPO).
+    """
+
+    def __init__(
+        self, actor: nn.Module, action_space: spaces.Space[Any], *, tanh_scaled: bool, nvec: list[int] | None = None
+    ) -> None:
+        super().__init__()
+        self.actor = actor
+        self.kind = (
+            "discrete"
+            if isinstance(action_space, spaces.Discrete)
+            else "multidiscrete"
+            if isinstance(action_space, spaces.MultiDiscrete)
+            else "box"
+        )
+        self.nvec = list(nvec or [])
+        self.tanh_scaled = tanh_scaled
+        if isinstance(action_space, spaces.Box):
+            self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.actor(obs)
+        if self.kind == "discrete":
+            return out.argmax(-1)
+        if self.kind == "multidiscrete":
+            return torch.stack([c.argmax(-1) for c in out.split(self.nvec, dim=-1)], -1)
+        low, high = self.get_buffer("low"), self.get_buffer("high")
+        if self.tanh_scaled:
+            return low + (out + 1.0) * 0.5 * (high - low)
+        return torch.maximum(torch.minimum(out, high), low)
+
+
+class SingleAgentInference:
+    """``predict``, ``run_episodes`` and ``policy_module`` for single-agent gym algorithms."""
+
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+    nets: dict[str, Any]
+    policy_name: str
+    device: torch.device
+
+    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(
+        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True
+    ) -> tuple[Any, Any]:
+        """The action for one observation (or a batch, from a vector env) and ``state`` unchanged.
+
+        One observation (e.g. from ``gymnasium.make(...)``) gives one action, ready for
+        ``env.step``; a batch with a leading env axis gives a batch of actions.
+        """
+        obs = _as_obs_array(self.observation_space, observation)
+        batch = _is_batch(self.observation_space, obs)
+        x = obs if batch else obs[None]
+        act = getattr(self, "act", None)
+        env_action = getattr(self, "env_action", None)
+        if not deterministic and callable(act) and callable(env_action):  # a stochastic policy (PPO)
+            with torch.inference_mode():
+                sampled = act(torch.as_tensor(x, device=self.device))[0]
+            actions = np.asarray(env_action(sampled.cpu()))
+        else:
+            actions = np.asarray(self.greedy_action(x))
+        return (actions if batch else actions[0]), state
+
+    def run_episodes(
+        self,
+        env_spec: Any,
+        *,
+        episodes: int = 10,
+        seed: int | None = None,
+        render: bool = False,
+        video: str | None = None,
+    ) -> list[Episode]:
+        """Play ``episodes`` greedy episodes on one env made from ``env_spec``.
+
+        ``render`` shows a window (``render_mode="human"``); ``video`` records every episode with
+        gymnasium's ``RecordVideo``: the first to ``video``, episode N to ``<stem>-episode-N.mp4``.
+        """
+        from agilerl_plugin_gym.envs import make_single_env
+
+        if video and render:
+            raise AgileRLError("eval: choose --render or --video, not both (one env has one render mode)")
+        spec = env_spec
+        if render:
+            spec = render_spec(env_spec, "human")
+        elif video:
+            spec = render_spec(env_spec, "rgb_array")
+        env = make_single_env(spec)
+        tmp_dir: Path | None = None
+        if video:
+            import tempfile
+
+            from gymnasium.wrappers import RecordVideo
+
+            target = Path(video)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp_dir = Path(tempfile.mkdtemp(prefix=".agilerl-video-", dir=target.parent))
+            tmp_dir.rmdir()  # a unique name; RecordVideo creates the folder (and warns if it exists)
+            env = RecordVideo(
+                env, str(tmp_dir), episode_trigger=lambda _: True, name_prefix="episode", disable_logger=True
+            )
+        try:
+            out = []
+            for i in range(episodes):
+                obs, _ = env.reset(seed=None if seed is None else seed + i)
+                total, length, done = 0.0, 0, False
+                while not done:
+                    action, _ = self.predict(obs)
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    total += float(reward)
+                    length += 1
+                    done = bool(terminated or truncated)
+                out.append(Episode(ret=total, length=length))
+        except BaseException:
+            env.close()
+            if tmp_dir is not None:  # no half-written videos left behind
+                import shutil
+
+                shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
+        env.close()
+        if tmp_dir is not None and video:
+            _collect_videos(tmp_dir, Path(video))
+        return out
+
+    def policy_module(self) -> nn.Module:
+        """The greedy policy (observation preprocessing included) as a CPU module in eval mode."""
+        import copy
+
+        actor = copy.deepcopy(self.nets[self.policy_name]).cpu().eval()
+        nvec = [int(n) for n in self.action_space.nvec] if isinstance(self.action_space, spaces.MultiDiscrete) else None
+        module = GreedyPolicy(actor, self.action_space, tanh_scaled=hasattr(self, "scale"), nvec=nvec)
+        return module.eval()
+
+    def example_observation(self) -> np.ndarray:
+        """A batch of one observation, with the dtype the policy takes (for tracing)."""
+        sample = np.asarray(self.observation_space.sample())
+        if isinstance(self.observation_space, spaces.Discrete):
+            return sample.astype(np.int64)[None]
+        return sample[None]
+
+
+def _collect_videos(tmp_dir: Path, target: Path) -> None:
+    files = sorted(tmp_dir.glob("episode-episode-*.mp4"), key=lambda f: int(f.stem.rsplit("-", 1)[-1]))
+    if not files:
+        raise AgileRLError(f"eval: RecordVideo wrote no video (is moviepy installed?) in {tmp_dir}")
+    for i, f in enumerate(files):
+        dest = target if i == 0 else target.with_name(f"{target.stem}-episode-{i}{target.suffix or '.mp4'}")
+        f.replace(dest)
+    for leftover in tmp_dir.iterdir():
+        leftover.unlink()
+    tmp_dir.rmdir()
+
+
+class MultiAgentInference:
+    """``predict`` and ``run_episodes`` for PettingZoo algorithms (agent id -> observation dicts)."""
+
+    agent_ids: list[str]
+    observation_spaces: dict[str, spaces.Space[Any]]
+    action_spaces: dict[str, spaces.Space[Any]]
+    sum_scores: bool
+
+    def act(self, obs: Mapping[str, np.ndarray], *, deterministic: bool = True) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _encode(space: spaces.Space[Any], value: Any) -> np.ndarray:
+        """One raw observation as the networks see it (the vector env's encoding)."""
+        if isinstance(space, spaces.Box):
+            return np.asarray(value, dtype=np.float32).reshape(space.shape)
+        return np.asarray(spaces.flatten(space, value), dtype=np.float32)
+
+    @staticmethod
+    def _decode(space: spaces.Space[Any], value: np.ndarray) -> Any:
+        if isinstance(space, spaces.Discrete):
+            return int(value) + int(space.start)
+        if isinstance(space, spaces.MultiDiscrete):
+            return np.asarray(value).astype(np.int64)
+        return np.asarray(value).astype(space.dtype if space.dtype is not None else np.float32)
+
+    def predict(
+        self, observation: Mapping[str, Any], state: Any = None, episode_start: Any = None, deterministic: bool = True
+    ) -> tuple[dict[str, Any], Any]:
+        """Actions for the agents in ``observation`` and ``state`` unchanged.
+
+        ``observation`` is a PettingZoo ``ParallelEnv`` observation dict (one env: raw per-agent
+        observations, actions come back ready for ``env.step``; agents absent from the dict, e.g.
+        finished ones, get no action) or the vector env's batch (arrays with a leading env axis).
+        """
+        if not isinstance(observation, Mapping):
+            raise AgileRLError("predict: a multi-agent policy takes a dict of agent id -> observation")
+        unknown = [a for a in observation if a not in self.observation_spaces]
+        if unknown:
+            raise AgileRLError(f"predict: unknown agent(s) {unknown}; this policy acts for {self.agent_ids}")
+        first = next(iter(observation), None)
+        batch = first is not None and self._is_vec_batch(first, observation[first])
+        if batch:
+            return self.act({a: np.asarray(v) for a, v in observation.items()}, deterministic=deterministic), state
+        encoded = {}
+        for a in self.agent_ids:
+            space = self.observation_spaces[a]
+            if a in observation:
+                encoded[a] = self._encode(space, observation[a])[None]
+            else:  # an agent that is done: any input, its action is dropped
+                encoded[a] = np.zeros((1, *self._encode(space, space.sample()).shape), np.float32)
+        actions = self.act(encoded, deterministic=deterministic)
+        return {a: self._decode(self.action_spaces[a], actions[a][0]) for a in observation}, state
+
+    def _is_vec_batch(self, agent: str, value: Any) -> bool:
+        space = self.observation_spaces[agent]
+        arr = np.asarray(value)
+        if isinstance(space, spaces.Box):
+            return arr.ndim == len(space.shape) + 1
+        return arr.ndim == 2
+
+    def run_episodes(
+        self,
+        env_spec: Any,
+        *,
+        episodes: int = 10,
+        seed: int | None = None,
+        render: bool = False,
+        video: str | None = None,
+    ) -> list[Episode]:
+        """Play ``episodes`` greedy episodes on one PettingZoo ``ParallelEnv`` made from ``env_spec``.
+
+        The return of an episode is the sum of the agents' returns (their mean when the run set
+        ``training.sum_scores: false``), as training's evaluation scores it.
+        """
+        from agilerl_plugin_gym.envs import make_single_env
+
+        if video:
+            raise AgileRLError("eval: --video records gymnasium envs; for PettingZoo envs use --render")
+        spec = render_spec(env_spec, "human") if render else env_spec
+        env = make_single_env(spec, multi_agent=True)
+        try:
+            out = []
+            for i in range(episodes):
+                obs, _ = env.reset(seed=None if seed is None else seed + i)
+                returns = dict.fromkeys(self.agent_ids, 0.0)
+                length = 0
+                while env.agents:
+                    actions, _ = self.predict({a: obs[a] for a in env.agents if a in obs})
+                    obs, rewards, _, _, _ = env.step(actions)
+                    for a, r in rewards.items():
+                        returns[a] = returns.get(a, 0.0) + float(r)
+                    length += 1
+                values = list(returns.values())
+                score = float(np.sum(values)) if self.sum_scores else float(np.mean(values))
+                out.append(Episode(ret=score, length=length))
+        finally:
+            env.close()
+        return out
