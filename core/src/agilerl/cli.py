@@ -23,8 +23,8 @@ def _print_json(obj: Any) -> None:
 
 
 def _parse_set(values: Sequence[str]) -> dict[str, Any]:
-    """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML scalars)."""
-    import yaml
+    """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML, strictly)."""
+    from agilerl.safe_load import loads_yaml
 
     out: dict[str, Any] = {}
     for item in values:
@@ -35,7 +35,7 @@ def _parse_set(values: Sequence[str]) -> dict[str, Any]:
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = loads_yaml(raw, f"--set {key}")
     return out
 
 

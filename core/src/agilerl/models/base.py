@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 
 
 class Spec(BaseModel):
-    """Base of every manifest section: unknown fields are errors."""
+    """Base of every manifest section: unknown fields and non-finite floats are errors."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+    # allow_inf_nan=False: a float field means a finite number (`lr: .inf` is refused, not trained on).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False)
 
 
 class AlgorithmSpec(Spec):

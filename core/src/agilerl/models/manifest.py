@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
-from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError, Problem, UnknownNameError, closest
+from agilerl.errors import ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
     MutationSpec,
@@ -19,6 +18,7 @@ from agilerl.models.sections import (
     ReplayBufferSpec,
     TournamentSelectionSpec,
     TrainingSpec,
+    ValidationSpec,
 )
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
@@ -33,6 +33,7 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "mutation": MutationSpec,
     "replay_buffer": ReplayBufferSpec,
     "tournament_selection": TournamentSelectionSpec,
+    "validation": ValidationSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
 # Fields of the `network` section that belong to LLM algorithms.
@@ -53,6 +54,7 @@ class TrainingManifest(BaseModel):
     mutation: MutationSpec | None = None
     replay_buffer: ReplayBufferSpec | None = None
     tournament_selection: TournamentSelectionSpec | None = None
+    validation: ValidationSpec | None = None
 
     @property
     def evo_steps(self) -> int:
@@ -72,7 +74,7 @@ class TrainingManifest(BaseModel):
         out["algorithm"] = {"name": self.algorithm.name, **self.algorithm.model_dump(exclude_defaults=True)}
         out["environment"] = self.environment.model_dump(exclude_defaults=True)
         out["environment"]["env_type"] = self.environment.env_type
-        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection"):
+        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection", "validation"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value.model_dump(exclude_defaults=True)
@@ -260,6 +262,9 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         for key in _LLM_NETWORK_FIELDS:
             if getattr(manifest.network, key) is not None:
                 problems.append(Problem(f"network.{key}", f"only LLM algorithms take {key}; {algo.name} does not"))
+    from agilerl.checks import manifest_problems
+
+    problems.extend(manifest_problems(manifest))
     problems.extend(algo.manifest_problems(manifest))
     return problems
 
@@ -324,27 +329,11 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
 
 
 def read_manifest_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a YAML or JSON file (safe loading); file, line and column on syntax errors."""
+    """Parse a YAML or JSON file strictly and within limits (:mod:`agilerl.safe_load`)."""
+    from agilerl.safe_load import load_file
+
     p = Path(path)
-    if not p.exists():
-        raise ManifestFileError(f"manifest not found: {p} (check the path; it is relative to {Path.cwd()})")
-    if p.is_dir():
-        raise ManifestFileError(f"manifest path is a directory, not a file: {p}")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise ManifestSyntaxError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
-        what = exc.problem or exc.context or "syntax error"
-        raise ManifestSyntaxError(f"{where}: invalid YAML: {what}") from None
-    except yaml.YAMLError as exc:
-        raise ManifestSyntaxError(f"{p}: invalid YAML: {exc}") from None
+    data = load_file(p)
     if data is None:
         raise ManifestSyntaxError(f"{p}: the manifest is empty")
     if not isinstance(data, dict):

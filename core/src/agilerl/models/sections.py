@@ -268,3 +268,17 @@ class ReplayBufferSpec(Spec):
     max_rollout_version_lag: int | None = None
     drop_uninformative_groups: bool = False
     group_replay_max_age: int = 0
+
+
+# --------------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------------
+
+
+class ValidationSpec(Spec):
+    """What ``agilerl validate`` (and every run, before it starts) checks beyond the fields."""
+
+    check_env: bool = Field(
+        default=True,
+        description="Make a custom env (entrypoint/factory/path) once and check reset/step and its spaces.",
+    )

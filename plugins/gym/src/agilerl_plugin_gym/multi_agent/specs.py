@@ -161,7 +161,11 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
     )
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
-        return net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
+        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+
+        problems = net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
+        problems += batch_problems(self, manifest)
+        return problems or make_and_check(manifest, multi_agent=True)
 
 
 class IPPOSpec(_MultiAgentSpecBase):

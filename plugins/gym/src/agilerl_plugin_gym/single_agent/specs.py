@@ -60,7 +60,10 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 problems.append(Problem("environment.name", str(exc).removeprefix("environment.name: ")))
         if not problems:
             problems += _space_problems(self.name, env)
-        return problems
+        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+
+        problems += batch_problems(self, manifest)
+        return problems or make_and_check(manifest, multi_agent=False)
 
 
 def _space_problems(algo: str, env: GymEnvSpec) -> list[Problem]:
