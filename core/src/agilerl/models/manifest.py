@@ -210,6 +210,16 @@ def _algorithm(
         return None
 
 
+def _env_type_of(data: Mapping[str, Any]) -> str | None:
+    """The default env type of the named algorithm, when its own fields failed validation."""
+    raw = data.get("algorithm")
+    name = raw if isinstance(raw, str) else raw.get("name") if isinstance(raw, Mapping) else None
+    try:
+        return MANIFEST_REGISTRY.get(name).default_env_type if isinstance(name, str) else None
+    except UnknownNameError:
+        return None
+
+
 def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: list[Problem]) -> EnvSpec | None:
     raw = data.get("environment")
     if raw is None:
@@ -219,7 +229,7 @@ def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: 
         problems.append(Problem("environment", f"must be a mapping, got {type(raw).__name__}"))
         return None
     fields = dict(raw)
-    env_type = fields.get("env_type") or (type(algo).default_env_type if algo is not None else None)
+    env_type = fields.get("env_type") or (type(algo).default_env_type if algo is not None else _env_type_of(data))
     if env_type is None:
         problems.append(Problem("environment.env_type", "required when the algorithm is invalid or unknown"))
         return None
