@@ -112,11 +112,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         kwargs["progress"] = False
     if args.device:
         kwargs["device"] = args.device
-    if args.resume and not args.manifest:
-        trainer = LocalTrainer.from_checkpoint(args.resume, **kwargs)
+    if args.overwrite:
+        kwargs["overwrite"] = True
+    if args.resume:
+        trainer = _resume_trainer(args, kwargs)
     elif args.manifest:
         manifest = _load(args.manifest, args.set or ())
-        trainer = LocalTrainer(manifest, resume_from=args.resume, **kwargs)
+        trainer = LocalTrainer(manifest, **kwargs)
     else:
         raise AgileRLError("agilerl train needs a manifest path, or --resume CHECKPOINT")
     result = trainer.train()
@@ -131,6 +133,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.checkpoint_path:
         print(f"last checkpoint: {result.checkpoint_path}")
     return 0
+
+
+def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any]) -> Any:
+    """``--resume``: the manifest file given (or the checkpoint's own, if it names no code or is
+    trusted), with ``--set`` applied; prints which fields differ from the stored manifest."""
+    from agilerl import checkpoint
+    from agilerl.models.manifest import read_manifest_file, validate_manifest
+    from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+    from agilerl.training.trainer import LocalTrainer
+
+    if Path(args.resume).is_dir():  # a run directory: resume from its newest checkpoint
+        from agilerl.training.rundir import latest_checkpoint
+
+        args.resume = str(latest_checkpoint(Path(args.resume)))
+        print(f"resuming from {args.resume}", file=sys.stderr)
+    payload = checkpoint.load(args.resume)
+    stored = payload.get("manifest") or {}
+    if args.manifest:
+        data, source = read_manifest_file(args.manifest), args.manifest
+    else:
+        # Checked before validation: validating a custom env imports it.
+        require_trust(args.resume, stored, trusted=args.trust_checkpoint)
+        data, source = stored, f"{args.resume} (its stored manifest)"
+    if args.set:
+        data = _merge(data, _parse_set(args.set))
+    manifest = validate_manifest(data, source=source)
+    print(describe_diff(manifest_diff(stored, manifest.to_dict())), file=sys.stderr)
+    return LocalTrainer(manifest, resume_from=args.resume, resume_payload=payload, **kwargs)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -210,11 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
     p.add_argument("manifest", nargs="?", help="YAML or JSON manifest")
-    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file (or a run dir: its newest)")
     p.add_argument("--run-dir", help="where metrics and the elite go")
     p.add_argument("--device", help="cpu, cuda, auto (overrides training.device)")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a manifest field")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir")
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="with --resume and no manifest: import the code the checkpoint's stored manifest names",
+    )
     p.set_defaults(handler=cmd_train)
 
     p = sub.add_parser("validate", help="validate a manifest (exit 0 valid, 1 invalid, 2 could not run)")

@@ -147,6 +147,9 @@ class TrainingSpec(Spec):
     checkpoint_steps: Annotated[int | None, Field(ge=1)] = None
     checkpoint_path: str | None = None
     overwrite_checkpoints: bool = False
+    keep_checkpoints: Annotated[
+        int, Field(ge=0, description="Numbered checkpoints kept on disk (the oldest are deleted); 0 keeps all.")
+    ] = 3
     checkpoint_optimizer: bool = True
     evaluation_interval: Annotated[int | None, Field(ge=1)] = None
     num_epochs: Annotated[int | None, Field(ge=1)] = None

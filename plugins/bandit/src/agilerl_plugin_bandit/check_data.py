@@ -52,8 +52,6 @@ def _non_finite(table: pd.DataFrame, field: str, file: str) -> list[Problem]:
 
 def data_problems(manifest: TrainingManifest) -> list[Problem]:
     """Problems of the manifest's table bandit (none for builtin datasets and entrypoints)."""
-    from agilerl_plugin_bandit.env import BanditDataError, make_bandit_env, read_table
-
     spec: BanditEnvSpec = manifest.environment  # type: ignore[assignment]
     if getattr(spec, "entrypoint", None) is not None or not hasattr(spec, "builtin_dataset"):
         return []
@@ -67,6 +65,9 @@ def data_problems(manifest: TrainingManifest) -> list[Problem]:
                 "features/targets tables or entrypoint are given: the bandit has no data",
             )]  # fmt: skip
         return []
+    # pandas only for tables (validating a builtin dataset or an entrypoint imports neither pandas nor torch)
+    from agilerl_plugin_bandit.env import BanditDataError, make_bandit_env, read_table
+
     problems: list[Problem] = []
     tables: dict[str, Any] = {}
     for field in ("features", "targets"):
