@@ -341,3 +341,12 @@ def test_old_torch_is_refused_for_loading() -> None:
     with pytest.raises(AgileRLError, match=r"needs torch >= 2\.6"):
         checkpoint._check_torch_version("2.5.1+cpu")
     checkpoint._check_torch_version("2.13.0+cpu")
+
+
+def test_a_manifest_with_a_default_encoder_round_trips(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
+    # Checkpoints store manifest.to_dict(); `arch: mlp` is a default but also the encoder's tag.
+    from agilerl.models.manifest import validate_manifest
+
+    ucb_manifest["network"] = {"encoder_config": {"arch": "mlp", "hidden_size": [16]}}
+    m = validate_manifest(ucb_manifest)
+    assert validate_manifest(m.to_dict()).to_dict() == m.to_dict()

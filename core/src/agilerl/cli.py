@@ -114,6 +114,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         kwargs["device"] = args.device
     if args.overwrite:
         kwargs["overwrite"] = True
+    from agilerl.training.rundir import check_not_in_use
+
+    for busy in (args.run_dir, args.resume if args.resume and Path(args.resume).is_dir() else None):
+        if busy:  # refuse at once, before a checkpoint another run may be rotating is read
+            check_not_in_use(Path(busy))
     if args.resume:
         trainer = _resume_trainer(args, kwargs)
     elif args.manifest:

@@ -421,6 +421,29 @@ c(
     "tournament_selection.tournament_size",
     "tournament > population",
 )
+J = "tests/data/bad/jsonl"
+DPO = {**SFT, "algorithm": {"name": "DPO", "batch_size": 4}}
+for stem, expect in [
+    ("empty", "empty.jsonl: the file has no rows"),
+    ("missing_response", "missing_response.jsonl:2: no column 'response'"),
+    ("nan", "nan.jsonl:1: not a JSON object (NaN is not valid JSON)"),
+    ("not_json", "not_json.jsonl:2: not a JSON object"),
+    ("number", "number.jsonl:1: column 'response' is int"),
+]:
+    c(
+        f"sft_dataset_{stem}",
+        SFT,
+        {"environment.dataset_path": f"{J}/{stem}.jsonl"},
+        f"environment.dataset_path: {J}/{expect}",
+        f"an SFT dataset: {stem.replace('_', ' ')}",
+    )
+c(
+    "dpo_dataset_no_rejected",
+    DPO,
+    {"environment.dataset_path": f"{J}/no_rejected.jsonl"},
+    f"environment.dataset_path: {J}/no_rejected.jsonl:1: no column 'rejected'",
+    "a preference row without rejected",
+)
 # --- custom envs (checked like SB3's check_env / PettingZoo's api test) ---
 for cls, what in [
     ("WrongShape", "shape (4,)"),

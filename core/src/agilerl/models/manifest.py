@@ -78,6 +78,9 @@ class TrainingManifest(BaseModel):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value.model_dump(exclude_defaults=True)
+        if self.network is not None and self.network.encoder_config is not None:
+            # `arch` is the encoder's discriminator: dropped as a default, the dict would not validate
+            out["network"].setdefault("encoder_config", {})["arch"] = self.network.encoder_config.arch
         result: dict[str, Any] = json.loads(json.dumps(out, default=str))
         return result
 

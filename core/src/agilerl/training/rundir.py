@@ -67,6 +67,13 @@ def RunDirLock(run_dir: Path) -> Iterator[None]:  # noqa: N802 - used like a cla
         os.close(fd)  # closing drops the flock
 
 
+def check_not_in_use(run_dir: Path) -> None:
+    """Raise :class:`RunDirError` now if another run holds ``run_dir`` (before anything is loaded)."""
+    if (run_dir / LOCK_NAME).exists():
+        with RunDirLock(run_dir):
+            pass
+
+
 def holds_run(run_dir: Path) -> bool:
     """Whether ``run_dir`` already holds a run: metrics, an elite or a checkpoint in it."""
     if not run_dir.is_dir():
@@ -172,5 +179,5 @@ def truncate_metrics(run_dir: Path, keep: Callable[[dict[str, Any]], bool]) -> i
     return dropped
 
 
-__all__ = ["LOCK_NAME", "RunDirError", "RunDirLock", "claim", "holds_run", "latest_checkpoint", "prune_checkpoints",
+__all__ = ["LOCK_NAME", "RunDirError", "RunDirLock", "check_not_in_use", "claim", "holds_run", "latest_checkpoint", "prune_checkpoints",
            "remove_stale_temp_files", "truncate_metrics"]  # fmt: skip
