@@ -350,3 +350,10 @@ def test_a_manifest_with_a_default_encoder_round_trips(example_plugin: Any, ucb_
     ucb_manifest["network"] = {"encoder_config": {"arch": "mlp", "hidden_size": [16]}}
     m = validate_manifest(ucb_manifest)
     assert validate_manifest(m.to_dict()).to_dict() == m.to_dict()
+
+
+def test_an_absent_device_on_the_command_line_is_refused(
+    run_cli: Run, evolving: dict[str, Any], write_manifest: Callable[..., Path]
+) -> None:
+    code, _, err = run_cli("train", write_manifest(evolving), "--device", "cuda:99")
+    assert code == 1 and "--device: device 'cuda:99'" in err and "Traceback" not in err

@@ -114,6 +114,14 @@ def _start(manifest: Path, run_dir: Path, log: Path) -> subprocess.Popen[bytes]:
                                 cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=_env())  # fmt: skip
 
 
+def _launch(tmp_path: Path, manifest: dict[str, Any]) -> tuple[Path, Path, Path, subprocess.Popen[bytes]]:
+    """Write ``manifest`` and start training it into ``tmp_path/run``: (manifest, run dir, log, process)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
+    return path, run_dir, log, _start(path, run_dir, log)
+
+
 def _wait_for(proc: subprocess.Popen[bytes], ready: Any) -> bool:
     """Poll until ``ready()`` or the process exits; True if ready while it still runs."""
     while proc.poll() is None:
@@ -143,12 +151,9 @@ def _check_finished(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 def _kill_and_resume(tmp_path: Path, manifest: dict[str, Any], seed: int) -> None:
     rng = random.Random(seed)
-    path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
     interval = manifest["training"]["checkpoint_steps"]
     generations = manifest["training"]["max_steps"] // interval
-    proc = _start(path, run_dir, log)
+    _, run_dir, log, proc = _launch(tmp_path, manifest)
     # a random point after the first checkpoint: after a random number of logged rows, plus jitter
     rows_wanted = rng.randrange(2, 2 * (generations - 1))
     ready = _wait_for(proc, lambda: bool(_checkpoints(run_dir)) and len(_rows(run_dir)) >= rows_wanted)
@@ -201,10 +206,7 @@ def _resume_command(output: str) -> list[str]:
 
 def test_sigint_once_checkpoints_and_prints_a_command_that_resumes(tmp_path: Path) -> None:
     manifest = {**MANIFESTS["ppo"], **EVOLVE}
-    path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    proc = _start(path, run_dir, log)
+    _, run_dir, log, proc = _launch(tmp_path, manifest)
     assert _wait_for(proc, lambda: len(_rows(run_dir)) >= 3), log.read_text()
     proc.send_signal(signal.SIGINT)
     proc.wait()
@@ -219,10 +221,7 @@ def test_sigint_once_checkpoints_and_prints_a_command_that_resumes(tmp_path: Pat
 
 def test_sigint_twice_stops_at_once_and_keeps_every_checkpoint(tmp_path: Path) -> None:
     manifest = {**MANIFESTS["dqn"], **EVOLVE}
-    path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    proc = _start(path, run_dir, log)
+    _, run_dir, log, proc = _launch(tmp_path, manifest)
     assert _wait_for(proc, lambda: bool(_checkpoints(run_dir)) and len(_rows(run_dir)) >= 3), log.read_text()
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
@@ -241,10 +240,7 @@ def test_sigint_twice_stops_at_once_and_keeps_every_checkpoint(tmp_path: Path) -
 def test_a_second_run_into_a_busy_run_dir_is_refused(tmp_path: Path) -> None:
     manifest = {**MANIFESTS["ppo"], **EVOLVE}
     manifest["training"] = {**manifest["training"], "max_steps": 1_000_000}  # still running when refused
-    path = tmp_path / "m.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    run_dir, log = tmp_path / "run", tmp_path / "log.txt"
-    proc = _start(path, run_dir, log)
+    path, run_dir, log, proc = _launch(tmp_path, manifest)
     try:
         assert _wait_for(proc, lambda: len(_rows(run_dir)) >= 1), log.read_text()
         for extra in ([], ["--resume", str(run_dir)], ["--overwrite"]):

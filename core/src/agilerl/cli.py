@@ -111,6 +111,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.no_progress:
         kwargs["progress"] = False
     if args.device:
+        from agilerl.checks import device_problems
+
+        problems = device_problems(args.device, "--device")
+        if problems:
+            raise ManifestError(problems)
         kwargs["device"] = args.device
     if args.overwrite:
         kwargs["overwrite"] = True
