@@ -93,9 +93,9 @@ class LocalTrainer:
         self.progress = t.progress if progress is None else progress
         #: replace a run already in ``run_dir`` (otherwise a fresh run there is refused)
         self.overwrite = overwrite
-        # A resumed run writes to its own directory unless told otherwise.
+        # A resumed run writes to its own directory unless told otherwise (run_dir, training.run_dir).
         stored_dir = (self._resume or {}).get("run_dir")
-        self.run_dir = Path(run_dir or stored_dir or t.run_dir or self._default_run_dir())
+        self.run_dir = Path(run_dir or t.run_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
 
