@@ -50,6 +50,7 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
     mapping = _mapping(env)
     forms = _NEEDS.get(objective, ())
     problems: list[Problem] = []
+    absent: dict[tuple[str, ...], tuple[list[int], list[str]]] = {}  # missing columns -> (lines, a row's keys)
     rows = 0
     with path.open("rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -72,10 +73,9 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
                 problems.append(Problem(where, f"{path}:{lineno}: a row is a JSON object, got {type(row).__name__}"))
                 continue
             if forms and not any(all(mapping.get(c, c) in row for c in form) for form in forms):
-                missing = [mapping.get(c, c) for c in forms[0] if mapping.get(c, c) not in row]
-                other = "".join(f" (or {', '.join(map(repr, f))})" for f in forms[1:])
-                problems.append(Problem(where, f"{path}:{lineno}: no column {', '.join(map(repr, missing))}{other} "
-                                               f"(objective {objective!r}; the row has {sorted(row)})"))  # fmt: skip
+                missing = tuple(c for c in forms[0] if mapping.get(c, c) not in row)
+                lines, _ = absent.setdefault(missing, ([], sorted(row)))
+                lines.append(lineno)
                 continue
             for col in ("prompt", "response", "chosen", "rejected"):
                 actual = mapping.get(col, col)
@@ -85,6 +85,15 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
                                f"({row[actual]!r}), not text",
                     ))  # fmt: skip
                     break
+    for missing, (lines, keys) in absent.items():
+        other = "".join(f" (or {', '.join(map(repr, f))})" for f in forms[1:])
+        shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+        hint = ", ".join(f"{c}: <your column>" for c in missing)
+        problems.append(Problem(where, (
+            f"{path}:{lines[0]}: no column {', '.join(repr(mapping.get(c, c)) for c in missing)}{other}, which objective "
+            f"{objective!r} needs (the row has {keys}; {len(lines)} row(s) lack it: lines {shown}). Rename the "
+            f"column(s) or map them with environment.columns: {{{hint}}}"
+        )))  # fmt: skip
     if rows == 0 and not problems:
         problems.append(Problem(where, f"{path}: the file has no rows"))
     return problems
