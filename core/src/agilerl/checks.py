@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 
 #: Bytes each unit costs at the least (measured on CPU, torch 2.13): a freshly built PPO agent with
 #: the default network for CartPole is about 70 KiB resident (before its optimizer state exists);
-#: one CartPole env made and reset is about 4 KiB; a stored transition or rollout step holds at
-#: least an observation, action, reward and done flag as 4-byte values.
-FLOORS = {"agent": 64 << 10, "env": 4 << 10, "transition": 16}
+#: one CartPole env made and reset is about 4 KiB; an env in its own worker process (a vector env
+#: with ``sync: false``) is a forked Python process, about 22 MiB proportional set size each; a
+#: stored transition or rollout step holds at least an observation, action, reward and done flag
+#: as 4-byte values.
+FLOORS = {"agent": 64 << 10, "env": 4 << 10, "env_process": 16 << 20, "transition": 16}
 
 _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 
@@ -80,9 +82,12 @@ def resource_problems(manifest: TrainingManifest, available: int | None = None) 
         return []
     algo, env, t = manifest.algorithm, manifest.environment, manifest.training
     num_envs = int(getattr(env, "num_envs", None) or 1)
+    # an env section declaring `sync: false` runs each env in a worker process
+    per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "sync", True) is False else (
+        FLOORS["env"], "envs")  # fmt: skip
     parts: dict[str, tuple[int, str]] = {
         "training.pop_size": (t.pop_size * FLOORS["agent"], f"{t.pop_size} agents x {_gib(FLOORS['agent'])}"),
-        "environment.num_envs": (num_envs * FLOORS["env"], f"{num_envs} envs x {_gib(FLOORS['env'])}"),
+        "environment.num_envs": (num_envs * per_env, f"{num_envs} {kind} x {_gib(per_env)}"),
     }
     learn_step = getattr(algo, "learn_step", None)
     if type(algo).regime == "on_policy" and isinstance(learn_step, int):

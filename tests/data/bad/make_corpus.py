@@ -284,6 +284,13 @@ c(
     "environment.num_envs",
     "1e10 envs cannot fit in memory",
 )
+c(
+    "ppo_async_num_envs_huge",
+    PPO,
+    {"environment.num_envs": 100000, "environment.sync": False},
+    "environment.num_envs: needs at least",
+    "100000 worker processes cannot fit in memory",
+)
 c("ppo_pop_size_huge", PPO, {"training.pop_size": 10000000000}, "training.pop_size", "1e10 agents cannot fit in memory")
 c(
     "ppo_learn_step_huge",
