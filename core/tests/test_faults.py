@@ -357,3 +357,16 @@ def test_an_absent_device_on_the_command_line_is_refused(
 ) -> None:
     code, _, err = run_cli("train", write_manifest(evolving), "--device", "cuda:99")
     assert code == 1 and "--device: device 'cuda:99'" in err and "Traceback" not in err
+
+
+def test_resume_writes_to_the_run_dir_given_at_the_start_over_the_manifests(
+    run_cli: Run, evolving: dict[str, Any], write_manifest: Callable[..., Path], tmp_path: Path
+) -> None:
+    path = write_manifest(evolving)  # training.run_dir: tmp/run
+    assert (
+        run_cli("train", path, "--run-dir", tmp_path / "cli", "--no-progress", "--set", "training.max_steps=300")[0]
+        == 0
+    )
+    code, _, err = run_cli("train", path, "--resume", tmp_path / "cli", "--no-progress")
+    assert code == 0, err
+    assert max(r["steps"] for r in rows(tmp_path / "cli")) == 500 and not (tmp_path / "run").exists()

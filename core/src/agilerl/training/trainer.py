@@ -93,9 +93,12 @@ class LocalTrainer:
         self.progress = t.progress if progress is None else progress
         #: replace a run already in ``run_dir`` (otherwise a fresh run there is refused)
         self.overwrite = overwrite
-        # A resumed run writes to its own directory unless told otherwise (run_dir, training.run_dir).
+        # A resumed run writes to its own directory unless told otherwise: by `run_dir`, or by a
+        # training.run_dir that differs from the one the checkpoint's manifest had.
         stored_dir = (self._resume or {}).get("run_dir")
-        self.run_dir = Path(run_dir or t.run_dir or stored_dir or self._default_run_dir())
+        stored_run_dir = ((self._resume or {}).get("manifest") or {}).get("training", {}).get("run_dir")
+        manifest_dir = t.run_dir if t.run_dir != stored_run_dir or not stored_dir else None
+        self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
 
