@@ -21,7 +21,8 @@ def test_tutorial_snippets_match_the_example_plugin_files() -> None:
 
 
 @pytest.mark.parametrize(
-    "page", ["README.md", "docs/user-guide.md", "docs/architecture.md", "docs/plugins/tutorial.md"]
+    "page",
+    ["README.md", "docs/user-guide.md", "docs/architecture.md", "docs/plugins/tutorial.md", "docs/reliability.md"],
 )
 def test_paths_named_in_docs_exist(page: str) -> None:
     text = (ROOT / page).read_text()

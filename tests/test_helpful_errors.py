@@ -74,7 +74,7 @@ def test_bandit_tables_must_exist_and_be_files(tmp_path: Path) -> None:
 
 
 def test_bandit_columns_named_in_the_manifest_are_in_the_csv_header(tmp_path: Path) -> None:
-    (tmp_path / "x.csv").write_text("a,b,label\n1,2,0\n")
+    (tmp_path / "x.csv").write_text("a,b,label\n1,2,0\n3,4,1\n")  # two classes: a bandit needs two arms
     (tmp_path / "y.csv").write_text("t,u\n0,1\n")
     problems = _problems(_bandit(tmp_path, {"features": "x.csv", "env_config": {"target_column": "class",
                                                                                  "categorical": ["b", "zz"]}}))  # fmt: skip

@@ -44,13 +44,13 @@ def test_null_means_default(example_plugin: Any, ucb_manifest: dict[str, Any]) -
 def test_agilerl_aliases(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:
     ucb_manifest["selection_strategy"] = {"tournament_size": 3}
     ucb_manifest["replay_buffer"] = {"memory_size": 500}
-    ucb_manifest["training"]["population_size"] = 2
+    ucb_manifest["training"]["population_size"] = 3
     del ucb_manifest["training"]["pop_size"]
     ucb_manifest["api_version"] = ucb_manifest.pop("apiVersion")
     m = validate_manifest(ucb_manifest)
     assert m.tournament_selection is not None and m.tournament_selection.tournament_size == 3
     assert m.replay_buffer is not None and m.replay_buffer.max_size == 500
-    assert m.training.pop_size == 2 and m.hpo
+    assert m.training.pop_size == 3 and m.hpo
 
 
 def test_round_trip(example_plugin: Any, ucb_manifest: dict[str, Any]) -> None:

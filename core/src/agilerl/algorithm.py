@@ -90,7 +90,7 @@ class AlgorithmBase:
     # --- using a trained agent ------------------------------------------------------------------
     @classmethod
     def load(cls: type[_A], path: str | os.PathLike[str], *, device: str = "cpu", member: int | None = None) -> _A:
-        """``PPO.load("runs/x")``: :func:`agilerl.load`, checking the agent is a ``cls``."""
+        """``MyAlgorithm.load("runs/x")``: :func:`agilerl.load`, checking the agent is a ``cls``."""
         from agilerl.errors import AgileRLError
         from agilerl.inference import load
 

@@ -23,8 +23,8 @@ def _print_json(obj: Any) -> None:
 
 
 def _parse_set(values: Sequence[str]) -> dict[str, Any]:
-    """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML scalars)."""
-    import yaml
+    """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML, strictly)."""
+    from agilerl.safe_load import loads_yaml
 
     out: dict[str, Any] = {}
     for item in values:
@@ -35,7 +35,7 @@ def _parse_set(values: Sequence[str]) -> dict[str, Any]:
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = loads_yaml(raw, f"--set {key}")
     return out
 
 
@@ -111,12 +111,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.no_progress:
         kwargs["progress"] = False
     if args.device:
+        from agilerl.checks import device_problems
+
+        problems = device_problems(args.device, "--device")
+        if problems:
+            raise ManifestError(problems)
         kwargs["device"] = args.device
-    if args.resume and not args.manifest:
-        trainer = LocalTrainer.from_checkpoint(args.resume, **kwargs)
+    if args.overwrite:
+        kwargs["overwrite"] = True
+    from agilerl.training.rundir import check_not_in_use
+
+    for busy in (args.run_dir, args.resume if args.resume and Path(args.resume).is_dir() else None):
+        if busy:  # refuse at once, before a checkpoint another run may be rotating is read
+            check_not_in_use(Path(busy))
+    if args.resume:
+        trainer = _resume_trainer(args, kwargs)
     elif args.manifest:
         manifest = _load(args.manifest, args.set or ())
-        trainer = LocalTrainer(manifest, resume_from=args.resume, **kwargs)
+        trainer = LocalTrainer(manifest, **kwargs)
     else:
         raise AgileRLError("agilerl train needs a manifest path, or --resume CHECKPOINT")
     result = trainer.train()
@@ -139,6 +151,34 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.checkpoint_path:
         print(f"last checkpoint: {result.checkpoint_path}")
     return 0
+
+
+def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any]) -> Any:
+    """``--resume``: the manifest file given (or the checkpoint's own, if it names no code or is
+    trusted), with ``--set`` applied; prints which fields differ from the stored manifest."""
+    from agilerl import checkpoint
+    from agilerl.models.manifest import read_manifest_file, validate_manifest
+    from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+    from agilerl.training.trainer import LocalTrainer
+
+    if Path(args.resume).is_dir():  # a run directory: resume from its newest checkpoint
+        from agilerl.training.rundir import latest_checkpoint
+
+        args.resume = str(latest_checkpoint(Path(args.resume)))
+        print(f"resuming from {args.resume}", file=sys.stderr)
+    payload = checkpoint.load(args.resume)
+    stored = payload.get("manifest") or {}
+    if args.manifest:
+        data, source = read_manifest_file(args.manifest), args.manifest
+    else:
+        # Checked before validation: validating a custom env imports it.
+        require_trust(args.resume, stored, trusted=args.trust_checkpoint)
+        data, source = stored, f"{args.resume} (its stored manifest)"
+    if args.set:
+        data = _merge(data, _parse_set(args.set))
+    manifest = validate_manifest(data, source=source)
+    print(describe_diff(manifest_diff(stored, manifest.to_dict())), file=sys.stderr)
+    return LocalTrainer(manifest, resume_from=args.resume, resume_payload=payload, **kwargs)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -269,11 +309,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
     p.add_argument("manifest", nargs="?", help="YAML or JSON manifest")
-    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file")
+    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file (or a run dir: its newest)")
     p.add_argument("--run-dir", help="where metrics and the elite go")
     p.add_argument("--device", help="cpu, cuda, auto (overrides training.device)")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a manifest field")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir")
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="with --resume and no manifest: import the code the checkpoint's stored manifest names",
+    )
     p.set_defaults(handler=cmd_train)
 
     p = sub.add_parser("validate", help="validate a manifest (exit 0 valid, 1 invalid, 2 could not run)")
@@ -322,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
     p.add_argument("--seed", type=int, help="seed of the first episode (episode i: seed + i)")
     p.add_argument("--render", action="store_true", help="show the episodes (render_mode=human)")
-    p.add_argument("--video", metavar="OUT.mp4", help="record the episodes (gymnasium RecordVideo)")
+    p.add_argument("--video", metavar="OUT.mp4", help="record the episodes (an mp4 file)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_eval)

@@ -60,7 +60,7 @@ def export_policy(
     if not isinstance(agent, PolicyExporter):
         raise AgileRLError(
             f"{type(agent).__name__} cannot be exported: its plugin implements no policy_module() "
-            "(single-agent gym algorithms do; multi-agent and LLM policies are not exportable yet)"
+            "(its algorithm class must implement agilerl.inference.PolicyExporter)"
         )
     import numpy as np
     import torch

@@ -258,8 +258,8 @@ def evaluate(
     """Play ``episodes`` greedy episodes with a trained agent on its manifest's environment.
 
     ``source`` is a checkpoint, a run directory, or an agent from :func:`load`. ``video`` records
-    the episodes (gymnasium envs); ``render`` shows them. Needs an agent that implements
-    :class:`EpisodeRunner` (every gym-plugin algorithm does).
+    the episodes; ``render`` shows them. Needs an agent that implements
+    :class:`EpisodeRunner` (a plugin's algorithm class does so to be evaluable).
     """
     if episodes < 1:
         raise AgileRLError(f"episodes must be >= 1, got {episodes}")

@@ -177,9 +177,11 @@ def test_manifest_validation_names_the_environment_field(environment: dict[str, 
 
 
 def test_unknown_dataset_name_without_tables_is_a_clear_error() -> None:
-    manifest = load_manifest({"algorithm": {"name": "NeuralTS"}, "environment": {"name": "titanic"}})
-    with pytest.raises(AgileRLError, match=r"no data for the bandit 'titanic'.*breast_cancer, iris, wine"):
-        make_env(manifest.environment)
+    # refused at validation now (before training starts), naming the field
+    with pytest.raises(
+        AgileRLError, match=r"environment.name: 'titanic' is not a shipped dataset \(breast_cancer, iris, wine\)"
+    ):
+        load_manifest({"algorithm": {"name": "NeuralTS"}, "environment": {"name": "titanic"}})
 
 
 def test_cli_validate_reports_bad_bandit_manifest(write_manifest, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -147,7 +147,9 @@ def test_grpo_population_mutates_checkpoints_and_resumes(
     first = tmp_path / "run" / "checkpoint_2.pt"
     state = torch.load(first, weights_only=True)  # weights-only safe
     assert [a["steps"] for a in state["agents"]] == [2, 2]
-    code, out, err = run_cli("train", "--resume", str(first), "--run-dir", str(tmp_path / "resumed"))
+    code, out, err = run_cli(
+        "train", "--resume", str(first), "--run-dir", str(tmp_path / "resumed"), "--trust-checkpoint"
+    )  # the stored manifest names a rubric file: resuming from it alone needs the explicit flag
     assert code == 0, out + err
     final = torch.load(tmp_path / "resumed" / "elite.pt", weights_only=True)
     assert final["agents"][0]["steps"] == 4

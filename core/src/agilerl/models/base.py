@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 
 class Spec(BaseModel):
-    """Base of every manifest section: unknown fields are errors."""
+    """Base of every manifest section: unknown fields and non-finite floats are errors."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+    # allow_inf_nan=False: a float field means a finite number (`.inf` is refused, not trained on).
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False)
 
     #: Other libraries' names for this section's fields (SB3's name for a learning rate, ...):
     #: an unknown field listed here gets "did you mean" the field it names. A value is a field of
@@ -48,6 +49,9 @@ class AlgorithmSpec(Spec):
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {}
     #: Hyperparameters mutated when ``mutation.rl_hp_selection`` is empty.
     default_mutable: ClassVar[tuple[str, ...]] = ()
+    #: The field giving how many env steps one update stores (an on-policy batch), for the
+    #: validation-time memory estimate; None: the algorithm stores none beyond its replay buffer.
+    stored_steps_field: ClassVar[str | None] = None
     #: Mutation operators this family supports (``rl_hp_mut`` always; others if the algorithm can).
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
         {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut", "act_mut"}

@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
-from agilerl.errors import ManifestError, ManifestFileError, ManifestSyntaxError, Problem, UnknownNameError, closest
+from agilerl.errors import ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.sections import (
     ALGORITHM_TRAINING_FIELDS,
@@ -23,6 +22,7 @@ from agilerl.models.sections import (
     ReplayBufferSpec,
     TournamentSelectionSpec,
     TrainingSpec,
+    ValidationSpec,
     unsupported_operators_message,
 )
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
@@ -39,6 +39,7 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "replay_buffer": ReplayBufferSpec,
     "tournament_selection": TournamentSelectionSpec,
     "logging": LoggingSpec,
+    "validation": ValidationSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
 
@@ -60,6 +61,7 @@ class TrainingManifest(BaseModel):
         default=None, discriminator="strategy"
     )
     logging: LoggingSpec | None = None
+    validation: ValidationSpec | None = None
 
     @property
     def evo_steps(self) -> int:
@@ -83,7 +85,15 @@ class TrainingManifest(BaseModel):
         out: dict[str, Any] = {"apiVersion": self.apiVersion}
         out["algorithm"] = {"name": self.algorithm.name, **dump_spec(self.algorithm)}
         out["environment"] = {**dump_spec(self.environment), "env_type": self.environment.env_type}
-        for key in ("network", "training", "mutation", "replay_buffer", "tournament_selection", "logging"):
+        for key in (
+            "network",
+            "training",
+            "mutation",
+            "replay_buffer",
+            "tournament_selection",
+            "logging",
+            "validation",
+        ):
             value = getattr(self, key)
             if value is not None:
                 out[key] = dump_spec(value)
@@ -277,17 +287,24 @@ def _algorithm(
     except UnknownNameError as exc:
         problems.append(Problem("algorithm.name", str(exc)))
         return None
+    lifted: set[str] = set()
     if network_raw:
         for key in spec_cls.lifted_network_fields:
             if key in network_raw and not _names_of_field(spec_cls, key) & fields.keys():
                 fields[key] = network_raw[key]
+                lifted.add(key)
     if spec_cls.not_supported:
         problems.append(Problem("algorithm.name", spec_cls.not_supported))
         raise _Refused
     try:
         return MANIFEST_REGISTRY.create(name, **fields)
     except ValidationError as exc:
-        problems.extend(problems_from_validation(exc, "algorithm", spec_cls))
+        for problem in problems_from_validation(exc, "algorithm", spec_cls):
+            # A field written under `network:` is reported where the user wrote it.
+            key = problem.path.removeprefix("algorithm.").split(".")[0]
+            if key in lifted and problem.path.startswith("algorithm."):
+                problem = Problem("network." + problem.path.removeprefix("algorithm."), problem.message)
+            problems.append(problem)
         return None
 
 
@@ -365,6 +382,9 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         if key in training.model_fields_set and getattr(training, key) != default:
             if key not in type(algo).training_fields:
                 problems.append(Problem(f"training.{key}", f"not used by {algo.name} (not supported yet); remove it"))
+    from agilerl.checks import manifest_problems
+
+    problems.extend(manifest_problems(manifest))
     if problems:
         return problems
     problems.extend(algo.manifest_problems(manifest))
@@ -465,27 +485,11 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
 
 
 def read_manifest_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a YAML or JSON file (safe loading); file, line and column on syntax errors."""
+    """Parse a YAML or JSON file strictly and within limits (:mod:`agilerl.safe_load`)."""
+    from agilerl.safe_load import load_file
+
     p = Path(path)
-    if not p.exists():
-        raise ManifestFileError(f"manifest not found: {p} (check the path; it is relative to {Path.cwd()})")
-    if p.is_dir():
-        raise ManifestFileError(f"manifest path is a directory, not a file: {p}")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise ManifestSyntaxError(f"{p}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{p}:{mark.line + 1}:{mark.column + 1}" if mark else str(p)
-        what = exc.problem or exc.context or "syntax error"
-        raise ManifestSyntaxError(f"{where}: invalid YAML: {what}") from None
-    except yaml.YAMLError as exc:
-        raise ManifestSyntaxError(f"{p}: invalid YAML: {exc}") from None
+    data = load_file(p)
     if data is None:
         raise ManifestSyntaxError(f"{p}: the manifest is empty")
     if not isinstance(data, dict):

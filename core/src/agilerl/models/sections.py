@@ -295,6 +295,9 @@ class TrainingSpec(Spec):
     checkpoint_steps: Annotated[int | None, Field(ge=1)] = None
     checkpoint_path: str | None = None
     overwrite_checkpoints: bool = False
+    keep_checkpoints: Annotated[
+        int, Field(ge=0, description="Numbered checkpoints kept on disk (the oldest are deleted); 0 keeps all.")
+    ] = 3
     checkpoint_optimizer: bool = True
     evaluation_interval: Annotated[int | None, Field(ge=1)] = None
     num_epochs: Annotated[int | None, Field(ge=1)] = None
@@ -644,3 +647,17 @@ class LoggingSpec(Spec):
 
     tensorboard: bool = Field(default=True, description="Write TensorBoard events (when tensorboard is installed).")
     wandb: WandbSpec | None = None
+
+
+# --------------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------------
+
+
+class ValidationSpec(Spec):
+    """What ``agilerl validate`` (and every run, before it starts) checks beyond the fields."""
+
+    check_env: bool = Field(
+        default=True,
+        description="Make a custom env (entrypoint/factory/path) once and check reset/step and its spaces.",
+    )

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agilerl import checkpoint
-from agilerl.errors import TrainingInterrupted
+from agilerl.errors import AgileRLError, TrainingInterrupted
 from agilerl.hpo.selection import last_fitness
 from agilerl.training.backend import LocalBackend, MemberFailedError
 from agilerl.training.metrics import Progress, population_summary
@@ -101,9 +103,13 @@ def restore_rng(run: Run, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
 
 
-def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase: str) -> Path:
+def write_checkpoint(
+    run: Run, strategy: TrainingStrategy, path: Path, *, phase: str, extra: dict[str, Any] | None = None
+) -> Path:
     """Write the whole population and run state atomically to ``path``."""
     payload = {
+        **(extra or {}),
+        "run_dir": str(run.run_dir),
         "format": checkpoint.FORMAT,
         "phase": phase,  # "evaluated": next is selection; "trained": resume re-enters training
         "manifest": run.manifest.to_dict(),
@@ -145,6 +151,39 @@ def _record_generation(
         write_checkpoint(best_run, strategy, run.run_dir / "best.pt", phase="evaluated")
 
 
+class _DeferredInterrupt:
+    """Holds a first SIGINT (Ctrl-C) until the loop reaches a point where the state is consistent.
+
+    The loop checks :attr:`requested` after each member's train-and-evaluate step and between
+    generations, and then raises ``KeyboardInterrupt`` itself, so the interrupted checkpoint resumes
+    exactly where the run stopped. A second SIGINT stops at once (:attr:`forced`): no checkpoint is
+    written then, so none written before can be damaged. Installed only in the main thread.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.forced = False
+        self.previous: Any = None
+        self.installed = threading.current_thread() is threading.main_thread()
+        if self.installed:
+            self.previous = signal.signal(signal.SIGINT, self.handle)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            self.forced = True
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+            self.installed = False
+
+
 def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     manifest = run.manifest
     t = manifest.training
@@ -161,25 +200,48 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     checkpoint_path: Path | None = None
     stopped_by = "max_steps"
     history: list[dict[str, Any]] = []
-    resume_phase = (run.resume or {}).get("phase")
+    resume = run.resume or {}
+    resume_phase = resume.get("phase")
+    # An interrupted generation resumes where it stopped: members that finished their
+    # train-and-evaluate step in it are neither trained nor evaluated again.
+    interrupted = resume.get("progress") if resume_phase == "trained" else None
     parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
+    done: set[int] = set()  # members whose step of this generation is complete
+    learn_stats: dict[int, dict[str, float]] = {}
+    if interrupted:
+        parents = {int(k): int(v) for k, v in (interrupted.get("parents") or {}).items()}
+        done = {int(i) for i in interrupted.get("done") or []}
+        learn_stats = {int(k): dict(v) for k, v in (interrupted.get("learn_stats") or {}).items()}
+    last_good = _last_checkpoint(run)
     t0 = time.perf_counter()
     backend = run.backend if run.backend is not None else LocalBackend()
+    stage = "evaluated" if resume_phase == "evaluated" else "learn"  # "evaluated": next is evolution
+    local = isinstance(backend, LocalBackend)
+    interrupt = _DeferredInterrupt()
     try:
         while True:
+            interrupt.check()
             if resume_phase == "evaluated":
                 resume_phase = None  # the restored population was evaluated: go straight to evolution
             else:
+                resume_phase = None
                 # --- learn and evaluate each member (in this process or on workers: the backend's) ---
-                budgets = [min(evo_steps, max(t.max_steps - a.steps, 0)) for a in population]
+                todo = [a for a in population if a.index not in done]
+                budgets = [min(evo_steps, max(t.max_steps - a.steps, 0)) for a in todo]
 
                 def on_member(pos: int, before: int, agent: Any) -> None:
                     progress.update(min(agent.steps, t.max_steps) - min(before, t.max_steps))
+                    if local:  # members are updated in place here; on workers they come back at the end
+                        done.add(agent.index)
+                        interrupt.check()
 
-                results = backend.train_generation(run, strategy, population, budgets, on_member)
-                population = [r.agent for r in results]
+                results = backend.train_generation(run, strategy, todo, budgets, on_member)
+                trained = {r.agent.index: r for r in results}
+                for r in results:
+                    learn_stats[r.agent.index] = r.stats
+                population = [trained[a.index].agent if a.index in trained else a for a in population]
                 run.population = population
-                learn_stats = {r.agent.index: r.stats for r in results}
+                unfit = mark_unfit(population, learn_stats)
                 best = max(population, key=last_fitness)
                 progress.update(0, best_fitness=last_fitness(best), generation=run.generation)
                 elapsed = time.perf_counter() - t0
@@ -196,9 +258,19 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                         "member": agent.index,  # the id selection keeps (same as "agent")
                         **{f"hp/{k}": _hp(agent, k) for k in _hp_names(run)},
                         **learn_stats.get(agent.index, {}),
+                        **({"unfit": unfit[agent.index]} if agent.index in unfit else {}),
                     }
                     run.logger.log(row)
                     history.append(row)
+                done.clear()
+                learn_stats, stage = {}, "evaluated"
+                for index, reason in unfit.items():
+                    log.warning(
+                        "generation %d: agent %d is unfit (%s); it ranks last and is replaced at the next selection",
+                        run.generation, index, reason,
+                    )  # fmt: skip
+                if unfit and len(unfit) == len(population):
+                    raise NonFiniteTrainingError(run, unfit, last_good)
                 _record_generation(run, strategy, population, best, elapsed, progress.rate())
                 # --- stop? ---
                 done_steps = all(a.steps >= t.max_steps for a in population)
@@ -211,6 +283,8 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                     if due or done_steps or target_hit or out_of_time:
                         checkpoint_path = write_checkpoint(run, strategy, _checkpoint_file(run), phase="evaluated")
                         last_ckpt_steps = steps_now
+                        last_good = checkpoint_path
+                        _prune(run, checkpoint_path)
                 if target_hit:
                     stopped_by = "target_score"
                     break
@@ -221,10 +295,12 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                     break
                 if all(a.steps == 0 for a in population):
                     raise RuntimeError("the strategy's learn() advanced no agent's steps; the run cannot progress")
-            # --- evolve ---
+            # --- evolve (an interrupt before the commit below saves the evaluated generation) ---
+            interrupt.check()
+            offspring, new_parents = population, parents
             if run.selection is not None:
-                _, population = run.selection.select(population)
-                parents = dict(zip([a.index for a in population], run.selection.parents, strict=False))
+                _, offspring = run.selection.select(population)
+                new_parents = dict(zip([a.index for a in offspring], run.selection.parents, strict=False))
             if run.mutations is not None:
                 keep_elite = run.selection is not None and run.selection.elitism
                 mutate_elite = manifest.mutation is None or manifest.mutation.mutate_elite
@@ -232,24 +308,35 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                 selection_skip = getattr(run.selection, "mutation_skip", None)  # MF-PBT: only winner clones
                 if callable(selection_skip):
                     skip = selection_skip()
-                run.mutations.mutate(population, skip=skip)
+                run.mutations.mutate(offspring, skip=skip)
+            population, parents = offspring, new_parents
             run.population = population
             strategy.after_selection(run, population)
-            run.generation += 1
+            run.generation, stage = run.generation + 1, "learn"
     except MemberFailedError as exc:
         # run.population is still the population as it was before this generation: resuming redoes it.
         path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
         progress.close()
         raise MemberFailedError(
-            f"{exc}; checkpoint written to {path}. Resume with: agilerl train --resume {path}"
+            f"{exc}; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
         ) from None
     except KeyboardInterrupt:
-        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
         progress.close()
+        if interrupt.forced:  # a second Ctrl-C: stop now, write nothing (every checkpoint stays as it was)
+            latest = _last_checkpoint(run)
+            where = f"; the last checkpoint is {latest}. Resume with: {resume_command(run, latest)}" if latest else ""
+            raise TrainingInterrupted(f"interrupted twice: stopped without writing a checkpoint{where}") from None
+        # The members of an unfinished generation that completed their step are kept as they are.
+        phase = "trained" if stage == "learn" else "evaluated"
+        extra = {"progress": {"done": sorted(done),
+                              "learn_stats": {str(k): v for k, v in learn_stats.items()},
+                              "parents": {str(k): v for k, v in parents.items()}}}  # fmt: skip
+        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase=phase, extra=extra)
         raise TrainingInterrupted(
-            f"interrupted; checkpoint written to {path}. Resume with: agilerl train --resume {path}"
+            f"interrupted; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
         ) from None
     finally:
+        interrupt.restore()
         progress.close()
     population.sort(key=last_fitness, reverse=True)
     run.population = population
@@ -276,3 +363,79 @@ def _hp(agent: Any, name: str) -> Any:
     except Exception:
         return None
     return v if not isinstance(v, float) or math.isfinite(v) else None
+
+
+# --------------------------------------------------------------------------------------------------
+# faults: non-finite members, retention, resume command
+# --------------------------------------------------------------------------------------------------
+
+
+def _non_finite_reason(fitness: float, stats: dict[str, Any]) -> str | None:
+    bad = [f"{k}={v}" for k, v in stats.items() if "loss" in k and isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        return "non-finite loss: " + ", ".join(bad)
+    if not math.isfinite(fitness):
+        return f"non-finite fitness: {fitness}"
+    return None
+
+
+def mark_unfit(population: list[Any], learn_stats: dict[int, dict[str, Any]]) -> dict[int, str]:
+    """Members whose loss or fitness is NaN/inf this generation: their fitness becomes NaN, which
+    ranks last in selection (so the next tournament replaces them). Returns index -> reason."""
+    unfit: dict[int, str] = {}
+    for agent in population:
+        reason = _non_finite_reason(float(agent.fitness[-1]), learn_stats.get(agent.index, {}))
+        if reason is not None:
+            agent.fitness[-1] = float("nan")
+            unfit[agent.index] = reason
+    return unfit
+
+
+class NonFiniteTrainingError(AgileRLError):
+    """Every member of the population has a NaN/inf loss or fitness: training cannot go on."""
+
+    def __init__(self, run: Run, unfit: dict[int, str], last_good: Path | None) -> None:
+        shown = "; ".join(f"agent {i}: {r}" for i, r in list(unfit.items())[:4])
+        msg = (
+            f"every member of the population ({len(unfit)}) has a non-finite loss or fitness at generation "
+            f"{run.generation} ({shown}); training stopped. "
+        )
+        if last_good is not None:
+            msg += (
+                f"The last checkpoint before this, {last_good}, is intact: resume from it with other "
+                f"hyperparameters, e.g. agilerl train --resume {last_good} --set algorithm.<field>=<value>"
+            )
+        else:
+            msg += "No checkpoint was written before it (set training.checkpoint_steps to keep one)."
+        self.last_good = last_good
+        super().__init__(msg)
+
+
+def _last_checkpoint(run: Run) -> Path | None:
+    from agilerl.training.rundir import _numbered
+
+    base = _checkpoint_file(run, final=True).with_suffix("")
+    files = _numbered(base)
+    if files:
+        return files[-1][1]
+    final = base.with_suffix(".pt")
+    return final if final.exists() else None
+
+
+def _prune(run: Run, newest: Path) -> None:
+    from agilerl.training.rundir import prune_checkpoints
+
+    t = run.manifest.training
+    keep = getattr(t, "keep_checkpoints", None)
+    if not t.overwrite_checkpoints and keep:
+        prune_checkpoints(newest.with_name(_checkpoint_file(run, final=True).stem), keep, protect=newest)
+
+
+def resume_command(run: Run, path: Path) -> str:
+    """The command that resumes from ``path`` (with ``--trust-checkpoint`` when the manifest names code)."""
+    from agilerl.training.resume import code_references
+
+    cmd = f"agilerl train --resume {path}"
+    if code_references(run.manifest.to_dict()):
+        cmd += " --trust-checkpoint"
+    return cmd

@@ -13,7 +13,7 @@ Files in the run directory:
     ``total_steps``, ``steps_per_s``, ``wall_s``, ``target_score``.
 
 TensorBoard (when installed) gets the same numbers under grouped tags: ``population/best``,
-``population/mean``, ... and ``member/<id>/fitness``, ``member/<id>/hp/lr``, ...; Weights & Biases
+``population/mean``, ... and ``member/<id>/fitness``, ``member/<id>/hp/<name>``, ...; Weights & Biases
 (``logging.wandb`` in the manifest) gets the population series and a per-member table.
 
 Console output goes through the ``agilerl`` :mod:`logging` logger; :func:`console_handler` writes

@@ -79,16 +79,29 @@ class LocalTrainer:
         run_dir: str | os.PathLike[str] | None = None,
         progress: bool | None = None,
         device: str | None = None,
+        overwrite: bool = False,
+        resume_payload: dict[str, Any] | None = None,
     ) -> None:
         self.manifest = manifest
         self.resume_from = Path(resume_from) if resume_from is not None else None
-        self._resume: dict[str, Any] | None = None
-        if self.resume_from is not None:
+        if self.resume_from is not None and self.resume_from.is_dir():  # a run dir: its newest checkpoint
+            from agilerl.training.rundir import latest_checkpoint
+
+            self.resume_from = latest_checkpoint(self.resume_from)
+        self._resume: dict[str, Any] | None = resume_payload
+        if self.resume_from is not None and self._resume is None:
             self._resume = checkpoint.load(self.resume_from)
         t = manifest.training
         self.device = resolve_device(device or t.device)
         self.progress = t.progress if progress is None else progress
-        self.run_dir = Path(run_dir or t.run_dir or self._default_run_dir())
+        #: replace a run already in ``run_dir`` (otherwise a fresh run there is refused)
+        self.overwrite = overwrite
+        # A resumed run writes to its own directory unless told otherwise: by `run_dir`, or by a
+        # training.run_dir that differs from the one the checkpoint's manifest had.
+        stored_dir = (self._resume or {}).get("run_dir")
+        stored_run_dir = ((self._resume or {}).get("manifest") or {}).get("training", {}).get("run_dir")
+        manifest_dir = t.run_dir if t.run_dir != stored_run_dir or not stored_dir else None
+        self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
 
@@ -99,16 +112,56 @@ class LocalTrainer:
         return cls(load_manifest(source), **kwargs)
 
     @classmethod
-    def from_checkpoint(cls, path: str | os.PathLike[str], **kwargs: Any) -> LocalTrainer:
-        """Continue the run saved in ``path`` with the manifest stored in it."""
+    def from_checkpoint(
+        cls, path: str | os.PathLike[str], *, trust_checkpoint: bool = False, **kwargs: Any
+    ) -> LocalTrainer:
+        """Continue the run saved in ``path`` with the manifest stored in it.
+
+        A stored manifest that names code (an env entrypoint, factory, path, wrappers, a rubric
+        file) is refused unless ``trust_checkpoint``: pass the manifest you trust instead
+        (``LocalTrainer(load_manifest(path_to_yaml), resume_from=path)``).
+        """
+        from agilerl.training.resume import require_trust
+
         payload = checkpoint.load(path)
-        return cls(load_manifest(payload["manifest"]), resume_from=path, **kwargs)
+        require_trust(str(path), payload["manifest"], trusted=trust_checkpoint)
+        return cls(load_manifest(payload["manifest"]), resume_from=path, resume_payload=payload, **kwargs)
 
     def _default_run_dir(self) -> str:
         label = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.manifest.algorithm.name}-{self.manifest.environment.label}")
         return str(Path("runs") / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}")
 
     def train(self) -> TrainResult:
+        """Train with the run directory locked: a second run into it is refused while this one runs."""
+        from agilerl.training.rundir import RunDirLock, claim, truncate_metrics
+
+        with RunDirLock(self.run_dir):
+            claim(self.run_dir, resume=self._resume is not None, overwrite=self.overwrite)
+            if self._resume is not None:
+                # Rows logged after the checkpoint (a kill between logging and checkpointing) are
+                # logged again by the resumed run: drop them first so none is duplicated.
+                gen = int(self._resume.get("generation", 0))
+                last = gen if self._resume.get("phase") == "evaluated" else gen - 1
+                truncate_metrics(self.run_dir, lambda row: int(row.get("generation", -1)) <= last)
+            return self._train()
+
+    def _resumed_hyperparameters(self) -> dict[str, Any]:
+        """Algorithm hyperparameters the resuming manifest sets differently from the stored one."""
+        if self._resume is None:
+            return {}
+        stored = dict((self._resume.get("manifest") or {}).get("algorithm") or {})
+        spec = self.manifest.algorithm
+        fields = type(spec).model_fields
+        changed = {}
+        for name, value in spec.hyperparameters().items():
+            if name == "num_envs" or name not in fields:
+                continue
+            before = stored.get(name, fields[name].default)
+            if before != value:
+                changed[name] = value
+        return changed
+
+    def _train(self) -> TrainResult:
         manifest = self.manifest
         t = manifest.training
         seed = t.seed
@@ -159,6 +212,9 @@ class LocalTrainer:
             agent = self.builder.build_for_run(manifest.algorithm, env=env, manifest=manifest, runtime=runtime)
             if runtime.resume_state is not None:
                 agent.load_state_dict(runtime.resume_state)
+                for name, value in self._resumed_hyperparameters().items():  # --set on --resume
+                    if hasattr(agent, "set_hyperparameter") and hasattr(agent, name):
+                        agent.set_hyperparameter(name, value)
             population.append(agent)
         if self.progress:
             ensure_console_logging()

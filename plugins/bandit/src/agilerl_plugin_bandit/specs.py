@@ -273,7 +273,9 @@ class BanditSpec(AlgorithmSpec):
             problems.append(
                 Problem("replay_buffer.kind", f"{self.name} uses a classic replay buffer; set kind: classic")
             )
-        return problems
+        from agilerl_plugin_bandit.check_data import data_problems
+
+        return problems or data_problems(manifest)
 
 
 class NeuralUCBSpec(BanditSpec):

@@ -271,6 +271,10 @@ class DatasetLLMSpec(LLMAlgorithmSpec):
                 f"{self.name} trains with objective {type(self).objective!r}, got {env.objective!r}; "  # type: ignore[attr-defined]
                 f"remove the field or set objective: {type(self).objective}",
             ))  # fmt: skip
+        else:
+            from agilerl_plugin_llm.check_data import dataset_problems
+
+            problems += dataset_problems(env, type(self).objective)
         problems += model_path_problems(self.pretrained_model_name_or_path)
         return problems
 

@@ -192,7 +192,11 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         network += compat_problems(self, manifest)
         if network:  # a feature this plugin lacks: that is the answer, whatever the env
             return network
-        return net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
+        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+
+        problems = net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
+        problems += batch_problems(self, manifest)
+        return problems or make_and_check(manifest, multi_agent=True)
 
 
 class IPPOSpec(_MultiAgentSpecBase):
@@ -200,6 +204,7 @@ class IPPOSpec(_MultiAgentSpecBase):
 
     regime: ClassVar[str] = "on_policy"
     default_evo_steps: ClassVar[int] = 10_000
+    stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "batch_size")
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "learn_step": (512, 8192)}
 

@@ -78,7 +78,10 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 problems.append(Problem("environment.name", missing))
         if not problems:
             problems += _space_problems(self.name, env)
-        return problems
+        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+
+        problems += batch_problems(self, manifest)
+        return problems or make_and_check(manifest, multi_agent=False)
 
 
 def _space_problems(algo: str, env: GymEnvSpec) -> list[Problem]:
@@ -114,6 +117,7 @@ class PPOSpec(GymAlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "on_policy"
     default_evo_steps: ClassVar[int] = 10_000
+    stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
         **_RL_RANGES,
         "learn_step": (512, 8192),

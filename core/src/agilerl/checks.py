@@ -1,0 +1,148 @@
+"""Validation-time checks that span sections or the machine: run by ``validate_manifest``.
+
+- Cross-field rules: a tournament no larger than the population; mutation probabilities that can
+  pick at least one operator.
+- The device: a name torch knows, and present on this machine (``cuda`` without CUDA is refused
+  here, not an hour into the run).
+- Resources: ``pop_size``, ``num_envs``, `the steps one update stores` and replay-buffer sizes against the memory
+  this machine has available. The estimate is a *lower bound* (see :data:`FLOORS`): a manifest
+  refused here could not run; one accepted may still need more.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from typing import TYPE_CHECKING
+
+from agilerl.errors import Problem
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+
+#: Bytes each unit costs at the least (measured on CPU, torch 2.13): a freshly built small policy-gradient agent with
+#: the default network for CartPole is about 70 KiB resident (before its optimizer state exists);
+#: one CartPole env made and reset is about 4 KiB; an env in its own worker process (a vector env
+#: with ``sync: false``) is a forked Python process, about 22 MiB proportional set size each; a
+#: stored transition or on-policy step holds at least an observation, action, reward and done flag
+#: as 4-byte values.
+FLOORS = {"agent": 64 << 10, "env": 4 << 10, "env_process": 16 << 20, "transition": 16}
+
+_DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?|xpu(:\d+)?)$")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new process (``MemAvailable``), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.3g} GiB" if n >= 1 << 28 else f"{n / (1 << 20):.3g} MiB"
+
+
+def device_problems(device: str, path: str = "training.device") -> list[Problem]:
+    """``device`` names a torch device that exists here (torch is imported only for cuda/mps/xpu)."""
+    if not _DEVICE.match(device):
+        return [Problem(path, f"unknown device {device!r}; use cpu, cuda, cuda:N, mps or auto")]
+    if device in {"cpu", "auto"}:
+        return []
+    if importlib.util.find_spec("torch") is None:
+        return [Problem(path, f"device {device!r} needs torch, which is not installed")]
+    import torch
+
+    kind, _, num = device.partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return [Problem(path, f"device {device!r}: CUDA is not available on this machine (use cpu or auto)")]
+        count = torch.cuda.device_count()
+        if num and int(num) >= count:
+            return [Problem(path, f"device {device!r}: this machine has {count} CUDA device(s) (cuda:0..{count - 1})")]
+    elif kind == "mps" and not torch.backends.mps.is_available():
+        return [Problem(path, "device 'mps': MPS is not available on this machine (use cpu or auto)")]
+    elif kind == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        return [Problem(path, f"device {device!r}: XPU is not available on this machine (use cpu or auto)")]
+    return []
+
+
+def resource_problems(manifest: TrainingManifest, available: int | None = None) -> list[Problem]:
+    """Refuse a manifest whose lower-bound memory estimate exceeds the memory available."""
+    avail = available_memory() if available is None else available
+    if avail is None:
+        return []
+    algo, env, t = manifest.algorithm, manifest.environment, manifest.training
+    num_envs = int(getattr(env, "num_envs", None) or 1)
+    # an env section declaring `sync: false` runs each env in a worker process
+    per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "sync", True) is False else (
+        FLOORS["env"], "envs")  # fmt: skip
+    parts: dict[str, tuple[int, str]] = {
+        "training.pop_size": (t.pop_size * FLOORS["agent"], f"{t.pop_size} agents x {_gib(FLOORS['agent'])}"),
+        "environment.num_envs": (num_envs * per_env, f"{num_envs} {kind} x {_gib(per_env)}"),
+    }
+    batch_field = type(algo).stored_steps_field
+    stored = getattr(algo, batch_field, None) if batch_field else None
+    if isinstance(stored, int):
+        parts[f"algorithm.{batch_field}"] = (
+            stored * FLOORS["transition"],
+            f"{stored} stored steps per update x {FLOORS['transition']} B",
+        )
+    if manifest.replay_buffer is not None and type(algo).regime != "on_policy":
+        size = manifest.replay_buffer.max_size
+        parts["replay_buffer.max_size"] = (
+            size * FLOORS["transition"],
+            f"{size} transitions x {FLOORS['transition']} B",
+        )
+    total = sum(b for b, _ in parts.values())
+    if total <= avail:
+        return []
+    field, (_, _) = max(parts.items(), key=lambda kv: kv[1][0])
+    detail = " + ".join(d for _, d in parts.values())
+    return [Problem(field, f"needs at least {_gib(total)} of memory ({detail}; a lower bound), "
+                           f"but this machine has {_gib(avail)} available")]  # fmt: skip
+
+
+def cross_field_problems(manifest: TrainingManifest) -> list[Problem]:
+    problems: list[Problem] = []
+    t = manifest.training
+    sel = manifest.tournament_selection
+    # A 2-agent tournament over a population of 1 keeps that agent (AgileRL's own manifests do it).
+    size = getattr(sel, "tournament_size", None)  # MF-PBT's layout is checked by its own spec
+    if sel is not None and size is not None and size > max(t.pop_size, 2):
+        problems.append(Problem(
+            "tournament_selection.tournament_size",
+            f"{size} is larger than the population (training.pop_size {t.pop_size})",
+        ))  # fmt: skip
+    if manifest.mutation is not None:
+        supported = type(manifest.algorithm).supported_mutations
+        weights = manifest.mutation.probabilities.operator_weights()
+        if not any(w > 0 for op, w in weights.items() if op in supported):
+            problems.append(Problem(
+                "mutation.probabilities",
+                f"every operator {manifest.algorithm.name} supports has probability 0 "
+                f"({', '.join(sorted(op for op in weights if op in supported))}); "
+                "give one (no_mut for none) a positive weight, or remove the mutation section",
+            ))  # fmt: skip
+    return problems
+
+
+def manifest_problems(manifest: TrainingManifest) -> list[Problem]:
+    """Every check of this module, in order."""
+    return [
+        *cross_field_problems(manifest),
+        *device_problems(manifest.training.device),
+        *resource_problems(manifest),
+    ]
+
+
+__all__ = ["FLOORS", "available_memory", "cross_field_problems", "device_problems", "manifest_problems",
+           "resource_problems"]  # fmt: skip

@@ -1,0 +1,183 @@
+"""The run directory: one run at a time, never silently reused, metrics that resume cleanly.
+
+- :class:`RunDirLock`: an exclusive ``flock`` on ``RUN_DIR/.agilerl.lock`` held for the whole run.
+  A second run into the same directory is refused at once, naming the pid that holds it. The
+  kernel drops the lock when the process dies (even by SIGKILL), so a killed run never leaves a
+  stale lock behind.
+- :func:`claim`: a directory that already holds a run (metrics or checkpoints) is refused unless
+  the run resumes (``--resume``) or ``overwrite`` asks to replace it.
+- :func:`truncate_metrics`: a resumed run first drops the metric rows logged after the checkpoint
+  it resumes from, so the rows it logs again are not duplicated.
+- :func:`prune_checkpoints`: keep only the newest ``keep`` numbered checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from agilerl.errors import AgileRLError
+
+LOCK_NAME = ".agilerl.lock"
+#: Files (and the tensorboard folder) a run writes into its directory; ``overwrite`` removes them.
+RUN_FILES = ("metrics.jsonl", "metrics.csv", "elite.pt", "best.pt", "last.pt", "learning_curve.png")
+
+
+class RunDirError(AgileRLError):
+    """The run directory is in use, already holds a run, or cannot be written."""
+
+    exit_code = 2
+
+
+@contextlib.contextmanager
+def RunDirLock(run_dir: Path) -> Iterator[None]:  # noqa: N802 - used like a class: `with RunDirLock(d):`
+    """Hold an exclusive lock on ``run_dir`` for the duration of the block."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (documented in docs/reliability.md)
+        yield
+        return
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RunDirError(f"cannot create the run directory {run_dir}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            raise RunDirError(
+                f"run directory {run_dir} is in use by another run ({holder}); wait for it to finish, "
+                "or give this run its own --run-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        remove_stale_temp_files(run_dir)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def check_not_in_use(run_dir: Path) -> None:
+    """Raise :class:`RunDirError` now if another run holds ``run_dir`` (before anything is loaded)."""
+    if (run_dir / LOCK_NAME).exists():
+        with RunDirLock(run_dir):
+            pass
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` already holds a run: metrics, an elite or a checkpoint in it."""
+    if not run_dir.is_dir():
+        return False
+    return any((run_dir / name).exists() for name in RUN_FILES) or any(run_dir.glob("checkpoint*.pt"))
+
+
+def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a directory holding another run, unless resuming or overwriting (which clears it)."""
+    if resume or not holds_run(run_dir):
+        return
+    if not overwrite:
+        raise RunDirError(
+            f"run directory {run_dir} already holds a run (metrics or checkpoints). Continue it with "
+            "agilerl train --resume CHECKPOINT, replace it with --overwrite, or choose another --run-dir"
+        )
+    for name in RUN_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / name).unlink()
+    shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+    for path in run_dir.glob("checkpoint*.pt"):
+        path.unlink()
+
+
+def latest_checkpoint(directory: Path) -> Path:
+    """The newest checkpoint in ``directory`` (numbered, final or interrupted), by modification time."""
+    found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
+    if not found:
+        raise RunDirError(f"no checkpoint in {directory} (looked for checkpoint*.pt)")
+    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def remove_stale_temp_files(run_dir: Path) -> list[Path]:
+    """Temp files a killed checkpoint write left behind (never loaded; removed under the lock)."""
+    removed = []
+    for p in run_dir.glob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def _numbered(base: Path) -> list[tuple[int, Path]]:
+    """``BASE_<steps>.pt`` files beside ``base``, oldest first."""
+    if not base.parent.is_dir():
+        return []
+    pattern = re.compile(rf"^{re.escape(base.name)}_(\d+)\.pt$")
+    found = []
+    for p in base.parent.iterdir():
+        m = pattern.match(p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def prune_checkpoints(base: Path, keep: int | None, *, protect: Path | None = None) -> list[Path]:
+    """Delete all but the newest ``keep`` numbered checkpoints of ``base``; return those deleted."""
+    if keep is None:
+        return []
+    files = _numbered(base)
+    removed = []
+    for _, path in files[: max(len(files) - keep, 0)]:
+        if protect is not None and path == protect:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def truncate_metrics(run_dir: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite ``metrics.jsonl`` / ``metrics.csv`` keeping only rows where ``keep(row)``; return rows dropped."""
+    from agilerl.checkpoint import atomic_write
+
+    jsonl = run_dir / "metrics.jsonl"
+    if not jsonl.exists():
+        return 0
+    lines = jsonl.read_text(encoding="utf-8").splitlines()
+    rows: list[dict[str, Any]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a kill: drop it
+            continue
+    kept = [r for r in rows if keep(r)]
+    dropped = len(lines) - len(kept)
+    if dropped == 0:
+        return 0
+    text = "".join(json.dumps(r) + "\n" for r in kept)
+    atomic_write(jsonl, lambda fh: fh.write(text.encode("utf-8")))
+    csv_path = run_dir / "metrics.csv"
+    if csv_path.exists():
+        fields = list(dict.fromkeys(k for r in kept for k in r))
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=fields)
+        writer.writeheader()
+        for r in kept:
+            writer.writerow({k: r.get(k) for k in fields})
+        data = buf.getvalue().encode("utf-8")
+        atomic_write(csv_path, lambda fh: fh.write(data))
+    return dropped
+
+
+__all__ = ["LOCK_NAME", "RunDirError", "RunDirLock", "check_not_in_use", "claim", "holds_run", "latest_checkpoint", "prune_checkpoints",
+           "remove_stale_temp_files", "truncate_metrics"]  # fmt: skip

@@ -1,0 +1,240 @@
+"""Validation-time checks of what the gym algorithms will be fed.
+
+- :func:`check_env` / :func:`check_parallel_env`: a custom env (``entrypoint``, ``factory``,
+  ``path`` or ``custom: true``) is made once and exercised the way SB3's ``check_env`` and
+  PettingZoo's ``parallel_api_test`` do: ``reset`` returns ``(obs, info)``, ``step`` returns five
+  values, every observation lies inside the declared space (shape, dtype, bounds), a sampled
+  action is accepted, rewards are finite numbers. Each failure is one :class:`Problem` under
+  ``environment``, so an env whose observations do not match its space is refused at validation,
+  not an hour into the run. ``validation.check_env: false`` in the manifest skips it.
+- :func:`batch_problems`: a batch no larger than what one rollout (on-policy) or the replay buffer
+  and the step budget (off-policy) can hold; a larger one never takes a gradient step.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import TYPE_CHECKING, Any
+
+from agilerl.errors import Problem
+
+if TYPE_CHECKING:
+    from agilerl.models.base import AlgorithmSpec
+    from agilerl.models.manifest import TrainingManifest
+
+#: Steps taken by the check (resetting on episode end).
+CHECK_STEPS = 8
+_HINT = " (validation.check_env: false skips this check)"
+
+
+class EnvCheckError(Exception):
+    """One way a custom env breaks the gymnasium / PettingZoo API."""
+
+
+def is_custom(env: Any) -> bool:
+    return bool(getattr(env, "entrypoint", None) or getattr(env, "factory", None) or getattr(env, "custom", False))
+
+
+def wants_check(manifest: TrainingManifest) -> bool:
+    validation = getattr(manifest, "validation", None)
+    return is_custom(manifest.environment) and (validation is None or validation.check_env)
+
+
+def _describe(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None:
+        return f"{type(value).__name__} shape {tuple(shape)} dtype {dtype}"
+    shown = repr(value)
+    return f"{type(value).__name__} {shown if len(shown) < 60 else shown[:57] + '...'}"
+
+
+def _check_obs(obs: Any, space: Any, where: str) -> None:
+    import numpy as np
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Box):
+        arr = obs if isinstance(obs, np.ndarray) else None
+        if arr is None:
+            raise EnvCheckError(f"{where} returned {_describe(obs)}; the observation space {space} needs a numpy array")
+        if arr.shape != space.shape:
+            raise EnvCheckError(
+                f"{where} returned an observation of shape {arr.shape}; the space declares {space.shape}"
+            )
+        if arr.dtype != space.dtype:
+            raise EnvCheckError(f"{where} returned dtype {arr.dtype}; the observation space declares {space.dtype}")
+        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+            raise EnvCheckError(f"{where} returned a non-finite observation (NaN or inf)")
+    if not space.contains(obs):
+        raise EnvCheckError(f"{where} returned an observation outside the declared space {space}: {_describe(obs)}")
+
+
+def _check_reward(reward: Any, where: str) -> None:
+    import numpy as np
+
+    if isinstance(reward, np.ndarray) and reward.shape == ():
+        reward = reward.item()
+    if isinstance(reward, bool) or not isinstance(reward, (Real, np.number)):
+        raise EnvCheckError(f"{where} returned reward {_describe(reward)}; a reward is a float")
+    if not math.isfinite(float(reward)):
+        raise EnvCheckError(f"{where} returned a non-finite reward ({reward})")
+
+
+def _check_flag(value: Any, name: str, where: str) -> None:
+    import numpy as np
+
+    if not isinstance(value, (bool, np.bool_)):
+        raise EnvCheckError(f"{where} returned {name} {_describe(value)}; it must be a bool")
+
+
+def check_env(env: Any, steps: int = CHECK_STEPS) -> None:
+    """Exercise a ``gymnasium.Env``; raise :class:`EnvCheckError` at the first API break."""
+    import gymnasium as gym
+
+    obs_space, act_space = getattr(env, "observation_space", None), getattr(env, "action_space", None)
+    if not isinstance(obs_space, gym.spaces.Space):
+        raise EnvCheckError(f"observation_space is {_describe(obs_space)}; it must be a gymnasium.spaces.Space")
+    if not isinstance(act_space, gym.spaces.Space):
+        raise EnvCheckError(f"action_space is {_describe(act_space)}; it must be a gymnasium.spaces.Space")
+    out = _call(lambda: env.reset(seed=0), "reset(seed=0)")
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise EnvCheckError(f"reset() returned {_describe(out)}; gymnasium's reset returns (observation, info)")
+    obs, info = out
+    if not isinstance(info, dict):
+        raise EnvCheckError(f"reset() returned info {_describe(info)}; it must be a dict")
+    _check_obs(obs, obs_space, "reset()")
+    act_space.seed(0)
+    for i in range(steps):
+        action = act_space.sample()
+        where = f"step() (step {i + 1}, a sampled action)"
+        out = _call(lambda a=action: env.step(a), where)
+        if not (isinstance(out, tuple) and len(out) == 5):
+            raise EnvCheckError(
+                f"{where} returned {_describe(out)}; gymnasium's step returns "
+                "(observation, reward, terminated, truncated, info)"
+            )
+        obs, reward, terminated, truncated, info = out
+        _check_obs(obs, obs_space, where)
+        _check_reward(reward, where)
+        _check_flag(terminated, "terminated", where)
+        _check_flag(truncated, "truncated", where)
+        if not isinstance(info, dict):
+            raise EnvCheckError(f"{where} returned info {_describe(info)}; it must be a dict")
+        if terminated or truncated:
+            _call(lambda: env.reset(), "reset()")
+
+
+def check_parallel_env(env: Any, steps: int = CHECK_STEPS) -> None:
+    """Exercise a PettingZoo ``ParallelEnv`` (reset/step dicts keyed by the live agents)."""
+    out = _call(lambda: env.reset(seed=0), "reset(seed=0)")
+    if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, dict) for x in out)):
+        raise EnvCheckError(f"reset() returned {_describe(out)}; a ParallelEnv's reset returns (observations, infos)")
+    obs, _ = out
+    agents = list(getattr(env, "agents", []) or [])
+    if not agents:
+        raise EnvCheckError("env.agents is empty after reset()")
+    if set(obs) != set(agents):
+        raise EnvCheckError(f"reset() returned observations for {sorted(obs)}; env.agents is {sorted(agents)}")
+    for agent in agents:
+        _check_obs(obs[agent], env.observation_space(agent), f"reset() for agent {agent!r}")
+    for i in range(steps):
+        agents = list(env.agents)
+        if not agents:
+            _call(lambda: env.reset(), "reset()")
+            agents = list(env.agents)
+        actions = {}
+        for agent in agents:
+            space = env.action_space(agent)
+            space.seed(i)
+            actions[agent] = space.sample()
+        where = f"step() (step {i + 1}, sampled actions)"
+        out = _call(lambda a=actions: env.step(a), where)
+        if not (isinstance(out, tuple) and len(out) == 5 and all(isinstance(x, dict) for x in out)):
+            raise EnvCheckError(
+                f"{where} returned {_describe(out)}; a ParallelEnv's step returns five dicts "
+                "(observations, rewards, terminations, truncations, infos)"
+            )
+        obs, rewards, terms, truncs, _ = out
+        for agent, o in obs.items():
+            _check_obs(o, env.observation_space(agent), f"{where} for agent {agent!r}")
+        for agent, r in rewards.items():
+            _check_reward(r, f"{where} for agent {agent!r}")
+        if all(terms.get(a, False) or truncs.get(a, False) for a in agents):
+            _call(lambda: env.reset(), "reset()")
+
+
+def _call(fn: Any, where: str) -> Any:
+    try:
+        return fn()
+    except EnvCheckError:
+        raise
+    except Exception as exc:
+        raise EnvCheckError(f"{where} raised {type(exc).__name__}: {exc}") from exc
+
+
+def env_problems(env: Any, *, multi_agent: bool = False) -> list[Problem]:
+    """:func:`check_env` (or :func:`check_parallel_env`) as validation problems."""
+    try:
+        (check_parallel_env if multi_agent else check_env)(env)
+    except EnvCheckError as exc:
+        return [Problem("environment", f"the custom env fails the env API check: {exc}{_HINT}")]
+    return []
+
+
+def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Problem]:
+    """Make the manifest's custom env once (as the run will) and check it; [] when not custom."""
+    if not wants_check(manifest):
+        return []
+    from agilerl_plugin_gym.envs import GymEnvError, make_single_env
+
+    try:
+        env = make_single_env(manifest.environment, multi_agent=multi_agent)  # type: ignore[arg-type]
+    except GymEnvError as exc:
+        path, sep, message = str(exc).partition(": ")
+        return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
+    except Exception as exc:
+        return [Problem("environment", f"making the custom env raised {type(exc).__name__}: {exc}{_HINT}")]
+    try:
+        return env_problems(env, multi_agent=multi_agent)
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # a failing close() is not what the check is about
+                pass
+
+
+def batch_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Problem]:
+    """A batch that one rollout (on-policy) or the buffer and step budget (off-policy) can fill."""
+    regime = type(spec).regime
+    batch = spec.batch_size
+    if regime == "on_policy":
+        learn_step = getattr(spec, "learn_step", None)
+        if isinstance(learn_step, int) and batch > learn_step:
+            return [Problem(
+                "algorithm.batch_size",
+                f"{batch} is larger than one rollout (algorithm.learn_step {learn_step} env steps); "
+                "make batch_size <= learn_step",
+            )]  # fmt: skip
+    elif regime == "off_policy":
+        from agilerl.models.sections import ReplayBufferSpec
+
+        buffer = manifest.replay_buffer or ReplayBufferSpec()
+        if batch > buffer.max_size:
+            return [Problem(
+                "algorithm.batch_size",
+                f"{batch} is larger than the replay buffer (replay_buffer.max_size {buffer.max_size}); "
+                "no batch could ever be sampled",
+            )]  # fmt: skip
+        if batch > manifest.training.max_steps:
+            return [Problem(
+                "algorithm.batch_size",
+                f"{batch} is larger than the whole step budget (training.max_steps {manifest.training.max_steps}); "
+                "the buffer never holds a batch, so no gradient step would be taken",
+            )]  # fmt: skip
+    return []
+
+
+__all__ = ["EnvCheckError", "batch_problems", "check_env", "check_parallel_env", "env_problems", "make_and_check"]

@@ -1,0 +1,300 @@
+"""Regenerate the bad-input corpus: python tests/data/bad/make_corpus.py (from anywhere).
+
+Each case is a small valid manifest of one paradigm with one thing broken; the file's second line
+(`# expect: ...`) is text the validator's output must contain (the field path, or file:line:col).
+"""
+
+import copy
+from pathlib import Path
+
+import yaml
+
+OUT = Path(__file__).resolve().parent
+T = "tests/data/bad/tables"
+PPO = {
+    "algorithm": {"name": "PPO", "learn_step": 64, "batch_size": 32},
+    "environment": {"name": "CartPole-v1", "num_envs": 2, "sync": True},
+    "training": {"max_steps": 256, "evo_steps": 128, "progress": False},
+}
+DQN = {
+    "algorithm": {"name": "DQN", "batch_size": 32, "learn_step": 4},
+    "environment": {"name": "CartPole-v1", "num_envs": 2, "sync": True},
+    "replay_buffer": {"max_size": 1000},
+    "training": {"max_steps": 256, "evo_steps": 128, "progress": False},
+}
+TD3 = {
+    "algorithm": {"name": "TD3", "batch_size": 32},
+    "environment": {"name": "Pendulum-v1", "num_envs": 1, "sync": True},
+    "training": {"max_steps": 256, "progress": False},
+}
+IPPO = {
+    "algorithm": {"name": "IPPO", "learn_step": 128, "batch_size": 32},
+    "environment": {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 2, "env_config": {"max_cycles": 25}},
+    "training": {"max_steps": 256, "progress": False},
+}
+MADDPG = {
+    "algorithm": {"name": "MADDPG", "batch_size": 32},
+    "environment": {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 2},
+    "training": {"max_steps": 256, "progress": False},
+}
+UCB = {
+    "algorithm": {"name": "NeuralUCB", "batch_size": 16},
+    "environment": {"env_type": "bandit", "name": "iris"},
+    "training": {"max_steps": 200, "progress": False},
+}
+TABLE = {
+    "algorithm": {"name": "NeuralTS", "batch_size": 16},
+    "environment": {"env_type": "bandit", "features": f"{T}/features_ok.csv", "targets": f"{T}/targets3.csv"},
+    "training": {"max_steps": 200, "progress": False},
+}
+SFT = {
+    "algorithm": {"name": "SFT", "batch_size": 4},
+    "network": {"pretrained_model_name_or_path": "./tiny-model", "max_context_length": 64},
+    "environment": {"env_type": "dataset", "dataset_path": "examples/data/llm/sft_tiny.jsonl"},
+    "training": {"max_steps": 10, "progress": False},
+}
+GRPO = {
+    "algorithm": {"name": "GRPO", "batch_size": 4, "group_size": 4},
+    "network": {"pretrained_model_name_or_path": "./tiny-model", "max_context_length": 128},
+    "environment": {
+        "env_type": "rollout",
+        "dataset_path": "examples/llm/say_eight.jsonl",
+        "rubric_file_path": "examples/llm/say_word_rubric.py",
+    },
+    "training": {"max_steps": 10, "progress": False},
+}
+CUSTOM = {
+    "algorithm": {"name": "PPO", "learn_step": 64, "batch_size": 32},
+    "environment": {"name": "Bad", "custom": True, "path": "tests/data/bad/envs", "num_envs": 1, "sync": True},
+    "training": {"max_steps": 128, "progress": False},
+}
+
+DEL = object()
+
+
+def setp(d, path, value):
+    node = d
+    parts = path.split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+    if value is DEL:
+        node.pop(parts[-1], None)
+    else:
+        node[parts[-1]] = value
+
+
+cases = []  # (name, base, {path: value}, expect, why)
+
+
+def c(name, base, changes, expect, why):
+    cases.append((name, base, changes, expect, why))
+
+
+# --- values: types, ranges, non-finite ---
+# fmt: off
+c("ppo_lr_inf", PPO, {"algorithm.lr": float("inf")}, "algorithm.lr", "a non-finite learning rate trains to NaN")
+c("ppo_lr_nan", PPO, {"algorithm.lr": float("nan")}, "algorithm.lr", "NaN is not a learning rate")
+c("ppo_gamma_neg_inf", PPO, {"algorithm.gamma": float("-inf")}, "algorithm.gamma", "non-finite discount")
+c("ppo_target_score_inf", PPO, {"training.target_score": float("inf")}, "training.target_score", "an infinite target never stops a run")
+c("ppo_gamma_above_one", PPO, {"algorithm.gamma": 1.5}, "algorithm.gamma", "gamma > 1")
+c("ppo_lr_string", PPO, {"algorithm.lr": "fast"}, "algorithm.lr", "a string for a float")
+c("ppo_batch_zero", PPO, {"algorithm.batch_size": 0}, "algorithm.batch_size", "batch size 0")
+c("ppo_num_envs_zero", PPO, {"environment.num_envs": 0}, "environment.num_envs", "no envs")
+c("ppo_max_steps_negative", PPO, {"training.max_steps": -5}, "training.max_steps", "negative budget")
+c("ppo_pop_size_zero", PPO, {"training.pop_size": 0}, "training.pop_size", "empty population")
+c("ppo_max_steps_float", PPO, {"training.max_steps": 1.5}, "training.max_steps", "fractional step budget")
+c("ppo_unknown_field", PPO, {"algorithm.learnstep": 64}, "algorithm.learnstep", "typo'd field")
+c("ppo_unknown_section", PPO, {"trainng": {"max_steps": 5}}, "trainng", "typo'd section")
+c("ppo_unknown_training_field", PPO, {"training.max_step": 5}, "training.max_step", "typo'd training field")
+c("ppo_unknown_algorithm", PPO, {"algorithm.name": "PPOO"}, "algorithm.name", "unknown algorithm")
+c("ppo_no_algorithm_name", PPO, {"algorithm.name": DEL}, "algorithm.name", "no algorithm name")
+c("ppo_environment_list", PPO, {"environment": ["CartPole-v1"]}, "environment: must be a mapping", "environment is not a mapping")
+c("ppo_unknown_gym_id", PPO, {"environment.name": "CartPoel-v1"}, "environment.name", "unknown gymnasium id")
+c("ppo_wrong_api_version", PPO, {"apiVersion": "agilerl.com/v9"}, "apiVersion", "unknown manifest version")
+c("ppo_continuous_actions_for_dqn", DQN, {"environment.name": "Pendulum-v1"}, "environment: DQN needs a Discrete action space", "DQN on a continuous action space")
+c("ppo_encoder_arch_unknown", PPO, {"network": {"encoder_config": {"arch": "transformer"}}}, "network: encoder_config.arch 'transformer' is not an encoder kind", "unknown encoder")
+c("ppo_mlp_ranges", PPO, {"network": {"encoder_config": {"arch": "mlp", "min_mlp_nodes": 512, "max_mlp_nodes": 8}}}, "network.encoder_config.mlp: min_mlp_nodes must be <= max_mlp_nodes", "min above max")
+c("ppo_llm_field_on_rl", PPO, {"network": {"pretrained_model_name_or_path": "gpt2"}}, "network.pretrained_model_name_or_path", "an LLM field on PPO")
+c("ppo_evo_epochs_without_num_epochs", PPO, {"training.evo_epochs": 2}, "training: evo_epochs needs num_epochs", "evo_epochs needs num_epochs")
+# --- cross-field ---
+c("ppo_tournament_larger_than_population", PPO, {"training.pop_size": 3, "tournament_selection": {"tournament_size": 5}}, "tournament_selection.tournament_size", "tournament > population")
+c("ppo_mutation_all_zero", PPO, { "training.pop_size": 2, "mutation": {"probabilities": {"no_mut": 0, "arch_mut": 0, "new_layer": 0, "params_mut": 0, "rl_hp_mut": 0}}, }, "mutation.probabilities", "no operator can be picked")
+c("ppo_mutation_only_unsupported", PPO, { "training.pop_size": 2, "mutation": { "probabilities": {"no_mut": 0, "arch_mut": 0, "new_layer": 0, "params_mut": 0, "rl_hp_mut": 0, "act_mut": 1} }, }, "mutation.probabilities: PPO does not support activation mutation (act_mut)", "an operator PPO does not support")
+c("ppo_mutation_negative_weight", PPO, {"mutation": {"probabilities": {"no_mut": -1}}}, "mutation.probabilities.no_mut", "negative weight")
+c("ppo_hp_range_inverted", PPO, {"mutation": {"rl_hp_selection": {"lr": {"min": 1.0, "max": 0.1}}}}, "mutation.rl_hp_selection.lr", "min > max")
+c("ppo_hp_not_numeric", PPO, {"mutation": {"rl_hp_selection": {"normalize_images": {"min": 0, "max": 1}}}}, "mutation.rl_hp_selection.normalize_images", "mutating a bool")
+c("ppo_hp_range_inf", PPO, {"mutation": {"rl_hp_selection": {"lr": {"min": 0.0001, "max": float("inf")}}}}, "mutation.rl_hp_selection.lr.max", "infinite range")
+c("ppo_batch_larger_than_rollout", PPO, {"algorithm.batch_size": 1000000000000}, "algorithm.batch_size", "batch > one rollout")
+c("dqn_batch_larger_than_buffer", DQN, {"algorithm.batch_size": 5000}, "algorithm.batch_size", "batch > replay buffer")
+c("dqn_batch_larger_than_budget", DQN, {"algorithm.batch_size": 500, "replay_buffer.max_size": 100000}, "algorithm.batch_size", "batch > step budget")
+c("td3_batch_1e12", TD3, {"algorithm.batch_size": 1000000000000}, "algorithm.batch_size", "batch 1e12 never takes a step")
+c("td3_tau_inf", TD3, {"algorithm.tau": float("inf")}, "algorithm.tau", "non-finite tau")
+c("dqn_experience_sharing_false", DQN, {"training.experience_sharing": False}, "training.experience_sharing", "off-policy populations share one buffer")
+c("ippo_batch_larger_than_rollout", IPPO, {"algorithm.batch_size": 4096}, "algorithm.batch_size", "batch > rollout")
+c("maddpg_batch_larger_than_buffer", MADDPG, {"replay_buffer": {"max_size": 16}}, "algorithm.batch_size", "batch > buffer")
+c("ippo_gym_id_for_multi_agent", IPPO, {"environment.name": "CartPole-v1"}, "environment.name", "a single-agent env for IPPO")
+c("maddpg_lr_nan", MADDPG, {"algorithm.lr_actor": float("nan")}, "algorithm.lr_actor", "NaN learning rate")
+c("ippo_bad_net_config", IPPO, {"algorithm.net_config": {"speaker": {"latent_dim": 0}}}, "algorithm.net_config.speaker.latent_dim", "per-agent config invalid")
+# --- machine: device and resources ---
+c("ppo_device_unknown", PPO, {"training.device": "gpu"}, "training.device", "unknown device name")
+c("ppo_device_cuda_missing", PPO, {"training.device": "cuda:7"}, "training.device", "a CUDA device this machine lacks (cuda:7)")
+c("ppo_num_envs_huge", PPO, {"environment.num_envs": 10000000000}, "environment.num_envs", "1e10 envs cannot fit in memory")
+c("ppo_async_num_envs_huge", PPO, {"environment.num_envs": 100000, "environment.sync": False}, "environment.num_envs: needs at least", "100000 worker processes cannot fit in memory")
+c("ppo_pop_size_huge", PPO, {"training.pop_size": 10000000000}, "training.pop_size", "1e10 agents cannot fit in memory")
+c("ppo_learn_step_huge", PPO, {"algorithm.learn_step": 100000000000000, "algorithm.batch_size": 32}, "algorithm.learn_step", "a rollout larger than memory")
+c("dqn_buffer_huge", DQN, {"replay_buffer.max_size": 100000000000000}, "replay_buffer.max_size", "a replay buffer larger than memory")
+# --- bandit ---
+c("bandit_features_inf", TABLE, {"environment.features": f"{T}/features_inf.csv"}, "environment.features", "inf in a feature column (names file, line and column)")
+c("bandit_features_nan", TABLE, {"environment.features": f"{T}/features_nan.csv"}, "environment.features", "NaN in a feature column")
+c("bandit_features_empty", TABLE, {"environment.features": f"{T}/empty.csv"}, "environment.features", "an empty file")
+c("bandit_features_header_only", TABLE, {"environment.features": f"{T}/header_only.csv"}, "environment.features", "no rows")
+c("bandit_row_count_mismatch", TABLE, {"environment.targets": f"{T}/targets2.csv"}, "environment.targets", "3 feature rows, 2 targets")
+c("bandit_one_class", TABLE, {"environment.targets": f"{T}/targets_one_class.csv"}, "environment.targets", "one arm")
+c("bandit_targets_missing_values", TABLE, {"environment.targets": f"{T}/targets_missing.csv"}, "environment.targets", "a missing target")
+c("bandit_features_missing_file", TABLE, {"environment.features": f"{T}/nope.csv"}, "environment.features", "no such file")
+c("bandit_target_column_absent", TABLE, {"environment.targets": DEL, "environment.env_config": {"target_column": "label"}}, "environment.env_config.target_column", "no such column")
+c("bandit_categorical_absent", TABLE, {"environment.env_config": {"categorical": ["colour"]}}, "environment.env_config.categorical", "no such column")
+c("bandit_no_data", UCB, {"environment.name": "not_a_dataset"}, "environment.name", "no table, no builtin dataset")
+c("bandit_both_sources", TABLE, {"environment.entrypoint": "m:f"}, "environment: give either entrypoint", "entrypoint and tables")
+c("bandit_lamb_inf", UCB, {"algorithm.lamb": float("inf")}, "algorithm.lamb", "non-finite prior")
+c("bandit_cnn_encoder", UCB, {"network": {"encoder_config": {"arch": "cnn"}}}, "network.encoder_config.arch", "a CNN on a table")
+c("bandit_tournament_larger_than_population", UCB, {"training.pop_size": 2, "tournament_selection": {"tournament_size": 4}}, "tournament_selection.tournament_size", "tournament > population")
+# --- LLM ---
+c("sft_lr_inf", SFT, {"algorithm.lr": float("inf")}, "algorithm.lr", "non-finite LLM learning rate")
+c("sft_beta_nan", SFT, {"algorithm.beta": float("nan")}, "algorithm.beta", "NaN beta")
+c("sft_lora_r_zero", SFT, {"network.lora_config": {"lora_r": 0}}, "network.lora_config.lora_r", "LoRA rank 0")
+c("sft_mini_batch_larger", SFT, {"algorithm.mini_batch_size": 8}, "algorithm: mini_batch_size (8) cannot exceed batch_size", "mini batch > batch")
+c("sft_arch_mutation", SFT, {"training.pop_size": 2, "mutation": {"probabilities": {"arch_mut": 0.5}}}, "mutation.probabilities: SFT does not support architecture mutation (arch_mut)", "LLMs mutate hyperparameters only")
+c("grpo_group_size_zero", GRPO, {"algorithm.group_size": 0}, "algorithm.group_size", "no completions per prompt")
+c("grpo_temperature_inf", GRPO, {"algorithm.temperature": float("inf")}, "algorithm.temperature", "infinite temperature")
+c("grpo_device_cuda_missing", GRPO, {"training.device": "cuda:7"}, "training.device", "a CUDA device this machine lacks")
+c("grpo_tournament_larger_than_population", GRPO, {"training.pop_size": 2, "tournament_selection": {"tournament_size": 3}}, "tournament_selection.tournament_size", "tournament > population")
+J = "tests/data/bad/jsonl"
+DPO = {**SFT, "algorithm": {"name": "DPO", "batch_size": 4}}
+for stem, expect in [
+    ("empty", "empty.jsonl: the file has no rows"),
+    ("missing_response", "missing_response.jsonl:2: no column 'response'"),
+    ("nan", "nan.jsonl:1: not a JSON object (NaN is not valid JSON)"),
+    ("not_json", "not_json.jsonl:2: not a JSON object"),
+    ("number", "number.jsonl:1: column 'response' is int"),
+]:
+    c(
+        f"sft_dataset_{stem}",
+        SFT,
+        {"environment.dataset_path": f"{J}/{stem}.jsonl"},
+        f"environment.dataset_path: {J}/{expect}",
+        f"an SFT dataset: {stem.replace('_', ' ')}",
+    )
+c("dpo_dataset_no_rejected", DPO, {"environment.dataset_path": f"{J}/no_rejected.jsonl"}, f"environment.dataset_path: {J}/no_rejected.jsonl:1: no column 'rejected'", "a preference row without rejected")
+# --- custom envs (checked like SB3's check_env / PettingZoo's api test) ---
+for cls, what in [
+    ("WrongShape", "shape (4,)"),
+    ("WrongDtype", "dtype float64"),
+    ("OutOfBounds", "outside the declared space"),
+    ("NaNObservation", "non-finite observation"),
+    ("ResetWithoutInfo", "(observation, info)"),
+    ("OldStepApi", "(observation, reward, terminated, truncated, info)"),
+    ("RewardIsAString", "a reward is a float"),
+    ("RaisesOnStep", "step is broken"),
+]:
+    name = "custom_env_" + "".join("_" + ch.lower() if ch.isupper() else ch for ch in cls).lstrip("_")
+    c(
+        name,
+        CUSTOM,
+        {"environment.entrypoint": f"bad_envs:{cls}"},
+        "environment: the custom env fails the env API check",
+        f"custom env: {what}",
+    )
+c("custom_env_no_spaces", CUSTOM, {"environment.entrypoint": "bad_envs:NoSpaces"}, "environment: making the custom env raised", "custom env without spaces")
+c("custom_env_missing_module", CUSTOM, {"environment.entrypoint": "no_such_module:Env"}, "environment.entrypoint", "entrypoint does not import")
+c("custom_env_path_not_a_dir", CUSTOM, {"environment.entrypoint": "bad_envs:WrongShape", "environment.path": "tests/data/bad/nope"}, "environment.path", "path is not a directory")
+c("custom_pz_env_missing_agent_obs", IPPO, { "environment.entrypoint": "bad_envs:missing_agent_observation", "environment.path": "tests/data/bad/envs", "environment.name": "missing_obs", }, "environment: the custom env fails the env API check: reset() returned observations for", "a parallel env that omits an agent's observation")
+# fmt: on
+
+written = 0
+for name, base, changes, expect, why in cases:
+    d = copy.deepcopy(base)
+    for k, v in changes.items():
+        setp(d, k, v)
+    text = yaml.safe_dump(d, sort_keys=False, default_flow_style=False)
+    (OUT / f"{name}.yaml").write_text(f"# {why}\n# expect: {expect}\n{text}")
+    written += 1
+
+# --- raw files: syntax and limits ---
+raw = {
+    "dup_key.yaml": (
+        "a duplicate key (YAML keeps the last silently)",
+        "dup_key.yaml:10:3: duplicate key 'max_steps'",
+        "algorithm:\n  name: PPO\n  learn_step: 64\n  batch_size: 32\nenvironment: {name: CartPole-v1}\ntraining:\n  max_steps: 100\n  max_steps: 200\n".replace(
+            "training:\n  max_steps: 100\n  max_steps: 200", "training:\n  max_steps: 100\n  max_steps: 200"
+        ),
+    ),
+    "dup_section.yaml": (
+        "a section given twice",
+        "dup_section.yaml:8:1: duplicate key 'training'",
+        "algorithm: {name: PPO, learn_step: 64, batch_size: 32}\nenvironment: {name: CartPole-v1}\ntraining: {max_steps: 100}\n\n\ntraining: {max_steps: 200}\n",
+    ),
+    "alias_bomb.yaml": (
+        "a billion-laughs alias bomb",
+        "expands to more than",
+        "\n".join(
+            [f"a0: &a0 [{', '.join(['lol'] * 9)}]"]
+            + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+        )
+        + "\n",
+    ),
+    "deep_nesting.yaml": (
+        "5000 nested lists",
+        "nesting deeper than",
+        "algorithm: {name: PPO}\nenvironment: {name: CartPole-v1, env_config: {x: " + "[" * 5000 + "]" * 5000 + "}}\n",
+    ),
+    "tab_indent.yaml": (
+        "a tab in the indentation",
+        "tab_indent.yaml:5:1: invalid YAML",
+        "algorithm:\n  name: PPO\n\tlr: 0.1\n",
+    ),
+    "python_tag.yaml": (
+        "a python object tag (never constructed)",
+        "python_tag.yaml:3:12: invalid YAML: could not determine a constructor",
+        "algorithm: !!python/object/apply:os.system ['echo pwned']\n",
+    ),
+    "two_documents.yaml": (
+        "two YAML documents",
+        "more than one YAML document",
+        "algorithm: {name: PPO}\n---\nalgorithm: {name: DQN}\n",
+    ),
+    "list_at_top.yaml": ("a list instead of a mapping", "a mapping of sections", "- algorithm: PPO\n"),
+    "empty.yaml": ("an empty file", "the manifest is empty", ""),
+    "unclosed.yaml": (
+        "an unclosed flow mapping",
+        "unclosed.yaml:4:12: invalid YAML",
+        "algorithm: {name: PPO\nenvironment: {name: CartPole-v1}\n",
+    ),
+    "dup_key.json": (
+        "a duplicate key in JSON",
+        "duplicate key 'max_steps'",
+        '{"algorithm": {"name": "PPO"}, "environment": {"name": "CartPole-v1"}, "training": {"max_steps": 1, "max_steps": 2}}',
+    ),
+    "nan.json": (
+        "JSON's non-standard NaN",
+        "NaN is not valid JSON",
+        '{"algorithm": {"name": "PPO", "lr": NaN}, "environment": {"name": "CartPole-v1"}}',
+    ),
+    "trailing_comma.json": (
+        "invalid JSON",
+        "trailing_comma.json:1:30: invalid JSON",
+        '{"algorithm": {"name": "PPO",}}',
+    ),
+    "deep_nesting.json": ("100000 nested arrays", "nesting deeper than", '{"a": ' + "[" * 100000 + "]" * 100000 + "}"),
+}
+for fname, (why, expect, text) in raw.items():
+    (OUT / fname).write_text(f"# {why}\n# expect: {expect}\n{text}" if not fname.endswith(".json") else text)
+    if fname.endswith(".json"):
+        (OUT / (fname + ".expect")).write_text(f"# {why}\n# expect: {expect}\n")
+    written += 1
+(OUT / "binary_garbage.yaml").write_bytes(b"# binary garbage\n# expect: not UTF-8 text\n" + bytes(range(128, 256)) * 8)
+(OUT / "utf16.yaml").write_bytes(
+    b"# a UTF-16 file\n# expect: not UTF-8\n" + "algorithm: {name: PPO}\n".encode("utf-16")
+)
+written += 2
+print(f"wrote {written} files to {OUT}")
