@@ -9,6 +9,7 @@ instead of being silently ignored.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, model_validator
@@ -44,11 +45,49 @@ UNSUPPORTED_ENV_FIELDS: dict[str, str] = {
 
 #: Fields that only mean something for ``env_type: rollout`` (rejected on a dataset env).
 ROLLOUT_ONLY_FIELDS: tuple[str, ...] = (
-    "prompt_template", "rubric_file_path", "rubric_name", "max_reward", "entrypoint", "factory",
+    "prompt_template", "rubric_file_path", "rubric_name", "max_reward", "entrypoint", "env_name", "factory",
     "env_config", "env_packages", "max_turns", "action_error_field", "strict_chat_template_boundary",
     "observation_field", "observation_processor", "env_url", "mcp_tool", "action_field",
     "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars",
 )  # fmt: skip
+
+
+#: AgileRL's task-flavoured env types and what each is here: (env_type, dataset objective).
+LEGACY_ENV_TYPES: dict[str, tuple[str, str | None]] = {
+    "reasoning": ("rollout", None),  # dataset rows + a reward function, single turn
+    "multiturn": ("rollout", None),  # a multi-turn text env (env_name / entrypoint)
+    "preference": ("dataset", "preference"),  # chosen/rejected pairs (DPO)
+    "sft": ("dataset", "sft"),  # prompt -> response rows (SFT)
+}
+#: ``env_name`` prefixes of AgileRL's multi-turn game envs, built by GEM's ``gem.make``.
+GEM_FACTORY = "gem:make"
+
+
+def _translate_env_type(data: Any) -> Any:
+    """AgileRL's ``env_type: reasoning|multiturn|preference|sft`` and ``env_name`` in our terms."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    legacy = data.get("env_type")
+    if isinstance(legacy, str) and legacy in LEGACY_ENV_TYPES:
+        kind, objective = LEGACY_ENV_TYPES[legacy]
+        data["env_type"] = kind
+        if objective is not None:
+            given = data.get("objective")
+            if given not in (None, objective):
+                raise ValueError(f"env_type: {legacy} trains with objective {objective!r}, got objective: {given!r}")
+            data["objective"] = objective
+    env_name = data.get("env_name")
+    if env_name is not None:
+        if data.get("env_type") != "rollout":
+            raise ValueError("env_name names a multi-turn env: use it with env_type: multiturn (or rollout)")
+        if data.get("entrypoint") not in (None, env_name):
+            raise ValueError("give env_name or entrypoint, not both")
+        # AgileRL builds env_name with GEM (``gem.make(env_name)``); here it is an entrypoint whose factory
+        # is gem.make unless the manifest names another factory.
+        data["entrypoint"] = env_name
+        data.setdefault("factory", GEM_FACTORY)
+    return data
 
 
 class LLMEnvSpec(EnvSpec):
@@ -59,7 +98,11 @@ class LLMEnvSpec(EnvSpec):
     rows plus a rubric, an ``entrypoint`` (a Python text env), or an ``env_url`` (an OpenEnv service).
     """
 
-    env_type: Literal["rollout", "dataset"]
+    env_type: Annotated[
+        Literal["rollout", "dataset"],
+        Field(description="rollout (generated episodes) or dataset (teacher-forced rows). AgileRL's reasoning and "
+                          "multiturn mean rollout; preference and sft mean dataset with that objective."),
+    ]  # fmt: skip
     num_envs: Annotated[int | None, Field(ge=1)] = None  # type: ignore[assignment]  # seed: optional for LLM envs
     version: str | int | None = None
     objective: Annotated[
@@ -96,6 +139,11 @@ class LLMEnvSpec(EnvSpec):
         Field(ge=0.0, le=1.0, description="Fraction of rows used for training; the rest is held out (default 0.9)."),
     ] = None
     entrypoint: str | None = None
+    env_name: Annotated[
+        str | None,
+        Field(description="A multi-turn env id (AgileRL's GEM games, e.g. game:GuessTheNumber-v0-easy): built "
+                          "with factory (default gem:make, from the gem-llm package)."),
+    ] = None  # fmt: skip
     factory: str | None = None
     env_config: dict[str, Any] | None = None
     name: str | None = None
@@ -136,8 +184,18 @@ class LLMEnvSpec(EnvSpec):
         bool, Field(description="Format prompts with the tokenizer's chat template (false: plain text).")
     ] = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _translate_env_type(data)
+
     @model_validator(mode="after")
     def _check(self) -> LLMEnvSpec:
+        if self.env_name and self.factory == GEM_FACTORY and importlib.util.find_spec("gem") is None:
+            raise ValueError(
+                f"env_name {self.env_name!r} is a GEM env, built with gem.make: install gem-llm "
+                "(pip install gem-llm), or give entrypoint: module:Class for your own text env"
+            )
         unsupported = [
             f"{name} ({why})"
             for name, why in UNSUPPORTED_ENV_FIELDS.items()
@@ -187,7 +245,8 @@ class LLMEnvSpec(EnvSpec):
 
 #: Inherited ``LLMAlgorithmSpec`` fields no code path here implements yet; setting one is an error.
 UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
-    "quantization": "bitsandbytes quantization is not supported yet",
+    "quantization": "QLoRA (a bitsandbytes nf4/int8 base) is not supported: it needs a CUDA GPU and is not "
+    "implemented by agilerl-plugin-llm yet; remove it (or set quantization: none) to train in full precision",
     "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
@@ -197,13 +256,15 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
 }
+#: Values that mean "off" for the fields above (``quantization: none`` is AgileRL's full-precision recipe).
+_OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
     """Problems shared by every LLM algorithm of this plugin (used by the spec validators)."""
     problems: list[str] = []
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
-        if name in spec.model_fields_set and getattr(spec, name) not in (None, False, {}):
+        if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
     if micro is not None and mini is not None and mini % micro:
@@ -211,6 +272,16 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
     if mini is not None and mini > spec.batch_size:
         problems.append(f"mini_batch_size ({mini}) cannot exceed batch_size ({spec.batch_size})")
     return problems
+
+
+class PluginLLMSpec(LLMAlgorithmSpec):
+    """Fields every LLM algorithm of this plugin adds to the core's ``LLMAlgorithmSpec``."""
+
+    reduce_memory_peak: Annotated[
+        bool,
+        Field(description="AgileRL's low-memory switch: forward passes one row at a time (a micro-batch of 1 "
+                          "unless micro_batch_size_per_gpu is set). Same result, lower peak memory, slower."),
+    ] = False  # fmt: skip
 
 
 def model_path_problems(name_or_path: str | None) -> list[Problem]:
@@ -225,7 +296,7 @@ def model_path_problems(name_or_path: str | None) -> list[Problem]:
     return []
 
 
-class DatasetLLMSpec(LLMAlgorithmSpec):
+class DatasetLLMSpec(PluginLLMSpec):
     """Fields every teacher-forced (dataset) LLM algorithm shares.
 
     ``batch_size`` is the number of rows (SFT) or preference pairs (DPO) per training iteration;
@@ -306,6 +377,7 @@ __all__ = [
     "DPOSpec",
     "DatasetLLMSpec",
     "LLMEnvSpec",
+    "PluginLLMSpec",
     "ROLLOUT_ONLY_FIELDS",
     "SFTSpec",
     "UNSUPPORTED_ALGORITHM_FIELDS",

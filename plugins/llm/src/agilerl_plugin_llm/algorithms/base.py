@@ -133,6 +133,8 @@ class LLMAlgorithm(AlgorithmBase):
         self.device = torch.device(device)
         self.tokenizer = tokenizer
         self.micro_batch_size_per_gpu = spec.micro_batch_size_per_gpu
+        if self.micro_batch_size_per_gpu is None and getattr(spec, "reduce_memory_peak", False):
+            self.micro_batch_size_per_gpu = 1  # AgileRL's reduce_memory_peak: one row per forward pass
         self.mini_batch_size = spec.mini_batch_size
         if not hasattr(self, "lr"):
             self.lr = float(getattr(spec, "lr", 1e-5))

@@ -117,6 +117,16 @@ def masked_mean_per_row(values: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
+def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
+    """``G_t = r_t + gamma * G_{t+1}`` for every turn of one episode."""
+    out = [0.0] * len(rewards)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: float | None) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate k3 = exp(r) - r - 1 with r = log pi_ref - log pi (>= 0)."""
     diff = ref_logp - logp
@@ -236,8 +246,16 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         )
         return stats
 
+    def clip_range(self) -> float | tuple[float, float]:
+        """``clip_coef`` as the loss takes it: the (mutable) scalar, or the spec's ``(low, high)`` pair."""
+        value = getattr(self, "clip_coef", None)
+        return float(value) if value is not None else self.spec.clip_coef  # type: ignore[no-any-return]
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Old and reference log-probs (when needed), then ``update_epochs`` passes of ``optimize``."""
+        return self._update(batch)
+
+    def _update(self, batch: dict[str, torch.Tensor], **optimize_kwargs: Any) -> dict[str, float]:
         single_pass = int(self.update_epochs) == 1 and (
             self.mini_batch_size is None or self.mini_batch_size >= len(batch["input_ids"])
         )
@@ -249,7 +267,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
                 batch["ref_logprobs"] = self._chunked_logprobs(batch, reference=True)
         stats: dict[str, float] = {}
         for _ in range(int(self.update_epochs)):
-            stats = self.optimize(batch, self.loss)
+            stats = self.optimize(batch, self.loss, **optimize_kwargs)
         return stats
 
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
@@ -327,4 +345,12 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         return twin  # type: ignore[return-value]
 
 
-__all__ = ["RolloutLLMAlgorithm", "collect", "env_runner", "k3_kl", "masked_mean_per_row", "pad_trajectories"]
+__all__ = [
+    "RolloutLLMAlgorithm",
+    "collect",
+    "env_runner",
+    "k3_kl",
+    "masked_mean_per_row",
+    "pad_trajectories",
+    "returns_to_go",
+]
