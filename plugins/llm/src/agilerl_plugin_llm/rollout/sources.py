@@ -267,15 +267,12 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         except (json.JSONDecodeError, UnicodeDecodeError, csv.Error) as exc:
             raise RolloutSourceError(f"environment.dataset_path: cannot parse {p}: {exc}") from exc
     elif hf_id:
-        try:
-            import datasets
+        from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
 
-            ds = datasets.load_dataset(hf_id, split="train")
-        except Exception as exc:
-            raise RolloutSourceError(
-                f"environment.hf_dataset_id: cannot load {hf_id!r} from the local Hugging Face cache "
-                f"(no downloads at run time): {type(exc).__name__}: {exc}"
-            ) from exc
+        try:
+            ds = load_cached_dataset(hf_id, "environment.hf_dataset_id" if not named else "environment.dataset")
+        except DatasetError as exc:
+            raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
     else:  # pragma: no cover - select_source guarantees one of them
         raise RolloutSourceError("environment: set dataset_path or hf_dataset_id")
