@@ -12,7 +12,6 @@ from agilerl.algorithm import AlgorithmBase
 from agilerl.hpo import Mutations, TournamentSelection, resolve_hp_ranges
 from agilerl.hpo.mutation import UnsupportedMutationError
 from agilerl.models import AlgorithmSpec, MutationSpec
-from agilerl.models.base import LLMAlgorithmSpec
 
 
 class ToySpec(AlgorithmSpec):
@@ -152,14 +151,18 @@ def test_selection_records_parents_for_the_log() -> None:
     assert all(by_index[p].fitness == child.fitness for p, child in zip(sel.parents, new, strict=True))
 
 
-class TinyLLMSpec(LLMAlgorithmSpec):
+class HpOnlySpec(AlgorithmSpec):
+    """A family that, like LLM fine-tuning, supports hyperparameter mutation only."""
+
+    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut"})
+    unsupported_mutation_reason: ClassVar[str] = "hyperparameter mutation only: the weights are pretrained"
     lr: float = 1e-5
 
 
-def test_llm_algorithms_refuse_architecture_and_parameter_mutation_clearly() -> None:
+def test_hp_only_algorithms_refuse_architecture_and_parameter_mutation_clearly() -> None:
     spec = MutationSpec.model_validate({"probabilities": {"no_mut": 0.5, "arch_mut": 0.2, "params_mut": 0.3}})
     with pytest.raises(UnsupportedMutationError) as info:
-        Mutations(spec, TinyLLMSpec())
+        Mutations(spec, HpOnlySpec())
     msg = str(info.value)
     assert "architecture mutation (arch_mut)" in msg and "parameter mutation (params_mut)" in msg
     assert "hyperparameter mutation only" in msg and "set arch_mut: 0, params_mut: 0" in msg
@@ -167,4 +170,4 @@ def test_llm_algorithms_refuse_architecture_and_parameter_mutation_clearly() -> 
         {"probabilities": {"no_mut": 0, "arch_mut": 0, "params_mut": 0, "rl_hp_mut": 1},
          "rl_hp_selection": {"lr": {"min": 1e-6, "max": 1e-4}}}
     )  # fmt: skip
-    assert Mutations(ok, TinyLLMSpec()).operators == ["rl_hp_mut"]
+    assert Mutations(ok, HpOnlySpec()).operators == ["rl_hp_mut"]

@@ -137,6 +137,10 @@ def test_seed_names_say_which_plugin_to_install(monkeypatch: pytest.MonkeyPatch)
             models.PPOSpec  # noqa: B018
         with pytest.raises(MissingPluginError, match="agilerl-plugin-llm"):
             models.LLMEnvSpec  # noqa: B018
+        with pytest.raises(MissingPluginError, match="pip install agilerl-plugin-llm"):
+            models.LLMAlgorithmSpec  # noqa: B018
+        with pytest.raises(AttributeError):
+            models.NoSuchThing  # noqa: B018
     finally:
         monkeypatch.delenv("AGILERL_LOAD_PLUGINS")
         plugins.reset()

@@ -27,7 +27,10 @@ KNOWN_PROVIDERS: dict[str, str] = {
     # seed API names that live in plugins
     **dict.fromkeys(["GymEnvSpec", "make_gym_env", "make_pz_env", "make_single_env"], "agilerl-plugin-gym"),
     **dict.fromkeys(["BanditEnvSpec", "make_bandit_env"], "agilerl-plugin-bandit"),
-    **dict.fromkeys(["LLMEnvSpec", "make_llm_env", "make_rollout_env_factory"], "agilerl-plugin-llm"),
+    **dict.fromkeys(
+        ["LLMEnvSpec", "LLMAlgorithmSpec", "LoraConfigDict", "make_llm_env", "make_rollout_env_factory"],
+        "agilerl-plugin-llm",
+    ),
 }
 
 

@@ -4,7 +4,7 @@ Hyperparameter mutation is done here, generically, through ``get_hyperparameter`
 ``set_hyperparameter``. Architecture, parameter and activation mutation are the algorithm's own
 (``mutate_architecture``, ``mutate_parameters``, ``mutate_activation``); an algorithm without one
 gets no mutation for that draw, labelled so in the log. Operators the algorithm's spec does not
-list in ``supported_mutations`` (LLMs: hyperparameters only) are refused with a clear error.
+list in ``supported_mutations`` are refused with a clear error (and the spec's ``unsupported_mutation_reason``).
 """
 
 from __future__ import annotations
@@ -92,12 +92,8 @@ class Mutations:
         supported = type(algo_spec).supported_mutations
         refused = [op for op, w in weights.items() if w > 0 and op not in supported]
         if refused:
-            why = (
-                " (LLM algorithms get hyperparameter mutation only: their weights are a pretrained model"
-                " or its adapters, which architecture and parameter mutation would break)"
-                if type(algo_spec).paradigm == "llm"
-                else ""
-            )
+            reason = type(algo_spec).unsupported_mutation_reason
+            why = f" ({reason})" if reason else ""
             ops = ", ".join(f"{OPERATOR_NAMES.get(op, op)} ({op})" for op in refused)
             raise UnsupportedMutationError(
                 f"mutation.probabilities: {algo_spec.name} does not support {ops}{why}; "

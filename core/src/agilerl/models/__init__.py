@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl.errors import MissingPluginError
+from pydantic import BaseModel
+
+from agilerl.errors import KNOWN_PROVIDERS, MissingPluginError
 from agilerl.models.base import (
     AlgorithmSpec,
     EnvSpec,
-    LLMAlgorithmSpec,
-    LoraConfigDict,
     MultiAgentAlgorithmSpec,
     SingleAgentAlgorithmSpec,
     Spec,
@@ -48,18 +48,40 @@ from agilerl.models.sections import (
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
 
+def _plugin_models() -> dict[str, type[BaseModel]]:
+    """Every pydantic model reachable from a registered spec class: its bases and field types."""
+    found: dict[str, type[BaseModel]] = {}
+    todo: list[type[BaseModel]] = [cls for _, cls in MANIFEST_REGISTRY.items()]
+    todo += list(ENV_TYPES.spec_classes().values())
+    while todo:
+        cls = todo.pop()
+        for base in cls.__mro__:
+            if not (isinstance(base, type) and issubclass(base, BaseModel)) or base.__name__ in found:
+                continue
+            found[base.__name__] = base
+            for field in base.model_fields.values():
+                for arg in (field.annotation, *getattr(field.annotation, "__args__", ())):
+                    if isinstance(arg, type) and issubclass(arg, BaseModel):
+                        todo.append(arg)
+    return found
+
+
 def __getattr__(name: str) -> Any:
-    """``agilerl.models.PPOSpec`` and friends: spec classes registered by plugins."""
-    if not name.endswith("Spec") or name.startswith("_"):
+    """``agilerl.models.PPOSpec``, ``LLMAlgorithmSpec`` and friends: spec classes plugins provide.
+
+    A name resolves to a registered spec class, one of its base classes, or a model one of their
+    fields uses; a name no loaded plugin provides raises :class:`MissingPluginError`.
+    """
+    if name.startswith("_"):
         raise AttributeError(f"module 'agilerl.models' has no attribute {name!r}")
-    for _, cls in MANIFEST_REGISTRY.items():
-        if cls.__name__ == name:
-            return cls
-    for env_cls in ENV_TYPES.spec_classes().values():
-        if env_cls.__name__ == name:
-            return env_cls
-    base = name[: -len("Spec")]
-    raise MissingPluginError(name if name in {"GymEnvSpec", "BanditEnvSpec", "LLMEnvSpec"} else base)
+    models = _plugin_models()
+    if name in models:
+        return models[name]
+    if name in KNOWN_PROVIDERS:
+        raise MissingPluginError(name)
+    if name.endswith("Spec") and name[: -len("Spec")] in KNOWN_PROVIDERS:
+        raise MissingPluginError(name[: -len("Spec")])
+    raise AttributeError(f"module 'agilerl.models' has no attribute {name!r}")
 
 
 __all__ = [
@@ -68,8 +90,6 @@ __all__ = [
     "AlgorithmSpec",
     "CnnSpec",
     "EnvSpec",
-    "LLMAlgorithmSpec",
-    "LoraConfigDict",
     "MlpSpec",
     "MultiAgentAlgorithmSpec",
     "MutationProbabilities",

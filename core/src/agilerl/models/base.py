@@ -25,9 +25,9 @@ class Spec(BaseModel):
 class AlgorithmSpec(Spec):
     """Fields every algorithm's manifest section carries."""
 
-    #: Which builder makes it (``single_agent``, ``multi_agent``, ``llm``, ``bandit``, ...).
+    #: Which builder makes it (the key a plugin registered its builder under).
     paradigm: ClassVar[str] = ""
-    #: Which loop trains it (``on_policy``, ``off_policy``, ``rollout``, ``dataset``, ...).
+    #: Which loop trains it (with ``paradigm``, the key a plugin registered its strategy under).
     regime: ClassVar[str] = ""
     #: ``environment.env_type`` used when the manifest omits it.
     default_env_type: ClassVar[str] = "gym"
@@ -41,6 +41,11 @@ class AlgorithmSpec(Spec):
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
         {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut", "act_mut"}
     )
+    #: Why the operators outside ``supported_mutations`` are refused (shown in the error).
+    unsupported_mutation_reason: ClassVar[str] = ""
+    #: Fields that may be written under the manifest's ``network:`` section and are lifted onto
+    #: this algorithm spec at validation (a field of the spec, or a validation alias of one).
+    lifted_network_fields: ClassVar[frozenset[str]] = frozenset()
 
     batch_size: Annotated[int, Field(ge=1, description="Samples per gradient step.")] = 64
 
@@ -88,63 +93,6 @@ class MultiAgentAlgorithmSpec(AlgorithmSpec):
     normalize_images: bool = True
     torch_compiler: str | None = None
     net_config: dict[str, Any] | None = None
-
-
-class LoraConfigDict(Spec):
-    """LoRA adapter settings (peft), written under the manifest's ``network`` section."""
-
-    lora_r: Annotated[int, Field(ge=1)] = 16
-    lora_alpha: Annotated[float, Field(gt=0)] = 32
-    target_modules: str | list[str] = "all-linear"
-    target_parameters: list[str] | None = None
-    task_type: str = "CAUSAL_LM"
-    lora_dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
-
-
-class LLMAlgorithmSpec(AlgorithmSpec):
-    """LLM fine-tuning algorithms.
-
-    ``pretrained_model_name_or_path``, ``max_model_len`` and ``lora_config`` may be written under
-    the manifest's ``network`` section; they are lifted onto the algorithm at validation.
-    """
-
-    paradigm: ClassVar[str] = "llm"
-    regime: ClassVar[str] = "rollout"
-    default_env_type: ClassVar[str] = "rollout"
-    default_evo_steps: ClassVar[int] = 20
-    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut"})
-
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.001
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 0.1
-    update_epochs: Annotated[int, Field(ge=1)] = 1
-    use_separate_reference_adapter: bool = True
-    calc_position_embeddings: bool = True
-    gradient_checkpointing: bool = True
-    use_liger_loss: bool = True
-    use_liger_kernel: bool | None = None
-    use_mamba_kernels: bool | None = None
-    cast_logprobs_to_fp32: bool = True
-    seed: int = 42
-    quantization: str | dict[str, Any] | None = None
-    activation_offload: bool = False
-    moe_lora_recompute: bool | None = None
-    use_sequence_packing: bool = False
-    lora_target_scope: str | None = None
-    chunk_rows: Annotated[int | None, Field(ge=1)] = None
-    attn_implementation: str | None = None
-    micro_batch_size_per_gpu: Annotated[int | None, Field(ge=1)] = None
-    mini_batch_size: Annotated[int | None, Field(ge=1)] = None
-    hf_generate_chunk_size: Annotated[int | None, Field(ge=1)] = None
-    thinking_token_budget: Annotated[int | None, Field(ge=0)] = None
-    constrain_answer_pattern: str | None = None
-    answer_continuation: bool = False
-    fsdp: bool | dict[str, Any] | None = None
-    vllm_engine_args: dict[str, Any] = Field(default_factory=dict)
-    vllm_lora_export_dir: str | None = None
-    pretrained_model_name_or_path: Annotated[str | None, Field(min_length=1)] = None
-    max_model_len: Annotated[int, Field(ge=1)] = 1024
-    lora_config: LoraConfigDict | None = None
 
 
 class EnvSpec(Spec):

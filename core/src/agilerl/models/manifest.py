@@ -35,9 +35,6 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "tournament_selection": TournamentSelectionSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
-# Fields of the `network` section that belong to LLM algorithms.
-_LLM_NETWORK_FIELDS = {"pretrained_model_name_or_path": "pretrained_model_name_or_path",
-                       "max_context_length": "max_model_len", "lora_config": "lora_config"}  # fmt: skip
 
 
 class TrainingManifest(BaseModel):
@@ -175,6 +172,18 @@ def _section(data: Mapping[str, Any], key: str, model: type[BaseModel], problems
         return None
 
 
+def _names_of_field(model: type[BaseModel], key: str) -> set[str]:
+    """``key`` and every other name (field name, validation aliases) of the field it validates."""
+    for name, info in model.model_fields.items():
+        va = info.validation_alias
+        names = {name, *(c for c in getattr(va, "choices", ()) if isinstance(c, str))}
+        if isinstance(va, str):
+            names.add(va)
+        if key in names:
+            return names
+    return {key}
+
+
 def _algorithm(
     data: Mapping[str, Any], network_raw: Mapping[str, Any] | None, problems: list[Problem]
 ) -> AlgorithmSpec | None:
@@ -197,10 +206,10 @@ def _algorithm(
     except UnknownNameError as exc:
         problems.append(Problem("algorithm.name", str(exc)))
         return None
-    if spec_cls.paradigm == "llm" and network_raw:
-        for src, dst in _LLM_NETWORK_FIELDS.items():
-            if src in network_raw and dst not in fields:
-                fields[dst] = network_raw[src]
+    if network_raw:
+        for key in spec_cls.lifted_network_fields:
+            if key in network_raw and not _names_of_field(spec_cls, key) & fields.keys():
+                fields[key] = network_raw[key]
     try:
         return MANIFEST_REGISTRY.create(name, **fields)
     except ValidationError as exc:
@@ -256,12 +265,44 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
                     f"{algo.name} supports only {', '.join(sorted(type(algo).supported_mutations))}; "
                     f"set {op}: 0",
                 ))  # fmt: skip
-    if algo.paradigm != "llm" and manifest.network is not None:
-        for key in _LLM_NETWORK_FIELDS:
-            if getattr(manifest.network, key) is not None:
-                problems.append(Problem(f"network.{key}", f"only LLM algorithms take {key}; {algo.name} does not"))
     problems.extend(algo.manifest_problems(manifest))
     return problems
+
+
+def _network_without_lifted(
+    data: Mapping[str, Any], network_raw: Mapping[str, Any], algo: AlgorithmSpec | None, problems: list[Problem]
+) -> Mapping[str, Any] | None:
+    """The ``network`` section less the fields algorithm specs lift onto themselves.
+
+    Fields the algorithm lifts were moved onto it by :func:`_algorithm`. A field another registered
+    algorithm lifts is an error naming who takes it (or, when the algorithm itself is invalid, left
+    to that one error). ``None`` when nothing else is left.
+    """
+    takers: dict[str, list[str]] = {}
+    for name, cls in MANIFEST_REGISTRY.items():
+        for key in cls.lifted_network_fields:
+            takers.setdefault(key, []).append(name)
+    spec_cls = type(algo) if algo is not None else _algorithm_class(data)
+    own = spec_cls.lifted_network_fields if spec_cls is not None else frozenset()
+    rest: dict[str, Any] = {}
+    for key, value in network_raw.items():
+        if key in own:
+            continue
+        if key in takers:
+            if spec_cls is not None and algo is not None:
+                names = ", ".join(sorted(takers[key]))
+                problems.append(Problem(f"network.{key}", f"only {names} take {key}; {algo.name} does not"))
+            continue
+        rest[key] = value
+    return rest if rest or not own else None
+
+
+def _algorithm_class(data: Mapping[str, Any]) -> type[AlgorithmSpec] | None:
+    raw = data.get("algorithm")
+    name = raw.get("name") if isinstance(raw, Mapping) else raw
+    if isinstance(name, str) and name in MANIFEST_REGISTRY:
+        return MANIFEST_REGISTRY.get(name)
+    return None
 
 
 def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> TrainingManifest:
@@ -294,14 +335,11 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
     network_raw = normalised.get("network") if isinstance(normalised.get("network"), Mapping) else None
     algo = _algorithm(normalised, network_raw, problems)
     env = _environment(normalised, algo, problems)
+    if network_raw is not None:
+        normalised["network"] = _network_without_lifted(normalised, network_raw, algo, problems)
     sections = {key: _section(normalised, key, model, problems) for key, model in SECTIONS.items() if model is not None}
     if problems:
         raise ManifestError(problems, source)
-    if algo is not None and algo.paradigm == "llm" and sections["network"] is not None:
-        net = sections["network"]
-        sections["network"] = net.model_copy(
-            update={"pretrained_model_name_or_path": None, "max_context_length": None, "lora_config": None}
-        )
     manifest = TrainingManifest.model_validate(
         {"apiVersion": api, "algorithm": algo, "environment": env,
          **{k: v for k, v in sections.items() if v is not None}}

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, model_validator
 
-from agilerl.models.base import LoraConfigDict, Spec
+from agilerl.models.base import Spec
 
 Activation = Literal[
     "Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax",
@@ -93,17 +93,17 @@ EncoderSpec = Annotated[MlpSpec | CnnSpec | LstmSpec | SimbaSpec, Field(discrimi
 
 
 class NetworkSpec(Spec):
-    """Network architecture for RL algorithms: an encoder and a head."""
+    """Network architecture: an encoder and a head.
+
+    Fields an algorithm spec lists in ``lifted_network_fields`` may be written here too; they are
+    moved onto the algorithm at validation and are not part of this section.
+    """
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
     encoder_config: EncoderSpec | None = None
     head_config: MlpSpec | None = None
     random_seed: int | None = None
     simba: bool = False
-    # LLM fine-tuning: written here, lifted onto the algorithm at validation.
-    pretrained_model_name_or_path: str | None = None
-    max_context_length: Annotated[int | None, Field(ge=1)] = None
-    lora_config: LoraConfigDict | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -10,8 +10,9 @@ import weakref
 from typing import Any
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
-from agilerl.models import LLMAlgorithmSpec, TrainingManifest
+from agilerl.models import TrainingManifest
 from agilerl_plugin_llm.model import load_tokenizer
+from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 #: Attribute set on the training env holding the first agent built for it, so population members
 #: 1..N start from its policy (sharing the frozen base weights) instead of fresh loads.

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import AliasChoices, Field, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models import EnvSpec, LLMAlgorithmSpec
+from agilerl.models import EnvSpec
+from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest

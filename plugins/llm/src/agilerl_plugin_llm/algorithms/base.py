@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from agilerl.algorithm import AlgorithmBase
-from agilerl.models import LLMAlgorithmSpec
 from agilerl_plugin_llm import model as llm_model
+from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 Batch = dict[str, torch.Tensor]
 #: ``loss_fn(micro_batch) -> (loss_sum, stats)``: the loss *summed* over the micro-batch's units.
