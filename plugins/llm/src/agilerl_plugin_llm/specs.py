@@ -10,13 +10,14 @@ instead of being silently ignored.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models import EnvSpec
-from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
+from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -88,6 +89,28 @@ def _translate_env_type(data: Any) -> Any:
         # is gem.make unless the manifest names another factory.
         data["entrypoint"] = env_name
         data.setdefault("factory", GEM_FACTORY)
+    return data
+
+
+#: Fields naming local files, stored absolute so a checkpoint resumes from any working directory.
+PATH_FIELDS = ("dataset", "dataset_path", "rubric_file_path", "reward_file_path", "chat_template_path")
+#: Fields of the form ``path/to/file.py:attr`` (or ``module:attr``): the file part is resolved.
+FILE_REF_FIELDS = ("entrypoint", "factory", "observation_processor")
+
+
+def _absolute_paths(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for key in PATH_FIELDS:
+        if key in data:
+            data[key] = resolve_local_path(data[key])
+    for key in FILE_REF_FIELDS:
+        value = data.get(key)
+        if isinstance(value, str) and ":" in value:
+            head, _, attr = value.rpartition(":")
+            if head.endswith(".py") and Path(head).expanduser().is_file():
+                data[key] = f"{resolve_local_path(head)}:{attr}"
     return data
 
 
@@ -188,7 +211,7 @@ class LLMEnvSpec(EnvSpec):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
-        return _translate_env_type(data)
+        return _absolute_paths(_translate_env_type(data))
 
     @model_validator(mode="after")
     def _check(self) -> LLMEnvSpec:
