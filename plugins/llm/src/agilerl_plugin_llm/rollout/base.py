@@ -240,7 +240,10 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             reward=float(rewards.mean()),
             reward_max=float(rewards.max()),
             completion_tokens=n_tokens / max(len(trajs), 1),
-            truncated=float(sum(t.truncated for t in trajs)) / max(len(trajs), 1),
+            # Completions cut at the token budget (no stop token), and episodes cut by the turn or
+            # context limit: different things, both worth watching.
+            truncated=float(sum(t.cut_off for t in trajs)) / max(len(trajs), 1),
+            episode_truncated=float(sum(t.truncated for t in trajs)) / max(len(trajs), 1),
             rollout_s=t_rollout,
             iteration_s=time.perf_counter() - t0,
         )

@@ -45,6 +45,8 @@ class Trajectory:
     terminated: bool
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
+    #: Whether a reply was cut at the token budget (it ended without a stop token).
+    cut_off: bool = False
 
     @property
     def total_reward(self) -> float:
@@ -138,6 +140,7 @@ class RolloutHarness:
         self.rewards: list[float] = []
         self.turn = 0
         self.prompt_len = 0
+        self.cut_off = False
         self.terminated = False
         self.truncated = False
         self._ended_with_stop = False
@@ -229,6 +232,7 @@ class RolloutHarness:
         new_ids = [int(t) for t in new_ids][: self.generation_budget()]
         self._append(new_ids, policy=True)
         self._ended_with_stop = bool(new_ids) and new_ids[-1] in self.stop_ids
+        self.cut_off = self.cut_off or not self._ended_with_stop
         reply = self.tokenizer.decode(new_ids, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": reply})
         return str(reply)
@@ -289,6 +293,7 @@ class RolloutHarness:
             terminated=self.terminated,
             truncated=self.truncated,
             info=dict(self.info),
+            cut_off=self.cut_off,
         )
 
     def close(self) -> None:
