@@ -46,6 +46,19 @@ def _decoder(base: Any) -> Any:
     return decoder if isinstance(decoder, torch.nn.Module) else None
 
 
+def scale_logits(base: Any, logits: torch.Tensor) -> torch.Tensor:
+    """What the model's own forward does to ``lm_head``'s output that the decoder + ``lm_head`` path skips:
+    Granite divides by ``config.logits_scaling``, Cohere multiplies by ``logit_scale``."""
+    config = getattr(base, "config", None)
+    granite = getattr(config, "logits_scaling", None)
+    if isinstance(granite, (int, float)) and granite != 1.0:
+        logits = logits / float(granite)
+    cohere = getattr(base, "logit_scale", getattr(config, "logit_scale", None))
+    if isinstance(cohere, (int, float)) and cohere != 1.0:
+        logits = logits * float(cohere)
+    return logits
+
+
 def sequence_logprobs(
     model: Any,
     input_ids: torch.Tensor,
@@ -72,7 +85,7 @@ def sequence_logprobs(
     softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
     if decoder is not None and lm_head is not None and not softcap:
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        logits = lm_head(hidden[:, :-1][select])
+        logits = scale_logits(base, lm_head(hidden[:, :-1][select]))
     else:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1][select]
     if temperature != 1.0:
@@ -307,4 +320,13 @@ def finite_or(value: float, default: float) -> float:
     return value if math.isfinite(value) else default
 
 
-__all__ = ["Batch", "LLMAlgorithm", "LossFn", "batch_rows", "sequence_logprobs", "slice_batch", "trim_padding"]
+__all__ = [
+    "Batch",
+    "LLMAlgorithm",
+    "LossFn",
+    "batch_rows",
+    "scale_logits",
+    "sequence_logprobs",
+    "slice_batch",
+    "trim_padding",
+]
