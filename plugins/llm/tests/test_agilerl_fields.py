@@ -375,3 +375,42 @@ def test_gspo_and_cispo_train_from_a_manifest(
     assert code == 0, out + err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows and rows[-1]["steps"] == 2
+
+
+# --- learning-rate schedule --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"lr_scheduler": "cosine", "warmup_ratio": 0.25, "lr_min_ratio": 0.1},
+        {"cosine_lr_schedule_config": {"warmup_proportion": 0.25, "min_lr_ratio": 0.1}},  # AgileRL's spelling
+    ],
+)
+def test_lr_schedule_warms_up_then_decays_over_the_run(
+    fields: dict[str, Any], tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],
+    run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    import math
+
+    from agilerl_plugin_llm.algorithms.sft import SFT
+
+    seen: list[float] = []
+    original = SFT.learn
+
+    def spy(self: Any, batch: Any) -> Any:
+        out = original(self, batch)
+        seen.append(self.optimizer.param_groups[0]["lr"])
+        return out
+
+    monkeypatch.setattr(SFT, "learn", spy)
+    data = {"algorithm": {"name": "SFT", "batch_size": 4, "lr": 0.01, "gradient_checkpointing": False, **fields},
+            "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "max_context_length": 128},
+            "environment": {"env_type": "sft", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
+                            "columns": {"prompt": "question"}, "response_column": "answer"},
+            "training": {"max_steps": 4, "evo_steps": 4, "seed": 0, "progress": False,
+                         "run_dir": str(tmp_path / "run")}}  # fmt: skip
+    code, out, err = run_cli("train", write_manifest(data))
+    assert code == 0, out + err
+    cos = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)) for p in (0.0, 1 / 3, 2 / 3)]
+    assert seen == pytest.approx([0.01 * 0.5] + [0.01 * c for c in cos])  # 1 warmup iteration of 4, then cosine

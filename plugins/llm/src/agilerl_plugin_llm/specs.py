@@ -10,13 +10,14 @@ instead of being silently ignored.
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models import EnvSpec
+from agilerl.models import EnvSpec, Spec
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
 if TYPE_CHECKING:
@@ -298,8 +299,61 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
     return problems
 
 
+class CosineLRScheduleConfig(Spec):
+    """AgileRL's ``cosine_lr_schedule_config`` (sets ``lr_scheduler: cosine`` and the fields below)."""
+
+    num_steps: Annotated[int | None, Field(ge=1)] = None
+    warmup_proportion: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    min_lr_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+
+
 class PluginLLMSpec(LLMAlgorithmSpec):
     """Fields every LLM algorithm of this plugin adds to the core's ``LLMAlgorithmSpec``."""
+
+    lr_scheduler: Annotated[
+        Literal["constant", "linear", "cosine"],
+        Field(description="Learning-rate schedule over the run's iterations (after warmup): constant, linear "
+                          "decay or cosine decay to lr * lr_min_ratio."),
+    ] = "constant"  # fmt: skip
+    warmup_ratio: Annotated[
+        float, Field(ge=0.0, lt=1.0, description="Fraction of the schedule's iterations spent ramping lr up from 0.")
+    ] = 0.0
+    lr_min_ratio: Annotated[
+        float, Field(ge=0.0, le=1.0, description="Where linear and cosine decay end, as a fraction of lr.")
+    ] = 0.0
+    lr_schedule_steps: Annotated[
+        int | None, Field(ge=1, description="Iterations the schedule spans (default: training.max_steps).")
+    ] = None
+    cosine_lr_schedule_config: Annotated[
+        CosineLRScheduleConfig | None, Field(description="AgileRL's cosine schedule (see CosineLRScheduleConfig).")
+    ] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agilerl_cosine_schedule(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("cosine_lr_schedule_config"), dict):
+            cfg = CosineLRScheduleConfig.model_validate(data["cosine_lr_schedule_config"])
+            data = dict(data)
+            if data.get("lr_scheduler", "cosine") != "cosine":
+                raise ValueError("cosine_lr_schedule_config contradicts lr_scheduler; keep one")
+            data.update(lr_scheduler="cosine", warmup_ratio=cfg.warmup_proportion, lr_min_ratio=cfg.min_lr_ratio)
+            if cfg.num_steps is not None:
+                data["lr_schedule_steps"] = cfg.num_steps
+        return data
+
+    def lr_factor(self, step: int, total: int) -> float:
+        """The learning-rate multiplier at iteration ``step`` (0-based) of ``total``."""
+        total = max(int(self.lr_schedule_steps or total), 1)
+        warm = round(self.warmup_ratio * total)
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        if self.lr_scheduler == "constant":
+            return 1.0
+        progress = min(max((step - warm) / max(total - warm, 1), 0.0), 1.0)
+        low = self.lr_min_ratio
+        if self.lr_scheduler == "linear":
+            return 1.0 - (1.0 - low) * progress
+        return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     reduce_memory_peak: Annotated[
         bool,

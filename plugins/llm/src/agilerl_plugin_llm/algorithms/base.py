@@ -196,6 +196,22 @@ class LLMAlgorithm(AlgorithmBase):
             for group in self.optimizer.param_groups:
                 group["lr"] = float(new)
 
+    #: Iterations the lr schedule spans when the spec does not say (the builder sets training.max_steps).
+    lr_schedule_total: int = 1
+
+    def current_lr(self) -> float:
+        """``lr`` times the spec's schedule (``lr_scheduler``, ``warmup_ratio``) at this iteration."""
+        if not callable(getattr(self.spec, "lr_factor", None)):
+            return float(self.lr)
+        # Schedule fields are numeric, so mutable: the agent's current values win over the spec's.
+        names = ("warmup_ratio", "lr_min_ratio", "lr_schedule_steps")
+        spec = self.spec.model_copy(update={n: getattr(self, n) for n in names if hasattr(self, n)})
+        return float(self.lr) * float(spec.lr_factor(int(self.steps), int(self.lr_schedule_total)))  # type: ignore[attr-defined]
+
+    def apply_lr_schedule(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr()
+
     # --- reference policy ----------------------------------------------------------------------
     def reference(self) -> Any:
         """Context manager yielding the reference policy module (gradients off)."""
@@ -229,6 +245,7 @@ class LLMAlgorithm(AlgorithmBase):
         sees the mini-batch mean whatever the micro-batch size. Returns mean stats.
         """
         self.model.train()
+        self.apply_lr_schedule()
         n = batch_rows(batch)
         mini = min(self.mini_batch_size or n, n)
         micro = min(self.micro_batch_size_per_gpu or mini, mini)
