@@ -414,3 +414,86 @@ def test_lr_schedule_warms_up_then_decays_over_the_run(
     assert code == 0, out + err
     cos = [0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)) for p in (0.0, 1 / 3, 2 / 3)]
     assert seen == pytest.approx([0.01 * 0.5] + [0.01 * c for c in cos])  # 1 warmup iteration of 4, then cosine
+
+
+# --- reference refresh: update_reference_every -------------------------------------------------------
+
+
+def lora_reference(agent: Any) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in agent.model.named_parameters() if ".reference." in n and "lora_" in n}
+
+
+def lora_actor(agent: Any) -> dict[str, torch.Tensor]:
+    return {n.replace(".actor.", ".reference."): p.detach().clone()
+            for n, p in agent.model.named_parameters() if ".actor." in n and "lora_" in n}  # fmt: skip
+
+
+def test_update_reference_every_copies_the_policy_into_this_agent_s_reference_only(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    data = rollout_manifest(tiny_model_dir, tmp_path, beta=0.04, update_reference_every=2)
+    data["network"]["lora_config"] = {"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0}
+    m = load_manifest(data)
+    envs = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=envs, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+    start = lora_reference(agent)
+    twin = agent.clone(index=1)  # shares the frozen reference tensors with agent
+    for _ in range(2):
+        agent.learn_iteration(envs)
+        agent.steps += 1
+    assert all(torch.equal(start[n], t) for n, t in lora_reference(agent).items())  # not yet: steps 0 and 1
+    policy_at_2 = lora_actor(agent)
+    assert any(not torch.equal(start[n], t) for n, t in policy_at_2.items())  # the actor moved
+    agent.learn_iteration(envs)  # iteration 2 starts with the refresh
+    assert all(torch.equal(policy_at_2[n], t) for n, t in lora_reference(agent).items())
+    assert all(torch.equal(start[n], t) for n, t in lora_reference(twin).items())  # the clone keeps its own
+    # A checkpoint carries the refreshed reference.
+    restored = agent.clone(index=2)
+    restored.load_state_dict(twin.state_dict())
+    assert all(torch.equal(start[n], t) for n, t in lora_reference(restored).items())
+    restored.load_state_dict(agent.state_dict())
+    assert all(torch.equal(policy_at_2[n], t) for n, t in lora_reference(restored).items())
+    assert all(torch.equal(start[n], t) for n, t in lora_reference(twin).items())
+
+
+def test_update_reference_every_full_fine_tuning_dpo_saves_its_reference(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps({"prompt": f"Say {w}.", "chosen": "eight", "rejected": w})
+                               for w in ("one", "two", "three", "four")))  # fmt: skip
+    m = load_manifest({"algorithm": {"name": "DPO", "batch_size": 2, "lr": 0.01, "update_reference_every": 1,
+                                     "gradient_checkpointing": False},
+                       "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "max_context_length": 64},
+                       "environment": {"env_type": "preference", "dataset_path": str(pairs)}})  # fmt: skip
+    env = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=env, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+    agent.learn(env.next_batch(2))
+    agent.steps += 1
+    after_one = {n: p.detach().clone() for n, p in agent.model.named_parameters()}
+    agent.learn(env.next_batch(2))  # refreshes first: the reference is the policy after iteration 1
+    ref = dict(agent.reference_model.named_parameters())
+    assert all(torch.equal(after_one[n], ref[n]) for n in after_one)
+    state = agent.state_dict()
+    fresh = agent.clone(index=1)
+    fresh.reference_model = None  # what a resume starts from: no refreshed reference yet
+    fresh.load_state_dict(state)
+    assert all(torch.equal(ref[n], p) for n, p in fresh.reference_model.named_parameters())
+
+
+def test_update_reference_every_is_refused_where_there_is_no_reference(tiny_model_dir: Path, tmp_path: Path) -> None:
+    found = problems_of(rollout_manifest(tiny_model_dir, tmp_path, beta=0.0, update_reference_every=2))
+    assert any("no reference policy" in p for p in found), found
+    data = rollout_manifest(tiny_model_dir, tmp_path, beta=0.04, update_reference_every=2,
+                            use_separate_reference_adapter=False)  # fmt: skip
+    data["network"]["lora_config"] = {"lora_r": 4}
+    found = problems_of(data)
+    assert any("use_separate_reference_adapter: true" in p for p in found), found

@@ -327,6 +327,24 @@ class PluginLLMSpec(LLMAlgorithmSpec):
     cosine_lr_schedule_config: Annotated[
         CosineLRScheduleConfig | None, Field(description="AgileRL's cosine schedule (see CosineLRScheduleConfig).")
     ] = None
+    update_reference_every: Annotated[
+        int | None,
+        Field(ge=1, description="Every this many iterations, the reference policy becomes a copy of the current "
+                                "policy (None: the reference stays the starting policy). Under LoRA it needs "
+                                "use_separate_reference_adapter: true."),
+    ] = None  # fmt: skip
+
+    @model_validator(mode="after")
+    def _reference_refresh(self) -> PluginLLMSpec:
+        if self.update_reference_every is None:
+            return self
+        if not getattr(type(self), "has_reference", True) or float(getattr(self, "beta", 1.0)) == 0.0:
+            raise ValueError(f"update_reference_every: {self.name} has no reference policy here (beta 0 or none "
+                             "in its loss); remove it")  # fmt: skip
+        if self.lora_config is not None and not self.use_separate_reference_adapter:
+            raise ValueError("update_reference_every under LoRA refreshes the reference adapter: set "
+                             "use_separate_reference_adapter: true (without it the reference is the frozen base)")  # fmt: skip
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -416,6 +434,7 @@ class SFTSpec(DatasetLLMSpec):
     """Supervised fine-tuning: next-token cross-entropy on the response tokens only."""
 
     objective: ClassVar[str] = "sft"
+    has_reference: ClassVar[bool] = False
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
         "batch_size": (1, 32),
         "lr": (1e-7, 1e-3),

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from agilerl.algorithm import AlgorithmBase
+from agilerl.errors import AgileRLError
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
@@ -217,6 +218,30 @@ class LLMAlgorithm(AlgorithmBase):
         """Context manager yielding the reference policy module (gradients off)."""
         return llm_model.reference_policy(self.model, self.reference_model)
 
+    def maybe_refresh_reference(self) -> None:
+        """``update_reference_every``: at iterations N, 2N, ... the reference becomes the current policy."""
+        every = getattr(self.spec, "update_reference_every", None)
+        if not every or not self.needs_reference or self.steps == 0 or self.steps % int(every):
+            return
+        if getattr(self, "reference_step", None) != self.steps:
+            self.refresh_reference()
+
+    def refresh_reference(self) -> None:
+        """Make the reference a copy of the current policy, owned by this agent alone.
+
+        Clones share frozen tensors (the reference among them), so this rebinds new tensors rather
+        than writing into the shared ones: the rest of the population keeps its own reference.
+        """
+        self.reference_step: int | None = int(self.steps)
+        if llm_model.is_peft(self.model) and llm_model.REFERENCE in llm_model.adapter_names(self.model):
+            _rebind(self.model, {n.replace(f".{llm_model.REFERENCE}.", f".{llm_model.ACTOR}."): n
+                                 for n, _ in self.model.named_parameters()
+                                 if f".{llm_model.REFERENCE}." in n and "lora_" in n})  # fmt: skip
+        elif self.reference_model is not None:
+            self.reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+        else:
+            raise ValueError("no reference to refresh: under LoRA set use_separate_reference_adapter: true")
+
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
         """Per-token log-probs of ``batch["loss_mask"]`` tokens under the policy (or the reference)."""
         ids, am, lm = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
@@ -245,6 +270,7 @@ class LLMAlgorithm(AlgorithmBase):
         sees the mini-batch mean whatever the micro-batch size. Returns mean stats.
         """
         self.model.train()
+        self.maybe_refresh_reference()
         self.apply_lr_schedule()
         n = batch_rows(batch)
         mini = min(self.mini_batch_size or n, n)
@@ -308,6 +334,11 @@ class LLMAlgorithm(AlgorithmBase):
             if f".{llm_model.REFERENCE}." in n and "lora_" in n
         }
         state["reference_weights"] = ref or None
+        state["reference_step"] = getattr(self, "reference_step", None)
+        if state["reference_step"] is not None and self.reference_model is not None and not ref:
+            # A refreshed full-model reference is no longer the starting weights: it must be saved.
+            state["reference_model"] = {n: t.detach().to("cpu", copy=True)
+                                        for n, t in self.reference_model.state_dict().items()}  # fmt: skip
         state["optimizer"] = self.optimizer.state_dict()
         state["micro_batch_size_per_gpu"] = self.micro_batch_size_per_gpu
         state["mini_batch_size"] = self.mini_batch_size
@@ -317,7 +348,16 @@ class LLMAlgorithm(AlgorithmBase):
         super().load_state_dict(state)
         llm_model.load_weights(self.model, state["weights"], what="weights")
         if state.get("reference_weights"):
-            llm_model.load_weights(self.model, state["reference_weights"], what="reference adapter")
+            # Rebind (not copy into) the reference tensors: they may be shared with other agents.
+            params = dict(self.model.named_parameters())
+            unknown = [n for n in state["reference_weights"] if n not in params]
+            if unknown:
+                raise AgileRLError(f"checkpoint reference adapter does not fit this model ({unknown[0]!r})")
+            _rebind(self.model, {}, tensors=state["reference_weights"])
+        self.reference_step = state.get("reference_step")
+        if state.get("reference_model") is not None:
+            self.reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.reference_model.load_state_dict(state["reference_model"])
         if state.get("optimizer") is not None:
             self.optimizer = self._make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
@@ -331,6 +371,20 @@ class LLMAlgorithm(AlgorithmBase):
     # --- evaluation ----------------------------------------------------------------------------
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
         raise NotImplementedError
+
+
+def _rebind(model: Any, sources: dict[str, str], *, tensors: Mapping[str, torch.Tensor] | None = None) -> None:
+    """Give parameters new frozen tensors: ``sources`` maps a source parameter to the one to replace
+    (a copy of the source's values); ``tensors`` maps a parameter to its new values."""
+    params = dict(model.named_parameters())
+    modules = dict(model.named_modules())
+    updates = {dst: params[src].detach() for src, dst in sources.items()}
+    updates.update(tensors or {})
+    for name, value in updates.items():
+        owner, _, attr = name.rpartition(".")
+        old = params[name]
+        new = torch.nn.Parameter(value.to(old.device, old.dtype).clone(), requires_grad=False)
+        setattr(modules[owner], attr, new)
 
 
 def finite_or(value: float, default: float) -> float:

@@ -223,6 +223,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     def learn_iteration(self, envs: Any) -> dict[str, float]:
         """Collect a batch of episodes from ``envs.make_train`` and take the optimizer steps."""
         t0 = time.perf_counter()
+        self.maybe_refresh_reference()  # before the reference log-probs of this iteration
         seeds, repeats = self.episodes_per_iteration()
         all_seeds = [s for s in seeds for _ in range(repeats)]
         trajs = self.rollout(envs.make_train, all_seeds, generation_seed=all_seeds[0] if all_seeds else None)
