@@ -497,3 +497,46 @@ def test_update_reference_every_is_refused_where_there_is_no_reference(tiny_mode
     data["network"]["lora_config"] = {"lora_r": 4}
     found = problems_of(data)
     assert any("use_separate_reference_adapter: true" in p for p in found), found
+
+
+# --- several reward functions with weights -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"rubric_name": ["length", "is_answer"], "reward_weights": [0.5, 2.0]},
+        {"rubric_name": {"length": 0.5, "is_answer": 2.0}},
+    ],
+)
+def test_several_reward_functions_are_summed_with_their_weights(fields: dict[str, Any], tmp_path: Path) -> None:
+    from agilerl_plugin_llm.rollout.sources import build_dataset_source
+
+    rubric = tmp_path / "rewards.py"
+    rubric.write_text(
+        "def length(completion, answer, question):\n    return float(len(completion))\n"
+        "def is_answer(completion, answer, question):\n    return float(completion.strip() == answer)\n"
+    )
+    data = rollout_manifest(Path("unused"), tmp_path)["environment"]
+    data.update(rubric_file_path=str(rubric), **fields)
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+
+    spec = LLMEnvSpec.model_validate(data)
+    make_env, _ = build_dataset_source(spec, seed=0)
+    env = make_env()
+    env.reset(seed=0)
+    assert env.step("eight")[1] == pytest.approx(0.5 * 5 + 2.0)
+    env.reset(seed=0)
+    assert env.step("cat cat")[1] == pytest.approx(0.5 * 7)
+
+
+def test_reward_weights_must_match_the_functions(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+
+    base = rollout_manifest(Path("unused"), tmp_path)["environment"]
+    with pytest.raises(ValidationError, match="2 weights for 1 reward"):
+        LLMEnvSpec.model_validate({**base, "rubric_name": "reward_fn", "reward_weights": [1.0, 2.0]})
+    with pytest.raises(ValidationError, match="already gives the weights"):
+        LLMEnvSpec.model_validate({**base, "rubric_name": {"a": 1.0}, "reward_weights": [1.0]})

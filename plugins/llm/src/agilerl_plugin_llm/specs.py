@@ -48,7 +48,7 @@ UNSUPPORTED_ENV_FIELDS: dict[str, str] = {
 
 #: Fields that only mean something for ``env_type: rollout`` (rejected on a dataset env).
 ROLLOUT_ONLY_FIELDS: tuple[str, ...] = (
-    "prompt_template", "rubric_file_path", "rubric_name", "max_reward", "entrypoint", "env_name", "factory",
+    "prompt_template", "rubric_file_path", "rubric_name", "reward_weights", "max_reward", "entrypoint", "env_name", "factory",
     "env_config", "env_packages", "max_turns", "action_error_field", "strict_chat_template_boundary",
     "observation_field", "observation_processor", "env_url", "mcp_tool", "action_field",
     "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars",
@@ -156,8 +156,18 @@ class LLMEnvSpec(EnvSpec):
         str | None, Field(validation_alias=AliasChoices("rubric_file_path", "reward_file_path"))
     ] = None
     rubric_name: Annotated[
-        str | None, Field(min_length=1, validation_alias=AliasChoices("rubric_name", "reward_fn_name"))
-    ] = None
+        str | list[str] | dict[str, float] | None,
+        Field(
+            validation_alias=AliasChoices("rubric_name", "reward_fn_name"),
+            description="The reward function(s) in rubric_file_path: one name, a list of names (summed, weighted "
+                        "by reward_weights) or a mapping {name: weight}. Default: reward_fn.",
+        ),
+    ] = None  # fmt: skip
+    reward_weights: Annotated[
+        list[float] | None,
+        Field(description="Weights of the functions listed in rubric_name (default 1 each); the reward is the "
+                          "weighted sum."),
+    ] = None  # fmt: skip
     max_reward: float | None = None
     train_test_split: Annotated[
         float | None,
@@ -214,8 +224,28 @@ class LLMEnvSpec(EnvSpec):
     def _legacy(cls, data: Any) -> Any:
         return _absolute_paths(_translate_env_type(data))
 
+    @property
+    def reward_functions(self) -> list[tuple[str, float]]:
+        """``(name, weight)`` of every reward function ``rubric_name`` names."""
+        names = self.rubric_name
+        if isinstance(names, dict):
+            return [(str(k), float(v)) for k, v in names.items()]
+        listed = [names] if isinstance(names, str) else list(names or ["reward_fn"])
+        weights = self.reward_weights or [1.0] * len(listed)
+        return list(zip(listed, map(float, weights), strict=True))
+
     @model_validator(mode="after")
     def _check(self) -> LLMEnvSpec:
+        names = self.rubric_name
+        if names is not None and (not names or any(not n for n in ([names] if isinstance(names, str) else names))):
+            raise ValueError("rubric_name: give a function name (or a non-empty list / mapping of them)")
+        if self.reward_weights is not None:
+            if isinstance(names, dict):
+                raise ValueError("reward_weights: the rubric_name mapping already gives the weights; remove one")
+            count = len(names) if isinstance(names, list) else 1
+            if len(self.reward_weights) != count:
+                raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {count} reward "
+                                 "function(s) in rubric_name")  # fmt: skip
         if self.env_name and self.factory == GEM_FACTORY and importlib.util.find_spec("gem") is None:
             raise ValueError(
                 f"env_name {self.env_name!r} is a GEM env, built with gem.make: install gem-llm "
