@@ -540,3 +540,49 @@ def test_reward_weights_must_match_the_functions(tmp_path: Path) -> None:
         LLMEnvSpec.model_validate({**base, "rubric_name": "reward_fn", "reward_weights": [1.0, 2.0]})
     with pytest.raises(ValidationError, match="already gives the weights"):
         LLMEnvSpec.model_validate({**base, "rubric_name": {"a": 1.0}, "reward_weights": [1.0]})
+
+
+# --- generation config: eos_token_id and stop_strings ------------------------------------------------
+
+
+def greedy_replies(model_dir: Path, tmp_path: Path, **algo: Any) -> tuple[Any, list[Trajectory]]:
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    m = load_manifest(rollout_manifest(model_dir, tmp_path, max_output_tokens=8, **algo))
+    envs = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=envs, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+    return agent, agent.rollout(envs.make_eval, [0, 1], greedy=True)
+
+
+def reply_ids(t: Trajectory) -> list[int]:
+    return [tid for tid, m in zip(t.token_ids, t.policy_mask, strict=True) if m]
+
+
+def test_eos_token_id_and_stop_strings_end_replies(tiny_model_dir: Path, tmp_path: Path) -> None:
+    agent, free = greedy_replies(tiny_model_dir, tmp_path)
+    first = reply_ids(free[0])
+    assert len(first) == 8 and free[0].cut_off  # an untrained model runs to the budget
+    # eos_token_id: the third token of the free reply now ends it.
+    _, stopped = greedy_replies(tiny_model_dir, tmp_path, eos_token_id=first[2])
+    assert reply_ids(stopped[0]) == first[: first.index(first[2]) + 1] and not stopped[0].cut_off
+    # stop_strings: the reply ends with the token that completes the string, which is kept.
+    text = agent.tokenizer.decode(first[:4])
+    stop = text[-2:] if len(text.strip()) >= 2 else text
+    _, by_string = greedy_replies(tiny_model_dir, tmp_path, stop_strings=[stop])
+    ids = reply_ids(by_string[0])
+    assert stop in agent.tokenizer.decode(ids) and stop not in agent.tokenizer.decode(ids[:-1])
+    assert len(ids) <= 4 and ids == first[: len(ids)] and not by_string[0].cut_off
+    found = problems_of(rollout_manifest(tiny_model_dir, tmp_path, stop_strings=[""]))
+    assert any("empty string" in p for p in found), found
+
+
+def test_the_model_s_generation_config_eos_ends_replies(tiny_model_dir: Path, tmp_path: Path) -> None:
+    agent, free = greedy_replies(tiny_model_dir, tmp_path)
+    first = reply_ids(free[0])
+    fresh = agent.clone(index=1)
+    fresh._stop_ids = None
+    fresh.model.generation_config.eos_token_id = [agent.tokenizer.eos_token_id, first[1]]
+    assert first[1] in fresh.stop_ids

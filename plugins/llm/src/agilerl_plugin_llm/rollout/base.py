@@ -20,7 +20,13 @@ from typing import Any
 import torch
 
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
-from agilerl_plugin_llm.rollout.generation import GenerationBackend, GenerationError, SamplingConfig, select_backend
+from agilerl_plugin_llm.rollout.generation import (
+    GenerationBackend,
+    GenerationError,
+    SamplingConfig,
+    cut_at_stop_string,
+    select_backend,
+)
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
 from agilerl_plugin_llm.rollout.kv import has_dropout, shared_prefix_logprobs, supports_shared_prefix
 
@@ -54,7 +60,10 @@ def collect(
             sampling=sampling,
             seed=None if generation_seed is None else generation_seed + 7919 * turn,
         )
-        replies = [h.reply(ids) for h, ids in zip(active, new, strict=False)]
+        replies = []
+        for h, ids in zip(active, new, strict=False):
+            ids, stopped = cut_at_stop_string(list(ids), h.tokenizer, sampling.stop_strings)
+            replies.append(h.reply(ids, stopped=stopped))
         results = run([partial(h.env.step, a) for h, a in zip(active, replies, strict=True)])
         for harness, result in zip(active, results, strict=True):
             harness.finish_step(result)
@@ -170,8 +179,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     # --- generation ---------------------------------------------------------------------------
     @property
     def stop_ids(self) -> list[int]:
+        """Token ids that end a reply: the tokenizer's eos and end-of-turn markers, the model's
+        ``generation_config.eos_token_id`` and the spec's ``eos_token_id``."""
         if getattr(self, "_stop_ids", None) is None:
-            self._stop_ids = stop_token_ids(self.tokenizer)
+            ids = stop_token_ids(self.tokenizer)
+            config = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+            extra = getattr(self.spec, "eos_token_id", None)
+            for value in (config, extra):
+                for tid in value if isinstance(value, list) else [value]:
+                    if tid is not None and int(tid) not in ids:
+                        ids.append(int(tid))
+            self._stop_ids = ids
         return self._stop_ids
 
     def backend(self) -> GenerationBackend:
@@ -203,6 +221,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         backend = self.backend()
         backend.sync_weights(self.model)
         harnesses = [make_harness() for _ in seeds]
+        for h in harnesses:  # the ids generation stops on (eos_token_id, generation_config) end replies there too
+            h.stop_ids = set(h.stop_ids) | set(self.stop_ids)
         try:
             return collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
                            generation_seed=generation_seed)  # fmt: skip

@@ -165,6 +165,15 @@ class RolloutLLMSpec(PluginLLMSpec):
         ),
     ] = "auto"  # fmt: skip
 
+    eos_token_id: Annotated[
+        int | list[int] | None,
+        Field(description="Token id(s) that also end a reply, besides the tokenizer's eos, its end-of-turn markers "
+                          "and the model's generation_config.eos_token_id."),
+    ] = None  # fmt: skip
+    stop_strings: Annotated[
+        list[str] | None,
+        Field(description="A reply ends after the first of these strings (kept in the reply, as HF generate does)."),
+    ] = None
     vllm_importance_sampling_correction: Annotated[
         bool | None,
         Field(description="Not implemented (the vLLM backend here returns no sampling log-probs): only false "
@@ -183,6 +192,8 @@ class RolloutLLMSpec(PluginLLMSpec):
             if value not in (None, False):
                 raise ValueError(f"{name}: {why}; remove it from the algorithm section")
         problems = llm_algorithm_problems(self)
+        if self.stop_strings is not None and not all(self.stop_strings):
+            problems.append("stop_strings: an empty string would end every reply at once; remove it")
         if self.vllm_importance_sampling_correction:
             problems.append("vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not "
                             "implemented; remove it or set it to false")  # fmt: skip
