@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMREINFORCESpec
+from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMPPOSpec, LLMREINFORCESpec
 
 
 def register_algorithms(register: Any) -> None:
@@ -17,6 +17,7 @@ def register_algorithms(register: Any) -> None:
     register(GSPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
     register(CISPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
     register(LLMREINFORCESpec, algorithm="agilerl_plugin_llm.rollout.reinforce:LLMREINFORCE")
+    register(LLMPPOSpec, algorithm="agilerl_plugin_llm.rollout.ppo:LLMPPO")
 
 
 def register_env_types(register: Any) -> None:

@@ -357,9 +357,50 @@ class LLMREINFORCESpec(RolloutLLMSpec):
     whiten_advantages: Annotated[bool, Field(description="Divide advantages by their batch std.")] = False
 
 
+class LLMPPOSpec(RolloutLLMSpec):
+    """PPO for LLMs (token-level): a value head on the policy's last hidden state estimates each
+    token's value; GAE over the policy tokens gives advantages (rewards at the end of each turn,
+    ``gamma`` across turns, ``gae_lambda`` across tokens); clipped-ratio policy loss plus
+    ``vf_coef`` x the value loss, and the k3 KL to the reference (``beta``)."""
+
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        **ROLLOUT_HPO_RANGES,
+        "lr_actor": (1e-7, 1e-5),
+        "lr_critic": (1e-7, 1e-3),
+        "vf_coef": (0.1, 1.0),
+        "gae_lambda": (0.8, 1.0),
+    }
+
+    temperature: Annotated[float, Field(ge=0.0)] = 1.0
+    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
+    lr_actor: Annotated[
+        float,
+        Field(gt=0.0, validation_alias=AliasChoices("lr_actor", "lr"), description="AdamW lr of the policy."),
+    ] = 5e-7
+    lr_critic: Annotated[float, Field(gt=0.0, description="AdamW lr of the value head.")] = 5e-5
+    clip_coef: Annotated[float, Field(ge=0.0, le=1.0, description="Clip range of the importance ratio.")] = 0.2
+    vf_coef: Annotated[float, Field(ge=0.0, description="Weight of the value loss.")] = 0.5
+    gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount across turns (tokens of a turn: 1).")] = 1.0
+    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0, description="GAE lambda across policy tokens.")] = 0.95
+    whiten_advantages: Annotated[bool, Field(description="Normalise advantages over the batch's tokens.")] = True
+    kl_clamp: Annotated[float | None, Field(gt=0.0, description="Clamp the per-token k3 KL estimate.")] = 10.0
+    advantage_granularity: Annotated[
+        Literal["auto", "token"],
+        Field(
+            validation_alias=AliasChoices("advantage_granularity", "action_granularity"),
+            description="token (and auto): each policy token its own GAE advantage.",
+        ),
+    ] = "auto"  # type: ignore[assignment]
+
+    @property
+    def lr(self) -> float:
+        return self.lr_actor
+
+
 __all__ = [
     "ROLLOUT_HPO_RANGES",
     "CISPOSpec",
+    "LLMPPOSpec",
     "GRPOSpec",
     "GSPOSpec",
     "LLMREINFORCESpec",
