@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.errors import AgileRLError
+from agilerl_plugin_llm import distributed
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
@@ -272,6 +273,7 @@ class LLMAlgorithm(AlgorithmBase):
         self.model.train()
         self.maybe_refresh_reference()
         self.apply_lr_schedule()
+        rank, world = distributed.context()
         n = batch_rows(batch)
         mini = min(self.mini_batch_size or n, n)
         micro = min(self.micro_batch_size_per_gpu or mini, mini)
@@ -280,15 +282,18 @@ class LLMAlgorithm(AlgorithmBase):
         steps = 0
         for start in range(0, n, mini):
             mini_batch = slice_batch(batch, start, min(start + mini, n))
-            denom = max(units(mini_batch), 1e-8)
+            denom = max(units(mini_batch), 1e-8)  # the whole step's units, on every process
             self.optimizer.zero_grad(set_to_none=True)
-            for m_start in range(0, batch_rows(mini_batch), micro):
-                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, m_start, m_start + micro)))
+            lo, hi = distributed.shard(batch_rows(mini_batch), rank, world)  # this process's rows
+            for m_start in range(lo, hi, micro):
+                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, m_start, min(m_start + micro, hi))))
                 loss_sum, stats = loss_fn(micro_batch)
                 (loss_sum / denom).backward()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
+            if world > 1:
+                distributed.sum_gradients(self.trainable_parameters())
             if self.max_grad_norm and self.max_grad_norm > 0:
                 norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.max_grad_norm)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm)
@@ -296,6 +301,11 @@ class LLMAlgorithm(AlgorithmBase):
             self.optimizer.step()
             steps += 1
         self.optimizer.zero_grad(set_to_none=True)
+        if world > 1:
+            grad_norm = (totals.pop("grad_norm", None), counts.pop("grad_norm", None))  # the same on every rank
+            totals, counts = distributed.merge_stats(totals, counts)
+            if grad_norm[0] is not None and grad_norm[1] is not None:
+                totals["grad_norm"], counts["grad_norm"] = grad_norm[0], grad_norm[1]
         out = {k: totals[k] / counts[k] for k in totals}
         out["optimizer_steps"] = float(steps)
         return out

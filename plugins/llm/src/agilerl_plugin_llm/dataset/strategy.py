@@ -68,6 +68,9 @@ class LLMDatasetStrategy(TrainingStrategy):
         return {"env": env.state_dict()} if env is not None else {}
 
     def setup(self, run: Run) -> None:
+        from agilerl_plugin_llm.distributed import quiet_other_ranks
+
+        quiet_other_ranks(run)  # under torchrun / accelerate launch, rank 0 writes the metrics
         self._env = run.env
         if run.resume is None:
             # A baseline row: the held-out metrics before any training, so a run shows how far it moved.

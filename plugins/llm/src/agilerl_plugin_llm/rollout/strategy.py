@@ -59,6 +59,9 @@ class LLMRolloutStrategy(TrainingStrategy):
         return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
 
     def setup(self, run: Run) -> None:
+        from agilerl_plugin_llm.distributed import quiet_other_ranks
+
+        quiet_other_ranks(run)  # under torchrun / accelerate launch, rank 0 writes the metrics
         if run.resume is None:
             # The step-0 point: held-out reward before any training, so a run shows how far it moved.
             for agent in run.population:
