@@ -136,6 +136,18 @@ def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
     return out
 
 
+def sequence_mean_loss(
+    per_token: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor, stats: dict[str, float]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Each row's token mean, summed over rows (``optimize`` divides by the step's rows); logs
+    ``clip_fraction`` and ``loss``."""
+    per_row = masked_mean_per_row(per_token, mask)
+    stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
+    loss_sum = per_row.sum()
+    stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
+    return loss_sum, stats
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: float | None) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate k3 = exp(r) - r - 1 with r = log pi_ref - log pi (>= 0)."""
     diff = ref_logp - logp
@@ -320,6 +332,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         if toggle:
             self.model.train()
         return out
+
+    def with_kl(
+        self, per_token: torch.Tensor, logp: torch.Tensor, batch: Mapping[str, torch.Tensor], mask: torch.Tensor,
+        stats: dict[str, float], clamp: float | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """``per_token`` plus ``beta`` x the k3 KL to the reference (when there is one); logs ``kl``."""
+        if self.beta > 0 and "ref_logprobs" in batch:
+            kl = k3_kl(logp, batch["ref_logprobs"], clamp)
+            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
+            return per_token + float(self.beta) * kl
+        return per_token
 
     def _logit_temperature(self) -> float:
         # Score tokens under the distribution they were sampled from (as TRL does).

@@ -28,7 +28,6 @@ import torch
 
 from agilerl_plugin_llm.rollout.base import (
     RolloutLLMAlgorithm,
-    k3_kl,
     masked_mean_per_row,
     pad_trajectories,
     returns_to_go,
@@ -216,10 +215,7 @@ class GRPO(RolloutLLMAlgorithm):
             level=self.spec.ratio_level, turn_index=batch.get("turn_index"),
         )  # fmt: skip
         stats: dict[str, float] = {}
-        if self.beta > 0 and "ref_logprobs" in batch:
-            kl = k3_kl(logp, batch["ref_logprobs"], self.spec.kl_clamp)
-            per_token = per_token + float(self.beta) * kl
-            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
+        per_token = self.with_kl(per_token, logp, batch, mask, stats, self.spec.kl_clamp)
         stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
         loss_sum = normalised_loss_sum(per_token, mask, batch, self.spec.loss_norm)
         stats["loss"] = float(loss_sum.detach()) / max(len(per_token), 1)

@@ -28,7 +28,12 @@ import torch.nn.functional as F
 
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.algorithms.base import _decoder, scale_logits
-from agilerl_plugin_llm.rollout.base import RolloutLLMAlgorithm, k3_kl, masked_mean_per_row, pad_trajectories
+from agilerl_plugin_llm.rollout.base import (
+    RolloutLLMAlgorithm,
+    masked_mean_per_row,
+    pad_trajectories,
+    sequence_mean_loss,
+)
 from agilerl_plugin_llm.rollout.grpo import policy_loss
 from agilerl_plugin_llm.rollout.harness import Trajectory
 from agilerl_plugin_llm.rollout.specs import LLMPPOSpec
@@ -175,15 +180,8 @@ class LLMPPO(RolloutLLMAlgorithm):
         vf = 0.5 * (values - batch["returns"]) ** 2
         per_token = pg + float(self.vf_coef) * vf
         stats: dict[str, float] = {"value_loss": float(masked_mean_per_row(vf.detach(), mask).mean())}
-        if self.beta > 0 and "ref_logprobs" in batch:
-            kl = k3_kl(logp, batch["ref_logprobs"], self.spec.kl_clamp)
-            per_token = per_token + float(self.beta) * kl
-            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
-        per_row = masked_mean_per_row(per_token, mask)
-        stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
-        loss_sum = per_row.sum()
-        stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
-        return loss_sum, stats
+        per_token = self.with_kl(per_token, logp, batch, mask, stats, self.spec.kl_clamp)
+        return sequence_mean_loss(per_token, clipped, mask, stats)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -16,9 +16,9 @@ import torch
 
 from agilerl_plugin_llm.rollout.base import (
     RolloutLLMAlgorithm,
-    masked_mean_per_row,
     pad_trajectories,
     returns_to_go,
+    sequence_mean_loss,
 )
 from agilerl_plugin_llm.rollout.grpo import policy_loss
 from agilerl_plugin_llm.rollout.harness import Trajectory
@@ -63,17 +63,8 @@ class LLMREINFORCE(RolloutLLMAlgorithm):
             turn_index=batch.get("turn_index"),
         )  # fmt: skip
         stats: dict[str, float] = {}
-        if self.beta > 0 and "ref_logprobs" in batch:
-            from agilerl_plugin_llm.rollout.base import k3_kl
-
-            kl = k3_kl(logp, batch["ref_logprobs"], 10.0)
-            per_token = per_token + float(self.beta) * kl
-            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
-        per_row = masked_mean_per_row(per_token, mask)
-        stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
-        loss_sum = per_row.sum()
-        stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
-        return loss_sum, stats
+        per_token = self.with_kl(per_token, logp, batch, mask, stats, 10.0)
+        return sequence_mean_loss(per_token, clipped, mask, stats)
 
 
 __all__ = ["LLMREINFORCE", "returns_to_go"]
