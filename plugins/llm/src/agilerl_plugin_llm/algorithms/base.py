@@ -205,6 +205,8 @@ class LLMAlgorithm(AlgorithmBase):
         """``lr`` times the spec's schedule (``lr_scheduler``, ``warmup_ratio``) at this iteration."""
         if not callable(getattr(self.spec, "lr_factor", None)):
             return float(self.lr)
+        if getattr(self.spec, "lr_scheduler", "constant") == "constant" and not getattr(self, "warmup_ratio", 0.0):
+            return float(self.lr)  # no schedule: skip building a spec copy every step
         # Schedule fields are numeric, so mutable: the agent's current values win over the spec's.
         names = ("warmup_ratio", "lr_min_ratio", "lr_schedule_steps")
         spec = self.spec.model_copy(update={n: getattr(self, n) for n in names if hasattr(self, n)})
