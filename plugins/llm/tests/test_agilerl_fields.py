@@ -282,6 +282,8 @@ def test_loss_norm_averages_over_sequences_micro_batch_tokens_or_the_window() ->
     assert float(normalised_loss_sum(per_token, mask, batch, "sequence")) == pytest.approx(1.0 + 4.0)
     assert float(normalised_loss_sum(per_token, mask, batch, "micro_batch")) == pytest.approx(7.0 / 4 * 2)
     assert float(normalised_loss_sum(per_token, mask, batch, "accumulation_window")) == pytest.approx(7.0)
+    # Dr. GRPO: token sums over a constant, so a long completion is not diluted by its own length.
+    assert float(normalised_loss_sum(per_token, mask, batch, "max_tokens", 4)) == pytest.approx(7.0 / 4)
     weighted = {"row_weight": torch.tensor([1.0, 0.0])}  # filter_zero_adv dropped the second row
     assert float(normalised_loss_sum(per_token, mask, weighted, "accumulation_window")) == pytest.approx(3.0)
 

@@ -136,13 +136,14 @@ def policy_loss(
 
 
 def normalised_loss_sum(
-    per_token: torch.Tensor, mask: torch.Tensor, batch: dict[str, torch.Tensor], norm: str
+    per_token: torch.Tensor, mask: torch.Tensor, batch: dict[str, torch.Tensor], norm: str, max_tokens: int = 1
 ) -> torch.Tensor:
     """The loss of a micro-batch, summed in the units ``optimize`` divides by (see ``loss_norm``).
 
     ``sequence``: each row's token mean, summed over rows (``optimize`` divides by the mini-batch's
     rows); ``micro_batch``: the micro-batch's token mean times its rows (so micro-batches weigh by
-    rows); ``accumulation_window``: the token sum (``optimize`` divides by the mini-batch's tokens).
+    rows); ``accumulation_window``: the token sum (``optimize`` divides by the mini-batch's tokens);
+    ``max_tokens``: each row's token sum over the constant ``max_tokens`` (Dr. GRPO: no length bias).
     """
     weights = batch.get("row_weight")
     if norm == "sequence":
@@ -150,6 +151,8 @@ def normalised_loss_sum(
         return (per_row * weights).sum() if weights is not None else per_row.sum()
     token_mask = mask * weights.unsqueeze(-1) if weights is not None else mask
     total = (per_token * token_mask).sum()
+    if norm == "max_tokens":
+        return total / float(max(max_tokens, 1))
     if norm == "micro_batch":
         return total / mask.sum().clamp(min=1.0) * per_token.shape[0]
     return total
@@ -217,7 +220,7 @@ class GRPO(RolloutLLMAlgorithm):
         stats: dict[str, float] = {}
         per_token = self.with_kl(per_token, logp, batch, mask, stats, self.spec.kl_clamp)
         stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
-        loss_sum = normalised_loss_sum(per_token, mask, batch, self.spec.loss_norm)
+        loss_sum = normalised_loss_sum(per_token, mask, batch, self.spec.loss_norm, self.spec.new_tokens)
         stats["loss"] = float(loss_sum.detach()) / max(len(per_token), 1)
         return loss_sum, stats
 

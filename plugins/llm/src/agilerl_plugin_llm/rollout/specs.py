@@ -290,10 +290,11 @@ class GRPOSpec(RolloutLLMSpec):
                           "use the trajectory advantage for it (false: that turn gets advantage 0)."),
     ] = True  # fmt: skip
     loss_norm: Annotated[
-        Literal["sequence", "micro_batch", "accumulation_window"],
+        Literal["sequence", "micro_batch", "accumulation_window", "max_tokens"],
         Field(description="What the per-token loss is averaged over: sequence (each completion, then the "
-                          "completions: GRPO), micro_batch (all tokens of a micro-batch) or accumulation_window "
-                          "(all tokens of the optimizer step: DAPO's token-level loss)."),
+                          "completions: GRPO), micro_batch (all tokens of a micro-batch), accumulation_window "
+                          "(all tokens of the optimizer step: DAPO's token-level loss) or max_tokens (each "
+                          "completion's token sum over max_output_tokens: Dr. GRPO, no length bias)."),
     ] = "sequence"  # fmt: skip
 
     @field_validator("clip_coef", mode="before")
