@@ -588,3 +588,40 @@ def test_the_model_s_generation_config_eos_ends_replies(tiny_model_dir: Path, tm
     fresh._stop_ids = None
     fresh.model.generation_config.eos_token_id = [agent.tokenizer.eos_token_id, first[1]]
     assert first[1] in fresh.stop_ids
+
+
+def test_grpo_agents_use_their_ratio_level_and_advantage_granularity(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    def agent_for(**algo: Any) -> Any:
+        data = rollout_manifest(tiny_model_dir, tmp_path, group_size=2, **algo)
+        data["environment"] = {"env_type": "multiturn", "entrypoint": TWO_TURN, "env_config": {"target": "eight"}}
+        m = load_manifest(data)
+        envs = select_strategy(m.algorithm).make_env(m, seed=0)
+        agent = select_builder(m.algorithm).build_for_run(
+            m.algorithm, env=envs, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
+        )
+        return agent, envs
+
+    token, envs = agent_for()
+    trajs = token.rollout(envs.make_train, [1, 1, 2, 2])
+    trajs[0].rewards = [1.0, 0.0]  # give the group different per-turn returns
+    trajs[1].rewards = [0.0, 0.5]
+    batch = pad_trajectories(trajs, token.pad_id)
+    rewards = torch.tensor([t.total_reward for t in trajs])
+    by_turn, _ = agent_for(advantage_granularity="turn")
+    adv_traj = token.advantages(trajs, rewards, 2)["advantages"]
+    adv_turn = by_turn.advantages(trajs, rewards, 2)["advantages"]
+    assert adv_traj.dim() == 1 and adv_turn.dim() == 2  # one per completion vs one per token (by turn)
+    assert adv_turn[0][batch["turn_index"][0] == 0].unique().numel() == 1
+    assert not torch.equal(adv_turn[0][batch["turn_index"][0] == 0][:1], adv_turn[0][batch["turn_index"][0] == 1][:1])
+    with torch.no_grad():
+        logp = token.logprobs(batch)
+    batch = {**batch, "advantages": adv_traj, "old_logprobs": logp + 0.3 * torch.randn_like(logp)}
+    losses = {}
+    for level in ("token", "turn", "trajectory"):
+        agent, _ = agent_for(importance_sampling_level=level)
+        agent.model.load_state_dict(token.model.state_dict())
+        losses[level] = float(agent.loss(dict(batch))[0].detach())
+    assert len({round(v, 6) for v in losses.values()}) == 3, losses
