@@ -142,6 +142,10 @@ def test_grpo_population_mutates_checkpoints_and_resumes(
     code, out, err = run_cli("train", write_manifest(manifest))
     assert code == 0, out + err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    baseline = [r for r in rows if r["generation"] == -1]  # the step-0 evaluation, one per agent
+    assert [(r["agent"], r["steps"]) for r in baseline] == [(0, 0), (1, 0)]
+    assert all("eval/eval_reward" in r and "fitness" in r for r in baseline)
+    rows = [r for r in rows if r["generation"] >= 0]
     assert {r["generation"] for r in rows} == {0, 1} and len(rows) == 4
     assert any(r["mutation"] == "lr" for r in rows if r["generation"] == 1)
     first = tmp_path / "run" / "checkpoint_2.pt"

@@ -145,3 +145,40 @@ def test_missing_chat_template_is_a_clear_error(tiny_model_factory: Any, tmp_pat
     tok2 = load_tokenizer(path, chat_template_path=template)
     h2 = RolloutHarness(Echo(turns=1), tok2, max_model_len=64)
     assert tok2.decode(h2.reset(seed=2)).endswith("[user] first question 2\n[assistant] ")
+
+
+def test_a_reply_cut_at_the_token_budget_marks_the_completion_cut_off(tokenizer: Any) -> None:
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    finished = RolloutHarness(Echo(turns=1), tokenizer, max_turns=1, max_model_len=256, max_output_tokens=8)
+    finished.reset(seed=0)
+    finished.step([*ids(tokenizer, "the cat"), end])
+    cut = RolloutHarness(Echo(turns=1), tokenizer, max_turns=1, max_model_len=256, max_output_tokens=2)
+    cut.reset(seed=0)
+    cut.step(ids(tokenizer, "the cat sat on the mat")[:2])  # the budget ran out before a stop token
+    a, b = finished.trajectory(), cut.trajectory()
+    # A single-turn env terminates either way: the episode is never "truncated", the completion may be.
+    assert (a.terminated, a.truncated, a.cut_off) == (True, False, False)
+    assert (b.terminated, b.truncated, b.cut_off) == (True, False, True)
+
+
+def test_train_truncated_counts_completions_cut_at_the_budget(tiny_model_dir: Path) -> None:
+    from agilerl.models import load_manifest
+    from agilerl.strategies import select_strategy
+    from agilerl_plugin_llm.rollout.grpo import GRPO
+
+    examples = Path(__file__).resolve().parents[3] / "examples" / "llm"
+    m = load_manifest({
+        "algorithm": {"name": "GRPO", "batch_size": 2, "group_size": 2, "max_output_tokens": 3, "beta": 0.0,
+                      "gradient_checkpointing": False},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "max_context_length": 128},
+        "environment": {"env_type": "reasoning", "dataset_path": str(examples / "say_eight.jsonl"),
+                        "rubric_file_path": str(examples / "say_word_rubric.py")},
+    })  # fmt: skip
+    envs = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = GRPO(m.algorithm, tokenizer=envs.tokenizer)
+    trajs = agent.rollout(envs.make_train, [1, 1, 2, 2])
+    stats = agent.learn_iteration(envs)
+    expected = sum(t.cut_off for t in trajs) / len(trajs)
+    assert 0.0 <= stats["truncated"] <= 1.0 and stats["episode_truncated"] == 0.0
+    # An untrained tiny model rarely writes <|im_end|> within 3 tokens: most completions are cut.
+    assert expected > 0.5 and stats["truncated"] > 0.5

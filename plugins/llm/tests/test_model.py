@@ -241,3 +241,18 @@ def test_lean_logprobs_other_architecture(tokenizer: Any) -> None:
     full = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
     mask = batch["loss_mask"][:, 1:].bool()
     assert torch.allclose(lean[:, 1:][mask], full[mask], atol=1e-5)
+
+
+def test_full_fine_tuning_keeps_fp32_master_weights_on_every_device(tiny_model_factory: Any) -> None:
+    from agilerl_plugin_llm.model import load_model, training_dtype
+
+    assert training_dtype("cuda", lora=False) is torch.float32  # no pure-bf16 full fine-tuning on GPU
+    assert training_dtype("cuda", lora=True) is None  # a LoRA base keeps its checkpoint dtype
+    assert training_dtype("cpu", lora=True) is torch.float32
+    # A bf16 checkpoint trained in full: float32 weights, so float32 optimizer state.
+    path = tiny_model_factory("bf16")
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).save_pretrained(path)
+    model = load_model(path)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

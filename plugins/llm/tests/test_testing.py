@@ -37,3 +37,19 @@ def test_same_seed_same_weights_and_cli(tmp_path: Path) -> None:
     wa, wb, wc = (load_file(p / "model.safetensors") for p in (a, tmp_path / "b", c))
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     assert not all(torch.equal(wa[k], wc[k]) for k in wa)
+
+
+def test_build_tiny_model_from_the_shell_without_pytest(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # sys.modules["pytest"] = None makes `import pytest` fail, as on an install without it.
+    code = (
+        "import sys, runpy; sys.modules['pytest'] = None; "
+        f"sys.argv = ['x', 'build-tiny-model', {str(tmp_path / 'm')!r}]; "
+        "runpy.run_module('agilerl_plugin_llm.testing', run_name='__main__')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"HF_HUB_OFFLINE": "1",
+                          "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "m" / "config.json").is_file() and (tmp_path / "m" / "tokenizer.json").is_file()

@@ -39,7 +39,14 @@ class RunDirError(AgileRLError):
 
 @contextlib.contextmanager
 def RunDirLock(run_dir: Path) -> Iterator[None]:  # noqa: N802 - used like a class: `with RunDirLock(d):`
-    """Hold an exclusive lock on ``run_dir`` for the duration of the block."""
+    """Hold an exclusive lock on ``run_dir`` for the duration of the block.
+
+    The other processes of a multi-process launch (``RANK`` > 0 under torchrun/accelerate) belong
+    to rank 0's run and write nothing to its directory: only rank 0 takes the lock.
+    """
+    if os.environ.get("RANK", "0") != "0":
+        yield
+        return
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock (documented in docs/reliability.md)

@@ -103,7 +103,11 @@ class LLMBuilder(AlgorithmBuilder):
         params = inspect.signature(algo_cls).parameters
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             kwargs = {k: v for k, v in kwargs.items() if k in params}
-        return algo_cls(spec, **kwargs)
+        agent = algo_cls(spec, **kwargs)
+        manifest = getattr(runtime, "manifest", None)
+        if manifest is not None:
+            agent.lr_schedule_total = int(manifest.training.max_steps)  # the lr schedule spans the run
+        return agent
 
 
 __all__ = ["LLMBuilder", "share_frozen_copy"]

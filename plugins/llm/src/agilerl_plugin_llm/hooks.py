@@ -49,3 +49,10 @@ def agilerl_register_strategies(register: Any) -> None:
 @hookimpl
 def agilerl_llm_register_rollout_sources(register: Any) -> None:
     rollout.register_rollout_sources(register)
+
+
+@hookimpl
+def agilerl_register_commands(subparsers: Any) -> None:
+    from agilerl_plugin_llm.export import register_commands
+
+    register_commands(subparsers)

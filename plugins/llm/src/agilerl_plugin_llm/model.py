@@ -126,6 +126,19 @@ def peft_lora_config(lora_config: Any) -> Any:
     return LoraConfig(**kwargs)
 
 
+def training_dtype(device: str | torch.device, *, lora: bool) -> torch.dtype | None:
+    """The dtype weights are loaded in for training (None: the checkpoint's own).
+
+    Full fine-tuning always keeps float32 master weights (and so float32 AdamW state): updates of a
+    bf16 weight round away below ~1/256 of its size, so pure-bf16 training stalls. Under LoRA the
+    frozen base keeps the checkpoint's dtype on GPU (peft keeps the adapter itself in float32);
+    on CPU everything is float32 (bf16 matmuls are slow there).
+    """
+    if not lora or torch.device(device).type == "cpu":
+        return torch.float32
+    return None
+
+
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
@@ -149,8 +162,7 @@ def load_model(
     path = resolve_model_path(name_or_path)
     device = torch.device(device)
     if dtype is None:
-        # Train in float32 on CPU (bf16 matmuls are slow there); keep the checkpoint's dtype on GPU.
-        dtype = torch.float32 if device.type == "cpu" else None
+        dtype = training_dtype(device, lora=lora_config is not None)
     kwargs: dict[str, Any] = {"local_files_only": True}
     if dtype is not None:
         kwargs["dtype"] = dtype
@@ -298,4 +310,5 @@ __all__ = [
     "reference_policy",
     "resolve_model_path",
     "trainable_state",
+    "training_dtype",
 ]

@@ -10,11 +10,24 @@ Pure pydantic: importing this module imports neither torch nor transformers.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 
 from agilerl.models import AlgorithmSpec, Spec
+
+
+def resolve_local_path(value: Any) -> Any:
+    """An existing local path as an absolute, resolved one (anything else unchanged: a Hub id, say).
+
+    Stored manifests (checkpoints) then name the same files whatever directory a run resumes from.
+    """
+    if isinstance(value, str) and value:
+        path = Path(value).expanduser()
+        if path.exists():
+            return str(path.resolve())
+    return value
 
 
 class LoraConfigDict(Spec):
@@ -96,5 +109,10 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     )
     lora_config: LoraConfigDict | None = None
 
+    @field_validator("pretrained_model_name_or_path", "vllm_lora_export_dir", mode="before")
+    @classmethod
+    def _absolute_path(cls, value: Any) -> Any:
+        return resolve_local_path(value)
 
-__all__ = ["LLMAlgorithmSpec", "LoraConfigDict"]
+
+__all__ = ["LLMAlgorithmSpec", "LoraConfigDict", "resolve_local_path"]

@@ -9,13 +9,16 @@ instead of being silently ignored.
 
 from __future__ import annotations
 
+import importlib.util
+import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models import EnvSpec
-from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
+from agilerl.models import EnvSpec, Spec
+from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -45,12 +48,72 @@ UNSUPPORTED_ENV_FIELDS: dict[str, str] = {
 
 #: Fields that only mean something for ``env_type: rollout`` (rejected on a dataset env).
 ROLLOUT_ONLY_FIELDS: tuple[str, ...] = (
-    "prompt_template", "rubric_file_path", "rubric_name", "max_reward", "entrypoint", "factory",
+    "prompt_template", "rubric_file_path", "rubric_name", "reward_weights", "max_reward", "entrypoint", "env_name", "factory",
     "env_config", "env_packages", "max_turns", "action_error_field", "strict_chat_template_boundary",
     "observation_field", "observation_processor", "env_url", "mcp_tool", "action_field",
     "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars", "invalid_action_reward",
     "env_url_headers_from_env",
 )  # fmt: skip
+
+
+#: AgileRL's task-flavoured env types and what each is here: (env_type, dataset objective).
+LEGACY_ENV_TYPES: dict[str, tuple[str, str | None]] = {
+    "reasoning": ("rollout", None),  # dataset rows + a reward function, single turn
+    "multiturn": ("rollout", None),  # a multi-turn text env (env_name / entrypoint)
+    "preference": ("dataset", "preference"),  # chosen/rejected pairs (DPO)
+    "sft": ("dataset", "sft"),  # prompt -> response rows (SFT)
+}
+#: ``env_name`` prefixes of AgileRL's multi-turn game envs, built by GEM's ``gem.make``.
+GEM_FACTORY = "gem:make"
+
+
+def _translate_env_type(data: Any) -> Any:
+    """AgileRL's ``env_type: reasoning|multiturn|preference|sft`` and ``env_name`` in our terms."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    legacy = data.get("env_type")
+    if isinstance(legacy, str) and legacy in LEGACY_ENV_TYPES:
+        kind, objective = LEGACY_ENV_TYPES[legacy]
+        data["env_type"] = kind
+        if objective is not None:
+            given = data.get("objective")
+            if given not in (None, objective):
+                raise ValueError(f"env_type: {legacy} trains with objective {objective!r}, got objective: {given!r}")
+            data["objective"] = objective
+    env_name = data.get("env_name")
+    if env_name is not None:
+        if data.get("env_type") != "rollout":
+            raise ValueError("env_name names a multi-turn env: use it with env_type: multiturn (or rollout)")
+        if data.get("entrypoint") not in (None, env_name):
+            raise ValueError("give env_name or entrypoint, not both")
+        # AgileRL builds env_name with GEM (``gem.make(env_name)``); here it is an entrypoint whose factory
+        # is gem.make unless the manifest names another factory.
+        data["entrypoint"] = env_name
+        data.setdefault("factory", GEM_FACTORY)
+    return data
+
+
+#: Fields naming local files, stored absolute so a checkpoint resumes from any working directory.
+PATH_FIELDS = ("dataset", "dataset_path", "rubric_file_path", "reward_file_path", "chat_template_path")
+#: Fields of the form ``path/to/file.py:attr`` (or ``module:attr``): the file part is resolved.
+FILE_REF_FIELDS = ("entrypoint", "factory", "observation_processor")
+
+
+def _absolute_paths(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    for key in PATH_FIELDS:
+        if key in data:
+            data[key] = resolve_local_path(data[key])
+    for key in FILE_REF_FIELDS:
+        value = data.get(key)
+        if isinstance(value, str) and ":" in value:
+            head, _, attr = value.rpartition(":")
+            if head.endswith(".py") and Path(head).expanduser().is_file():
+                data[key] = f"{resolve_local_path(head)}:{attr}"
+    return data
 
 
 class LLMEnvSpec(EnvSpec):
@@ -61,7 +124,11 @@ class LLMEnvSpec(EnvSpec):
     rows plus a rubric, an ``entrypoint`` (a Python text env), or an ``env_url`` (an OpenEnv service).
     """
 
-    env_type: Literal["rollout", "dataset"]
+    env_type: Annotated[
+        Literal["rollout", "dataset"],
+        Field(description="rollout (generated episodes) or dataset (teacher-forced rows). AgileRL's reasoning and "
+                          "multiturn mean rollout; preference and sft mean dataset with that objective."),
+    ]  # fmt: skip
     num_envs: Annotated[int | None, Field(ge=1)] = None  # type: ignore[assignment]  # seed: optional for LLM envs
     version: str | int | None = None
     objective: Annotated[
@@ -90,14 +157,29 @@ class LLMEnvSpec(EnvSpec):
         str | None, Field(validation_alias=AliasChoices("rubric_file_path", "reward_file_path"))
     ] = None
     rubric_name: Annotated[
-        str | None, Field(min_length=1, validation_alias=AliasChoices("rubric_name", "reward_fn_name"))
-    ] = None
+        str | list[str] | dict[str, float] | None,
+        Field(
+            validation_alias=AliasChoices("rubric_name", "reward_fn_name"),
+            description="The reward function(s) in rubric_file_path: one name, a list of names (summed, weighted "
+                        "by reward_weights) or a mapping {name: weight}. Default: reward_fn.",
+        ),
+    ] = None  # fmt: skip
+    reward_weights: Annotated[
+        list[float] | None,
+        Field(description="Weights of the functions listed in rubric_name (default 1 each); the reward is the "
+                          "weighted sum."),
+    ] = None  # fmt: skip
     max_reward: float | None = None
     train_test_split: Annotated[
         float | None,
         Field(ge=0.0, le=1.0, description="Fraction of rows used for training; the rest is held out (default 0.9)."),
     ] = None
     entrypoint: str | None = None
+    env_name: Annotated[
+        str | None,
+        Field(description="A multi-turn env id (AgileRL's GEM games, e.g. game:GuessTheNumber-v0-easy): built "
+                          "with factory (default gem:make, from the gem-llm package)."),
+    ] = None  # fmt: skip
     factory: str | None = None
     env_config: dict[str, Any] | None = None
     name: str | None = None
@@ -148,8 +230,38 @@ class LLMEnvSpec(EnvSpec):
         bool, Field(description="Format prompts with the tokenizer's chat template (false: plain text).")
     ] = True
 
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        return _absolute_paths(_translate_env_type(data))
+
+    @property
+    def reward_functions(self) -> list[tuple[str, float]]:
+        """``(name, weight)`` of every reward function ``rubric_name`` names."""
+        names = self.rubric_name
+        if isinstance(names, dict):
+            return [(str(k), float(v)) for k, v in names.items()]
+        listed = [names] if isinstance(names, str) else list(names or ["reward_fn"])
+        weights = self.reward_weights or [1.0] * len(listed)
+        return list(zip(listed, map(float, weights), strict=True))
+
     @model_validator(mode="after")
     def _check(self) -> LLMEnvSpec:
+        names = self.rubric_name
+        if names is not None and (not names or any(not n for n in ([names] if isinstance(names, str) else names))):
+            raise ValueError("rubric_name: give a function name (or a non-empty list / mapping of them)")
+        if self.reward_weights is not None:
+            if isinstance(names, dict):
+                raise ValueError("reward_weights: the rubric_name mapping already gives the weights; remove one")
+            count = len(names) if isinstance(names, list) else 1
+            if len(self.reward_weights) != count:
+                raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {count} reward "
+                                 "function(s) in rubric_name")  # fmt: skip
+        if self.env_name and self.factory == GEM_FACTORY and importlib.util.find_spec("gem") is None:
+            raise ValueError(
+                f"env_name {self.env_name!r} is a GEM env, built with gem.make: install gem-llm "
+                "(pip install gem-llm), or give entrypoint: module:Class for your own text env"
+            )
         unsupported = [
             f"{name} ({why})"
             for name, why in UNSUPPORTED_ENV_FIELDS.items()
@@ -199,7 +311,8 @@ class LLMEnvSpec(EnvSpec):
 
 #: Inherited ``LLMAlgorithmSpec`` fields no code path here implements yet; setting one is an error.
 UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
-    "quantization": "bitsandbytes quantization is not supported yet",
+    "quantization": "QLoRA (a bitsandbytes nf4/int8 base) is not supported: it needs a CUDA GPU and is not "
+    "implemented by agilerl-plugin-llm yet; remove it (or set quantization: none) to train in full precision",
     "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
@@ -209,13 +322,15 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
 }
+#: Values that mean "off" for the fields above (``quantization: none`` is AgileRL's full-precision recipe).
+_OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
     """Problems shared by every LLM algorithm of this plugin (used by the spec validators)."""
     problems: list[str] = []
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
-        if name in spec.model_fields_set and getattr(spec, name) not in (None, False, {}):
+        if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
     if micro is not None and mini is not None and mini % micro:
@@ -223,6 +338,87 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
     if mini is not None and mini > spec.batch_size:
         problems.append(f"mini_batch_size ({mini}) cannot exceed batch_size ({spec.batch_size})")
     return problems
+
+
+class CosineLRScheduleConfig(Spec):
+    """AgileRL's ``cosine_lr_schedule_config`` (sets ``lr_scheduler: cosine`` and the fields below)."""
+
+    num_steps: Annotated[int | None, Field(ge=1)] = None
+    warmup_proportion: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    min_lr_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+
+
+class PluginLLMSpec(LLMAlgorithmSpec):
+    """Fields every LLM algorithm of this plugin adds to the core's ``LLMAlgorithmSpec``."""
+
+    lr_scheduler: Annotated[
+        Literal["constant", "linear", "cosine"],
+        Field(description="Learning-rate schedule over the run's iterations (after warmup): constant, linear "
+                          "decay or cosine decay to lr * lr_min_ratio."),
+    ] = "constant"  # fmt: skip
+    warmup_ratio: Annotated[
+        float, Field(ge=0.0, lt=1.0, description="Fraction of the schedule's iterations spent ramping lr up from 0.")
+    ] = 0.0
+    lr_min_ratio: Annotated[
+        float, Field(ge=0.0, le=1.0, description="Where linear and cosine decay end, as a fraction of lr.")
+    ] = 0.0
+    lr_schedule_steps: Annotated[
+        int | None, Field(ge=1, description="Iterations the schedule spans (default: training.max_steps).")
+    ] = None
+    cosine_lr_schedule_config: Annotated[
+        CosineLRScheduleConfig | None, Field(description="AgileRL's cosine schedule (see CosineLRScheduleConfig).")
+    ] = None
+    update_reference_every: Annotated[
+        int | None,
+        Field(ge=1, description="Every this many iterations, the reference policy becomes a copy of the current "
+                                "policy (None: the reference stays the starting policy). Under LoRA it needs "
+                                "use_separate_reference_adapter: true."),
+    ] = None  # fmt: skip
+
+    @model_validator(mode="after")
+    def _reference_refresh(self) -> PluginLLMSpec:
+        if self.update_reference_every is None:
+            return self
+        if not getattr(type(self), "has_reference", True) or float(getattr(self, "beta", 1.0)) == 0.0:
+            raise ValueError(f"update_reference_every: {self.name} has no reference policy here (beta 0 or none "
+                             "in its loss); remove it")  # fmt: skip
+        if self.lora_config is not None and not self.use_separate_reference_adapter:
+            raise ValueError("update_reference_every under LoRA refreshes the reference adapter: set "
+                             "use_separate_reference_adapter: true (without it the reference is the frozen base)")  # fmt: skip
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agilerl_cosine_schedule(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("cosine_lr_schedule_config"), dict):
+            cfg = CosineLRScheduleConfig.model_validate(data["cosine_lr_schedule_config"])
+            data = dict(data)
+            if data.get("lr_scheduler", "cosine") != "cosine":
+                raise ValueError("cosine_lr_schedule_config contradicts lr_scheduler; keep one")
+            data.update(lr_scheduler="cosine", warmup_ratio=cfg.warmup_proportion, lr_min_ratio=cfg.min_lr_ratio)
+            if cfg.num_steps is not None:
+                data["lr_schedule_steps"] = cfg.num_steps
+        return data
+
+    def lr_factor(self, step: int, total: int) -> float:
+        """The learning-rate multiplier at iteration ``step`` (0-based) of ``total``."""
+        total = max(int(self.lr_schedule_steps or total), 1)
+        warm = round(self.warmup_ratio * total)
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        if self.lr_scheduler == "constant":
+            return 1.0
+        progress = min(max((step - warm) / max(total - warm, 1), 0.0), 1.0)
+        low = self.lr_min_ratio
+        if self.lr_scheduler == "linear":
+            return 1.0 - (1.0 - low) * progress
+        return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    reduce_memory_peak: Annotated[
+        bool,
+        Field(description="AgileRL's low-memory switch: forward passes one row at a time (a micro-batch of 1 "
+                          "unless micro_batch_size_per_gpu is set). Same result, lower peak memory, slower."),
+    ] = False  # fmt: skip
 
 
 def model_path_problems(name_or_path: str | None) -> list[Problem]:
@@ -237,7 +433,7 @@ def model_path_problems(name_or_path: str | None) -> list[Problem]:
     return []
 
 
-class DatasetLLMSpec(LLMAlgorithmSpec):
+class DatasetLLMSpec(PluginLLMSpec):
     """Fields every teacher-forced (dataset) LLM algorithm shares.
 
     ``batch_size`` is the number of rows (SFT) or preference pairs (DPO) per training iteration;
@@ -283,6 +479,7 @@ class SFTSpec(DatasetLLMSpec):
     """Supervised fine-tuning: next-token cross-entropy on the response tokens only."""
 
     objective: ClassVar[str] = "sft"
+    has_reference: ClassVar[bool] = False
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
         "batch_size": (1, 32),
         "lr": (1e-7, 1e-3),
@@ -322,6 +519,7 @@ __all__ = [
     "DPOSpec",
     "DatasetLLMSpec",
     "LLMEnvSpec",
+    "PluginLLMSpec",
     "ROLLOUT_ONLY_FIELDS",
     "SFTSpec",
     "UNSUPPORTED_ALGORITHM_FIELDS",

@@ -22,9 +22,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+if TYPE_CHECKING:
+    import pytest
 
 #: Special tokens of the tiny tokenizer, in id order (ids 0..5).
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>"]
@@ -147,8 +148,7 @@ def build_tiny_model(
     return out
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding a tiny causal LM + tokenizer (ChatML template), built once per session.
 
     Treat it as read-only; build your own with :func:`build_tiny_model` to change it.
@@ -156,14 +156,22 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llm") / "model")
 
 
-@pytest.fixture
-def tiny_model_factory(tmp_path: Path) -> Iterator[Any]:
+def _tiny_model_factory(tmp_path: Path) -> Iterator[Any]:
     """``tiny_model_factory(name="m", **kwargs)`` builds a fresh tiny model dir under ``tmp_path``."""
 
     def _build(name: str = "model", **kwargs: Any) -> Path:
         return build_tiny_model(tmp_path / name, **kwargs)
 
     yield _build
+
+
+try:  # The fixtures need pytest; building a model from the shell does not.
+    import pytest as _pytest
+except ImportError:  # pragma: no cover - exercised by a subprocess test with pytest blocked
+    pass
+else:
+    tiny_model_dir = _pytest.fixture(scope="session", name="tiny_model_dir")(_tiny_model_dir)
+    tiny_model_factory = _pytest.fixture(name="tiny_model_factory")(_tiny_model_factory)
 
 
 def main(argv: list[str] | None = None) -> int:

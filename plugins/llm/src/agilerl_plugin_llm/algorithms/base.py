@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from agilerl.algorithm import AlgorithmBase
+from agilerl.errors import AgileRLError
+from agilerl_plugin_llm import distributed
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
@@ -44,6 +46,19 @@ def _decoder(base: Any) -> Any:
     if decoder is None or decoder is base:
         decoder = getattr(base, "model", None)
     return decoder if isinstance(decoder, torch.nn.Module) else None
+
+
+def scale_logits(base: Any, logits: torch.Tensor) -> torch.Tensor:
+    """What the model's own forward does to ``lm_head``'s output that the decoder + ``lm_head`` path skips:
+    Granite divides by ``config.logits_scaling``, Cohere multiplies by ``logit_scale``."""
+    config = getattr(base, "config", None)
+    granite = getattr(config, "logits_scaling", None)
+    if isinstance(granite, (int, float)) and granite != 1.0:
+        logits = logits / float(granite)
+    cohere = getattr(base, "logit_scale", getattr(config, "logit_scale", None))
+    if isinstance(cohere, (int, float)) and cohere != 1.0:
+        logits = logits * float(cohere)
+    return logits
 
 
 def sequence_logprobs(
@@ -72,7 +87,7 @@ def sequence_logprobs(
     softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
     if decoder is not None and lm_head is not None and not softcap:
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-        logits = lm_head(hidden[:, :-1][select])
+        logits = scale_logits(base, lm_head(hidden[:, :-1][select]))
     else:
         logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1][select]
     if temperature != 1.0:
@@ -133,6 +148,8 @@ class LLMAlgorithm(AlgorithmBase):
         self.device = torch.device(device)
         self.tokenizer = tokenizer
         self.micro_batch_size_per_gpu = spec.micro_batch_size_per_gpu
+        if self.micro_batch_size_per_gpu is None and getattr(spec, "reduce_memory_peak", False):
+            self.micro_batch_size_per_gpu = 1  # AgileRL's reduce_memory_peak: one row per forward pass
         self.mini_batch_size = spec.mini_batch_size
         if not hasattr(self, "lr"):
             self.lr = float(getattr(spec, "lr", 1e-5))
@@ -181,10 +198,52 @@ class LLMAlgorithm(AlgorithmBase):
             for group in self.optimizer.param_groups:
                 group["lr"] = float(new)
 
+    #: Iterations the lr schedule spans when the spec does not say (the builder sets training.max_steps).
+    lr_schedule_total: int = 1
+
+    def current_lr(self) -> float:
+        """``lr`` times the spec's schedule (``lr_scheduler``, ``warmup_ratio``) at this iteration."""
+        if not callable(getattr(self.spec, "lr_factor", None)):
+            return float(self.lr)
+        if getattr(self.spec, "lr_scheduler", "constant") == "constant" and not getattr(self, "warmup_ratio", 0.0):
+            return float(self.lr)  # no schedule: skip building a spec copy every step
+        # Schedule fields are numeric, so mutable: the agent's current values win over the spec's.
+        names = ("warmup_ratio", "lr_min_ratio", "lr_schedule_steps")
+        spec = self.spec.model_copy(update={n: getattr(self, n) for n in names if hasattr(self, n)})
+        return float(self.lr) * float(spec.lr_factor(int(self.steps), int(self.lr_schedule_total)))  # type: ignore[attr-defined]
+
+    def apply_lr_schedule(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr()
+
     # --- reference policy ----------------------------------------------------------------------
     def reference(self) -> Any:
         """Context manager yielding the reference policy module (gradients off)."""
         return llm_model.reference_policy(self.model, self.reference_model)
+
+    def maybe_refresh_reference(self) -> None:
+        """``update_reference_every``: at iterations N, 2N, ... the reference becomes the current policy."""
+        every = getattr(self.spec, "update_reference_every", None)
+        if not every or not self.needs_reference or self.steps == 0 or self.steps % int(every):
+            return
+        if getattr(self, "reference_step", None) != self.steps:
+            self.refresh_reference()
+
+    def refresh_reference(self) -> None:
+        """Make the reference a copy of the current policy, owned by this agent alone.
+
+        Clones share frozen tensors (the reference among them), so this rebinds new tensors rather
+        than writing into the shared ones: the rest of the population keeps its own reference.
+        """
+        self.reference_step: int | None = int(self.steps)
+        if llm_model.is_peft(self.model) and llm_model.REFERENCE in llm_model.adapter_names(self.model):
+            _rebind(self.model, {n.replace(f".{llm_model.REFERENCE}.", f".{llm_model.ACTOR}."): n
+                                 for n, _ in self.model.named_parameters()
+                                 if f".{llm_model.REFERENCE}." in n and "lora_" in n})  # fmt: skip
+        elif self.reference_model is not None:
+            self.reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+        else:
+            raise ValueError("no reference to refresh: under LoRA set use_separate_reference_adapter: true")
 
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
         """Per-token log-probs of ``batch["loss_mask"]`` tokens under the policy (or the reference)."""
@@ -214,6 +273,9 @@ class LLMAlgorithm(AlgorithmBase):
         sees the mini-batch mean whatever the micro-batch size. Returns mean stats.
         """
         self.model.train()
+        self.maybe_refresh_reference()
+        self.apply_lr_schedule()
+        rank, world = distributed.context()
         n = batch_rows(batch)
         mini = min(self.mini_batch_size or n, n)
         micro = min(self.micro_batch_size_per_gpu or mini, mini)
@@ -222,15 +284,18 @@ class LLMAlgorithm(AlgorithmBase):
         steps = 0
         for start in range(0, n, mini):
             mini_batch = slice_batch(batch, start, min(start + mini, n))
-            denom = max(units(mini_batch), 1e-8)
+            denom = max(units(mini_batch), 1e-8)  # the whole step's units, on every process
             self.optimizer.zero_grad(set_to_none=True)
-            for m_start in range(0, batch_rows(mini_batch), micro):
-                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, m_start, m_start + micro)))
+            lo, hi = distributed.shard(batch_rows(mini_batch), rank, world)  # this process's rows
+            for m_start in range(lo, hi, micro):
+                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, m_start, min(m_start + micro, hi))))
                 loss_sum, stats = loss_fn(micro_batch)
                 (loss_sum / denom).backward()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
+            if world > 1:
+                distributed.sum_gradients(self.trainable_parameters())
             if self.max_grad_norm and self.max_grad_norm > 0:
                 norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.max_grad_norm)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm)
@@ -238,6 +303,11 @@ class LLMAlgorithm(AlgorithmBase):
             self.optimizer.step()
             steps += 1
         self.optimizer.zero_grad(set_to_none=True)
+        if world > 1:
+            grad_norm = (totals.pop("grad_norm", None), counts.pop("grad_norm", None))  # the same on every rank
+            totals, counts = distributed.merge_stats(totals, counts)
+            if grad_norm[0] is not None and grad_norm[1] is not None:
+                totals["grad_norm"], counts["grad_norm"] = grad_norm[0], grad_norm[1]
         out = {k: totals[k] / counts[k] for k in totals}
         out["optimizer_steps"] = float(steps)
         return out
@@ -276,6 +346,11 @@ class LLMAlgorithm(AlgorithmBase):
             if f".{llm_model.REFERENCE}." in n and "lora_" in n
         }
         state["reference_weights"] = ref or None
+        state["reference_step"] = getattr(self, "reference_step", None)
+        if state["reference_step"] is not None and self.reference_model is not None and not ref:
+            # A refreshed full-model reference is no longer the starting weights: it must be saved.
+            state["reference_model"] = {n: t.detach().to("cpu", copy=True)
+                                        for n, t in self.reference_model.state_dict().items()}  # fmt: skip
         state["optimizer"] = self.optimizer.state_dict()
         state["micro_batch_size_per_gpu"] = self.micro_batch_size_per_gpu
         state["mini_batch_size"] = self.mini_batch_size
@@ -285,7 +360,16 @@ class LLMAlgorithm(AlgorithmBase):
         super().load_state_dict(state)
         llm_model.load_weights(self.model, state["weights"], what="weights")
         if state.get("reference_weights"):
-            llm_model.load_weights(self.model, state["reference_weights"], what="reference adapter")
+            # Rebind (not copy into) the reference tensors: they may be shared with other agents.
+            params = dict(self.model.named_parameters())
+            unknown = [n for n in state["reference_weights"] if n not in params]
+            if unknown:
+                raise AgileRLError(f"checkpoint reference adapter does not fit this model ({unknown[0]!r})")
+            _rebind(self.model, {}, tensors=state["reference_weights"])
+        self.reference_step = state.get("reference_step")
+        if state.get("reference_model") is not None:
+            self.reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+            self.reference_model.load_state_dict(state["reference_model"])
         if state.get("optimizer") is not None:
             self.optimizer = self._make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
@@ -301,8 +385,31 @@ class LLMAlgorithm(AlgorithmBase):
         raise NotImplementedError
 
 
+def _rebind(model: Any, sources: dict[str, str], *, tensors: Mapping[str, torch.Tensor] | None = None) -> None:
+    """Give parameters new frozen tensors: ``sources`` maps a source parameter to the one to replace
+    (a copy of the source's values); ``tensors`` maps a parameter to its new values."""
+    params = dict(model.named_parameters())
+    modules = dict(model.named_modules())
+    updates = {dst: params[src].detach() for src, dst in sources.items()}
+    updates.update(tensors or {})
+    for name, value in updates.items():
+        owner, _, attr = name.rpartition(".")
+        old = params[name]
+        new = torch.nn.Parameter(value.to(old.device, old.dtype).clone(), requires_grad=False)
+        setattr(modules[owner], attr, new)
+
+
 def finite_or(value: float, default: float) -> float:
     return value if math.isfinite(value) else default
 
 
-__all__ = ["Batch", "LLMAlgorithm", "LossFn", "batch_rows", "sequence_logprobs", "slice_batch", "trim_padding"]
+__all__ = [
+    "Batch",
+    "LLMAlgorithm",
+    "LossFn",
+    "batch_rows",
+    "scale_logits",
+    "sequence_logprobs",
+    "slice_batch",
+    "trim_padding",
+]

@@ -125,23 +125,30 @@ def load_rows(spec: LLMEnvSpec) -> list[dict[str, Any]]:
         if local.exists():
             ds = _load_path(local, f"environment.{field_name}")
         else:
-            import datasets
-
-            try:
-                with _offline():
-                    ds = datasets.load_dataset(name, split="train")
-            except Exception as exc:
-                # Not in datasets' own cache: a snapshot in the hub cache (e.g. fetched with
-                # `huggingface-cli download --repo-type dataset <id>`) is read from its data files.
-                snapshot = _hub_snapshot(name)
-                if snapshot is not None:
-                    return _to_rows(_load_path(snapshot, f"environment.{field_name}", recursive=True), spec)
-                raise DatasetError(
-                    f"environment.{field_name} {name!r} is not a local path and could not be read from the local "
-                    f"Hugging Face cache ({type(exc).__name__}: {str(exc)[:200]}). agilerl never downloads at run "
-                    "time: download it beforehand, or export it to a file and use environment.dataset_path."
-                ) from exc
+            ds = load_cached_dataset(name, f"environment.{field_name}")
     return _to_rows(ds, spec)
+
+
+def load_cached_dataset(name: str, what: str) -> Any:
+    """Dataset ``name``'s training split from the local Hugging Face caches only (never downloads).
+
+    Tries ``datasets``' own cache with the hub forced offline, then a hub-cache snapshot (e.g. fetched
+    with ``huggingface-cli download --repo-type dataset <id>``) read from its data files.
+    """
+    import datasets
+
+    try:
+        with _offline():
+            return datasets.load_dataset(name, split="train")
+    except Exception as exc:
+        snapshot = _hub_snapshot(name)
+        if snapshot is not None:
+            return _load_path(snapshot, what, recursive=True)
+        raise DatasetError(
+            f"{what} {name!r} is not a local path and could not be read from the local Hugging Face cache "
+            f"({type(exc).__name__}: {str(exc)[:200]}). agilerl never downloads at run time: download it "
+            "beforehand, or export it to a file and use environment.dataset_path."
+        ) from exc
 
 
 def _to_rows(ds: Any, spec: LLMEnvSpec) -> list[dict[str, Any]]:
@@ -546,4 +553,4 @@ def make_llm_env(
     )
 
 
-__all__ = ["DatasetEnv", "DatasetError", "EncodedRow", "Encoder", "load_rows", "make_llm_env"]
+__all__ = ["DatasetEnv", "DatasetError", "EncodedRow", "Encoder", "load_cached_dataset", "load_rows", "make_llm_env"]

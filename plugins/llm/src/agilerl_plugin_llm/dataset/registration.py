@@ -22,6 +22,9 @@ def register_algorithms(register: Any) -> None:
 
 def register_env_types(register: Any) -> None:
     register("dataset", LLMEnvSpec, MAKE_LLM_ENV, functions=FUNCTIONS)
+    # AgileRL's names for dataset envs (the objective is the name): env_type: dataset after validation.
+    for legacy in ("preference", "sft"):
+        register(legacy, LLMEnvSpec, MAKE_LLM_ENV)
 
 
 def register_builders(register: Any) -> None:

@@ -8,6 +8,7 @@ batches, and evaluates it on the held-out rows; the evaluation metrics (``eval/l
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from agilerl.models import TrainingManifest
@@ -44,9 +45,11 @@ class LLMDatasetStrategy(TrainingStrategy):
     def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
         totals: dict[str, float] = {}
         for _ in range(num_steps):
+            t0 = time.perf_counter()
             batch = run.env.next_batch(int(agent.batch_size))
             for key, value in agent.learn(batch).items():
                 totals[key] = totals.get(key, 0.0) + value
+            totals["iteration_s"] = totals.get("iteration_s", 0.0) + time.perf_counter() - t0
             agent.steps += 1
         stats = {f"train/{k}": v / max(num_steps, 1) for k, v in totals.items()}
         # The loop logs this dict after evaluation: evaluate() adds the held-out metrics to it.
@@ -68,6 +71,9 @@ class LLMDatasetStrategy(TrainingStrategy):
         return {"env": env.state_dict()} if env is not None else {}
 
     def setup(self, run: Run) -> None:
+        from agilerl_plugin_llm.distributed import quiet_other_ranks
+
+        quiet_other_ranks(run)  # under torchrun / accelerate launch, rank 0 writes the metrics
         self._env = run.env
         if run.resume is None:
             # A baseline row: the held-out metrics before any training, so a run shows how far it moved.

@@ -21,7 +21,13 @@ import torch
 
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
 from agilerl_plugin_llm.envs import EnvAtCapacity
-from agilerl_plugin_llm.rollout.generation import GenerationBackend, GenerationError, SamplingConfig, select_backend
+from agilerl_plugin_llm.rollout.generation import (
+    GenerationBackend,
+    GenerationError,
+    SamplingConfig,
+    cut_at_stop_string,
+    select_backend,
+)
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
 from agilerl_plugin_llm.rollout.kv import has_dropout, shared_prefix_logprobs, supports_shared_prefix
 
@@ -78,7 +84,10 @@ def _play(harnesses: Sequence[RolloutHarness], backend: GenerationBackend, sampl
             sampling=sampling,
             seed=None if generation_seed is None else generation_seed + 7919 * turn,
         )
-        replies = [h.reply(ids) for h, ids in zip(active, new, strict=False)]
+        replies = []
+        for h, ids in zip(active, new, strict=False):
+            ids, stopped = cut_at_stop_string(list(ids), h.tokenizer, sampling.stop_strings)
+            replies.append(h.reply(ids, stopped=stopped))
         results = run([partial(h.env.step, a) for h, a in zip(active, replies, strict=True)])
         for harness, result in zip(active, results, strict=True):
             harness.finish_step(result)
@@ -159,6 +168,28 @@ def masked_mean_per_row(values: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
 
 
+def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
+    """``G_t = r_t + gamma * G_{t+1}`` for every turn of one episode."""
+    out = [0.0] * len(rewards)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def sequence_mean_loss(
+    per_token: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor, stats: dict[str, float]
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Each row's token mean, summed over rows (``optimize`` divides by the step's rows); logs
+    ``clip_fraction`` and ``loss``."""
+    per_row = masked_mean_per_row(per_token, mask)
+    stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
+    loss_sum = per_row.sum()
+    stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
+    return loss_sum, stats
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: float | None) -> torch.Tensor:
     """Per-token KL(pi || pi_ref) estimate k3 = exp(r) - r - 1 with r = log pi_ref - log pi (>= 0)."""
     diff = ref_logp - logp
@@ -202,8 +233,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     # --- generation ---------------------------------------------------------------------------
     @property
     def stop_ids(self) -> list[int]:
+        """Token ids that end a reply: the tokenizer's eos and end-of-turn markers, the model's
+        ``generation_config.eos_token_id`` and the spec's ``eos_token_id``."""
         if getattr(self, "_stop_ids", None) is None:
-            self._stop_ids = stop_token_ids(self.tokenizer)
+            ids = stop_token_ids(self.tokenizer)
+            config = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+            extra = getattr(self.spec, "eos_token_id", None)
+            for value in (config, extra):
+                for tid in value if isinstance(value, list) else [value]:
+                    if tid is not None and int(tid) not in ids:
+                        ids.append(int(tid))
+            self._stop_ids = ids
         return self._stop_ids
 
     def backend(self) -> GenerationBackend:
@@ -235,6 +275,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         backend = self.backend()
         backend.sync_weights(self.model)
         harnesses = [make_harness() for _ in seeds]
+        for h in harnesses:  # the ids generation stops on (eos_token_id, generation_config) end replies there too
+            h.stop_ids = set(h.stop_ids) | set(self.stop_ids)
         try:
             return collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
                            generation_seed=generation_seed)  # fmt: skip
@@ -255,6 +297,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     def learn_iteration(self, envs: Any) -> dict[str, float]:
         """Collect a batch of episodes from ``envs.make_train`` and take the optimizer steps."""
         t0 = time.perf_counter()
+        self.maybe_refresh_reference()  # before the reference log-probs of this iteration
         seeds, repeats = self.episodes_per_iteration()
         all_seeds = [s for s in seeds for _ in range(repeats)]
         trajs = self.rollout(envs.make_train, all_seeds, generation_seed=all_seeds[0] if all_seeds else None)
@@ -272,15 +315,26 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             reward=float(rewards.mean()),
             reward_max=float(rewards.max()),
             completion_tokens=n_tokens / max(len(trajs), 1),
-            truncated=float(sum(t.truncated for t in trajs)) / max(len(trajs), 1),
+            # Completions cut at the token budget (no stop token), and episodes cut by the turn or
+            # context limit: different things, both worth watching.
+            truncated=float(sum(t.cut_off for t in trajs)) / max(len(trajs), 1),
+            episode_truncated=float(sum(t.truncated for t in trajs)) / max(len(trajs), 1),
             rollout_s=t_rollout,
             iteration_s=time.perf_counter() - t0,
         )
         stats.update(episode_metrics(trajs))
         return stats
 
+    def clip_range(self) -> float | tuple[float, float]:
+        """``clip_coef`` as the loss takes it: the (mutable) scalar, or the spec's ``(low, high)`` pair."""
+        value = getattr(self, "clip_coef", None)
+        return float(value) if value is not None else self.spec.clip_coef  # type: ignore[no-any-return]
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Old and reference log-probs (when needed), then ``update_epochs`` passes of ``optimize``."""
+        return self._update(batch)
+
+    def _update(self, batch: dict[str, torch.Tensor], **optimize_kwargs: Any) -> dict[str, float]:
         single_pass = int(self.update_epochs) == 1 and (
             self.mini_batch_size is None or self.mini_batch_size >= len(batch["input_ids"])
         )
@@ -292,7 +346,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
                 batch["ref_logprobs"] = self._chunked_logprobs(batch, reference=True)
         stats: dict[str, float] = {}
         for _ in range(int(self.update_epochs)):
-            stats = self.optimize(batch, self.loss)
+            stats = self.optimize(batch, self.loss, **optimize_kwargs)
         return stats
 
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
@@ -321,6 +375,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         if toggle:
             self.model.train()
         return out
+
+    def with_kl(
+        self, per_token: torch.Tensor, logp: torch.Tensor, batch: Mapping[str, torch.Tensor], mask: torch.Tensor,
+        stats: dict[str, float], clamp: float | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """``per_token`` plus ``beta`` x the k3 KL to the reference (when there is one); logs ``kl``."""
+        if self.beta > 0 and "ref_logprobs" in batch:
+            kl = k3_kl(logp, batch["ref_logprobs"], clamp)
+            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
+            return per_token + float(self.beta) * kl
+        return per_token
 
     def _logit_temperature(self) -> float:
         # Score tokens under the distribution they were sampled from (as TRL does).
@@ -370,4 +435,12 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         return twin  # type: ignore[return-value]
 
 
-__all__ = ["RolloutLLMAlgorithm", "collect", "env_runner", "k3_kl", "masked_mean_per_row", "pad_trajectories"]
+__all__ = [
+    "RolloutLLMAlgorithm",
+    "collect",
+    "env_runner",
+    "k3_kl",
+    "masked_mean_per_row",
+    "pad_trajectories",
+    "returns_to_go",
+]

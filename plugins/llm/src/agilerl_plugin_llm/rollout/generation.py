@@ -39,6 +39,8 @@ class SamplingConfig:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     min_new_tokens: int = 0
+    #: A reply ends after the first of these strings (kept, as in ``generate(stop_strings=...)``).
+    stop_strings: tuple[str, ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -53,7 +55,19 @@ class SamplingConfig:
             min_p=float(spec.min_p),
             repetition_penalty=float(spec.repetition_penalty),
             min_new_tokens=int(spec.min_output_tokens or 0),
+            stop_strings=tuple(getattr(spec, "stop_strings", None) or ()),
         )
+
+
+def cut_at_stop_string(ids: list[int], tokenizer: Any, stop_strings: tuple[str, ...]) -> tuple[list[int], bool]:
+    """``ids`` up to and including the token that completes the first stop string; whether one was found."""
+    if not stop_strings:
+        return ids, False
+    for end in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:end], skip_special_tokens=False)
+        if any(stop in text for stop in stop_strings):
+            return ids[:end], True
+    return ids, False
 
 
 class GenerationBackend(Protocol):
@@ -258,6 +272,8 @@ def vllm_sampling_kwargs(sampling: SamplingConfig, *, max_tokens: int, seed: int
         "repetition_penalty": float(sampling.repetition_penalty),
         "seed": seed,
     }
+    if sampling.stop_strings:
+        kwargs.update(stop=list(sampling.stop_strings), include_stop_str_in_output=True)
     if sampling.greedy:
         kwargs.update(temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0)
     else:

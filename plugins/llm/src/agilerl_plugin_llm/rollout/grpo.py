@@ -26,9 +26,14 @@ from typing import Any
 
 import torch
 
-from agilerl_plugin_llm.rollout.base import RolloutLLMAlgorithm, k3_kl, masked_mean_per_row
+from agilerl_plugin_llm.rollout.base import (
+    RolloutLLMAlgorithm,
+    masked_mean_per_row,
+    pad_trajectories,
+    returns_to_go,
+)
 from agilerl_plugin_llm.rollout.harness import Trajectory
-from agilerl_plugin_llm.rollout.specs import GRPOSpec
+from agilerl_plugin_llm.rollout.specs import GRPOSpec, clip_bounds
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, *, norm: str) -> torch.Tensor:
@@ -40,29 +45,117 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, norm: str) -> to
     return adv.reshape(-1)
 
 
+def turn_group_advantages(
+    trajs: Sequence[Trajectory],
+    turn_index: torch.Tensor,
+    group_size: int,
+    *,
+    norm: str,
+    fallback: bool,
+) -> torch.Tensor:
+    """Per-token advantages ``[N, T]`` at turn granularity.
+
+    Completion ``i``'s turn ``k`` is scored by its return from turn ``k`` on, relative to the same
+    return of the other completions of its group that reached turn ``k``. Where fewer than two did,
+    the turn gets the trajectory advantage (``fallback``) or 0.
+    """
+    traj_adv = group_advantages(torch.tensor([t.total_reward for t in trajs], dtype=torch.float32), group_size,
+                                norm=norm)  # fmt: skip
+    adv = torch.zeros(turn_index.shape, dtype=torch.float32)
+    for start in range(0, len(trajs), group_size):
+        group = range(start, min(start + group_size, len(trajs)))
+        returns = {i: returns_to_go(trajs[i].rewards, 1.0) for i in group}
+        for k in range(max(len(g) for g in returns.values())):
+            members = [i for i in group if k < len(returns[i])]
+            values = torch.tensor([returns[i][k] for i in members], dtype=torch.float32)
+            for pos, i in enumerate(members):
+                if len(members) >= 2:
+                    value = float(values[pos] - values.mean())
+                    if norm == "mean_std":
+                        value /= float(values.std()) + 1e-4
+                else:
+                    value = float(traj_adv[i]) if fallback else 0.0
+                adv[i][turn_index[i] == k] = value
+    return adv
+
+
+def pooled_log_ratio(
+    log_ratio: torch.Tensor, mask: torch.Tensor, level: str, turn_index: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The log importance ratio at ``level``, broadcast back to tokens ``[B, T]``.
+
+    ``token``: unchanged; ``trajectory``: the mean over each row's policy tokens (log of the geometric
+    mean ratio, GSPO); ``turn``: the mean over each turn's tokens (``turn_index``, -1 outside turns).
+    """
+    if level == "token":
+        return log_ratio
+    if level == "trajectory" or turn_index is None:
+        return masked_mean_per_row(log_ratio, mask).unsqueeze(-1).expand_as(log_ratio)
+    turns = int(turn_index.max().item()) + 1 if turn_index.numel() else 1
+    onehot = (turn_index.unsqueeze(-1) == torch.arange(max(turns, 1), device=turn_index.device)).to(log_ratio.dtype)
+    onehot = onehot * mask.to(log_ratio.dtype).unsqueeze(-1)  # [B, T, turns]
+    sums = (log_ratio.unsqueeze(-1) * onehot).sum(dim=1)
+    means = sums / onehot.sum(dim=1).clamp(min=1.0)  # [B, turns]
+    return means.gather(1, turn_index.clamp(min=0))
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    clip_coef: float,
+    clip_coef: float | tuple[float, float],
     loss_type: str = "grpo",
+    level: str | None = None,
+    turn_index: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token surrogate loss ``[B, T]`` and the clipped-token indicator, for ``loss_type``."""
+    """Per-token surrogate loss ``[B, T]`` and the clipped-token indicator, for ``loss_type``.
+
+    ``clip_coef``: a scalar ``c`` (ratio bounds ``1 -+ c``) or ratio bounds ``(low, high)``. ``level``
+    is the ``importance_sampling_level`` (default token; gspo: trajectory). For CISPO a scalar bounds
+    the weight from above only (as MiniMax-M1); a pair bounds it both ways.
+    """
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    low, high = clip_bounds(clip_coef)
+    level = level or ("trajectory" if loss_type == "gspo" else "token")
     log_ratio = logp - old_logp
-    if loss_type == "gspo":
-        # Sequence-level ratio, with the token's own gradient path (GSPO-token form).
-        seq = masked_mean_per_row(log_ratio, mask).unsqueeze(-1)
-        log_ratio = seq.detach() + logp - logp.detach()
+    if level != "token":
+        # The pooled ratio's value, with each token's own gradient path (the GSPO-token form).
+        log_ratio = pooled_log_ratio(log_ratio, mask, level, turn_index).detach() + logp - logp.detach()
     ratio = torch.exp(log_ratio)
-    clipped_ratio = torch.clamp(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    clipped_ratio = torch.clamp(ratio, low, high)
     if loss_type == "cispo":
-        weight = torch.clamp(ratio, max=1.0 + clip_coef).detach()
-        return -weight * adv * logp, (ratio > 1.0 + clip_coef).float()
+        bounded = (
+            torch.clamp(ratio, min=low, max=high) if isinstance(clip_coef, (tuple, list)) else ratio.clamp(max=high)
+        )
+        weight = bounded.detach()
+        return -weight * adv * logp, (ratio > high).float()
     per_token = torch.maximum(-adv * ratio, -adv * clipped_ratio)
     return per_token, (clipped_ratio != ratio).float()
+
+
+def normalised_loss_sum(
+    per_token: torch.Tensor, mask: torch.Tensor, batch: dict[str, torch.Tensor], norm: str, max_tokens: int = 1
+) -> torch.Tensor:
+    """The loss of a micro-batch, summed in the units ``optimize`` divides by (see ``loss_norm``).
+
+    ``sequence``: each row's token mean, summed over rows (``optimize`` divides by the mini-batch's
+    rows); ``micro_batch``: the micro-batch's token mean times its rows (so micro-batches weigh by
+    rows); ``accumulation_window``: the token sum (``optimize`` divides by the mini-batch's tokens);
+    ``max_tokens``: each row's token sum over the constant ``max_tokens`` (Dr. GRPO: no length bias).
+    """
+    weights = batch.get("row_weight")
+    if norm == "sequence":
+        per_row = masked_mean_per_row(per_token, mask)
+        return (per_row * weights).sum() if weights is not None else per_row.sum()
+    token_mask = mask * weights.unsqueeze(-1) if weights is not None else mask
+    total = (per_token * token_mask).sum()
+    if norm == "max_tokens":
+        return total / float(max(max_tokens, 1))
+    if norm == "micro_batch":
+        return total / mask.sum().clamp(min=1.0) * per_token.shape[0]
+    return total
 
 
 class GRPO(RolloutLLMAlgorithm):
@@ -85,6 +178,8 @@ class GRPO(RolloutLLMAlgorithm):
         mini, micro = self.spec.mini_batch_size, self.spec.micro_batch_size_per_gpu
         self.mini_batch_size = None if mini is None else int(mini) * int(self.group_size)
         self.micro_batch_size_per_gpu = None if micro is None else int(micro) * int(self.group_size)
+        if micro is None and self.spec.reduce_memory_peak:
+            self.micro_batch_size_per_gpu = 1  # AgileRL's reduce_memory_peak: one completion per forward pass
 
     def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
         super()._on_hyperparameter_change(name, old, new)
@@ -99,7 +194,13 @@ class GRPO(RolloutLLMAlgorithm):
         return self._iteration_seeds(int(self.batch_size)), int(self.group_size)
 
     def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
-        adv = group_advantages(rewards, repeats, norm=self.spec.adv_norm)
+        adv: torch.Tensor
+        if self.spec.advantage_granularity == "turn":
+            turn_index = pad_trajectories(trajs, self.pad_id)["turn_index"]
+            adv = turn_group_advantages(trajs, turn_index, repeats, norm=self.spec.adv_norm,
+                                        fallback=self.spec.turn_advantage_trajectory_fallback)  # fmt: skip
+        else:  # trajectory (and auto): one advantage per completion
+            adv = group_advantages(rewards, repeats, norm=self.spec.adv_norm)
         if self.spec.filter_zero_adv:
             # Groups with equal rewards carry no signal; drop their tokens from the loss.
             keep = rewards.view(-1, repeats).std(dim=1) > 1e-8
@@ -113,20 +214,34 @@ class GRPO(RolloutLLMAlgorithm):
         logp = self.logprobs(batch, temperature=self._logit_temperature())
         old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
         per_token, clipped = policy_loss(
-            logp, old, batch["advantages"], mask, clip_coef=float(self.clip_coef), loss_type=self.spec.loss_type
-        )
+            logp, old, batch["advantages"], mask, clip_coef=self.clip_range(), loss_type=self.spec.loss_type,
+            level=self.spec.ratio_level, turn_index=batch.get("turn_index"),
+        )  # fmt: skip
         stats: dict[str, float] = {}
-        if self.beta > 0 and "ref_logprobs" in batch:
-            kl = k3_kl(logp, batch["ref_logprobs"], self.spec.kl_clamp)
-            per_token = per_token + float(self.beta) * kl
-            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
-        per_row = masked_mean_per_row(per_token, mask)
-        if "row_weight" in batch:
-            per_row = per_row * batch["row_weight"]
+        per_token = self.with_kl(per_token, logp, batch, mask, stats, self.spec.kl_clamp)
         stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
-        loss_sum = per_row.sum()
-        stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
+        loss_sum = normalised_loss_sum(per_token, mask, batch, self.spec.loss_norm, self.spec.new_tokens)
+        stats["loss"] = float(loss_sum.detach()) / max(len(per_token), 1)
         return loss_sum, stats
 
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        if self.spec.loss_norm == "accumulation_window":
+            # Token-level loss over the optimizer step: optimize divides by the mini-batch's policy tokens.
+            return self._update(batch, units=_policy_tokens)
+        return self._update(batch)
 
-__all__ = ["GRPO", "group_advantages", "policy_loss"]
+
+def _policy_tokens(batch: dict[str, torch.Tensor]) -> float:
+    mask = batch["loss_mask"].clone()
+    mask[:, 0] = 0
+    return float(mask.sum())
+
+
+__all__ = [
+    "GRPO",
+    "group_advantages",
+    "normalised_loss_sum",
+    "policy_loss",
+    "pooled_log_ratio",
+    "turn_group_advantages",
+]

@@ -45,6 +45,8 @@ class Trajectory:
     terminated: bool
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
+    #: Whether a reply was cut at the token budget (it ended without a stop token).
+    cut_off: bool = False
 
     @property
     def total_reward(self) -> float:
@@ -138,6 +140,7 @@ class RolloutHarness:
         self.rewards: list[float] = []
         self.turn = 0
         self.prompt_len = 0
+        self.cut_off = False
         self.terminated = False
         self.truncated = False
         self._ended_with_stop = False
@@ -223,17 +226,20 @@ class RolloutHarness:
         """Record the policy's reply (token ids as generated), play it in the env; return the reward."""
         return self.finish_step(self.env.step(self.reply(new_ids)))
 
-    def reply(self, new_ids: list[int]) -> str:
+    def reply(self, new_ids: list[int], *, stopped: bool = False) -> str:
         """Record the policy's reply (token ids as generated); return it as the env's action text.
 
         ``step`` = ``reply`` + ``env.step`` + :meth:`finish_step`; split so that a batch of remote
-        envs can be stepped concurrently while the tokenizer stays on one thread.
+        envs can be stepped concurrently while the tokenizer stays on one thread. ``stopped``: the
+        reply was ended by a stop string (so it was not cut at the token budget).
         """
         if self.done:
             raise RuntimeError("step() on a finished episode; call reset() first")
         new_ids = [int(t) for t in new_ids][: self.generation_budget()]
         self._append(new_ids, policy=True)
         self._ended_with_stop = bool(new_ids) and new_ids[-1] in self.stop_ids
+        # ``stopped``: the reply ended at a stop string (a proper end, though not a stop token).
+        self.cut_off = self.cut_off or not (self._ended_with_stop or stopped)
         reply = self.tokenizer.decode(new_ids, skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": reply})
         return str(reply)
@@ -294,6 +300,7 @@ class RolloutHarness:
             terminated=self.terminated,
             truncated=self.truncated,
             info=dict(self.info),
+            cut_off=self.cut_off,
         )
 
     def close(self) -> None:

@@ -24,7 +24,13 @@ def decoder_and_head(model: Any) -> tuple[Any, Any]:
     decoder, head = getattr(base, "model", None), getattr(base, "lm_head", None)
     if decoder is None or head is None:
         raise TypeError(f"{type(base).__name__} exposes no .model/.lm_head; shared-prefix passes need a decoder LM")
-    return decoder, head
+    from agilerl_plugin_llm.algorithms.base import scale_logits
+
+    def scaled_head(hidden: torch.Tensor) -> torch.Tensor:
+        # The model's own logit scaling (Granite, Cohere), which calling lm_head alone would skip.
+        return scale_logits(base, head(hidden))
+
+    return decoder, scaled_head
 
 
 def supports_shared_prefix(model: Any) -> bool:

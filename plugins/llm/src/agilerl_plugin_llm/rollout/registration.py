@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl_plugin_llm.rollout.specs import GRPOSpec, LLMREINFORCESpec
+from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMPPOSpec, LLMREINFORCESpec
 
 
 def register_algorithms(register: Any) -> None:
     register(GRPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
+    # AgileRL's names for GRPO with the gspo / cispo loss: the same algorithm, the loss pinned by the spec.
+    register(GSPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
+    register(CISPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
     register(LLMREINFORCESpec, algorithm="agilerl_plugin_llm.rollout.reinforce:LLMREINFORCE")
+    register(LLMPPOSpec, algorithm="agilerl_plugin_llm.rollout.ppo:LLMPPO")
 
 
 def register_env_types(register: Any) -> None:
@@ -25,6 +29,9 @@ def register_env_types(register: Any) -> None:
         "agilerl_plugin_llm.rollout.env:make_rollout_env",
         functions={"make_rollout_env_factory": "agilerl_plugin_llm.rollout.env:make_rollout_env_factory"},
     )
+    # AgileRL's names for rollout envs: the spec turns them into env_type: rollout at validation.
+    for legacy in ("reasoning", "multiturn"):
+        register(legacy, LLMEnvSpec, "agilerl_plugin_llm.rollout.env:make_rollout_env")
 
 
 def register_builders(register: Any) -> None:

@@ -14,20 +14,15 @@ from collections.abc import Sequence
 
 import torch
 
-from agilerl_plugin_llm.rollout.base import RolloutLLMAlgorithm, masked_mean_per_row, pad_trajectories
+from agilerl_plugin_llm.rollout.base import (
+    RolloutLLMAlgorithm,
+    pad_trajectories,
+    returns_to_go,
+    sequence_mean_loss,
+)
 from agilerl_plugin_llm.rollout.grpo import policy_loss
 from agilerl_plugin_llm.rollout.harness import Trajectory
 from agilerl_plugin_llm.rollout.specs import LLMREINFORCESpec
-
-
-def returns_to_go(rewards: Sequence[float], gamma: float) -> list[float]:
-    """``G_t = r_t + gamma * G_{t+1}`` for every turn of one episode."""
-    out = [0.0] * len(rewards)
-    running = 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        running = float(rewards[t]) + gamma * running
-        out[t] = running
-    return out
 
 
 class LLMREINFORCE(RolloutLLMAlgorithm):
@@ -48,6 +43,8 @@ class LLMREINFORCE(RolloutLLMAlgorithm):
         adv = torch.zeros(turn_index.shape, dtype=torch.float32)
         for i, t in enumerate(trajs):
             g = returns_to_go(t.rewards, float(self.gamma))
+            if self.spec.advantage_granularity == "trajectory":
+                g = [g[0]] * len(g)  # the episode's (discounted) return credits every turn
             for turn, value in enumerate(g):
                 adv[i][turn_index[i] == turn] = value - baseline
         if self.spec.whiten_advantages:
@@ -61,19 +58,13 @@ class LLMREINFORCE(RolloutLLMAlgorithm):
         mask[:, 0] = 0.0
         logp = self.logprobs(batch, temperature=self._logit_temperature())
         old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
-        per_token, clipped = policy_loss(logp, old, batch["advantages"], mask, clip_coef=float(self.clip_coef))
+        per_token, clipped = policy_loss(
+            logp, old, batch["advantages"], mask, clip_coef=self.clip_range(), level=self.spec.ratio_level,
+            turn_index=batch.get("turn_index"),
+        )  # fmt: skip
         stats: dict[str, float] = {}
-        if self.beta > 0 and "ref_logprobs" in batch:
-            from agilerl_plugin_llm.rollout.base import k3_kl
-
-            kl = k3_kl(logp, batch["ref_logprobs"], 10.0)
-            per_token = per_token + float(self.beta) * kl
-            stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
-        per_row = masked_mean_per_row(per_token, mask)
-        stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
-        loss_sum = per_row.sum()
-        stats["loss"] = float(loss_sum.detach()) / max(len(per_row), 1)
-        return loss_sum, stats
+        per_token = self.with_kl(per_token, logp, batch, mask, stats, 10.0)
+        return sequence_mean_loss(per_token, clipped, mask, stats)
 
 
 __all__ = ["LLMREINFORCE", "returns_to_go"]

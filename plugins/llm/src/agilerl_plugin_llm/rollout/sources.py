@@ -275,15 +275,12 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         except (json.JSONDecodeError, UnicodeDecodeError, csv.Error) as exc:
             raise RolloutSourceError(f"environment.dataset_path: cannot parse {p}: {exc}") from exc
     elif hf_id:
-        try:
-            import datasets
+        from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
 
-            ds = datasets.load_dataset(hf_id, split="train")
-        except Exception as exc:
-            raise RolloutSourceError(
-                f"environment.hf_dataset_id: cannot load {hf_id!r} from the local Hugging Face cache "
-                f"(no downloads at run time): {type(exc).__name__}: {exc}"
-            ) from exc
+        try:
+            ds = load_cached_dataset(hf_id, "environment.hf_dataset_id" if not named else "environment.dataset")
+        except DatasetError as exc:
+            raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
     else:  # pragma: no cover - select_source guarantees one of them
         raise RolloutSourceError("environment: set dataset_path or hf_dataset_id")
@@ -314,21 +311,34 @@ def split_rows(rows: list[dict[str, Any]], fraction: float | None, seed: int | N
 
 
 def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
-    """The rubric callable ``(completion, answer, question) -> float`` from ``rubric_file_path``."""
+    """The reward ``(completion, answer, question) -> float`` from ``rubric_file_path``: the function
+    ``rubric_name`` names, or the weighted sum of the ones it lists (``reward_weights``)."""
     path = getattr(spec, "rubric_file_path", None) or getattr(spec, "reward_file_path", None)
     if not path:
         raise RolloutSourceError(
             "environment.rubric_file_path: dataset rows need a rubric: a Python file defining "
             "reward_fn(completion, answer, question) -> float"
         )
-    name = getattr(spec, "rubric_name", None) or getattr(spec, "reward_fn_name", None) or "reward_fn"
+    named = getattr(spec, "reward_functions", None) or [(getattr(spec, "rubric_name", None) or "reward_fn", 1.0)]
     module = load_python_file(path, "rubric_file_path")
-    fn = _attribute(module, name, "rubric_name", str(path))
-    if inspect.isclass(fn):
-        fn = fn()
-    if not callable(fn):
-        raise RolloutSourceError(f"environment.rubric_name: {name!r} in {path} is not callable")
-    return fn  # type: ignore[no-any-return]
+    parts: list[tuple[str, float, Callable[..., Any]]] = []
+    for name, weight in named:
+        fn = _attribute(module, name, "rubric_name", str(path))
+        if inspect.isclass(fn):
+            fn = fn()
+        if not callable(fn):
+            raise RolloutSourceError(f"environment.rubric_name: {name!r} in {path} is not callable")
+        parts.append((name, weight, fn))
+    if len(parts) == 1 and parts[0][1] == 1.0:
+        return parts[0][2]  # type: ignore[no-any-return]
+
+    def weighted(completion: str, answer: Any, question: Any) -> float:
+        total = 0.0
+        for name, weight, fn in parts:
+            total += weight * as_reward(fn(completion, answer, question), f"{name}(completion, answer, question)")
+        return total
+
+    return weighted
 
 
 def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
@@ -436,7 +446,7 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
     max_reward = getattr(spec, "max_reward", None)
     probe = RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward)
     probe.reset(seed=0)
-    name = getattr(spec, "rubric_name", None) or "reward_fn"
+    name = "+".join(n for n, _ in getattr(spec, "reward_functions", None) or [("reward_fn", 1.0)])
     try:
         value = rubric("", probe.row.get(ANSWER_COLUMN), next(probe.row[c] for c in QUESTION_COLUMNS if c in probe.row))
     except Exception as exc:

@@ -8,12 +8,14 @@ or, for inherited ones, by :meth:`RolloutLLMSpec._unsupported` with a "not suppo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+import importlib.util
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
-from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
+from agilerl.models.base import Spec
+from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -38,7 +40,72 @@ _UNSUPPORTED_GENERATION_FIELDS = {
 }
 
 
-class RolloutLLMSpec(LLMAlgorithmSpec):
+class VLLMConfig(Spec):
+    """AgileRL's ``vllm_config``: the colocated vLLM engine used when ``use_vllm: true``.
+
+    ``gpu_memory_utilization`` and ``sleep_mode`` set ``vllm_gpu_memory_utilization`` and
+    ``vllm_sleep_mode``; ``max_num_seqs``, ``dtype`` and ``quantization`` go to ``vllm.LLM`` (under any
+    ``vllm_engine_args`` the manifest gives). With HF generation (``use_vllm: false``) it is not used.
+    """
+
+    mode: Annotated[
+        Literal["colocate"],
+        Field(description="colocate: the engine runs in the training process (server mode is not implemented)."),
+    ] = "colocate"
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=1, description="GPUs per engine (only 1 here).")] = 1
+    gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
+    max_num_seqs: Annotated[int | None, Field(ge=1, description="vLLM's max_num_seqs (sequences per step).")] = None
+    sleep_mode: bool = True
+    dtype: str | None = None
+    quantization: str | None = None
+    strip_multimodal_towers: Annotated[
+        bool, Field(description="Not supported: a text-only copy of a multimodal model for vLLM.")
+    ] = False
+
+    @model_validator(mode="after")
+    def _check(self) -> VLLMConfig:
+        if self.strip_multimodal_towers:
+            raise ValueError("strip_multimodal_towers is not supported; remove it")
+        return self
+
+    def engine_args(self) -> dict[str, Any]:
+        """Arguments for ``vllm.LLM`` beyond the ones the backend sets itself."""
+        extra = {"max_num_seqs": self.max_num_seqs, "dtype": self.dtype, "quantization": self.quantization}
+        return {k: v for k, v in extra.items() if v is not None}
+
+
+def _fold_vllm_fields(data: Any) -> Any:
+    """``use_vllm`` and ``vllm_config`` (AgileRL's names) in terms of our generation fields."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    use_vllm = data.get("use_vllm")
+    if isinstance(use_vllm, bool):
+        wanted = "vllm" if use_vllm else "hf"
+        given = data.get("generation_backend")
+        if given not in (None, wanted):
+            raise ValueError(f"use_vllm: {str(use_vllm).lower()} contradicts generation_backend: {given}; keep one")
+        data["generation_backend"] = wanted
+    config = data.get("vllm_config")
+    if isinstance(config, dict):
+        cfg = VLLMConfig.model_validate(config)
+        data.setdefault("vllm_gpu_memory_utilization", cfg.gpu_memory_utilization)
+        data.setdefault("vllm_sleep_mode", cfg.sleep_mode)
+        data["vllm_engine_args"] = {**cfg.engine_args(), **dict(data.get("vllm_engine_args") or {})}
+    return data
+
+
+def clip_bounds(clip_coef: float | list[float] | tuple[float, float]) -> tuple[float, float]:
+    """Ratio bounds ``(low, high)``: ``1 -+ clip_coef`` for a scalar, the pair itself for ``[low, high]``."""
+    if isinstance(clip_coef, (list, tuple)):
+        return float(clip_coef[0]), float(clip_coef[1])
+    return 1.0 - float(clip_coef), 1.0 + float(clip_coef)
+
+
+ImportanceSamplingLevel = Literal["token", "turn", "trajectory", "sequence"]
+
+
+class RolloutLLMSpec(PluginLLMSpec):
     """Fields every rollout (generate-then-learn) LLM algorithm shares.
 
     ``batch_size`` is the number of prompts (episodes, or GRPO groups) per optimizer iteration;
@@ -76,6 +143,47 @@ class RolloutLLMSpec(LLMAlgorithmSpec):
     vllm_gpu_memory_utilization: Annotated[
         float, Field(gt=0.0, le=1.0, description="Fraction of GPU memory the colocated vLLM engine may take.")
     ] = 0.3
+    use_vllm: Annotated[
+        bool | None,
+        Field(description="AgileRL's switch: true generates with a colocated vLLM engine (needs CUDA and the vllm "
+                          "extra), false with HF generate. Sets generation_backend."),
+    ] = None  # fmt: skip
+    vllm_config: Annotated[VLLMConfig | None, Field(description="The colocated vLLM engine (see VLLMConfig).")] = None
+    importance_sampling_level: Annotated[
+        ImportanceSamplingLevel | None,
+        Field(description="Where the importance ratio pi/pi_old is pooled before clipping: token (each token), "
+                          "turn (geometric mean over each turn's tokens), trajectory or sequence (over the whole "
+                          "completion, as GSPO). Default: token (GSPO: trajectory)."),
+    ] = None  # fmt: skip
+    advantage_granularity: Annotated[
+        Literal["auto", "trajectory", "turn"],
+        Field(
+            validation_alias=AliasChoices("advantage_granularity", "action_granularity"),
+            description="What an advantage is credited to: trajectory (one value for every policy token of the "
+                        "episode) or turn (each turn its own, from the return from that turn on). auto: the "
+                        "algorithm's default. AgileRL's older name action_granularity is accepted.",
+        ),
+    ] = "auto"  # fmt: skip
+
+    eos_token_id: Annotated[
+        int | list[int] | None,
+        Field(description="Token id(s) that also end a reply, besides the tokenizer's eos, its end-of-turn markers "
+                          "and the model's generation_config.eos_token_id."),
+    ] = None  # fmt: skip
+    stop_strings: Annotated[
+        list[str] | None,
+        Field(description="A reply ends after the first of these strings (kept in the reply, as HF generate does)."),
+    ] = None
+    vllm_importance_sampling_correction: Annotated[
+        bool | None,
+        Field(description="Not implemented (the vLLM backend here returns no sampling log-probs): only false "
+                          "or unset is accepted."),
+    ] = None  # fmt: skip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agilerl_generation_fields(cls, data: Any) -> Any:
+        return _fold_vllm_fields(data)
 
     @model_validator(mode="after")
     def _unsupported(self) -> RolloutLLMSpec:
@@ -83,6 +191,19 @@ class RolloutLLMSpec(LLMAlgorithmSpec):
             value = getattr(self, name, None)
             if value not in (None, False):
                 raise ValueError(f"{name}: {why}; remove it from the algorithm section")
+        problems = llm_algorithm_problems(self)
+        if self.stop_strings is not None and not all(self.stop_strings):
+            problems.append("stop_strings: an empty string would end every reply at once; remove it")
+        if self.vllm_importance_sampling_correction:
+            problems.append("vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not "
+                            "implemented; remove it or set it to false")  # fmt: skip
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.use_vllm and importlib.util.find_spec("vllm") is None:
+            raise ValueError(
+                "use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install "
+                "'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate"
+            )
         if self.min_output_tokens is not None and self.max_output_tokens is not None:
             if self.min_output_tokens > self.max_output_tokens:
                 raise ValueError(
@@ -90,6 +211,12 @@ class RolloutLLMSpec(LLMAlgorithmSpec):
                     f"max_output_tokens ({self.max_output_tokens})"
                 )
         return self
+
+    @property
+    def ratio_level(self) -> str:
+        """The resolved ``importance_sampling_level`` (``sequence`` is ``trajectory``)."""
+        level = self.importance_sampling_level or "token"
+        return "trajectory" if level == "sequence" else level
 
     @property
     def new_tokens(self) -> int:
@@ -137,7 +264,11 @@ class GRPOSpec(RolloutLLMSpec):
 
     group_size: Annotated[int, Field(ge=2, description="Completions sampled per prompt (the group).")] = 8
     lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-7
-    clip_coef: Annotated[float, Field(ge=0.0, description="PPO-style clip range of the importance ratio.")] = 0.2
+    clip_coef: Annotated[
+        float | tuple[float, float],
+        Field(description="Clip range of the importance ratio: a scalar c clips to [1 - c, 1 + c]; a pair "
+                          "[low, high] gives the ratio bounds themselves (asymmetric, e.g. DAPO's clip-higher)."),
+    ] = 0.2  # fmt: skip
     adv_norm: Annotated[
         Literal["mean_only", "mean_std"],
         Field(description="Group advantage: reward - group mean (mean_only), divided by the group std (mean_std)."),
@@ -155,6 +286,60 @@ class GRPOSpec(RolloutLLMSpec):
     filter_zero_adv: Annotated[
         bool, Field(description="Skip groups whose rewards are all equal (their advantage is zero).")
     ] = False
+    turn_advantage_trajectory_fallback: Annotated[
+        bool,
+        Field(description="advantage_granularity: turn: where fewer than two completions of a group reach a turn, "
+                          "use the trajectory advantage for it (false: that turn gets advantage 0)."),
+    ] = True  # fmt: skip
+    loss_norm: Annotated[
+        Literal["sequence", "micro_batch", "accumulation_window", "max_tokens"],
+        Field(description="What the per-token loss is averaged over: sequence (each completion, then the "
+                          "completions: GRPO), micro_batch (all tokens of a micro-batch), accumulation_window "
+                          "(all tokens of the optimizer step: DAPO's token-level loss) or max_tokens (each "
+                          "completion's token sum over max_output_tokens: Dr. GRPO, no length bias)."),
+    ] = "sequence"  # fmt: skip
+
+    @field_validator("clip_coef", mode="before")
+    @classmethod
+    def _clip_pair(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            if len(value) != 2:
+                raise ValueError("clip_coef as a list is [low, high]: two ratio bounds")
+            low, high = float(value[0]), float(value[1])
+            if not 0.0 <= low <= 1.0 <= high:
+                raise ValueError(f"clip_coef [low, high] needs 0 <= low <= 1 <= high, got [{low}, {high}]")
+            return (low, high)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0.0 <= value <= 1.0:
+            raise ValueError("clip_coef must be in [0, 1] (or a [low, high] pair of ratio bounds)")
+        return value
+
+    @model_validator(mode="after")
+    def _loss_type_level(self) -> GRPOSpec:
+        if self.loss_type == "gspo" and self.ratio_level not in ("trajectory",):
+            if self.importance_sampling_level is not None:
+                raise ValueError("loss_type gspo pools the ratio over the sequence: importance_sampling_level must "
+                                 f"be trajectory or sequence, got {self.importance_sampling_level}")  # fmt: skip
+        return self
+
+    @property
+    def ratio_level(self) -> str:
+        if self.loss_type == "gspo" and self.importance_sampling_level is None:
+            return "trajectory"
+        return super().ratio_level
+
+
+class GSPOSpec(GRPOSpec):
+    """Group Sequence Policy Optimization (Zheng et al. 2025): GRPO with the importance ratio of the whole
+    completion (the geometric mean of its token ratios), clipped once per sequence."""
+
+    loss_type: Annotated[Literal["gspo"], Field(description="Fixed: gspo.")] = "gspo"
+
+
+class CISPOSpec(GRPOSpec):
+    """CISPO (MiniMax-M1, 2025): GRPO whose loss is ``-A * log pi`` weighted by the clipped importance ratio
+    with its gradient stopped, so clipped tokens still train."""
+
+    loss_type: Annotated[Literal["cispo"], Field(description="Fixed: cispo.")] = "cispo"
 
 
 class LLMREINFORCESpec(RolloutLLMSpec):
@@ -175,4 +360,54 @@ class LLMREINFORCESpec(RolloutLLMSpec):
     whiten_advantages: Annotated[bool, Field(description="Divide advantages by their batch std.")] = False
 
 
-__all__ = ["ROLLOUT_HPO_RANGES", "GRPOSpec", "LLMREINFORCESpec", "RolloutLLMSpec"]
+class LLMPPOSpec(RolloutLLMSpec):
+    """PPO for LLMs (token-level): a value head on the policy's last hidden state estimates each
+    token's value; GAE over the policy tokens gives advantages (rewards at the end of each turn,
+    ``gamma`` across turns, ``gae_lambda`` across tokens); clipped-ratio policy loss plus
+    ``vf_coef`` x the value loss, and the k3 KL to the reference (``beta``)."""
+
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        **ROLLOUT_HPO_RANGES,
+        "lr_actor": (1e-7, 1e-5),
+        "lr_critic": (1e-7, 1e-3),
+        "vf_coef": (0.1, 1.0),
+        "gae_lambda": (0.8, 1.0),
+    }
+
+    temperature: Annotated[float, Field(ge=0.0)] = 1.0
+    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
+    lr_actor: Annotated[
+        float,
+        Field(gt=0.0, validation_alias=AliasChoices("lr_actor", "lr"), description="AdamW lr of the policy."),
+    ] = 5e-7
+    lr_critic: Annotated[float, Field(gt=0.0, description="AdamW lr of the value head.")] = 5e-5
+    clip_coef: Annotated[float, Field(ge=0.0, le=1.0, description="Clip range of the importance ratio.")] = 0.2
+    vf_coef: Annotated[float, Field(ge=0.0, description="Weight of the value loss.")] = 0.5
+    gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount across turns (tokens of a turn: 1).")] = 1.0
+    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0, description="GAE lambda across policy tokens.")] = 0.95
+    whiten_advantages: Annotated[bool, Field(description="Normalise advantages over the batch's tokens.")] = True
+    kl_clamp: Annotated[float | None, Field(gt=0.0, description="Clamp the per-token k3 KL estimate.")] = 10.0
+    advantage_granularity: Annotated[
+        Literal["auto", "token"],
+        Field(
+            validation_alias=AliasChoices("advantage_granularity", "action_granularity"),
+            description="token (and auto): each policy token its own GAE advantage.",
+        ),
+    ] = "auto"  # type: ignore[assignment]
+
+    @property
+    def lr(self) -> float:
+        return self.lr_actor
+
+
+__all__ = [
+    "ROLLOUT_HPO_RANGES",
+    "CISPOSpec",
+    "LLMPPOSpec",
+    "GRPOSpec",
+    "GSPOSpec",
+    "LLMREINFORCESpec",
+    "RolloutLLMSpec",
+    "VLLMConfig",
+    "clip_bounds",
+]

@@ -58,6 +58,18 @@ class LLMRolloutStrategy(TrainingStrategy):
         t = run.manifest.training
         return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
 
+    def setup(self, run: Run) -> None:
+        from agilerl_plugin_llm.distributed import quiet_other_ranks
+
+        quiet_other_ranks(run)  # under torchrun / accelerate launch, rank 0 writes the metrics
+        if run.resume is None:
+            # The step-0 point: held-out reward before any training, so a run shows how far it moved.
+            for agent in run.population:
+                t = run.manifest.training
+                fitness = float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+                run.logger.log({"generation": -1, "agent": agent.index, "steps": agent.steps, "fitness": fitness,
+                                **{f"eval/{k}": v for k, v in agent.last_eval.items()}})  # fmt: skip
+
     def close(self, run: Run) -> None:
         seen: set[int] = set()
         for agent in run.population:
