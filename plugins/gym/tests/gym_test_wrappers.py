@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import gymnasium as gym
@@ -19,6 +21,26 @@ class InterruptAfter(gym.Wrapper):  # type: ignore[type-arg]
         self.left -= 1
         if self.left < 0:
             raise KeyboardInterrupt
+        return self.env.step(action)
+
+
+class SigintAfter(gym.Wrapper):  # type: ignore[type-arg]
+    """Send this process a real SIGINT (what Ctrl-C sends) once, after ``steps`` steps of one env.
+
+    The signal goes out once per process however many sub-envs carry the wrapper.
+    """
+
+    sent = False
+
+    def __init__(self, env: gym.Env[Any, Any], steps: int) -> None:
+        super().__init__(env)
+        self.left = int(steps)
+
+    def step(self, action: Any) -> Any:
+        self.left -= 1
+        if self.left < 0 and not SigintAfter.sent:
+            SigintAfter.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
         return self.env.step(action)
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec, NetworkSpec
+from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise
 from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
@@ -41,6 +42,11 @@ class GymAlgorithm(AlgorithmBase):
     #: Learning-rate hyperparameter -> optimizer names it applies to.
     lr_optimizers: ClassVar[dict[str, tuple[str, ...]]] = {"lr": ("optimizer",)}
 
+    # Hyperparameters every single-agent algorithm has (set from the spec by AlgorithmBase).
+    gamma: float
+    batch_size: int
+    learn_step: int
+
     def __init__(
         self,
         spec: AlgorithmSpec,
@@ -59,6 +65,9 @@ class GymAlgorithm(AlgorithmBase):
         self.nets: dict[str, EvolvableNetwork] = {}
         self.optimizers: dict[str, Adam] = {}
         self.extra_params: dict[str, nn.Parameter] = {}
+        #: Vector-env steps taken (the off-policy update schedule counts on it; checkpointed).
+        self.vec_steps = 0
+        self.targets = TargetSync(self.nets, {})
 
     # --- helpers for subclasses ------------------------------------------------------------------
     def _net(self, out_dim: int, *, space: spaces.Space[Any] | None = None, **kwargs: Any) -> EvolvableNetwork:
@@ -72,9 +81,13 @@ class GymAlgorithm(AlgorithmBase):
         return net.to(self.device)
 
     def _sync_targets(self) -> None:
-        for target, source in self.target_of.items():
-            self.nets[target] = copy.deepcopy(self.nets[source])
-            self.nets[target].requires_grad_(False)
+        """(Re)make every target network a frozen copy of its online network."""
+        self.targets = TargetSync(self.nets, self.target_of)
+        self.targets.copy_online()
+
+    def soft_update(self, tau: float | None = None) -> None:
+        """Polyak-average every target network towards its online one (``tau`` default: ``self.tau``)."""
+        self.targets.soft(float(getattr(self, "tau", 1.0) if tau is None else tau))
 
     def _adam(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
         # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
@@ -127,11 +140,7 @@ class GymAlgorithm(AlgorithmBase):
         return "param"
 
     def clone(self, index: int | None = None) -> GymAlgorithm:
-        caches = {k: self.__dict__.pop(k) for k in [k for k in self.__dict__ if k.startswith("_cache")]}
-        try:
-            twin = copy.deepcopy(self)
-        finally:
-            self.__dict__.update(caches)
+        twin = copy.deepcopy(self)
         if index is not None:
             twin.index = int(index)
         return twin
@@ -152,6 +161,7 @@ class GymAlgorithm(AlgorithmBase):
             "params": {name: p.detach().clone() for name, p in self.extra_params.items()},
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "extra": self.extra_state(),
+            "vec_steps": self.vec_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -178,6 +188,7 @@ class GymAlgorithm(AlgorithmBase):
                     for group in self.optimizers[opt_name].param_groups:
                         group["lr"] = float(getattr(self, opt_name_lr))
         self.load_extra_state(state.get("extra", {}))
+        self.vec_steps = int(state.get("vec_steps", 0))
 
     # --- evaluation -------------------------------------------------------------------------------
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
