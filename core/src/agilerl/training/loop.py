@@ -10,6 +10,8 @@ mutated, untrained offspring.
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,8 +94,45 @@ def restore_rng(run: Run, state: dict[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
 
 
-def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase: str) -> Path:
-    """Write the whole population and run state atomically to ``path``."""
+class _DeferredInterrupt:
+    """Holds a first SIGINT (Ctrl-C) until the loop reaches a point where the state is consistent.
+
+    The loop checks :attr:`requested` between agents' ``learn`` calls and between generations and
+    then raises ``KeyboardInterrupt`` itself, so the interrupted checkpoint resumes exactly where the
+    run stopped. A second SIGINT interrupts at once, as without this. Installed only in the main
+    thread (signal handlers cannot be set elsewhere).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: Any = None
+        self.installed = threading.current_thread() is threading.main_thread()
+        if self.installed:
+            self.previous = signal.signal(signal.SIGINT, self.handle)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def restore(self) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+            self.installed = False
+
+
+def write_checkpoint(
+    run: Run, strategy: TrainingStrategy, path: Path, *, phase: str, learned: list[int] | None = None
+) -> Path:
+    """Write the whole population and run state atomically to ``path``.
+
+    ``learned``: with phase ``"trained"``, the agents that finished this generation's ``learn``
+    (resume skips them).
+    """
     payload = {
         "format": checkpoint.FORMAT,
         "phase": phase,  # "evaluated": next is selection; "trained": resume re-enters training
@@ -102,6 +141,7 @@ def write_checkpoint(run: Run, strategy: TrainingStrategy, path: Path, *, phase:
         "agents": [agent.state_dict() for agent in run.population],
         "strategy": strategy.state_dict(),
         "rng": rng_state(run),
+        "learned": list(learned or []),
     }
     return checkpoint.save(path, payload)
 
@@ -124,19 +164,28 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     history: list[dict[str, Any]] = []
     resume_phase = (run.resume or {}).get("phase")
     parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
+    # Agents that finished this generation's learn (restored from an interrupted checkpoint).
+    learned: set[int] = set((run.resume or {}).get("learned", [])) if resume_phase == "trained" else set()
     t0 = time.perf_counter()
+    interrupt = _DeferredInterrupt()
     try:
         while True:
+            interrupt.check()
             if resume_phase == "evaluated":
                 resume_phase = None  # the restored population was evaluated: go straight to evolution
             else:
                 # --- learn ---
                 learn_stats: dict[int, dict[str, float]] = {}
                 for agent in population:
+                    if agent.index in learned:
+                        continue
                     before = agent.steps
                     budget = min(evo_steps, max(t.max_steps - agent.steps, 0))
                     learn_stats[agent.index] = strategy.learn(agent, run, budget) if budget > 0 else {}
                     progress.update(min(agent.steps, t.max_steps) - min(before, t.max_steps))
+                    learned.add(agent.index)
+                    interrupt.check()
+                learned = set()
                 # --- evaluate ---
                 for agent in population:
                     agent.fitness.append(float(strategy.evaluate(agent, run)))
@@ -191,12 +240,15 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
             strategy.after_selection(run, population)
             run.generation += 1
     except KeyboardInterrupt:
-        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
+        path = write_checkpoint(
+            run, strategy, _checkpoint_file(run, interrupted=True), phase="trained", learned=sorted(learned)
+        )
         progress.close()
         raise TrainingInterrupted(
             f"interrupted; checkpoint written to {path}. Resume with: agilerl train --resume {path}"
         ) from None
     finally:
+        interrupt.restore()
         progress.close()
     population.sort(key=last_fitness, reverse=True)
     run.population = population
