@@ -26,60 +26,18 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from gym_test_helpers import TINY_EVO, flat_state, tiny_manifest
 
 from agilerl import checkpoint
 from agilerl.training.trainer import LocalTrainer
 
 HERE = Path(__file__).resolve().parent
-EVO = 128
-NET = {"latent_dim": 16, "encoder_config": {"arch": "mlp", "hidden_size": [16], "layer_norm": False}}
-MPE = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 4, "sync": True, "env_config": {"max_cycles": 25}}
-ENVS = {
-    "PPO": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
-    "DQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
-    "DDPG": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
-    "TD3": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
-    "IPPO": MPE,
-    "MADDPG": MPE,
-    "MATD3": MPE,
-}
-
-
-def _manifest(algo: str, tmp: Path, max_steps: int = 2 * EVO) -> dict[str, Any]:
-    single = algo in ("PPO", "DQN", "DDPG", "TD3")
-    on_policy = algo in ("PPO", "IPPO")
-    probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3 if single else 0.0,
-                     "new_layer": 0.5, "act_mut": 0.0}  # fmt: skip
-    return {
-        "algorithm": {"name": algo, "batch_size": 16, "learn_step": 64 if on_policy else 4},
-        "environment": ENVS[algo],
-        "network": NET,
-        "replay_buffer": {"max_size": 1000},
-        "mutation": {"probabilities": probabilities, "rand_seed": 3},
-        "tournament_selection": {"tournament_size": 2, "elitism": True},
-        "training": {"pop_size": 2, "max_steps": max_steps, "evo_steps": EVO, "eval_steps": 30, "eval_loop": 1,
-                     "learning_delay": 32, "seed": 7, "checkpoint_steps": EVO,
-                     "checkpoint_path": str(tmp / "ckpt"), "progress": False, "save_elite": False},
-    }  # fmt: skip
-
-
-def _flat(state: Any, prefix: str = "") -> dict[str, Any]:
-    """Every leaf of a (nested) state dict, keyed by its path."""
-    if isinstance(state, dict):
-        out: dict[str, Any] = {}
-        for k, v in state.items():
-            out.update(_flat(v, f"{prefix}/{k}"))
-        return out
-    if isinstance(state, (list, tuple)):
-        out = {}
-        for i, v in enumerate(state):
-            out.update(_flat(v, f"{prefix}[{i}]"))
-        return out
-    return {prefix: state}
+EVO = TINY_EVO
+ALGOS = ["PPO", "DQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3"]
 
 
 def assert_same_state(a: Any, b: Any) -> None:
-    fa, fb = _flat(a), _flat(b)
+    fa, fb = flat_state(a), flat_state(b)
     assert fa.keys() == fb.keys()
     for k in fa:
         x, y = fa[k], fb[k]
@@ -93,10 +51,10 @@ def _population(result: Any) -> list[dict[str, Any]]:
     return [a.state_dict() for a in sorted(result.population, key=lambda a: a.index)]
 
 
-@pytest.mark.parametrize("algo", list(ENVS))
+@pytest.mark.parametrize("algo", ALGOS)
 def test_resumed_run_ends_exactly_like_the_uninterrupted_one(algo: str, tmp_path: Path) -> None:
     torch.set_num_threads(1)
-    m = _manifest(algo, tmp_path)
+    m = tiny_manifest(algo, tmp_path)
     full = LocalTrainer.from_manifest(m, run_dir=tmp_path / "full").train()
     assert all(a.steps == m["training"]["max_steps"] for a in full.population)
     assert full.generations == 2
@@ -123,7 +81,7 @@ def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subproce
 def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: list[int], tmp_path: Path) -> None:
     """A sub-env steps 32 times per learn call: the signal comes in agent 0's first learn (PPO:
     agent 1 has not learned yet) or agent 1's (DQN: neither is evaluated yet)."""
-    m = _manifest(algo, tmp_path)
+    m = tiny_manifest(algo, tmp_path)
     m["training"]["checkpoint_steps"] = m["training"]["max_steps"]  # final checkpoint only
     done = _cli(m, tmp_path, "full")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -144,3 +102,15 @@ def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: l
     assert [a["steps"] for a in final["agents"]] == [m["training"]["max_steps"]] * 2
     assert_same_state(final["agents"], reference["agents"])
     assert_same_state(final["strategy"], reference["strategy"])
+
+
+@pytest.mark.parametrize("algo", ["PPO", "IPPO", "DQN", "MADDPG"])
+def test_step_budget_is_never_exceeded(algo: str, tmp_path: Path) -> None:
+    """Budgets that are no multiple of the rollout length (64 env steps here): the last rollout of
+    a ``learn`` call is shortened, so every agent ends exactly at ``max_steps``, generation by
+    generation at multiples of ``evo_steps``."""
+    m = tiny_manifest(algo, tmp_path, max_steps=200)
+    m["training"].update(evo_steps=120, checkpoint_steps=None)
+    result = LocalTrainer.from_manifest(m, run_dir=tmp_path / "run").train()
+    assert [a.steps for a in result.population] == [200, 200]
+    assert sorted({r["steps"] for r in result.history}) == [120, 200]

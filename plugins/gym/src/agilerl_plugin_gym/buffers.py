@@ -167,7 +167,7 @@ class ReplayBuffer:
         self.data = {}
         for k, t in state["data"].items():
             arr = np.zeros((self.max_size, *state["shapes"][k]), dtype=np.dtype(state["dtypes"][k]))
-            arr[: self.size] = t.numpy()
+            arr[: self.size] = t.cpu().numpy()
             self.data[k] = arr
 
 
