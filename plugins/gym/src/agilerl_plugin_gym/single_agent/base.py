@@ -70,7 +70,10 @@ class GymAlgorithm(AlgorithmBase):
         self.targets = TargetSync(self.nets, {})
 
     # --- helpers for subclasses ------------------------------------------------------------------
-    def _net(self, out_dim: int, *, space: spaces.Space[Any] | None = None, **kwargs: Any) -> EvolvableNetwork:
+    def build_network(self, out_dim: int, *, space: spaces.Space[Any] | None = None, **kwargs: Any) -> EvolvableNetwork:
+        """An evolvable network from the manifest's ``network`` section, ``space`` (default: the
+        observation space) -> ``out_dim`` outputs, on this algorithm's device. ``kwargs`` go to
+        :meth:`EvolvableNetwork.from_spec` (``output_activation``, ``output_vanish``, ``encoder``)."""
         net = EvolvableNetwork.from_spec(
             self.net_spec,
             space or self.observation_space,
@@ -80,7 +83,7 @@ class GymAlgorithm(AlgorithmBase):
         )
         return net.to(self.device)
 
-    def _sync_targets(self) -> None:
+    def sync_targets(self) -> None:
         """(Re)make every target network a frozen copy of its online network."""
         self.targets = TargetSync(self.nets, self.target_of)
         self.targets.copy_online()
@@ -89,7 +92,8 @@ class GymAlgorithm(AlgorithmBase):
         """Polyak-average every target network towards its online one (``tau`` default: ``self.tau``)."""
         self.targets.soft(float(getattr(self, "tau", 1.0) if tau is None else tau))
 
-    def _adam(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
+    def make_optimizer(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
+        """Adam over ``params`` (call it from :meth:`build_optimizers`)."""
         # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
         # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.optim.
         return Adam(params, lr=lr, eps=eps)
@@ -128,14 +132,14 @@ class GymAlgorithm(AlgorithmBase):
             changed |= net.apply_mutation(method, random.Random(seed))
         if not changed:
             return None
-        self._sync_targets()
+        self.sync_targets()
         self.build_optimizers()
         return f"arch:{method}"
 
     def mutate_parameters(self, rng: random.Random, *, sd: float) -> str | None:
         """Gaussian parameter noise on the policy network (then fresh optimizers, as AgileRL does)."""
         add_parameter_noise(self.nets[self.policy_name], sd, rng)
-        self._sync_targets()
+        self.sync_targets()
         self.build_optimizers()
         return "param"
 
@@ -171,7 +175,7 @@ class GymAlgorithm(AlgorithmBase):
                 self.nets[name].set_arch(arch)
                 rebuilt = True
         if rebuilt:
-            self._sync_targets()
+            self.sync_targets()
         for name, sd in state["nets"].items():
             self.nets[name].load_state_dict(sd)
         with torch.no_grad():

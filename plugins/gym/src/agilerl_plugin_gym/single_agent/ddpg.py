@@ -58,10 +58,10 @@ class DDPG(GymAlgorithm):
         self.high = np.asarray(action_space.high, dtype=np.float32)
         # The critic sees [obs, action] as one vector.
         critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
-        self.nets = {"actor": self._net(self.act_dim, output_activation="Tanh")}
+        self.nets = {"actor": self.build_network(self.act_dim, output_activation="Tanh")}
         for critic in self.critic_names:
-            self.nets[critic] = self._net(1, space=critic_space)
-        self._sync_targets()
+            self.nets[critic] = self.build_network(1, space=critic_space)
+        self.sync_targets()
         self.build_optimizers()
         self.noise = ExplorationNoise(self.act_dim)
         self.critic_updates = 0
@@ -69,8 +69,8 @@ class DDPG(GymAlgorithm):
     def build_optimizers(self) -> None:
         critic_params = [p for c in self.critic_names for p in self.nets[c].parameters()]
         self.optimizers = {
-            "actor": self._adam(self.nets["actor"].parameters(), self.lr_actor),
-            "critic": self._adam(critic_params, self.lr_critic),
+            "actor": self.make_optimizer(self.nets["actor"].parameters(), self.lr_actor),
+            "critic": self.make_optimizer(critic_params, self.lr_critic),
         }
 
     # --- acting -----------------------------------------------------------------------------------

@@ -44,14 +44,14 @@ class DQN(GymAlgorithm):
         assert isinstance(action_space, spaces.Discrete)
         self.double = spec.double
         self.n_actions = int(action_space.n)
-        self.nets = {"actor": self._net(self.n_actions)}
-        self._sync_targets()
+        self.nets = {"actor": self.build_network(self.n_actions)}
+        self.sync_targets()
         self.build_optimizers()
         self.epsilon: float | None = None
         self.eps_end, self.eps_decay = EPS_END, EPS_DECAY
 
     def build_optimizers(self) -> None:
-        self.optimizers = {"optimizer": self._adam(self.nets["actor"].parameters(), self.lr)}
+        self.optimizers = {"optimizer": self.make_optimizer(self.nets["actor"].parameters(), self.lr)}
 
     # --- acting -----------------------------------------------------------------------------------
     def init_exploration(self, training: TrainingSpec) -> None:

@@ -59,9 +59,9 @@ class PPO(GymAlgorithm, PPOSettings):
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
         else:  # check_spaces allows nothing else
             raise AssertionError(action_space)
-        actor = self._net(out_dim, output_vanish=True)
+        actor = self.build_network(out_dim, output_vanish=True)
         shared = actor.encoder if spec.share_encoders else None
-        critic = self._net(1, encoder=shared, output_vanish=False)
+        critic = self.build_network(1, encoder=shared, output_vanish=False)
         self.nets = {"actor": actor, "critic": critic}
         if self.kind == "continuous":
             log_std = torch.full((out_dim,), math.log(spec.action_std_init), device=self.device)
@@ -90,7 +90,7 @@ class PPO(GymAlgorithm, PPOSettings):
     def build_optimizers(self) -> None:
         # eps 1e-5, as Stable-Baselines3's and CleanRL's PPO: on CartPole (10 seeds) the median
         # steps to a greedy return of 475 fell from ~36k to ~31k against torch's default 1e-8.
-        self.optimizers = {"optimizer": self._adam(self.parameters(), self.lr, eps=1e-5)}
+        self.optimizers = {"optimizer": self.make_optimizer(self.parameters(), self.lr, eps=1e-5)}
 
     # --- policy -----------------------------------------------------------------------------------
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
