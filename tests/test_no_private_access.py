@@ -53,6 +53,9 @@ ALLOWLIST: Counter[tuple[str, str]] = Counter(
         # LLM plugin (w16): the rollout strategy closes ``agent._backend`` (declare a public
         # ``close()``/``backend`` on the LLM algorithm protocol).
         ("plugins/llm/src/agilerl_plugin_llm/rollout/strategy.py", "_backend"): 1,
+        # LLM plugin (w16): the builder stores the first agent on the env object under a private
+        # attribute name (``_FIRST_AGENT``); keep that mapping in the builder or the run's extras.
+        ("plugins/llm/src/agilerl_plugin_llm/builder.py", "_agilerl_llm_first_agent"): 2,
         # OpenEnv plugin (w19): resets openenv-core's private client timeouts on a pooled session.
         ("plugins/openenv/src/agilerl_plugin_openenv/client.py", "_message_timeout"): 1,
         ("plugins/openenv/src/agilerl_plugin_openenv/client.py", "_connect_timeout"): 1,
@@ -82,6 +85,14 @@ def _is_own_receiver(value: ast.expr) -> bool:
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
 
 
+def _literal(node: ast.expr, consts: dict[str, str]) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return consts.get(node.id)
+    return None
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -93,6 +104,14 @@ def violations(path: Path) -> list[tuple[int, str]]:
     """
     tree = ast.parse(path.read_text(), filename=str(path))
     own = _defined_private_names(tree)
+    # Module-level string constants, so getattr(obj, _NAME) with _NAME = "_private" is seen too.
+    consts = {
+        t.id: node.value.value
+        for node in getattr(tree, "body", [])
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
@@ -102,10 +121,9 @@ def violations(path: Path) -> list[tuple[int, str]]:
             and isinstance(node.func, ast.Name)
             and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
             and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
+            and isinstance(_literal(node.args[1], consts), str)
         ):
-            receiver, name = node.args[0], node.args[1].value
+            receiver, name = node.args[0], str(_literal(node.args[1], consts))
         else:
             continue
         if not _private(name) or _is_own_receiver(receiver) or name in own or name in EXTERNAL:
@@ -149,8 +167,10 @@ def test_rule_catches_and_spares(tmp_path: Path) -> None:
         "        other._x\n"  # _x is defined in this file (self._x): allowed
         "        agent._cache_rollout = 1\n"  # writing another object's private state: a violation
         "        getattr(agent, '_backend', None)\n"
+        "        setattr(env, _KEY, 1)\n"
         "        return agent.kind\n"  # public
         "torch._foreach_lerp_\n"
+        "_KEY = '_first'\n"
     )
     found = sorted(e for _, e in violations(src))
-    assert found == ["agent._backend", "agent._cache_rollout"]
+    assert found == ["agent._backend", "agent._cache_rollout", "env._first"]
