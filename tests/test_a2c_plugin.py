@@ -19,6 +19,7 @@ import yaml
 
 from agilerl.cli import main
 from agilerl.training.trainer import LocalTrainer
+from agilerl_plugin_gym.protocols import OnPolicyAlgorithm
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "examples/plugins/agilerl-plugin-a2c/a2c_cartpole.yaml"
@@ -75,6 +76,7 @@ def test_population_mutation_checkpoint_and_exact_resume(tmp_path: Path) -> None
                             checkpoint_path=str(tmp_path / "ckpt"), progress=False, save_elite=False)  # fmt: skip
     full = LocalTrainer.from_manifest(data, run_dir=tmp_path / "full").train()
     assert [a.steps for a in full.population] == [640, 640]
+    assert all(isinstance(a, OnPolicyAlgorithm) for a in full.population)  # the declared protocol
     assert any(r["mutation"] not in ("None", None) for r in full.history)
     resumed = LocalTrainer.from_manifest(
         data, run_dir=tmp_path / "resumed", resume_from=tmp_path / "ckpt_320.pt"
