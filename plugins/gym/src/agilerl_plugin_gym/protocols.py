@@ -54,7 +54,6 @@ class GymAlgorithmProtocol(Protocol):
     #: Vector-env steps this agent has taken (persistent across ``learn`` calls, checkpointed).
     vec_steps: int
     learn_step: int
-    batch_size: int
     device: Any
 
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float: ...
@@ -91,6 +90,9 @@ class OnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
 @runtime_checkable
 class OffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """Single-agent off-policy (DQN, DDPG, TD3): act, store, learn from sampled batches."""
+
+    #: Transitions per sampled batch (on-policy algorithms need no such field).
+    batch_size: int
 
     def init_exploration(self, training: TrainingSpec) -> None:
         """Read the exploration schedule from ``training`` (keeps a restored epsilon)."""
@@ -139,6 +141,7 @@ class MultiAgentOffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """MADDPG, MATD3: decentralised actors, joint replay."""
 
     agent_ids: list[str]
+    batch_size: int
 
     def episode_score(self, returns: np.ndarray) -> np.ndarray: ...
 
