@@ -44,6 +44,24 @@ class SigintAfter(gym.Wrapper):  # type: ignore[type-arg]
         return self.env.step(action)
 
 
+class SigintAfterParallel:
+    """:class:`SigintAfter` for a PettingZoo parallel env (delegates everything else to it)."""
+
+    def __init__(self, env: Any, steps: int) -> None:
+        self.env = env
+        self.left = int(steps)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def step(self, actions: Any) -> Any:
+        self.left -= 1
+        if self.left < 0 and not SigintAfter.sent:
+            SigintAfter.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.env.step(actions)
+
+
 class DiscretizeActions(gym.ActionWrapper):  # type: ignore[type-arg]
     """A 1-D Box action space as ``bins`` evenly spaced Discrete actions (DQN on Pendulum)."""
 

@@ -77,10 +77,15 @@ def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subproce
     return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=None)
 
 
-@pytest.mark.parametrize("algo,after,learned", [("PPO", 10, [0]), ("DQN", 40, [0, 1])])
+@pytest.mark.slow  # three `agilerl train` subprocesses each
+@pytest.mark.parametrize(
+    "algo,after,learned",
+    [("PPO", 10, [0]), ("DQN", 40, [0, 1]), ("TD3", 10, [0]), ("DDPG", 40, [0, 1]),
+     ("IPPO", 10, [0]), ("MADDPG", 40, [0, 1]), ("MATD3", 10, [0])],
+)  # fmt: skip
 def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: list[int], tmp_path: Path) -> None:
-    """A sub-env steps 32 times per learn call: the signal comes in agent 0's first learn (PPO:
-    agent 1 has not learned yet) or agent 1's (DQN: neither is evaluated yet)."""
+    """A sub-env steps 32 times per learn call: the signal comes in agent 0's first learn (after
+    10 steps: agent 1 has not learned yet) or in agent 1's (after 40: neither is evaluated yet)."""
     m = tiny_manifest(algo, tmp_path)
     m["training"]["checkpoint_steps"] = m["training"]["max_steps"]  # final checkpoint only
     done = _cli(m, tmp_path, "full")
@@ -88,8 +93,10 @@ def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: l
     reference = checkpoint.load(tmp_path / f"ckpt_{m['training']['max_steps']}.pt")
     (tmp_path / f"ckpt_{m['training']['max_steps']}.pt").unlink()
 
+    single = algo in ("PPO", "DQN", "DDPG", "TD3")  # gym wrappers: module.attr; PettingZoo: module:attr
+    wrapper, sep = ("SigintAfter", ".") if single else ("SigintAfterParallel", ":")
     wrapped = {**m, "environment": {**m["environment"], "path": str(HERE),
-                                    "env_wrappers": [["gym_test_wrappers.SigintAfter", {"steps": after}]]}}  # fmt: skip
+                                    "env_wrappers": [[f"gym_test_wrappers{sep}{wrapper}", {"steps": after}]]}}  # fmt: skip
     stopped = _cli(wrapped, tmp_path, "stopped")
     assert stopped.returncode == 130, stopped.stdout + stopped.stderr
     interrupted = tmp_path / "ckpt_interrupted.pt"
