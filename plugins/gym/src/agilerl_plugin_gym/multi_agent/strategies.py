@@ -2,8 +2,12 @@
 
 Both plug into the core's evolutionary loop: ``learn`` trains one population member for a number of
 env steps on the shared vectorised env (counting every env copy's step, as AgileRL does), and
-``evaluate`` runs the member deterministically on a separate in-process eval env. The off-policy
-strategy keeps one replay buffer for the whole population (AgileRL's experience sharing).
+``evaluate`` runs the member deterministically on a separate in-process eval env, reset with a
+fixed seed. The off-policy strategy keeps one replay buffer for the whole population (AgileRL's
+experience sharing) and the exploration generator, both checkpointed. Every ``learn`` call resets
+the env with a seed derived from checkpointed state (``engine.common.episode_seed``), so a resumed
+run continues exactly. The training logic is the engines' (:mod:`agilerl_plugin_gym.engine`);
+only the PettingZoo env loop is here.
 """
 
 from __future__ import annotations

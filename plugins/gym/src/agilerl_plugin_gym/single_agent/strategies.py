@@ -13,8 +13,13 @@ evolution are the core's. Here is the part that touches the env:
   ``step`` ignores the action and returns the reset observation with reward 0. On-policy rollouts
   mark that step invalid (masked out of GAE and the loss); off-policy collection does not store it.
 * Off-policy runs keep one replay buffer for the whole population (AgileRL's experience sharing);
-  it and the exploration RNG are in :meth:`OffPolicyStrategy.state_dict`, so resume continues
-  with the same buffer contents and random stream.
+  it and the exploration RNG are in the strategy's ``state_dict``
+  (:class:`~agilerl_plugin_gym.engine.off_policy.ReplayState`), so resume continues with the same
+  buffer contents and random stream.
+
+GAE, the PPO update, the update schedule, target updates and noise are the engines'
+(:mod:`agilerl_plugin_gym.engine`); the algorithms are reached only through
+:mod:`agilerl_plugin_gym.protocols`.
 """
 
 from __future__ import annotations
