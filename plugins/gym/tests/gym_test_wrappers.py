@@ -37,11 +37,16 @@ class SigintAfter(gym.Wrapper):  # type: ignore[type-arg]
         self.left = int(steps)
 
     def step(self, action: Any) -> Any:
-        self.left -= 1
-        if self.left < 0 and not SigintAfter.sent:
-            SigintAfter.sent = True
-            os.kill(os.getpid(), signal.SIGINT)
+        self.left = _sigint_when_spent(self.left)
         return self.env.step(action)
+
+
+def _sigint_when_spent(left: int) -> int:
+    """Count one step down; once past zero, SIGINT this process (once per process)."""
+    if left - 1 < 0 and not SigintAfter.sent:
+        SigintAfter.sent = True
+        os.kill(os.getpid(), signal.SIGINT)
+    return left - 1
 
 
 class SigintAfterParallel:
@@ -55,10 +60,7 @@ class SigintAfterParallel:
         return getattr(self.env, name)
 
     def step(self, actions: Any) -> Any:
-        self.left -= 1
-        if self.left < 0 and not SigintAfter.sent:
-            SigintAfter.sent = True
-            os.kill(os.getpid(), signal.SIGINT)
+        self.left = _sigint_when_spent(self.left)
         return self.env.step(actions)
 
 
