@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install agilerl (core + every package under plugins/) and the dev tools into ./.venv.
 #
-# New plugins are picked up without editing anything: every plugins/*/pyproject.toml is installed.
+# New plugins are picked up without editing anything: every plugins/*/pyproject.toml is installed,
+# and every examples/plugins/*/pyproject.toml that sets `install-by-default = true`.
 # On a machine without CUDA, torch is pinned to its CPU build (constraints/cpu.txt) so pip does
 # not pull a multi-GB CUDA build; with CUDA (nvidia-smi present) pip resolves torch normally.
 # Set AGILERL_VENV to use another virtualenv directory, PYTHON to pick the interpreter.
@@ -24,6 +25,11 @@ fi
 packages=(-e "core[ray]")  # the ray extra: the Ray-backend tests run on a fresh machine too
 for dir in plugins/*/; do
   [ -f "$dir/pyproject.toml" ] && packages+=(-e "${dir%/}")
+done
+# Example plugins whose pyproject.toml opts in ([tool.agilerl] install-by-default = true): the test
+# suite trains them (e.g. the A2C tutorial plugin); the others are installed by their tests on demand.
+for dir in examples/plugins/*/; do
+  grep -qs '^install-by-default = true' "$dir/pyproject.toml" && packages+=(-e "${dir%/}")
 done
 echo "[install] installing: ${packages[*]}"
 "${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" -r requirements-dev.txt

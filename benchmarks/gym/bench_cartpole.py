@@ -16,7 +16,9 @@ Same hyperparameters on every side, 8 envs, 1 torch thread:
 Reports: env-steps/s over a fixed budget (no evaluation; the clock starts after imports and covers
 building the envs and the model, and training), the median over seeds of training wall
 seconds to a mean greedy evaluation return of 475 on CartPole-v1 / -100 on Acrobot-v1 (10
-episodes every ``eval_every`` steps; evaluation time is not counted), and peak RSS.
+episodes every ``eval_every`` steps; evaluation time is not counted), and peak RSS. The
+throughput part also runs ``floor.py`` (a bare loop: env steps, one no-grad forward per step, the
+matched update alone) and prints each framework's throughput as a fraction of it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 FRAMEWORKS = ("agilerl", "sb3", "bare")
+#: Throughput-only reference: env stepping + one no-grad forward per step + the matched update (floor.py).
+FLOOR = "floor"
 TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0}
 THROUGHPUT_STEPS = {"ppo": 81_920, "dqn": 20_000}
 SOLVE_BUDGET = {"ppo": 300_000, "dqn": 200_000}
@@ -177,6 +181,13 @@ def run_bare(algo: str, env_id: str, steps: int, seed: int, clock: SolveClock | 
               on_eval=clock.check if clock else None)  # fmt: skip
 
 
+def run_floor(algo: str, env_id: str, steps: int, seed: int) -> int:
+    sys.path.insert(0, str(HERE))
+    import floor
+
+    return (floor.ppo_floor if algo == "ppo" else floor.dqn_floor)(env_id, steps, seed)
+
+
 def _warm_imports(framework: str) -> None:
     """Import what each side needs before the clock starts: import time is not training speed.
 
@@ -197,6 +208,9 @@ def _warm_imports(framework: str) -> None:
     torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     if framework == "sb3":
         import stable_baselines3  # noqa: F401
+    elif framework == FLOOR:
+        sys.path.insert(0, str(HERE))
+        import floor  # noqa: F401
     else:
         sys.path.insert(0, str(HERE))
         import bare_rl  # noqa: F401
@@ -215,6 +229,8 @@ def worker(framework: str, algo: str, env_id: str, mode: str, seed: int, run_dir
         done = run_agilerl(algo, env_id, steps, seed, clock, run_dir)
     elif framework == "sb3":
         done = run_sb3(algo, env_id, steps, seed, clock)
+    elif framework == FLOOR:
+        done = run_floor(algo, env_id, steps, seed)
     else:
         done = run_bare(algo, env_id, steps, seed, clock)
     wall = time.perf_counter() - t0
@@ -272,12 +288,12 @@ def main() -> None:
     report: dict[str, Any] = {}
     for algo in args.algos.split(","):
         print(f"\n=== {algo.upper()} (8 envs, 1 torch thread) ===", flush=True)
-        tp: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
-        tpc: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
-        rss: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
+        tp: dict[str, list[float]] = {fw: [] for fw in (*FRAMEWORKS, FLOOR)}
+        tpc: dict[str, list[float]] = {fw: [] for fw in (*FRAMEWORKS, FLOOR)}
+        rss: dict[str, list[float]] = {fw: [] for fw in (*FRAMEWORKS, FLOOR)}
         # Interleave frameworks so machine load drifts hit all of them alike.
         for rep in range(0 if args.skip_throughput else args.throughput_repeats):
-            for fw in FRAMEWORKS:
+            for fw in (*FRAMEWORKS, FLOOR):
                 r = spawn(fw, algo, "CartPole-v1", "throughput", rep, tmp)
                 tp[fw].append(r["steps_per_s"])
                 tpc[fw].append(r["steps_per_cpu_s"])
@@ -298,9 +314,12 @@ def main() -> None:
             print("  -> env-steps per CPU second: " + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in FRAMEWORKS)
                   + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f}x, agilerl / bare = "
                   f"{medc['agilerl'] / medc['bare']:.2f}x)")  # fmt: skip
+            print("  -> fraction of the floor reference (env + one no-grad forward per step + the matched update "
+                  "alone), wall / CPU: " + ", ".join(f"{fw} {med[fw] / med[FLOOR]:.2f} / {medc[fw] / medc[FLOOR]:.2f}"
+                                                    for fw in FRAMEWORKS))  # fmt: skip
             report[algo] = {"throughput": med, "throughput_cpu": medc}
         if args.skip_solve:
-            report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items()}
+            report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items() if v}
             continue
         for env_id in args.envs.split(","):
             solve: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
@@ -325,7 +344,7 @@ def main() -> None:
                   + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f})")  # fmt: skip
             report[algo][f"solve_{env_id}"] = {"median_s": meds, "median_cpu_s": medc, "all": solve,
                                                "all_cpu": solve_cpu}  # fmt: skip
-        report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items()}
+        report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items() if v}
         print("  -> peak RSS MB: " + ", ".join(f"{fw} {v:.0f}" for fw, v in report[algo]["peak_rss_mb"].items()))
     print("\n" + json.dumps(report, indent=1, default=str))
 

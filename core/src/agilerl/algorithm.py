@@ -84,7 +84,7 @@ class AlgorithmBase:
             if old != v:
                 self._on_hyperparameter_change(k, old, v)
 
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         raise NotImplementedError
 
     # --- using a trained agent ------------------------------------------------------------------

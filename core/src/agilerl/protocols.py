@@ -22,8 +22,10 @@ Required (:class:`EvolvableAlgorithm`):
 ``state_dict()`` / ``load_state_dict(state)``
     everything needed to resume; values must be tensors, numbers, strings, bools, None, and
     lists/tuples/dicts of those, so checkpoints load with ``torch.load(weights_only=True)``.
-``test(env, *, max_steps=None, loop=1)``
-    mean return (or the paradigm's score) over ``loop`` evaluation episodes.
+``test(env, *, max_steps=None, loop=1, seed=None)``
+    mean return (or the paradigm's score) over ``loop`` evaluation episodes; with ``seed`` the
+    evaluation env is reset with it (round ``i``: ``seed + i``), so evaluations are reproducible
+    and a resumed run evaluates exactly as the uninterrupted one.
 
 Optional (checked with ``hasattr``; the mutation operator is skipped with a log note if absent):
 
@@ -55,7 +57,7 @@ class EvolvableAlgorithm(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float: ...
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float: ...
 
 
 @runtime_checkable

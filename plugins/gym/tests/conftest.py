@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import torch
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
+# Helper modules beside the tests (gym_test_helpers, gym_test_wrappers) import by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 EXAMPLES = REPO / "examples"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +22,46 @@ class InterruptAfter(gym.Wrapper):  # type: ignore[type-arg]
         if self.left < 0:
             raise KeyboardInterrupt
         return self.env.step(action)
+
+
+class SigintAfter(gym.Wrapper):  # type: ignore[type-arg]
+    """Send this process a real SIGINT (what Ctrl-C sends) once, after ``steps`` steps of one env.
+
+    The signal goes out once per process however many sub-envs carry the wrapper.
+    """
+
+    sent = False
+
+    def __init__(self, env: gym.Env[Any, Any], steps: int) -> None:
+        super().__init__(env)
+        self.left = int(steps)
+
+    def step(self, action: Any) -> Any:
+        self.left = _sigint_when_spent(self.left)
+        return self.env.step(action)
+
+
+def _sigint_when_spent(left: int) -> int:
+    """Count one step down; once past zero, SIGINT this process (once per process)."""
+    if left - 1 < 0 and not SigintAfter.sent:
+        SigintAfter.sent = True
+        os.kill(os.getpid(), signal.SIGINT)
+    return left - 1
+
+
+class SigintAfterParallel:
+    """:class:`SigintAfter` for a PettingZoo parallel env (delegates everything else to it)."""
+
+    def __init__(self, env: Any, steps: int) -> None:
+        self.env = env
+        self.left = int(steps)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def step(self, actions: Any) -> Any:
+        self.left = _sigint_when_spent(self.left)
+        return self.env.step(actions)
 
 
 class DiscretizeActions(gym.ActionWrapper):  # type: ignore[type-arg]

@@ -202,7 +202,9 @@ class NeuralBandit(AlgorithmBase):
         return float(np.mean(self.recent_rewards)) if self.recent_rewards else float("nan")
 
     # --- evaluation --------------------------------------------------------------------------
-    def test(self, env: BanditEnvProtocol, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(
+        self, env: BanditEnvProtocol, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None
+    ) -> float:
         """Mean reward per step of the greedy policy over ``loop`` runs of ``max_steps`` (500) steps."""
         steps = max_steps or self.fitness_window
         totals = []

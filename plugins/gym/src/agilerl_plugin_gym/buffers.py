@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from agilerl_plugin_gym.engine.on_policy import gae
+
 __all__ = ["ReplayBuffer", "RolloutBuffer", "numpy_rng_state", "set_numpy_rng_state"]
 
 
@@ -165,7 +167,7 @@ class ReplayBuffer:
         self.data = {}
         for k, t in state["data"].items():
             arr = np.zeros((self.max_size, *state["shapes"][k]), dtype=np.dtype(state["dtypes"][k]))
-            arr[: self.size] = t.numpy()
+            arr[: self.size] = t.cpu().numpy()
             self.data[k] = arr
 
 
@@ -228,11 +230,11 @@ class RolloutBuffer:
         done: Any,
         valid: Any,
     ) -> None:
-        """Write vector step ``t`` (arrays or CPU tensors, one row per env)."""
-        self.obs[t] = obs
-        self.actions[t] = action
-        self.log_probs[t] = log_prob
-        self.values[t] = value
+        """Write vector step ``t`` (arrays or tensors on any device, one row per env)."""
+        self.obs[t] = _host(obs)
+        self.actions[t] = _host(action)
+        self.log_probs[t] = _host(log_prob)
+        self.values[t] = _host(value)
         self.rewards[t] = reward
         self.terminated[t] = terminated
         self.dones[t] = done
@@ -248,17 +250,18 @@ class RolloutBuffer:
         (``valid == 0``) gets advantage 0. ``last_value``/``last_valid`` describe the observation
         after the last stored step.
         """
-        last_value = np.asarray(last_value, dtype=np.float32)
-        last_valid = np.asarray(last_valid, dtype=np.float32)
-        # Everything that does not depend on the recursion, computed for all steps at once.
-        next_values = np.concatenate([self.values[1:], last_value[None]])
-        next_valid = np.concatenate([self.valid[1:], last_valid[None]])
-        delta = self.rewards + gamma * next_values * (1.0 - self.terminated) - self.values
-        carry = gamma * gae_lambda * (1.0 - self.dones) * next_valid
-        last_gae = np.zeros(self.num_envs, dtype=np.float32)
-        for t in range(self.num_steps - 1, -1, -1):
-            last_gae = (delta[t] + carry[t] * last_gae) * self.valid[t]
-            self.advantages[t] = last_gae
+        gae(
+            self.rewards,
+            self.values,
+            self.terminated,
+            self.dones,
+            self.valid,
+            np.asarray(_host(last_value), dtype=np.float32),
+            np.asarray(last_valid, dtype=np.float32),
+            gamma,
+            gae_lambda,
+            self.advantages,
+        )
         np.add(self.advantages, self.values, out=self.returns)
 
     def flat(self) -> dict[str, torch.Tensor]:
@@ -275,6 +278,11 @@ class RolloutBuffer:
         if not mask.all():
             out = {k: v[mask] for k, v in out.items()}
         return {k: torch.from_numpy(v).to(self.device) for k, v in out.items()}
+
+
+def _host(x: Any) -> Any:
+    """A tensor as a host numpy array (``.cpu()`` first: it may live on an accelerator); others as is."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
 
 
 def _np_dtype(dtype: Any) -> np.dtype[Any]:

@@ -209,7 +209,9 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
 def batch_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Problem]:
     """A batch that one rollout (on-policy) or the buffer and step budget (off-policy) can fill."""
     regime = type(spec).regime
-    batch = spec.batch_size
+    batch = getattr(spec, "batch_size", None)
+    if not isinstance(batch, int):  # an algorithm without minibatches (A2C refuses batch_size)
+        return []
     if regime == "on_policy":
         learn_step = getattr(spec, "learn_step", None)
         if isinstance(learn_step, int) and batch > learn_step:

@@ -222,7 +222,19 @@ def make_gym_env(
         # Reuse the probe as the first env instead of throwing it away.
         return gym.vector.SyncVectorEnv([lambda: probe, *fns[1:]])
     probe.close()
-    return gym.vector.AsyncVectorEnv(fns, shared_memory=True)
+    return gym.vector.AsyncVectorEnv([partial(_in_worker, thunk)] * spec.num_envs, shared_memory=True)
+
+
+def _in_worker(thunk: Callable[[], Any]) -> Any:
+    """Make an env inside an ``AsyncVectorEnv`` worker that ignores Ctrl-C.
+
+    A terminal's Ctrl-C reaches the whole process group; the training loop defers it to a
+    consistent point (and writes a checkpoint) only if the workers keep stepping until then.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return thunk()
 
 
 def make_env(

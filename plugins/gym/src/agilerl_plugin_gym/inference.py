@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -124,7 +124,7 @@ class SingleAgentInference:
     observation_space: spaces.Space[Any]
     action_space: spaces.Space[Any]
     nets: dict[str, Any]
-    policy_name: str
+    policy_name: ClassVar[str]
     device: torch.device
 
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:

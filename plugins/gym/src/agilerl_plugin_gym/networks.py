@@ -263,15 +263,22 @@ class EvolvableMLP(nn.Module):
         self._replace(self.hidden_size[:-1], [*w[:-2], folded])
         return True
 
+    def _pick_nodes(
+        self, hidden_layer: int | None, numb_new_nodes: int | None, rng: random.Random | None
+    ) -> tuple[int, int]:
+        """(hidden layer, node count) of a node mutation: the given ones, else sampled from ``rng``."""
+        rng = rng or random.Random()
+        i = rng.randrange(len(self.hidden_size)) if hidden_layer is None else hidden_layer
+        n = numb_new_nodes if numb_new_nodes is not None else rng.choice([16, 32, 64])
+        return i, n
+
     def add_node(
         self, hidden_layer: int | None = None, numb_new_nodes: int | None = None, *, rng: random.Random | None = None
     ) -> bool:
         """Widen a hidden layer. New units have zero outgoing weights: the output is unchanged."""
         if not self.hidden_size:
             return False
-        rng = rng or random.Random()
-        i = rng.randrange(len(self.hidden_size)) if hidden_layer is None else hidden_layer
-        n = numb_new_nodes if numb_new_nodes is not None else rng.choice([16, 32, 64])
+        i, n = self._pick_nodes(hidden_layer, numb_new_nodes, rng)
         n = min(n, self.max_mlp_nodes - self.hidden_size[i])
         if n <= 0:
             return False
@@ -293,9 +300,7 @@ class EvolvableMLP(nn.Module):
         """Narrow a hidden layer by dropping its units with the smallest outgoing weights."""
         if not self.hidden_size:
             return False
-        rng = rng or random.Random()
-        i = rng.randrange(len(self.hidden_size)) if hidden_layer is None else hidden_layer
-        n = numb_new_nodes if numb_new_nodes is not None else rng.choice([16, 32, 64])
+        i, n = self._pick_nodes(hidden_layer, numb_new_nodes, rng)
         n = min(n, self.hidden_size[i] - self.min_mlp_nodes)
         if n <= 0:
             return False

@@ -38,7 +38,7 @@ class UCB1(AlgorithmBase):
     def best_arm(self) -> int:
         return max(range(len(self.values)), key=lambda a: self.values[a])
 
-    def test(self, env: KArmedBandit, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(self, env: KArmedBandit, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         # Fitness: the true payout of the arm the agent currently believes best.
         return env.probs[self.best_arm()]
 

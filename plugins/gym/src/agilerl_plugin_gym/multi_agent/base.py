@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
@@ -79,6 +78,8 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
         self.net_specs = dict(net_specs or {})
         self.sum_scores = bool(sum_scores)
         self.discrete = {a: isinstance(s, spaces.Discrete) for a, s in self.action_spaces.items()}
+        #: Vector-env steps taken (the off-policy update schedule counts on it; checkpointed).
+        self.vec_steps = 0
 
     def agents_of(self, key: str) -> list[str]:
         return [a for a in self.agent_ids if self.keys[a] == key]
@@ -107,12 +108,15 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
         """Per-episode score from per-agent returns ``(episodes, agents)``."""
         return returns.sum(axis=1) if self.sum_scores else returns.mean(axis=1)
 
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
-        """Mean score over ``loop`` rounds; a round runs every env copy to the end of one episode."""
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
+        """Mean score over ``loop`` rounds; a round runs every env copy to the end of one episode.
+
+        Each round resets ``env`` with ``seed + round`` when ``seed`` is given (else unseeded).
+        """
         scores: list[float] = []
         n_agents = len(self.agent_ids)
-        for _ in range(max(1, loop)):
-            obs, _ = env.reset()
+        for i in range(max(1, loop)):
+            obs, _ = env.reset(seed=None if seed is None else seed + i)
             returns = np.zeros((env.num_envs, n_agents), dtype=np.float64)
             finished = np.zeros(env.num_envs, dtype=bool)
             steps = 0
@@ -154,6 +158,7 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
             attr: {k: o.state_dict() for k, o in getattr(self, attr).items()} for attr in self.optimizer_attrs
         }
         state["extra"] = self.extra_state()
+        state["vec_steps"] = self.vec_steps
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -165,6 +170,7 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
             for k, sd in opts.items():
                 getattr(self, attr)[k].load_state_dict(sd)
         self.load_extra_state(state.get("extra", {}))
+        self.vec_steps = int(state.get("vec_steps", 0))
 
     def extra_state(self) -> dict[str, Any]:
         return {}
@@ -173,11 +179,4 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
         pass
 
 
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """``target <- tau * source + (1 - tau) * target``, in place."""
-    with torch.no_grad():
-        # One fused call per module instead of two kernel launches per parameter.
-        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
-
-
-__all__ = ["MultiAgentAlgorithm", "action_dim", "network_space", "soft_update"]
+__all__ = ["MultiAgentAlgorithm", "action_dim", "network_space"]

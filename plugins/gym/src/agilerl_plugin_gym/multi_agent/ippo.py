@@ -1,6 +1,7 @@
 """IPPO: independent PPO, one actor-critic per agent or per group (de Witt et al. 2020).
 
-Every agent learns from its own observation and reward with the clipped PPO objective; agents of a
+Every agent learns from its own observation and reward with the clipped PPO objective of the
+shared on-policy engine (:mod:`agilerl_plugin_gym.engine.on_policy`: GAE, loss, minibatch epochs); agents of a
 group (``speaker_0``, ``speaker_1`` -> ``speaker``) share one actor-critic when ``share_groups`` is
 on, and their experience is pooled for its update. Agents that leave an episode early simply stop
 contributing rows (their steps are masked out); a trajectory cut by truncation or by the episode
@@ -22,9 +23,11 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from agilerl_plugin_gym.engine.on_policy import PPOSettings, ppo_update
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.optim import Adam
+from agilerl_plugin_gym.protocols import RolloutLayout
 
 
 class _LogStd(nn.Module):
@@ -35,19 +38,10 @@ class _LogStd(nn.Module):
         self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
 
 
-class IPPO(MultiAgentAlgorithm):
+class IPPO(MultiAgentAlgorithm, PPOSettings):
     """Independent PPO over a vectorised PettingZoo env."""
 
-    lr: float
-    learn_step: int
-    batch_size: int
-    gamma: float
-    gae_lambda: float
-    clip_coef: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    update_epochs: int
+    # PPO hyperparameters: declared by PPOSettings (the on-policy engine's), set from the spec.
     action_std_init: float
 
     module_attrs = ("actors", "critics", "log_stds")
@@ -73,6 +67,10 @@ class IPPO(MultiAgentAlgorithm):
             ).to(self.device)
             if not self.discrete[a]:
                 self.log_stds[key] = _LogStd(action_dim(self.action_spaces[a]), self.action_std_init).to(self.device)
+        # What the shared PPO update reads besides the spec's hyperparameters.
+        self.target_kl = spec.target_kl
+        self.normalize_advantages = True
+        self.clip_vloss = False
         self._build_optimizers()
 
     def _build_optimizers(self) -> None:
@@ -121,129 +119,69 @@ class IPPO(MultiAgentAlgorithm):
                 out[a] = self._env_action(a, act.cpu().numpy())
         return out
 
-    # --- rollout ---------------------------------------------------------------------------------
-    def collect_rollout(
-        self, env: Any, obs: dict[str, np.ndarray], active: dict[str, np.ndarray], num_steps: int, tracker: Any
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, dict[str, torch.Tensor]]]:
-        """Run ``num_steps`` vector steps; return the next obs/active and per-agent rollout tensors."""
-        n = env.num_envs
-        buf: dict[str, dict[str, np.ndarray]] = {}
+    # --- rollout (the multi-agent on-policy strategy drives the loop) --------------------------------
+    def rollout_layouts(self) -> dict[str, RolloutLayout]:
+        """Per agent: Discrete actions stored as int64 scalars, Box actions as float32 vectors."""
+        return {
+            a: RolloutLayout((), np.int64) if self.discrete[a] else RolloutLayout((action_dim(s),), np.float32)
+            for a, s in self.action_spaces.items()
+        }
+
+    @torch.inference_mode()
+    def act_for_rollout(self, obs: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Sample every agent: ``({agent: {action, log_prob, value}}, env actions)``, all host arrays."""
+        out: dict[str, Any] = {}
+        env_actions: dict[str, np.ndarray] = {}
         for a in self.agent_ids:
-            shape = env.obs_shapes[a]
-            act_shape = () if self.discrete[a] else (action_dim(self.action_spaces[a]),)
-            buf[a] = {
-                "obs": np.zeros((num_steps, n, *shape), np.float32),
-                "action": np.zeros((num_steps, n, *act_shape), np.float32),
-                **{k: np.zeros((num_steps, n), np.float32) for k in ("logp", "value", "reward", "done", "mask")},
+            key = self.keys[a]
+            x = self._tensor(obs[a])
+            dist = self._dist(key, a, x)
+            action = dist.sample()
+            act = action.cpu().numpy()
+            out[a] = {
+                "action": act,
+                "log_prob": self._log_prob(dist, action, a).cpu().numpy(),
+                "value": self.critics[key](x).squeeze(-1).cpu().numpy(),
             }
-        for t in range(num_steps):
-            env_actions: dict[str, np.ndarray] = {}
-            with torch.inference_mode():
-                for a in self.agent_ids:
-                    key = self.keys[a]
-                    x = self._tensor(obs[a])
-                    dist = self._dist(key, a, x)
-                    action = dist.sample()
-                    b = buf[a]
-                    b["obs"][t] = obs[a]
-                    b["action"][t] = action.cpu().numpy().reshape(b["action"][t].shape)
-                    b["logp"][t] = self._log_prob(dist, action, a).cpu().numpy()
-                    b["value"][t] = self.critics[key](x).squeeze(-1).cpu().numpy()
-                    env_actions[a] = self._env_action(a, action.cpu().numpy())
-            next_obs, rewards, terms, truncs, infos = env.step(env_actions)
-            episode_done = infos["episode_done"]
-            final = infos.get("final_obs")
-            for a in self.agent_ids:
-                b = buf[a]
-                acted = infos["acted"][a]
-                reward = rewards[a].astype(np.float32)
-                ended = terms[a] | truncs[a] | episode_done
-                # Cut without termination (time limit, or the episode ended around a live agent):
-                # the future is not zero, so bootstrap from the value of the last observation.
-                cut = acted & ended & ~terms[a]
-                if cut.any():
-                    last = next_obs[a]
-                    if final is not None:
-                        rows = episode_done.reshape((-1,) + (1,) * (last.ndim - 1))
-                        last = np.where(rows, final[a], last)
-                    with torch.inference_mode():
-                        v = self.critics[self.keys[a]](self._tensor(last)).squeeze(-1).cpu().numpy()
-                    reward = reward + self.gamma * v * cut
-                b["reward"][t] = reward
-                b["done"][t] = ended | ~acted
-                b["mask"][t] = acted
-            tracker.step(rewards, episode_done)
-            obs, active = next_obs, infos["active"]
-        rollout: dict[str, dict[str, torch.Tensor]] = {}
-        with torch.inference_mode():
-            for a in self.agent_ids:
-                b = buf[a]
-                next_value = self.critics[self.keys[a]](self._tensor(obs[a])).squeeze(-1).cpu().numpy()
-                adv = np.zeros((num_steps, n), np.float32)
-                last_gae = np.zeros(n, np.float32)
-                for t in reversed(range(num_steps)):
-                    nv = next_value if t == num_steps - 1 else b["value"][t + 1]
-                    nonterminal = 1.0 - b["done"][t]
-                    delta = b["reward"][t] + self.gamma * nv * nonterminal - b["value"][t]
-                    last_gae = delta + self.gamma * self.gae_lambda * nonterminal * last_gae
-                    adv[t] = last_gae
-                keep = b["mask"].reshape(-1) > 0
-                rollout[a] = {
-                    "obs": torch.from_numpy(b["obs"].reshape(num_steps * n, *b["obs"].shape[2:])[keep]),
-                    "action": torch.from_numpy(b["action"].reshape(num_steps * n, *b["action"].shape[2:])[keep]),
-                    "logp": torch.from_numpy(b["logp"].reshape(-1)[keep]),
-                    "advantage": torch.from_numpy(adv.reshape(-1)[keep]),
-                    "return": torch.from_numpy((adv + b["value"]).reshape(-1)[keep]),
-                }
-        return obs, active, rollout
+            env_actions[a] = self._env_action(a, act)
+        return out, env_actions
+
+    @torch.inference_mode()
+    def values(self, obs: Mapping[str, np.ndarray], agents: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Critic values of a batch of observations, per agent (all agents when ``agents`` is None)."""
+        return {
+            a: self.critics[self.keys[a]](self._tensor(obs[a])).squeeze(-1).cpu().numpy()
+            for a in (self.agent_ids if agents is None else agents)
+        }
 
     # --- update ----------------------------------------------------------------------------------
+    def evaluate_actions(
+        self, key: str, agent: str, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_prob, entropy, value)`` of stored actions of network ``key`` (with grad)."""
+        dist = self._dist(key, agent, obs)
+        value = self.critics[key](obs).squeeze(-1)
+        return self._log_prob(dist, actions, agent), self._entropy(dist, agent), value
+
     def learn(self, rollout: Mapping[str, Mapping[str, torch.Tensor]]) -> dict[str, float]:
-        """``update_epochs`` passes of clipped-PPO minibatch updates per network key."""
-        stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": []}
+        """The shared PPO update (:func:`agilerl_plugin_gym.engine.on_policy.ppo_update`) per network key.
+
+        ``rollout`` maps agent id -> its flattened rollout (:meth:`RolloutBuffer.flat`); the agents
+        of a group are pooled for their network's update.
+        """
+        stats: dict[str, list[float]] = {}
         for key in self.net_keys:
             members = self.agents_of(key)
             data = {f: torch.cat([rollout[a][f] for a in members]).to(self.device) for f in rollout[members[0]]}
-            rows = data["logp"].shape[0]
-            if rows == 0:
-                continue
             agent = members[0]  # same spaces across the group
-            opt, params = self.optimizers[key], [p for g in self.optimizers[key].param_groups for p in g["params"]]
-            for _ in range(int(self.update_epochs)):
-                perm = torch.randperm(rows, device=self.device)
-                kl_stop = False
-                for start in range(0, rows, int(self.batch_size)):
-                    idx = perm[start : start + int(self.batch_size)]
-                    adv = data["advantage"][idx]
-                    if len(idx) > 1:
-                        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                    dist = self._dist(key, agent, data["obs"][idx])
-                    logp = self._log_prob(dist, data["action"][idx], agent)
-                    log_ratio = logp - data["logp"][idx]
-                    ratio = log_ratio.exp()
-                    policy_loss = torch.max(
-                        -adv * ratio, -adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)
-                    ).mean()
-                    value = self.critics[key](data["obs"][idx]).squeeze(-1)
-                    value_loss = 0.5 * ((value - data["return"][idx]) ** 2).mean()
-                    entropy = self._entropy(dist, agent).mean()
-                    loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
-                    opt.step()
-                    with torch.no_grad():
-                        approx_kl = ((ratio - 1) - log_ratio).mean().item()
-                    stats["policy_loss"].append(policy_loss.item())
-                    stats["value_loss"].append(value_loss.item())
-                    stats["entropy"].append(entropy.item())
-                    stats["approx_kl"].append(approx_kl)
-                    target_kl = self.spec.target_kl
-                    if target_kl is not None and approx_kl > target_kl:
-                        kl_stop = True
-                        break
-                if kl_stop:
-                    break
+            opt = self.optimizers[key]
+            params = [p for g in opt.param_groups for p in g["params"]]
+
+            def forward(obs: torch.Tensor, actions: torch.Tensor, key: str = key, agent: str = agent) -> Any:
+                return self.evaluate_actions(key, agent, obs, actions)
+
+            for k, v in ppo_update(data, forward, opt, params, self).items():
+                stats.setdefault(k, []).append(v)
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
+from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings, TargetSync
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.optim import Adam
@@ -80,7 +81,7 @@ class MADDPG(MultiAgentAlgorithm):
         self.critic_targets = {k: copy.deepcopy(m) for k, m in self.critics.items()}
         self._build_optimizers()
         self.learn_counter = 0
-        self.noise_state: dict[str, np.ndarray] = {}
+        self.noise: dict[str, ExplorationNoise] = {}
 
     @staticmethod
     def _ck(agent: str, k: int) -> str:
@@ -96,9 +97,13 @@ class MADDPG(MultiAgentAlgorithm):
         # MADDPG's learning step), and no torch._dynamo import.
         self.actor_optimizers = {"all": Adam(self._actor_params, lr=self.lr_actor)}
         self.critic_optimizers = {"all": Adam(self._critic_params, lr=self.lr_critic)}
-        self._target_pairs = [
-            (list(self.actor_targets[k].parameters()), list(self.actors[k].parameters())) for k in self.actors
-        ] + [(list(self.critic_targets[k].parameters()), list(self.critics[k].parameters())) for k in self.critics]
+        # Every target network tracks its online one through one fused Polyak update (the engine's).
+        self.targets = TargetSync(
+            {**{f"a:{k}": m for k, m in self.actors.items()}, **{f"c:{k}": m for k, m in self.critics.items()},
+             **{f"a:{k}:t": m for k, m in self.actor_targets.items()},
+             **{f"c:{k}:t": m for k, m in self.critic_targets.items()}},
+            {**{f"a:{k}:t": f"a:{k}" for k in self.actors}, **{f"c:{k}:t": f"c:{k}" for k in self.critics}},
+        )  # fmt: skip
 
     def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
         if name == "lr_actor":
@@ -112,26 +117,26 @@ class MADDPG(MultiAgentAlgorithm):
 
     # --- acting ----------------------------------------------------------------------------------
     def reset_noise(self, num_envs: int) -> None:
-        self.noise_state = {
-            a: np.zeros((num_envs, d), dtype=np.float32) for a, d in self.act_dims.items() if not self.discrete[a]
-        }
+        """Fresh exploration-noise state for ``num_envs`` sub-envs (every continuous-action agent)."""
+        self.noise = {a: ExplorationNoise(d) for a, d in self.act_dims.items() if not self.discrete[a]}
 
-    def _noise(self, agent: str, shape: tuple[int, ...]) -> np.ndarray:
-        std = self.expl_noise
-        if not self.spec.O_U_noise:
-            return np.random.normal(self.mean_noise, std, size=shape).astype(np.float32)
-        x = self.noise_state.get(agent)
-        if x is None or x.shape != shape:
-            x = np.zeros(shape, dtype=np.float32)
-        # Ornstein-Uhlenbeck: temporally correlated noise explores better in momentum-based physics.
-        x = x + self.theta * (self.mean_noise - x) * self.dt + std * np.sqrt(self.dt) * np.random.normal(size=shape)
-        self.noise_state[agent] = x.astype(np.float32)
-        return self.noise_state[agent]
+    def _noise(self, agent: str, n: int, rng: np.random.Generator) -> np.ndarray:
+        settings = NoiseSettings(bool(self.spec.O_U_noise), self.expl_noise, self.mean_noise, self.theta, self.dt)
+        if agent not in self.noise:
+            self.noise[agent] = ExplorationNoise(self.act_dims[agent])
+        return self.noise[agent].sample(n, rng, settings)
 
     def get_actions(
-        self, obs: Mapping[str, np.ndarray], *, explore: bool
+        self, obs: Mapping[str, np.ndarray], *, explore: bool, rng: np.random.Generator | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """``(env_actions, stored_actions)``: ints / scaled floats for the env; one-hot / [-1, 1] to store."""
+        """``(env_actions, stored_actions)``: ints / scaled floats for the env; one-hot / [-1, 1] to store.
+
+        Exploration noise of continuous actions is drawn from ``rng`` (the strategy's seeded,
+        checkpointed generator; a fresh unseeded one when None). Discrete exploration samples the
+        Gumbel-softmax with torch's generator.
+        """
+        if explore and rng is None:
+            rng = np.random.default_rng()
         env_actions: dict[str, np.ndarray] = {}
         stored: dict[str, np.ndarray] = {}
         with torch.inference_mode():
@@ -149,7 +154,8 @@ class MADDPG(MultiAgentAlgorithm):
                 else:
                     act = out.cpu().numpy()
                     if explore:
-                        act = np.clip(act + self._noise(a, act.shape), -1.0, 1.0)
+                        assert rng is not None
+                        act = np.clip(act + self._noise(a, act.shape[0], rng), -1.0, 1.0)
                     stored[a] = act.astype(np.float32)
                     env_actions[a] = self.scale_action(a, stored[a])
         return env_actions, stored
@@ -217,9 +223,7 @@ class MADDPG(MultiAgentAlgorithm):
         self._clip(self._actor_params)
         opt.step()
         stats["actor_loss"] = actor_loss.item() / len(self.agent_ids)
-        with torch.no_grad():
-            for target, source in self._target_pairs:
-                torch._foreach_lerp_(target, source, self.tau)
+        self.targets.soft(self.tau)
         return stats
 
     def _clip(self, params: list[torch.nn.Parameter]) -> None:

@@ -2,8 +2,12 @@
 
 Both plug into the core's evolutionary loop: ``learn`` trains one population member for a number of
 env steps on the shared vectorised env (counting every env copy's step, as AgileRL does), and
-``evaluate`` runs the member deterministically on a separate in-process eval env. The off-policy
-strategy keeps one replay buffer for the whole population (AgileRL's experience sharing).
+``evaluate`` runs the member deterministically on a separate in-process eval env, reset with a
+fixed seed. The off-policy strategy keeps one replay buffer for the whole population (AgileRL's
+experience sharing) and the exploration generator, both checkpointed. Every ``learn`` call resets
+the env with a seed derived from checkpointed state (``engine.common.episode_seed``), so a resumed
+run continues exactly. The training logic is the engines' (:mod:`agilerl_plugin_gym.engine`);
+only the PettingZoo env loop is here.
 """
 
 from __future__ import annotations
@@ -13,19 +17,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agilerl.strategies import TrainingStrategy
+from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
+from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
+from agilerl_plugin_gym.engine.on_policy import rollout_plan
 from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError, PettingZooVecEnv, make_pz_env
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
     from agilerl.training.run import Run
+    from agilerl_plugin_gym.protocols import MultiAgentOffPolicyAlgorithm, MultiAgentOnPolicyAlgorithm
 
 #: Eval env copies at most (each eval round runs every copy to the end of one episode).
 EVAL_ENVS = 8
 DEFAULT_BUFFER_SIZE = 100_000
 
 
-class _MultiAgentStrategy(TrainingStrategy):
+class MultiAgentStrategy(TrainingStrategy):
+    """Env creation, seeded evaluation and shutdown shared by both multi-agent regimes."""
+
     paradigm = "multi_agent"
 
     def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> PettingZooVecEnv:
@@ -36,16 +47,13 @@ class _MultiAgentStrategy(TrainingStrategy):
 
     def make_eval_env(self, manifest: TrainingManifest, *, seed: int | None, train_env: Any) -> PettingZooVecEnv:
         n = min(int(getattr(manifest.environment, "num_envs", 1)), EVAL_ENVS)
-        env = make_pz_env(manifest.environment, sync=True, num_envs=n)
-        env.reset(seed=seed)
-        return env
+        return make_pz_env(manifest.environment, sync=True, num_envs=n)
 
-    def _reset_seed(self, run: Run) -> int | None:
-        """The first reset of a run is seeded; later ones continue the envs' own RNG streams."""
-        if run.extras.get("env_seeded") or run.seed is None:
-            return None
-        run.extras["env_seeded"] = True
-        return int(run.seed)
+    def evaluate(self, agent: Any, run: Run) -> float:
+        # Seeded per evaluation (not a continuing env stream), so a resumed run evaluates alike.
+        t = run.manifest.training
+        seed = None if run.seed is None else run.seed + 10_000
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
 
     def close(self, run: Run) -> None:
         for env in {id(run.env): run.env, id(run.eval_env): run.eval_env}.values():
@@ -53,22 +61,17 @@ class _MultiAgentStrategy(TrainingStrategy):
                 env.close()
 
 
-class _EpisodeTracker:
-    """Running per-copy returns; ``done(mask)`` banks the scores of finished episodes."""
-
-    def __init__(self, agent: Any, num_envs: int) -> None:
-        self.agent = agent
-        self.returns = np.zeros((num_envs, len(agent.agent_ids)))
-        self.scores: list[float] = []
-
-    def step(self, rewards: dict[str, np.ndarray], episode_done: np.ndarray) -> None:
-        self.returns += np.stack([rewards[a] for a in self.agent.agent_ids], axis=1)
-        if episode_done.any():
-            self.scores.extend(self.agent.episode_score(self.returns[episode_done]).tolist())
-            self.returns[episode_done] = 0.0
+def _scores(agent: Any, rewards: dict[str, np.ndarray]) -> np.ndarray:
+    """Per-copy score of one vector step's rewards (sum or mean over agents: ``sum_scores``)."""
+    return agent.episode_score(np.stack([rewards[a] for a in agent.agent_ids], axis=1))  # type: ignore[no-any-return]
 
 
-class MultiAgentOffPolicyStrategy(_MultiAgentStrategy):
+def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``mask`` (num_envs,) broadcastable against ``like`` (num_envs, ...)."""
+    return mask.reshape((-1,) + (1,) * (like.ndim - 1))
+
+
+class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
     """Off-policy multi-agent training (MADDPG, MATD3) with a shared multi-agent replay buffer."""
 
     regime = "off_policy"
@@ -76,22 +79,22 @@ class MultiAgentOffPolicyStrategy(_MultiAgentStrategy):
     def setup(self, run: Run) -> None:
         rb = run.manifest.replay_buffer
         size = rb.max_size if rb is not None else DEFAULT_BUFFER_SIZE
-        self.memory = MultiAgentReplayBuffer(size, run.env.possible_agents, device=run.device, seed=run.seed)
+        self.init_replay(
+            MultiAgentReplayBuffer(size, run.env.possible_agents, device=run.device, seed=run.seed), run.seed
+        )
         run.extras["memory"] = self.memory
 
-    def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
+    def learn(self, agent: MultiAgentOffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         env: PettingZooVecEnv = run.env
-        memory: MultiAgentReplayBuffer = run.extras["memory"]
+        memory: MultiAgentReplayBuffer = self.memory
         n = env.num_envs
-        warmup = max(agent.batch_size, run.manifest.training.learning_delay or 0)
-        obs, _ = env.reset(seed=self._reset_seed(run))
+        schedule = UpdateSchedule(agent.learn_step, n, run.manifest.training.learning_delay or 0, agent.batch_size)
+        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
         agent.reset_noise(n)
-        tracker = _EpisodeTracker(agent, n)
+        episodes = EpisodeReturns(n, key="train_score")
         losses: dict[str, list[float]] = {}
-        vec_steps = getattr(agent, "_vec_steps", 0)
-        done_steps = 0
-        while done_steps < num_steps:
-            env_actions, stored = agent.get_actions(obs, explore=True)
+        for _ in range(max(1, -(-num_steps // n))):
+            env_actions, stored = agent.get_actions(obs, explore=True, rng=self.rng)
             next_obs, rewards, terms, _, infos = env.step(env_actions)
             episode_done = infos["episode_done"]
             store_next = next_obs
@@ -105,72 +108,96 @@ class MultiAgentOffPolicyStrategy(_MultiAgentStrategy):
             dones = {a: (terms[a] | ~acted[a]).astype(np.float32) for a in agent.agent_ids}
             mask = np.any(np.stack([acted[a] for a in agent.agent_ids]), axis=0)
             memory.add(obs, stored, rewards, store_next, dones, mask=mask)
-            tracker.step(rewards, episode_done)
+            episodes.step(_scores(agent, rewards), episode_done)
             obs = next_obs
-            done_steps += n
             agent.steps += n
-            vec_steps += 1
-            if len(memory) >= warmup:
-                for _ in range(_updates_due(agent.learn_step, n, vec_steps)):
-                    for k, v in agent.learn(memory.sample(agent.batch_size)).items():
-                        losses.setdefault(k, []).append(v)
-        agent._vec_steps = vec_steps
+            agent.vec_steps += 1
+            due = schedule.due(agent.vec_steps, agent.steps, len(memory))
+            if due:
+                stats = gradient_steps(due, memory.sample, agent.learn, agent.batch_size, record=True)
+                for k, v in stats.items():
+                    losses.setdefault(k, []).extend(v)
         out = {k: float(np.mean(v)) for k, v in losses.items()}
-        if tracker.scores:
-            out["train_score"] = float(np.mean(tracker.scores))
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        memory = getattr(self, "memory", None)
-        return {"memory": memory.state_dict()} if memory is not None else {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        memory = getattr(self, "memory", None)
-        if memory is not None and "memory" in state:
-            memory.load_state_dict(state["memory"])
+        return {**out, **episodes.row()}
 
 
-def _updates_due(learn_step: int, num_envs: int, vec_steps: int) -> int:
-    """Gradient updates after a vector step, with AgileRL's semantics for ``learn_step``.
+class MultiAgentOnPolicyStrategy(MultiAgentStrategy):
+    """On-policy multi-agent training (IPPO): collect ``learn_step`` env steps, update, repeat.
 
-    ``learn_step`` counts env steps over all copies: when it exceeds ``num_envs`` one update runs
-    every ``learn_step // num_envs`` vector steps, otherwise ``num_envs // learn_step`` run per
-    vector step (same update-to-data ratio as AgileRL, so hyperparameters carry over).
+    Each agent's steps go to its own :class:`~agilerl_plugin_gym.buffers.RolloutBuffer` (the
+    single-agent one); GAE and the PPO update are the on-policy engine's. An agent's row of a step
+    is valid only where it acted; a trajectory cut without termination (time limit, or the episode
+    ending around a live agent) is bootstrapped by adding ``gamma * V(last obs)`` to its reward, then
+    treated as ended.
     """
-    if learn_step > num_envs:
-        return 1 if vec_steps % (learn_step // num_envs) == 0 else 0
-    return num_envs // learn_step
-
-
-def _rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """``mask`` (num_envs,) broadcastable against ``like`` (num_envs, ...)."""
-    return mask.reshape((-1,) + (1,) * (like.ndim - 1))
-
-
-class MultiAgentOnPolicyStrategy(_MultiAgentStrategy):
-    """On-policy multi-agent training (IPPO): collect ``learn_step`` env steps, update, repeat."""
 
     regime = "on_policy"
 
-    def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
+
+    def _buffer(self, agent_id: str, layout: Any, steps: int, obs: np.ndarray, device: Any) -> RolloutBuffer:
+        key = (agent_id, steps, obs.shape, obs.dtype.str, layout, str(device))
+        buf = self.buffers.get(key)
+        if buf is None:
+            buf = RolloutBuffer(
+                steps, obs.shape[0], tuple(obs.shape[1:]), layout.action_shape,
+                obs_dtype=obs.dtype, action_dtype=layout.action_dtype, device=device,
+            )  # fmt: skip
+            self.buffers[key] = buf
+        return buf
+
+    def learn(self, agent: MultiAgentOnPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         env: PettingZooVecEnv = run.env
         n = env.num_envs
-        obs, infos = env.reset(seed=self._reset_seed(run))
-        active = infos["active"]
-        tracker = _EpisodeTracker(agent, n)
+        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
+        layouts = agent.rollout_layouts()
+        episodes = EpisodeReturns(n, key="train_score")
         stats: dict[str, list[float]] = {}
-        done_steps = 0
-        while done_steps < num_steps:
-            rollout_len = max(1, -(-agent.learn_step // n))
-            obs, active, rollout = agent.collect_rollout(env, obs, active, rollout_len, tracker)
-            done_steps += rollout_len * n
-            agent.steps += rollout_len * n
-            for k, v in agent.learn(rollout).items():
+        ids = agent.agent_ids
+        for steps in rollout_plan(num_steps, agent.learn_step, n):
+            bufs = {a: self._buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device) for a in ids}
+            for t in range(steps):
+                out, env_actions = agent.act_for_rollout(obs)
+                for a in ids:
+                    o = out[a]
+                    bufs[a].add(t, obs[a], o["action"], o["log_prob"], o["value"], 0.0, 0.0, 0.0, 0.0)
+                next_obs, rewards, terms, truncs, infos = env.step(env_actions)
+                episode_done = infos["episode_done"]
+                acted = infos["acted"]
+                ended = {a: terms[a] | truncs[a] | episode_done for a in ids}
+                cut = {a: acted[a] & ended[a] & ~terms[a] for a in ids}
+                need = [a for a in ids if cut[a].any()]
+                boot: dict[str, np.ndarray] = {}
+                if need:
+                    final = infos.get("final_obs")
+                    last = {
+                        a: next_obs[a] if final is None else np.where(_rows(episode_done, next_obs[a]), final[a], next_obs[a])
+                        for a in need
+                    }  # fmt: skip
+                    boot = agent.values(last, need)
+                for a in ids:
+                    b = bufs[a]
+                    reward = rewards[a].astype(np.float32)
+                    if a in boot:
+                        reward = reward + agent.gamma * boot[a] * cut[a]
+                    b.rewards[t] = reward
+                    stop = ended[a] | ~acted[a]
+                    b.terminated[t] = stop  # a cut was bootstrapped through the reward above
+                    b.dones[t] = stop
+                    b.valid[t] = acted[a]
+                episodes.step(_scores(agent, rewards), episode_done)
+                obs = next_obs
+            last_values = agent.values(obs)
+            ones = np.ones(n, dtype=np.float32)
+            for a in ids:
+                bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.gamma, agent.gae_lambda)
+            for k, v in agent.learn({a: bufs[a].flat() for a in ids}).items():
                 stats.setdefault(k, []).append(v)
+            agent.steps += steps * n
+            agent.vec_steps += steps
         out = {k: float(np.mean(v)) for k, v in stats.items()}
-        if tracker.scores:
-            out["train_score"] = float(np.mean(tracker.scores))
-        return out
+        return {**out, **episodes.row()}
 
 
-__all__ = ["MultiAgentOffPolicyStrategy", "MultiAgentOnPolicyStrategy"]
+__all__ = ["MultiAgentOffPolicyStrategy", "MultiAgentOnPolicyStrategy", "MultiAgentStrategy"]

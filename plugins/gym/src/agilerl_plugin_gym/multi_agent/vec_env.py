@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing as mp
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -438,6 +439,9 @@ def _worker(
     layout: _Layout,
 ) -> None:
     """Worker process: hosts the copies in ``rows``; waits for one-word commands on ``remote``."""
+    # Ctrl-C reaches the whole process group: the main process defers it to a consistent point and
+    # checkpoints, which needs the workers to keep stepping until then.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if parent_remote is not None:
         parent_remote.close()
     if "torch" in sys.modules:  # forked from a process that uses torch: one thread per worker

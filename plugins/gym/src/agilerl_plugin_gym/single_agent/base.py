@@ -20,6 +20,7 @@ from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec, NetworkSpec
+from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise
 from agilerl_plugin_gym.optim import Adam
@@ -42,6 +43,11 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     #: Learning-rate hyperparameter -> optimizer names it applies to.
     lr_optimizers: ClassVar[dict[str, tuple[str, ...]]] = {"lr": ("optimizer",)}
 
+    # Hyperparameters every single-agent algorithm has (set from the spec by AlgorithmBase).
+    gamma: float
+    batch_size: int
+    learn_step: int
+
     def __init__(
         self,
         spec: AlgorithmSpec,
@@ -60,9 +66,15 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         self.nets: dict[str, EvolvableNetwork] = {}
         self.optimizers: dict[str, Adam] = {}
         self.extra_params: dict[str, nn.Parameter] = {}
+        #: Vector-env steps taken (the off-policy update schedule counts on it; checkpointed).
+        self.vec_steps = 0
+        self.targets = TargetSync(self.nets, {})
 
     # --- helpers for subclasses ------------------------------------------------------------------
-    def _net(self, out_dim: int, *, space: spaces.Space[Any] | None = None, **kwargs: Any) -> EvolvableNetwork:
+    def build_network(self, out_dim: int, *, space: spaces.Space[Any] | None = None, **kwargs: Any) -> EvolvableNetwork:
+        """An evolvable network from the manifest's ``network`` section, ``space`` (default: the
+        observation space) -> ``out_dim`` outputs, on this algorithm's device. ``kwargs`` go to
+        :meth:`EvolvableNetwork.from_spec` (``output_activation``, ``output_vanish``, ``encoder``)."""
         net = EvolvableNetwork.from_spec(
             self.net_spec,
             space or self.observation_space,
@@ -72,12 +84,17 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         )
         return net.to(self.device)
 
-    def _sync_targets(self) -> None:
-        for target, source in self.target_of.items():
-            self.nets[target] = copy.deepcopy(self.nets[source])
-            self.nets[target].requires_grad_(False)
+    def sync_targets(self) -> None:
+        """(Re)make every target network a frozen copy of its online network."""
+        self.targets = TargetSync(self.nets, self.target_of)
+        self.targets.copy_online()
 
-    def _adam(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
+    def soft_update(self, tau: float | None = None) -> None:
+        """Polyak-average every target network towards its online one (``tau`` default: ``self.tau``)."""
+        self.targets.soft(float(getattr(self, "tau", 1.0) if tau is None else tau))
+
+    def make_optimizer(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
+        """Adam over ``params`` (call it from :meth:`build_optimizers`)."""
         # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
         # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.optim.
         return Adam(params, lr=lr, eps=eps)
@@ -116,23 +133,19 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             changed |= net.apply_mutation(method, random.Random(seed))
         if not changed:
             return None
-        self._sync_targets()
+        self.sync_targets()
         self.build_optimizers()
         return f"arch:{method}"
 
     def mutate_parameters(self, rng: random.Random, *, sd: float) -> str | None:
         """Gaussian parameter noise on the policy network (then fresh optimizers, as AgileRL does)."""
         add_parameter_noise(self.nets[self.policy_name], sd, rng)
-        self._sync_targets()
+        self.sync_targets()
         self.build_optimizers()
         return "param"
 
     def clone(self, index: int | None = None) -> GymAlgorithm:
-        caches = {k: self.__dict__.pop(k) for k in [k for k in self.__dict__ if k.startswith("_cache")]}
-        try:
-            twin = copy.deepcopy(self)
-        finally:
-            self.__dict__.update(caches)
+        twin = copy.deepcopy(self)
         if index is not None:
             twin.index = int(index)
         return twin
@@ -153,6 +166,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             "params": {name: p.detach().clone() for name, p in self.extra_params.items()},
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "extra": self.extra_state(),
+            "vec_steps": self.vec_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -162,7 +176,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
                 self.nets[name].set_arch(arch)
                 rebuilt = True
         if rebuilt:
-            self._sync_targets()
+            self.sync_targets()
         for name, sd in state["nets"].items():
             self.nets[name].load_state_dict(sd)
         with torch.no_grad():
@@ -179,6 +193,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
                     for group in self.optimizers[opt_name].param_groups:
                         group["lr"] = float(getattr(self, opt_name_lr))
         self.load_extra_state(state.get("extra", {}))
+        self.vec_steps = int(state.get("vec_steps", 0))
 
     # --- evaluation -------------------------------------------------------------------------------
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:

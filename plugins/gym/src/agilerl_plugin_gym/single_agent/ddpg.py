@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agilerl.models import NetworkSpec, TrainingSpec
+from agilerl.models import TrainingSpec
+from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
 from agilerl_plugin_gym.networks import obs_dim
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
@@ -40,26 +41,14 @@ class DDPG(GymAlgorithm):
     lr_actor: float
     lr_critic: float
     tau: float
-    gamma: float
-    batch_size: int
-    learn_step: int
     policy_freq: int
     expl_noise: float
     mean_noise: float
     theta: float
     dt: float
 
-    def __init__(
-        self,
-        spec: DDPGSpec,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        *,
-        index: int = 0,
-        device: str | torch.device = "cpu",
-        net_spec: NetworkSpec | None = None,
-    ) -> None:
-        super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
+    def __init__(self, spec: DDPGSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
+        super().__init__(spec, observation_space, action_space, **kwargs)
         name = type(self).__name__
         check_spaces(name if name in ("DDPG", "TD3") else "DDPG", observation_space, action_space)
         assert isinstance(action_space, spaces.Box)
@@ -69,23 +58,19 @@ class DDPG(GymAlgorithm):
         self.high = np.asarray(action_space.high, dtype=np.float32)
         # The critic sees [obs, action] as one vector.
         critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
-        self.nets = {"actor": self._net(self.act_dim, output_activation="Tanh")}
+        self.nets = {"actor": self.build_network(self.act_dim, output_activation="Tanh")}
         for critic in self.critic_names:
-            self.nets[critic] = self._net(1, space=critic_space)
-        self._sync_targets()
+            self.nets[critic] = self.build_network(1, space=critic_space)
+        self.sync_targets()
         self.build_optimizers()
-        self.noise = np.zeros((0, self.act_dim))
+        self.noise = ExplorationNoise(self.act_dim)
         self.critic_updates = 0
 
     def build_optimizers(self) -> None:
         critic_params = [p for c in self.critic_names for p in self.nets[c].parameters()]
         self.optimizers = {
-            "actor": self._adam(self.nets["actor"].parameters(), self.lr_actor),
-            "critic": self._adam(critic_params, self.lr_critic),
-        }
-        self._pairs = {
-            name: (list(self.nets[f"{name}_target"].parameters()), list(self.nets[name].parameters()))
-            for name in ("actor", *self.critic_names)
+            "actor": self.make_optimizer(self.nets["actor"].parameters(), self.lr_actor),
+            "critic": self.make_optimizer(critic_params, self.lr_critic),
         }
 
     # --- acting -----------------------------------------------------------------------------------
@@ -95,7 +80,7 @@ class DDPG(GymAlgorithm):
 
     @torch.inference_mode()
     def policy(self, obs: np.ndarray) -> np.ndarray:
-        return self.nets["actor"](self.obs_tensor(obs)).numpy()
+        return self.nets["actor"](self.obs_tensor(obs)).cpu().numpy()
 
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
         return self.scale(self.policy(obs))
@@ -105,21 +90,11 @@ class DDPG(GymAlgorithm):
 
     def reset_noise(self, mask: np.ndarray | None) -> None:
         """Zero the OU state of the sub-envs in ``mask`` (all when None)."""
-        if mask is None:
-            self.noise = np.zeros((0, self.act_dim))
-        elif self.noise.shape[0] == mask.shape[0]:
-            self.noise[mask] = 0.0
+        self.noise.reset(mask)
 
     def _exploration_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if not self.O_U_noise:
-            return self.mean_noise + self.expl_noise * rng.standard_normal((n, self.act_dim))
-        if self.noise.shape[0] != n:
-            self.noise = np.zeros((n, self.act_dim))
-        # Ornstein-Uhlenbeck: dx = theta (mu - x) dt + sigma sqrt(dt) N(0, 1)
-        self.noise += self.theta * (self.mean_noise - self.noise) * self.dt + self.expl_noise * np.sqrt(
-            self.dt
-        ) * rng.standard_normal((n, self.act_dim))
-        return self.noise
+        settings = NoiseSettings(self.O_U_noise, self.expl_noise, self.mean_noise, self.theta, self.dt)
+        return self.noise.sample(n, rng, settings)
 
     def explore(
         self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
@@ -172,11 +147,6 @@ class DDPG(GymAlgorithm):
             self.soft_update()
             stats["actor_loss"] = actor_loss.detach()
         return stats
-
-    @torch.no_grad()
-    def soft_update(self) -> None:
-        for target, online in self._pairs.values():
-            torch._foreach_lerp_(target, online, self.tau)
 
     def extra_state(self) -> dict[str, Any]:
         return {"critic_updates": self.critic_updates}

@@ -19,7 +19,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import NetworkSpec, TrainingSpec
+from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
@@ -37,36 +37,21 @@ class DQN(GymAlgorithm):
 
     lr: float
     tau: float
-    gamma: float
-    batch_size: int
-    learn_step: int
 
-    def __init__(
-        self,
-        spec: DQNSpec,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        *,
-        index: int = 0,
-        device: str | torch.device = "cpu",
-        net_spec: NetworkSpec | None = None,
-    ) -> None:
-        super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
+    def __init__(self, spec: DQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
+        super().__init__(spec, observation_space, action_space, **kwargs)
         check_spaces("DQN", observation_space, action_space)
         assert isinstance(action_space, spaces.Discrete)
         self.double = spec.double
         self.n_actions = int(action_space.n)
-        self.nets = {"actor": self._net(self.n_actions)}
-        self._sync_targets()
+        self.nets = {"actor": self.build_network(self.n_actions)}
+        self.sync_targets()
         self.build_optimizers()
         self.epsilon: float | None = None
         self.eps_end, self.eps_decay = EPS_END, EPS_DECAY
 
     def build_optimizers(self) -> None:
-        self.optimizers = {"optimizer": self._adam(self.nets["actor"].parameters(), self.lr)}
-        # Parameter lists for the fused soft update (rebuilt with the networks).
-        self._params_online = list(self.nets["actor"].parameters())
-        self._params_target = list(self.nets["actor_target"].parameters())
+        self.optimizers = {"optimizer": self.make_optimizer(self.nets["actor"].parameters(), self.lr)}
 
     # --- acting -----------------------------------------------------------------------------------
     def init_exploration(self, training: TrainingSpec) -> None:
@@ -81,7 +66,7 @@ class DQN(GymAlgorithm):
 
     @torch.inference_mode()
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).numpy()
+        return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
 
     def explore(
         self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
@@ -124,13 +109,8 @@ class DQN(GymAlgorithm):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        self.soft_update()
+        self.soft_update()  # the off-policy engine's fused Polyak update (agilerl_plugin_gym.engine)
         return {"loss": loss.detach(), "q": q.detach().mean()}
-
-    @torch.no_grad()
-    def soft_update(self) -> None:
-        """target <- target + tau * (online - target), for all parameters in one fused call."""
-        torch._foreach_lerp_(self._params_target, self._params_online, self.tau)
 
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}

@@ -9,7 +9,8 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 * ``share_encoders``: actor and critic heads read one encoder (one forward pass per step).
 
 The rollout loop lives in :class:`agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`;
-this module holds the policy and the update.
+GAE, the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.engine.on_policy`
+(shared with IPPO); this module holds the policy.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import NetworkSpec
 from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.engine.on_policy import PPOSettings, ppo_update
+from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import PPOSpec
@@ -31,36 +33,17 @@ from agilerl_plugin_gym.single_agent.specs import PPOSpec
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class PPO(GymAlgorithm):
+class PPO(GymAlgorithm, PPOSettings):
     """PPO with GAE, clipped surrogate, optional value clipping, entropy bonus and ``target_kl``."""
 
     policy_name = "actor"
     eval_names = ("actor", "critic")
     lr_optimizers = {"lr": ("optimizer",)}
 
-    # Mutable hyperparameters (set from the spec by AlgorithmBase).
-    lr: float
-    learn_step: int
-    batch_size: int
-    gamma: float
-    gae_lambda: float
-    clip_coef: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    update_epochs: int
+    # Hyperparameters: declared by PPOSettings (the on-policy engine's), set from the spec.
 
-    def __init__(
-        self,
-        spec: PPOSpec,
-        observation_space: spaces.Space[Any],
-        action_space: spaces.Space[Any],
-        *,
-        index: int = 0,
-        device: str | torch.device = "cpu",
-        net_spec: NetworkSpec | None = None,
-    ) -> None:
-        super().__init__(spec, observation_space, action_space, index=index, device=device, net_spec=net_spec)
+    def __init__(self, spec: PPOSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
+        super().__init__(spec, observation_space, action_space, **kwargs)
         check_spaces("PPO", observation_space, action_space)
         self.target_kl = spec.target_kl
         self.normalize_advantages = spec.normalize_advantages
@@ -72,18 +55,26 @@ class PPO(GymAlgorithm):
             self.nvec = [int(n) for n in action_space.nvec]
         elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
             self.kind, out_dim = "continuous", int(action_space.shape[0])
-            self.low = torch.as_tensor(action_space.low, dtype=torch.float32)
-            self.high = torch.as_tensor(action_space.high, dtype=torch.float32)
+            self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device)
+            self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
         else:  # check_spaces allows nothing else
             raise AssertionError(action_space)
-        actor = self._net(out_dim, output_vanish=True)
+        actor = self.build_network(out_dim, output_vanish=True)
         shared = actor.encoder if spec.share_encoders else None
-        critic = self._net(1, encoder=shared, output_vanish=False)
+        critic = self.build_network(1, encoder=shared, output_vanish=False)
         self.nets = {"actor": actor, "critic": critic}
         if self.kind == "continuous":
             log_std = torch.full((out_dim,), float(spec.action_std_init), device=self.device)
             self.extra_params = {"log_std": nn.Parameter(log_std)}
         self.build_optimizers()
+
+    def rollout_layout(self) -> RolloutLayout:
+        """Discrete actions are stored as int64 scalars, MultiDiscrete as int64 vectors, Box as float32."""
+        if self.kind == "discrete":
+            return RolloutLayout((), np.int64)
+        if self.kind == "multidiscrete":
+            return RolloutLayout((len(self.nvec),), np.int64)
+        return RolloutLayout(tuple(self.action_space.shape or ()), np.float32)
 
     @property
     def shared(self) -> bool:
@@ -99,7 +90,7 @@ class PPO(GymAlgorithm):
     def build_optimizers(self) -> None:
         # eps 1e-5, as Stable-Baselines3's and CleanRL's PPO: on CartPole (10 seeds) the median
         # steps to a greedy return of 475 fell from ~36k to ~31k against torch's default 1e-8.
-        self.optimizers = {"optimizer": self._adam(self.parameters(), self.lr, eps=1e-5)}
+        self.optimizers = {"optimizer": self.make_optimizer(self.parameters(), self.lr, eps=1e-5)}
 
     # --- policy -----------------------------------------------------------------------------------
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -160,59 +151,26 @@ class PPO(GymAlgorithm):
         """A sampled action as the env takes it (Gaussian samples clipped to the Box)."""
         if self.kind == "continuous":
             action = torch.maximum(torch.minimum(action, self.high), self.low)
-        return action.numpy()
+        return action.cpu().numpy()
 
     @torch.inference_mode()
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
         out = self.nets["actor"](self.obs_tensor(obs))
         if self.kind == "discrete":
-            return out.argmax(-1).numpy()
+            return out.argmax(-1).cpu().numpy()
         if self.kind == "multidiscrete":
-            return torch.stack([c.argmax(-1) for c in out.split(self.nvec, dim=-1)], -1).numpy()
+            return torch.stack([c.argmax(-1) for c in out.split(self.nvec, dim=-1)], -1).cpu().numpy()
         return self.env_action(out)
 
     # --- update -----------------------------------------------------------------------------------
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_prob, entropy, value)`` of stored actions under the current policy (with grad)."""
+        out, value = self._heads(obs)
+        log_prob, entropy = self._log_prob_entropy(out, actions)
+        return log_prob, entropy, value
+
     def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
         """``update_epochs`` passes of minibatch PPO over a rollout whose GAE is computed."""
-        data = buffer.flat()
-        n = data["advantages"].shape[0]
-        batch_size = min(self.batch_size, n)
-        opt = self.optimizers["optimizer"]
-        params = self.parameters()
-        # Accumulate on tensors: converting to floats every minibatch would sync every step.
-        sums = torch.zeros(3)
-        approx_kl = torch.zeros(())
-        updates = 0
-        for _ in range(self.update_epochs):
-            perm = torch.randperm(n, device=self.device)
-            for start in range(0, n - batch_size + 1, batch_size):
-                idx = perm[start : start + batch_size]
-                out, value = self._heads(data["obs"][idx])
-                new_lp, entropy = self._log_prob_entropy(out, data["actions"][idx])
-                log_ratio = new_lp - data["log_probs"][idx]
-                ratio = log_ratio.exp()
-                adv = data["advantages"][idx]
-                if self.normalize_advantages and batch_size > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - self.clip_coef, 1 + self.clip_coef)).mean()
-                ret = data["returns"][idx]
-                if self.clip_vloss:
-                    old_v = data["values"][idx]
-                    v_clipped = old_v + (value - old_v).clamp(-self.clip_coef, self.clip_coef)
-                    v_loss = 0.5 * torch.max((value - ret).pow(2), (v_clipped - ret).pow(2)).mean()
-                else:
-                    v_loss = 0.5 * (value - ret).pow(2).mean()
-                ent = entropy.mean()
-                loss = pg_loss - self.ent_coef * ent + self.vf_coef * v_loss
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(params, self.max_grad_norm, foreach=True)
-                opt.step()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    sums += torch.stack([pg_loss.detach(), v_loss.detach(), ent.detach()])
-                updates += 1
-            if self.target_kl is not None and float(approx_kl) > self.target_kl:
-                break
-        pg, vl, en = (sums / max(updates, 1)).tolist()
-        return {"policy_loss": pg, "value_loss": vl, "entropy": en, "approx_kl": float(approx_kl)}
+        return ppo_update(buffer.flat(), self.evaluate_actions, self.optimizers["optimizer"], self.parameters(), self)

@@ -13,10 +13,31 @@ from gymnasium import spaces
 
 from agilerl.errors import AgileRLError
 
-__all__ = ["ALGORITHMS", "UnsupportedSpaceError", "check_observation_space", "check_spaces", "is_image_space"]
+__all__ = [
+    "ALGORITHMS",
+    "UnsupportedSpaceError",
+    "check_observation_space",
+    "check_spaces",
+    "declare_space_rules",
+    "is_image_space",
+]
 
-#: The algorithms :func:`check_spaces` has rules for.
-ALGORITHMS = frozenset({"PPO", "DQN", "DDPG", "TD3"})
+#: Algorithm name -> the built-in rule set it follows (PPO, DQN, DDPG or TD3).
+_RULES: dict[str, str] = {"PPO": "PPO", "DQN": "DQN", "DDPG": "DDPG", "TD3": "TD3"}
+#: The algorithms :func:`check_spaces` has rules for (grows with :func:`declare_space_rules`).
+ALGORITHMS: set[str] = set(_RULES)
+
+
+def declare_space_rules(algo: str, *, like: str) -> None:
+    """Give a plugin's algorithm the space rules of a built-in one (``like``: PPO, DQN, DDPG or TD3).
+
+    Its spec (a :class:`~agilerl_plugin_gym.single_agent.specs.GymAlgorithmSpec`) then checks the
+    env's spaces at validation time and its algorithm can call :func:`check_spaces` when built.
+    """
+    if like not in ("PPO", "DQN", "DDPG", "TD3"):
+        raise ValueError(f"declare_space_rules: like must be PPO, DQN, DDPG or TD3, not {like!r}")
+    _RULES[algo] = like
+    ALGORITHMS.add(algo)
 
 
 class UnsupportedSpaceError(AgileRLError):
@@ -43,29 +64,30 @@ def check_observation_space(algo: str, space: spaces.Space[Any], *, images: bool
 
 
 def check_spaces(algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
-    """Raise :class:`UnsupportedSpaceError` unless ``algo`` (PPO, DQN, DDPG, TD3) handles these spaces."""
-    if algo == "DQN":
+    """Raise :class:`UnsupportedSpaceError` unless ``algo`` handles these spaces (see :data:`ALGORITHMS`)."""
+    rules = _RULES.get(algo)
+    if rules == "DQN":
         if not isinstance(action_space, spaces.Discrete):
             raise UnsupportedSpaceError(
-                f"environment: DQN needs a Discrete action space, but this env's actions are {action_space}. "
+                f"environment: {algo} needs a Discrete action space, but this env's actions are {action_space}. "
                 "Use DDPG or TD3 for continuous (Box) actions, or PPO."
             )
         check_observation_space(algo, observation_space)
-    elif algo in ("DDPG", "TD3"):
+    elif rules in ("DDPG", "TD3"):
         if not (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1):
             raise UnsupportedSpaceError(
                 f"environment: {algo} needs continuous actions (a 1-D Box), but this env's actions are "
                 f"{action_space}. Use DQN or PPO for discrete actions."
             )
         check_observation_space(algo, observation_space, images=False)
-    elif algo == "PPO":
+    elif rules == "PPO":
         check_observation_space(algo, observation_space)
         discrete = isinstance(action_space, spaces.Discrete) or (
             isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1
         )
         if not (discrete or (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1)):
             raise UnsupportedSpaceError(
-                f"environment: PPO supports Discrete, MultiDiscrete and 1-D Box actions, not {action_space}"
+                f"environment: {algo} supports Discrete, MultiDiscrete and 1-D Box actions, not {action_space}"
             )
     else:
-        raise ValueError(f"check_spaces: no space rules for {algo!r} (PPO, DQN, DDPG, TD3)")
+        raise ValueError(f"check_spaces: no space rules for {algo!r} ({', '.join(sorted(ALGORITHMS))})")

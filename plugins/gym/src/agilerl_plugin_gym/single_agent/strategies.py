@@ -13,37 +13,39 @@ evolution are the core's. Here is the part that touches the env:
   ``step`` ignores the action and returns the reset observation with reward 0. On-policy rollouts
   mark that step invalid (masked out of GAE and the loss); off-policy collection does not store it.
 * Off-policy runs keep one replay buffer for the whole population (AgileRL's experience sharing);
-  it and the exploration RNG are in :meth:`OffPolicyStrategy.state_dict`, so resume continues
-  with the same buffer contents and random stream.
+  it and the exploration RNG are in the strategy's ``state_dict``
+  (:class:`~agilerl_plugin_gym.engine.off_policy.ReplayState`), so resume continues with the same
+  buffer contents and random stream.
+
+GAE, the PPO update, the update schedule, target updates and noise are the engines'
+(:mod:`agilerl_plugin_gym.engine`); the algorithms are reached only through
+:mod:`agilerl_plugin_gym.protocols`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agilerl.errors import AgileRLError
 from agilerl.strategies import TrainingStrategy
-from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer, numpy_rng_state, set_numpy_rng_state
+from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
+from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
+from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
+from agilerl_plugin_gym.engine.on_policy import rollout_plan
 from agilerl_plugin_gym.envs import make_gym_env
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
     from agilerl.training.run import Run
+    from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm
 
 log = logging.getLogger(__name__)
 
 #: Evaluation uses at most this many parallel episodes (one sync vector env, no worker processes).
 MAX_EVAL_ENVS = 10
-
-
-def _episode_seed(run: Run, agent: Any) -> int | None:
-    if run.seed is None:
-        return None
-    return (run.seed * 1_000_003 + agent.index * 7_919 + agent.steps) % (2**31 - 1)
 
 
 class GymStrategy(TrainingStrategy):
@@ -68,67 +70,52 @@ class GymStrategy(TrainingStrategy):
         return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
 
 
-class _EpisodeStats:
-    """Returns of episodes finished during a ``learn`` call (for the metrics row)."""
-
-    def __init__(self, n: int) -> None:
-        self.running = np.zeros(n)
-        self.finished: list[float] = []
-
-    def step(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
-        self.running += reward * valid
-        if done.any():
-            self.finished.extend(self.running[done].tolist())
-            self.running[done] = 0.0
-
-    def row(self) -> dict[str, float]:
-        if not self.finished:
-            return {}
-        return {"train_return": float(np.mean(self.finished)), "train_episodes": float(len(self.finished))}
-
-
 # --------------------------------------------------------------------------------------------------
 # On-policy
 # --------------------------------------------------------------------------------------------------
 
 
 class OnPolicyStrategy(GymStrategy):
-    """Rollouts of ``learn_step`` env steps (``learn_step // num_envs`` vector steps), then a PPO update."""
+    """Rollouts of ``learn_step`` env steps (``learn_step // num_envs`` vector steps), then an update.
+
+    Any :class:`~agilerl_plugin_gym.protocols.OnPolicyAlgorithm` (PPO, or a plugin's A2C) trains here.
+    """
 
     regime = "on_policy"
     #: Every learn() resets the env from a seed of its own and uses no shared buffer.
     independent_members = True
 
-    def _rollout_buffer(self, agent: Any, steps: int, n: int, obs: np.ndarray) -> RolloutBuffer:
-        cached = getattr(agent, "_cache_rollout", None)
-        if cached is not None and cached.num_steps == steps and cached.num_envs == n:
-            return cached  # type: ignore[no-any-return]
-        action_shape = () if agent.kind == "discrete" else tuple(agent.action_space.shape)
-        action_dtype = np.float32 if agent.kind == "continuous" else np.int64
-        obs_dtype = np.asarray(obs).dtype
-        buf = RolloutBuffer(
-            steps,
-            n,
-            tuple(obs.shape[1:]),
-            action_shape,
-            obs_dtype=obs_dtype,
-            action_dtype=action_dtype,
-            device=agent.device,
-        )
-        agent._cache_rollout = buf
+    def __init__(self) -> None:
+        #: Rollout buffers by layout; every rollout rewrites all of a buffer, so agents share them.
+        self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
+
+    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: np.ndarray) -> RolloutBuffer:
+        layout = agent.rollout_layout()
+        obs = np.asarray(obs)
+        key = (steps, n, obs.shape[1:], obs.dtype.str, layout, str(agent.device))
+        buf = self.buffers.get(key)
+        if buf is None:
+            buf = RolloutBuffer(
+                steps,
+                n,
+                tuple(obs.shape[1:]),
+                layout.action_shape,
+                obs_dtype=obs.dtype,
+                action_dtype=layout.action_dtype,
+                device=agent.device,
+            )
+            self.buffers[key] = buf
         return buf
 
-    def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
+    def learn(self, agent: OnPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         env = run.env
         n = env.num_envs
-        steps = max(1, agent.learn_step // n)
-        rollouts = max(1, math.ceil(num_steps / (steps * n)))
-        obs, _ = env.reset(seed=_episode_seed(run, agent))
-        buf = self._rollout_buffer(agent, steps, n, obs)
+        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
         valid = np.ones(n, dtype=bool)
-        episodes = _EpisodeStats(n)
+        episodes = EpisodeReturns(n)
         stats: dict[str, float] = {}
-        for _ in range(rollouts):
+        for steps in rollout_plan(num_steps, agent.learn_step, n):
+            buf = self.rollout_buffer(agent, steps, n, obs)
             for t in range(steps):
                 action, log_prob, value = agent.act(agent.obs_tensor(obs))
                 buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
@@ -141,8 +128,9 @@ class OnPolicyStrategy(GymStrategy):
                 valid = ~done  # a finished sub-env spends its next step auto-resetting
             last_value = agent.value(agent.obs_tensor(obs))
             buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
-            stats = agent.learn(buf)
+            stats = dict(agent.learn(buf))
             agent.steps += steps * n
+            agent.vec_steps += steps
         return {**stats, **episodes.row()}
 
 
@@ -151,14 +139,15 @@ class OnPolicyStrategy(GymStrategy):
 # --------------------------------------------------------------------------------------------------
 
 
-class OffPolicyStrategy(GymStrategy):
+class OffPolicyStrategy(ReplayState, GymStrategy):
     """Act, store in the shared replay buffer, and update every ``learn_step`` env steps."""
 
     regime = "off_policy"
 
-    def __init__(self) -> None:
-        self.buffer: ReplayBuffer | None = None
-        self.rng = np.random.default_rng()
+    @property
+    def buffer(self) -> ReplayBuffer | None:
+        """The population's replay buffer (``memory``)."""
+        return self.memory  # type: ignore[no-any-return]
 
     def setup(self, run: Run) -> None:
         m = run.manifest
@@ -170,9 +159,8 @@ class OffPolicyStrategy(GymStrategy):
         max_size = rb.max_size if rb is not None else 100_000
         # Rewards and done flags are stored as float32 so a sampled batch needs no conversion.
         dtypes = {"reward": np.float32, "done": np.float32}
-        self.buffer = ReplayBuffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes)
-        self.rng = np.random.default_rng(None if run.seed is None else run.seed + 1)
-        run.extras["memory"] = self.buffer
+        self.init_replay(ReplayBuffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes), run.seed)
+        run.extras["memory"] = self.memory
         t = m.training
         for agent in run.population:
             agent.init_exploration(t)
@@ -181,35 +169,18 @@ class OffPolicyStrategy(GymStrategy):
         for agent in population:
             agent.init_exploration(run.manifest.training)
 
-    def state_dict(self) -> dict[str, Any]:
-        assert self.buffer is not None
-        return {"buffer": self.buffer.state_dict(), "rng": numpy_rng_state(self.rng)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not state:
-            return
-        assert self.buffer is not None
-        self.buffer.load_state_dict(state["buffer"])
-        set_numpy_rng_state(self.rng, state["rng"])
-
-    def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
-        assert self.buffer is not None
-        env, buf, rng = run.env, self.buffer, self.rng
+    def learn(self, agent: OffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
+        buf: ReplayBuffer = self.memory
+        env, rng = run.env, self.rng
         n = env.num_envs
-        delay = run.manifest.training.learning_delay or 0
-        # learn_step env steps per gradient step: below num_envs that is several per vector step.
-        if agent.learn_step >= n:
-            every, per_step = agent.learn_step // n, 1
-        else:
-            every, per_step = 1, n // agent.learn_step
-        obs, _ = env.reset(seed=_episode_seed(run, agent))
+        schedule = UpdateSchedule(agent.learn_step, n, run.manifest.training.learning_delay or 0, agent.batch_size)
+        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
-        episodes = _EpisodeStats(n)
-        stats: dict[str, float] = {}
-        for i in range(max(1, math.ceil(num_steps / n))):
-            warmup = agent.steps < delay
-            stored_action, env_action = agent.explore(obs, rng, warmup=warmup)
+        episodes = EpisodeReturns(n)
+        stats: dict[str, Any] = {}
+        for _ in range(max(1, -(-num_steps // n))):
+            stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
             next_obs, reward, terminated, truncated, _ = env.step(env_action)
             keep = ~fresh
             buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
@@ -219,10 +190,8 @@ class OffPolicyStrategy(GymStrategy):
             fresh = done
             obs = next_obs
             agent.steps += n
-            if not warmup and len(buf) >= agent.batch_size and i % every == 0:
-                if per_step == 1:
-                    stats = agent.learn(buf.sample(agent.batch_size))
-                else:  # all batches of this env step in one draw and gather
-                    for batch in buf.sample_many(agent.batch_size, per_step):
-                        stats = agent.learn(batch)
+            agent.vec_steps += 1
+            due = schedule.due(agent.vec_steps, agent.steps, len(buf))
+            if due:
+                stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
         return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}

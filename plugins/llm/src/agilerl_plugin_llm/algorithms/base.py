@@ -381,7 +381,7 @@ class LLMAlgorithm(AlgorithmBase):
         return llm_model.export_merged(self.model, self.tokenizer, path)
 
     # --- evaluation ----------------------------------------------------------------------------
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         raise NotImplementedError
 
 

@@ -94,6 +94,6 @@ class DPO(LLMAlgorithm):
             rows += int(terms["loss"].shape[0])
         return {k: v / max(rows, 1) for k, v in sums.items()}
 
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         """Fitness: the negative held-out loss (higher is better)."""
         return -self.evaluate(env)["loss"]

@@ -54,6 +54,6 @@ class SFT(LLMAlgorithm):
         loss = total / max(tokens, 1.0)
         return {"loss": loss, "perplexity": float(torch.tensor(loss).exp())}
 
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         """Fitness: the negative held-out loss (higher is better)."""
         return -self.evaluate(env)["loss"]

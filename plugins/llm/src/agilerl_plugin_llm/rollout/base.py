@@ -401,7 +401,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         raise NotImplementedError
 
     # --- evaluation ----------------------------------------------------------------------------
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1) -> float:
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         """Mean episode return, greedy, on ``loop x batch_size`` held-out episodes (seeds 0, 1, ...)."""
         n = max(1, int(loop) * int(self.batch_size))
         trajs = self.rollout(env.make_eval, list(range(n)), greedy=True)

@@ -1,0 +1,44 @@
+"""What both engines' loops share: per-learn-call env seeds and training-episode statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["EpisodeReturns", "episode_seed"]
+
+
+def episode_seed(run_seed: int | None, agent_index: int, agent_steps: int) -> int | None:
+    """The seed of the env reset that starts a ``learn`` call.
+
+    Agents of a population share the training env, so each ``learn`` call starts fresh episodes;
+    the seed depends only on checkpointed state (run seed, agent index, agent step count), so a run
+    resumed from a checkpoint resets the env exactly as the uninterrupted run did.
+    """
+    if run_seed is None:
+        return None
+    return (run_seed * 1_000_003 + agent_index * 7_919 + agent_steps) % (2**31 - 1)
+
+
+class EpisodeReturns:
+    """Returns of training episodes that finish during one ``learn`` call (for the metrics row).
+
+    :param n: parallel sub-envs.
+    :param key: metrics name of the mean return (``train_return``; multi-agent: ``train_score``).
+    """
+
+    def __init__(self, n: int, key: str = "train_return") -> None:
+        self.key = key
+        self.running = np.zeros(n)
+        self.finished: list[float] = []
+
+    def step(self, reward: np.ndarray, done: np.ndarray, valid: np.ndarray | None = None) -> None:
+        """Add one vector step's rewards (masked by ``valid``); bank the sub-envs that are ``done``."""
+        self.running += reward if valid is None else reward * valid
+        if done.any():
+            self.finished.extend(self.running[done].tolist())
+            self.running[done] = 0.0
+
+    def row(self) -> dict[str, float]:
+        if not self.finished:
+            return {}
+        return {self.key: float(np.mean(self.finished)), "train_episodes": float(len(self.finished))}

@@ -1,0 +1,154 @@
+"""The strategy <-> algorithm contract of the gym plugin (public API).
+
+A strategy (``single_agent``/``multi_agent`` x ``on_policy``/``off_policy``) drives an env loop and
+touches an algorithm only through the members declared here, on top of core's
+:class:`agilerl.protocols.EvolvableAlgorithm` (index, fitness, steps, clone, hyperparameters,
+``state_dict``, ``test(env, *, max_steps, loop, seed)``). Nothing here is private: an algorithm in
+another package that implements one of these protocols and registers a spec with the matching
+``paradigm`` and ``regime`` is trained by the existing strategies and engines, with HPO,
+checkpoints and resume (see ``docs/gym.md``, "Add an algorithm to a paradigm").
+
+State a resume needs lives in the algorithm's ``state_dict`` (weights, optimizer state,
+``vec_steps``, epsilon, update counters) or in the strategy's (replay buffer and its sampling RNG,
+the exploration RNG); OU noise state is per ``learn`` call (reset at its start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from agilerl.models import TrainingSpec
+
+__all__ = [
+    "GymAlgorithmProtocol",
+    "MultiAgentOffPolicyAlgorithm",
+    "MultiAgentOnPolicyAlgorithm",
+    "OffPolicyAlgorithm",
+    "OnPolicyAlgorithm",
+    "RolloutLayout",
+]
+
+
+@dataclass(frozen=True)
+class RolloutLayout:
+    """How an on-policy algorithm's actions are stored in a rollout buffer.
+
+    :param action_shape: one action's shape (``()`` for a Discrete action).
+    :param action_dtype: numpy dtype of stored actions (int64 for categorical, float32 for Box).
+    """
+
+    action_shape: tuple[int, ...]
+    action_dtype: Any
+
+
+@runtime_checkable
+class GymAlgorithmProtocol(Protocol):
+    """What every gym strategy reads: bookkeeping, the device, the learn schedule."""
+
+    index: int
+    steps: int
+    #: Vector-env steps this agent has taken (persistent across ``learn`` calls, checkpointed).
+    vec_steps: int
+    learn_step: int
+    device: Any
+
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float: ...
+
+
+@runtime_checkable
+class OnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
+    """Single-agent on-policy (PPO, A2C): the strategy collects rollouts, the algorithm updates."""
+
+    gamma: float
+    gae_lambda: float
+
+    def rollout_layout(self) -> RolloutLayout: ...
+
+    def obs_tensor(self, obs: np.ndarray) -> Any:
+        """A batch of observations as the tensor ``act``/``value`` take."""
+        ...
+
+    def act(self, obs: Any) -> tuple[Any, Any, Any]:
+        """Sample a batch: ``(action, log_prob, value)`` tensors (CPU-convertible)."""
+        ...
+
+    def value(self, obs: Any) -> Any: ...
+
+    def env_action(self, action: Any) -> np.ndarray:
+        """A sampled action as the env takes it (a numpy array on the CPU)."""
+        ...
+
+    def learn(self, buffer: Any) -> Mapping[str, float]:
+        """Update from a filled :class:`~agilerl_plugin_gym.buffers.RolloutBuffer` (GAE computed)."""
+        ...
+
+
+@runtime_checkable
+class OffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
+    """Single-agent off-policy (DQN, DDPG, TD3): act, store, learn from sampled batches."""
+
+    #: Transitions per sampled batch (on-policy algorithms need no such field).
+    batch_size: int
+
+    def init_exploration(self, training: TrainingSpec) -> None:
+        """Read the exploration schedule from ``training`` (keeps a restored epsilon)."""
+        ...
+
+    def reset_noise(self, mask: np.ndarray | None) -> None: ...
+
+    def explore(
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(action to store, action for the env)`` for a batch, drawing randomness from ``rng``."""
+        ...
+
+    def end_step(self, done: np.ndarray) -> None:
+        """After a vector step: decay epsilon, reset the noise of finished sub-envs."""
+        ...
+
+    def exploration_stats(self) -> dict[str, float]: ...
+
+    def learn(self, batch: Mapping[str, Any]) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class MultiAgentOnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
+    """IPPO: per-agent policies over a PettingZoo vector env."""
+
+    agent_ids: list[str]
+    gamma: float
+    gae_lambda: float
+
+    def episode_score(self, returns: np.ndarray) -> np.ndarray: ...
+
+    def rollout_layouts(self) -> dict[str, RolloutLayout]: ...
+
+    def act_for_rollout(self, obs: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(per-agent {action, log_prob, value} arrays, env actions)`` for one vector step."""
+        ...
+
+    def values(self, obs: Mapping[str, np.ndarray], agents: list[str] | None = None) -> dict[str, np.ndarray]: ...
+
+    def learn(self, rollout: Mapping[str, Mapping[str, Any]]) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class MultiAgentOffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
+    """MADDPG, MATD3: decentralised actors, joint replay."""
+
+    agent_ids: list[str]
+    batch_size: int
+
+    def episode_score(self, returns: np.ndarray) -> np.ndarray: ...
+
+    def reset_noise(self, num_envs: int) -> None: ...
+
+    def get_actions(
+        self, obs: Mapping[str, np.ndarray], *, explore: bool, rng: np.random.Generator | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]: ...
+
+    def learn(self, batch: Mapping[str, Mapping[str, Any]]) -> Mapping[str, float]: ...

@@ -1,0 +1,52 @@
+"""Tiny manifests and state comparison shared by the exact-resume and device tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+TINY_EVO = 128
+NET = {"latent_dim": 16, "encoder_config": {"arch": "mlp", "hidden_size": [16], "layer_norm": False}}
+MPE = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 4, "sync": True, "env_config": {"max_cycles": 25}}
+ENVS = {
+    "PPO": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+    "DQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+    "DDPG": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
+    "TD3": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
+    "IPPO": MPE,
+    "MADDPG": MPE,
+    "MATD3": MPE,
+}
+
+
+def tiny_manifest(algo: str, tmp: Path, max_steps: int = 2 * TINY_EVO) -> dict[str, Any]:
+    single = algo in ("PPO", "DQN", "DDPG", "TD3")
+    on_policy = algo in ("PPO", "IPPO")
+    probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3 if single else 0.0,
+                     "new_layer": 0.5, "act_mut": 0.0}  # fmt: skip
+    return {
+        "algorithm": {"name": algo, "batch_size": 16, "learn_step": 64 if on_policy else 4},
+        "environment": ENVS[algo],
+        "network": NET,
+        "replay_buffer": {"max_size": 1000},
+        "mutation": {"probabilities": probabilities, "rand_seed": 3},
+        "tournament_selection": {"tournament_size": 2, "elitism": True},
+        "training": {"pop_size": 2, "max_steps": max_steps, "evo_steps": TINY_EVO, "eval_steps": 30, "eval_loop": 1,
+                     "learning_delay": 32, "seed": 7, "checkpoint_steps": TINY_EVO,
+                     "checkpoint_path": str(tmp / "ckpt"), "progress": False, "save_elite": False},
+    }  # fmt: skip
+
+
+def flat_state(state: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a (nested) state dict, keyed by its path."""
+    if isinstance(state, dict):
+        out: dict[str, Any] = {}
+        for k, v in state.items():
+            out.update(flat_state(v, f"{prefix}/{k}"))
+        return out
+    if isinstance(state, (list, tuple)):
+        out = {}
+        for i, v in enumerate(state):
+            out.update(flat_state(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: state}
