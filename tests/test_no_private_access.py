@@ -56,9 +56,16 @@ ALLOWLIST: Counter[tuple[str, str]] = Counter(
         # LLM plugin (w16): the builder stores the first agent on the env object under a private
         # attribute name (``_FIRST_AGENT``); keep that mapping in the builder or the run's extras.
         ("plugins/llm/src/agilerl_plugin_llm/builder.py", "_agilerl_llm_first_agent"): 2,
-        # OpenEnv plugin (w19): resets openenv-core's private client timeouts on a pooled session.
-        ("plugins/openenv/src/agilerl_plugin_openenv/client.py", "_message_timeout"): 1,
-        ("plugins/openenv/src/agilerl_plugin_openenv/client.py", "_connect_timeout"): 1,
+        # OpenEnv plugin: openenv-core's client session exposes no public timeout setters, socket or
+        # single request/response call; the pool and source use its private ones (pinned by the
+        # openenv-core<0.4 bound; replace when openenv-core grows public equivalents).
+        ("plugins/openenv/src/agilerl_plugin_openenv/pool.py", "_message_timeout"): 1,
+        ("plugins/openenv/src/agilerl_plugin_openenv/pool.py", "_connect_timeout"): 1,
+        ("plugins/openenv/src/agilerl_plugin_openenv/pool.py", "_ws"): 1,
+        ("plugins/openenv/src/agilerl_plugin_openenv/source.py", "_send_and_receive"): 2,
+        # OpenEnv plugin: the env adapter reads its source's slot bookkeeping (make it a public
+        # method of the source).
+        ("plugins/openenv/src/agilerl_plugin_openenv/client.py", "_reset_slots"): 1,
     }
 )
 

@@ -32,7 +32,7 @@ def tiny_manifest(algo: str, tmp: Path, max_steps: int = 2 * TINY_EVO) -> dict[s
         "mutation": {"probabilities": probabilities, "rand_seed": 3},
         "tournament_selection": {"tournament_size": 2, "elitism": True},
         "training": {"pop_size": 2, "max_steps": max_steps, "evo_steps": TINY_EVO, "eval_steps": 30, "eval_loop": 1,
-                     "learning_delay": 32, "seed": 7, "checkpoint_steps": TINY_EVO,
+                     **({} if on_policy else {"learning_delay": 32}), "seed": 7, "checkpoint_steps": TINY_EVO,
                      "checkpoint_path": str(tmp / "ckpt"), "progress": False, "save_elite": False},
     }  # fmt: skip
 

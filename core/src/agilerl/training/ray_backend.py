@@ -190,6 +190,9 @@ class RayBackend(Backend):
             max_task_retries=retries,
         )
         manifest_ref = ray.put(run.manifest)
+        # Held for the backend's life: a restarted actor is rebuilt from its constructor arguments,
+        # and Ray frees an object nothing references ("already deleted by the reference counting").
+        self._manifest_ref = manifest_ref
         self.workers = [
             actor.remote(manifest_ref, seed=run.seed, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)
         ]
@@ -227,18 +230,22 @@ class RayBackend(Backend):
         queue = list(range(len(population)))
         idle = list(self.workers)
         busy: dict[Any, Any] = {}  # ref -> worker
+        args: dict[Any, Any] = {}  # ref -> the object ref of its member
         while queue or pending:
             while queue and idle:
                 pos = queue.pop(0)
                 worker = idle.pop(0)
-                ref = worker.step.remote(_pack(population[pos]), budgets[pos], run.generation)
+                member_ref = ray.put(_pack(population[pos]))  # kept until the result is in: a retry resends it
+                ref = worker.step.remote(member_ref, budgets[pos], run.generation)
                 pending[ref] = pos
                 busy[ref] = worker
+                args[ref] = member_ref
             done, _ = ray.wait(list(pending), num_returns=1)
             ref = done[0]
             pos = pending.pop(ref)
             idle.append(busy.pop(ref))
             result = _unpack(self._get(ref, population[pos]))
+            args.pop(ref, None)
             self._deliver(run, result)
             results[pos] = result
             if on_member is not None:
