@@ -62,11 +62,8 @@ EXPECTED: dict[str, str | list[str]] = {
         "algorithm: quantization: QLoRA (a bitsandbytes nf4/int8 base) is not supported: it needs a CUDA GPU and is not implemented by agilerl-plugin-llm yet; remove it (or set quantization: none) to train in full precision; activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
         "environment: env_name 'game:GuessTheNumber-v0-easy' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:GuessTheNumbe...)",
     ],
-    "configs/training/llm_finetuning/dpo.yaml": [
-        "training.evaluation_interval: not used by DPO (not supported yet); remove it",
-        "training.num_epochs: not used by DPO (not supported yet); remove it",
-    ],
-    "configs/training/llm_finetuning/grpo.yaml": "training.evaluation_interval: not used by GRPO (not supported yet); remove it",
+    "configs/training/llm_finetuning/dpo.yaml": VALID,
+    "configs/training/llm_finetuning/grpo.yaml": VALID,
     "configs/training/llm_finetuning/grpo_multiturn.yaml": [
         "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 16, 'group_size': 4, 'lr': 0.0003, 'beta':...)",
         "environment: env_name 'game:GuessTheNumber-v0-easy' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:GuessTheNumbe...)",
@@ -90,12 +87,9 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ppo/ppo_image.yaml": "network.min_latent_dim: latent_dim mutation is not supported yet (architecture mutation keeps the latent size); remove min_latent_dim/max_latent_dim or set mutation.probabilities.arch_mut: 0",
     "configs/training/ppo/ppo_mfpbt.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_recurrent.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
-    "configs/training/sft.yaml": [
-        "training.evaluation_interval: not used by SFT (not supported yet); remove it",
-        "training.num_epochs: not used by SFT (not supported yet); remove it",
-    ],
+    "configs/training/sft.yaml": VALID,
     "configs/training/td3.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
-    "docs/_static/examples/gsm8k_grpo.yaml": "training.evaluation_interval: not used by GRPO (not supported yet); remove it",
+    "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
     "docs/_static/examples/merge_ppo.yaml": "mutation.probabilities: PPO does not support activation mutation (act_mut) yet; set act_mut: 0",
     "tests/manifests/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
     "tests/manifests/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",

@@ -70,6 +70,12 @@ class TrainingStrategy:
     def setup(self, run: Run) -> None:
         """Create shared run state (replay buffers, ...) before training starts."""
 
+    def step_limit(self, run: Run) -> int:
+        """Steps each agent trains for before the run stops: ``training.max_steps``. A strategy whose
+        algorithms read a tighter bound (an LLM dataset run's ``training.num_epochs``) returns it; a run
+        it ends reports ``stopped_by: step_limit``."""
+        return run.manifest.training.max_steps
+
     def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
         """Train ``agent`` for about ``num_steps`` steps, advancing ``agent.steps``; return metrics."""
         raise NotImplementedError(f"{type(self).__name__} does not implement learn()")

@@ -51,9 +51,9 @@ def problems_of(data: dict[str, Any]) -> list[str]:
 
 #: file -> None (validates unchanged) or the substrings the refusal must contain (one per problem).
 UPSTREAM_LLM: dict[str, list[str] | None] = {
-    "configs/training/llm_finetuning/grpo.yaml": ["training.evaluation_interval: not used by GRPO"],
-    "configs/training/llm_finetuning/dpo.yaml": ["training.evaluation_interval", "training.num_epochs"],
-    "configs/training/sft.yaml": ["training.evaluation_interval", "training.num_epochs"],
+    "configs/training/llm_finetuning/grpo.yaml": None,
+    "configs/training/llm_finetuning/dpo.yaml": None,
+    "configs/training/sft.yaml": None,
     "configs/training/llm_finetuning/cispo.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/gspo.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/reinforce_llm.yaml": ["use_vllm: true needs vLLM"],
@@ -64,7 +64,7 @@ UPSTREAM_LLM: dict[str, list[str] | None] = {
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": ["lora_target_scope", "gem-llm"],
     "configs/training/llm_finetuning/ppo_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": ["use_vllm: true needs vLLM"],
-    "docs/_static/examples/gsm8k_grpo.yaml": ["training.evaluation_interval: not used by GRPO"],
+    "docs/_static/examples/gsm8k_grpo.yaml": ["environment: a rollout env needs exactly one source"],
 }
 
 

@@ -113,6 +113,22 @@ def test_grpo_learns_to_say_the_word_from_a_manifest(
     assert (tmp_path / "run" / "elite.pt").is_file()
 
 
+def test_grpo_evaluation_interval_logs_heldout_rows_every_n_iterations(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    """``training.evaluation_interval: 2`` (AgileRL's: a held-out evaluation every 2 iterations): its
+    own rows at steps 2 and 4; step 5 ends the generation, whose row holds the fitness evaluation."""
+    manifest = grpo_manifest(tiny_model_dir, tmp_path / "run", batch_size=2, group_size=2, max_output_tokens=4)
+    manifest["training"].update(max_steps=5, evo_steps=5, evaluation_interval=2)
+    code, out, err = run_cli("train", write_manifest(manifest))
+    assert code == 0, out + err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/eval_reward" in r and "fitness" not in r]
+    assert [(r["generation"], r["steps"]) for r in evals] == [(0, 2), (0, 4)], rows
+    assert all(0.0 <= r["eval/eval_reward"] <= 1.0 for r in evals), evals
+    assert [r["steps"] for r in rows if r.get("generation") == 0 and "fitness" in r] == [5]
+
+
 @pytest.mark.slow
 def test_grpo_with_lora_learns_to_say_the_word(
     tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]

@@ -2,7 +2,7 @@
 
 One generation: each agent learns for ``evo_steps`` (the strategy's ``learn``), each agent is
 evaluated (``evaluate``, appended to ``agent.fitness``), metrics are logged, a checkpoint is written
-when due, the run stops at ``target_score`` or ``max_steps``; otherwise selection and mutation make
+when due, the run stops at ``target_score`` or the step limit (``max_steps``); otherwise selection and mutation make
 the next generation. The population returned is the one last evaluated, best first: never freshly
 mutated, untrained offspring.
 """
@@ -190,11 +190,12 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     evo_steps = manifest.evo_steps
     population = run.population
     start_steps = min(a.steps for a in population)
+    max_steps = strategy.step_limit(run)  # training.max_steps, or a tighter bound the strategy reads
     progress = Progress(
-        t.max_steps * len(population),
+        max_steps * len(population),
         enabled=run.progress,
         unit=strategy.step_unit,
-        initial=sum(min(a.steps, t.max_steps) for a in population),
+        initial=sum(min(a.steps, max_steps) for a in population),
     )
     last_ckpt_steps = start_steps
     checkpoint_path: Path | None = None
@@ -227,10 +228,10 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                 resume_phase = None
                 # --- learn and evaluate each member (in this process or on workers: the backend's) ---
                 todo = [a for a in population if a.index not in done]
-                budgets = [min(evo_steps, max(t.max_steps - a.steps, 0)) for a in todo]
+                budgets = [min(evo_steps, max(max_steps - a.steps, 0)) for a in todo]
 
                 def on_member(pos: int, before: int, agent: Any) -> None:
-                    progress.update(min(agent.steps, t.max_steps) - min(before, t.max_steps))
+                    progress.update(min(agent.steps, max_steps) - min(before, max_steps))
                     if local:  # members are updated in place here; on workers they come back at the end
                         done.add(agent.index)
                         interrupt.check()
@@ -273,7 +274,7 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                     raise NonFiniteTrainingError(run, unfit, last_good)
                 _record_generation(run, strategy, population, best, elapsed, progress.rate())
                 # --- stop? ---
-                done_steps = all(a.steps >= t.max_steps for a in population)
+                done_steps = all(a.steps >= max_steps for a in population)
                 target_hit = t.target_score is not None and last_fitness(best) >= t.target_score
                 # training.max_wall_seconds: checked between generations (a generation always finishes).
                 out_of_time = t.max_wall_seconds is not None and time.perf_counter() - t0 >= t.max_wall_seconds
@@ -289,6 +290,8 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                     stopped_by = "target_score"
                     break
                 if done_steps:
+                    if max_steps < t.max_steps:  # a bound the strategy reads (an LLM dataset run's num_epochs)
+                        stopped_by = "step_limit"
                     break
                 if out_of_time:
                     stopped_by = "max_wall_seconds"

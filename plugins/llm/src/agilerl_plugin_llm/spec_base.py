@@ -58,9 +58,10 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         "LLM algorithms get hyperparameter mutation only: their weights are a pretrained model"
         " or its adapters, which architecture and parameter mutation would break"
     )
-    #: training.rollout_mode is read by the builder (colocated only). evaluation_interval, num_epochs
-    #: and evo_epochs are read by no LLM code yet, so they are refused until declared here.
-    training_fields: ClassVar[frozenset[str]] = frozenset({"rollout_mode"})
+    #: training.rollout_mode is read by the builder (colocated only); evaluation_interval by both LLM
+    #: strategies (held-out evaluation every N iterations: agilerl_plugin_llm.evaluation). num_epochs
+    #: is read by the dataset algorithms only (DatasetLLMSpec); evo_epochs by none, so it is refused.
+    training_fields: ClassVar[frozenset[str]] = frozenset({"rollout_mode", "evaluation_interval"})
     lifted_network_fields: ClassVar[frozenset[str]] = frozenset(
         {"pretrained_model_name_or_path", "max_context_length", "lora_config"}
     )

@@ -444,6 +444,9 @@ class DatasetLLMSpec(PluginLLMSpec):
 
     regime: ClassVar[str] = "dataset"
     default_env_type: ClassVar[str] = "dataset"
+    #: training.num_epochs: the run stops after that many passes over the training rows (or at
+    #: max_steps, whichever comes first), as in AgileRL's finetune_llm_sft / finetune_llm_preference.
+    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"num_epochs"}
     #: The dataset env objective this algorithm trains on.
     objective: ClassVar[str] = "sft"
 
@@ -472,6 +475,16 @@ class DatasetLLMSpec(PluginLLMSpec):
 
             problems += dataset_problems(env, type(self).objective)
         problems += model_path_problems(self.pretrained_model_name_or_path)
+        mutation = manifest.mutation
+        if manifest.training.num_epochs is not None and mutation is not None and mutation.probabilities.rl_hp_mut > 0:
+            from agilerl.hpo import resolve_hp_ranges
+
+            if "batch_size" in resolve_hp_ranges(self, mutation):
+                problems.append(Problem(
+                    "training.num_epochs",
+                    "counts passes in iterations of algorithm.batch_size rows, so batch_size cannot be mutated "
+                    "with it; remove batch_size from mutation.rl_hp_selection or remove num_epochs",
+                ))  # fmt: skip
         return problems
 
 

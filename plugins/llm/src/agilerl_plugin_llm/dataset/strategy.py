@@ -3,7 +3,9 @@
 One "step" is one training iteration on ``batch_size`` rows. The strategy builds the env (loading
 the tokenizer from the model directory and applying ``chat_template_path``), feeds each agent
 batches, and evaluates it on the held-out rows; the evaluation metrics (``eval/loss``,
-``eval/accuracy`` for DPO, ...) go into the run's metrics next to the fitness.
+``eval/accuracy`` for DPO, ...) go into the run's metrics next to the fitness. ``training.num_epochs``
+bounds the run at that many passes over the training rows; ``training.evaluation_interval`` adds
+held-out evaluation rows every that many iterations (:mod:`agilerl_plugin_llm.evaluation`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from agilerl.models import TrainingManifest
 from agilerl.strategies import TrainingStrategy
 from agilerl.training.run import Run
 from agilerl_plugin_llm.dataset.env import DatasetEnv, make_llm_env
+from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
 from agilerl_plugin_llm.model import load_tokenizer
 
 
@@ -42,15 +45,27 @@ class LLMDatasetStrategy(TrainingStrategy):
             seed=seed if seed is not None else algo.seed,  # type: ignore[attr-defined]
         )
 
+    def step_limit(self, run: Run) -> int:
+        """``training.max_steps``, or fewer: ``training.num_epochs`` passes over the training rows
+        (``ceil(rows / batch_size)`` iterations each), whichever ends the run first, as in AgileRL."""
+        t = run.manifest.training
+        if t.num_epochs is None:
+            return t.max_steps
+        batch_size = int(run.manifest.algorithm.batch_size)  # type: ignore[attr-defined]
+        per_epoch = -(-len(run.env) // batch_size)
+        return min(t.max_steps, t.num_epochs * per_epoch)
+
     def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
         totals: dict[str, float] = {}
-        for _ in range(num_steps):
+        for i in range(num_steps):
             t0 = time.perf_counter()
             batch = run.env.next_batch(int(agent.batch_size))
             for key, value in agent.learn(batch).items():
                 totals[key] = totals.get(key, 0.0) + value
             totals["iteration_s"] = totals.get("iteration_s", 0.0) + time.perf_counter() - t0
             agent.steps += 1
+            if evaluation_due(run, agent, steps_left=num_steps - i - 1):  # training.evaluation_interval
+                log_evaluation(run, agent, agent.evaluate(run.eval_env))
         stats = {f"train/{k}": v / max(num_steps, 1) for k, v in totals.items()}
         # The loop logs this dict after evaluation: evaluate() adds the held-out metrics to it.
         self._learn_stats[agent.index] = stats
@@ -62,8 +77,7 @@ class LLMDatasetStrategy(TrainingStrategy):
         if stats is not None:
             stats.update({f"eval/{k}": v for k, v in metrics.items()})
         else:
-            run.logger.log({"generation": run.generation, "agent": agent.index, "steps": agent.steps,
-                            **{f"eval/{k}": v for k, v in metrics.items()}})  # fmt: skip
+            log_evaluation(run, agent, metrics)
         return -float(metrics["loss"])
 
     def state_dict(self) -> dict[str, Any]:

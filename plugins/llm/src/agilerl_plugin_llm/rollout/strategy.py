@@ -5,7 +5,9 @@
   here, so their mistakes stop the run before any model is built.
 * ``learn(agent, run, n)``: ``n`` iterations (collect a batch of episodes, optimizer steps), each
   advancing ``agent.steps`` by one.
-* ``evaluate``: mean greedy return on held-out episodes (``agent.test``).
+* ``evaluate``: mean greedy return on held-out episodes (``agent.test``); with
+  ``training.evaluation_interval`` also every that many iterations, as its own metrics row
+  (:mod:`agilerl_plugin_llm.evaluation`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agilerl.strategies import TrainingStrategy
+from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -46,11 +49,14 @@ class LLMRolloutStrategy(TrainingStrategy):
 
     def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
         totals: dict[str, float] = {}
-        for _ in range(int(num_steps)):
+        for i in range(int(num_steps)):
             stats = agent.learn_iteration(run.env)
             agent.steps += 1
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
+            if evaluation_due(run, agent, steps_left=int(num_steps) - i - 1):  # training.evaluation_interval
+                self.evaluate(agent, run)
+                log_evaluation(run, agent, agent.last_eval)
         n = max(int(num_steps), 1)
         return {f"train/{k}": v / n for k, v in totals.items()}
 
