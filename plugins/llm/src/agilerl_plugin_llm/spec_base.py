@@ -110,6 +110,13 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     )
     lora_config: LoraConfigDict | None = None
 
+    @field_validator("cast_logprobs_to_fp32")
+    @classmethod
+    def _fp32_logprobs(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("false is not supported: log-probs are always computed in float32 here")
+        return value
+
     @field_validator("pretrained_model_name_or_path", "vllm_lora_export_dir", mode="before")
     @classmethod
     def _absolute_path(cls, value: Any) -> Any:

@@ -321,6 +321,8 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "fsdp": "FSDP needs torchrun, which this plugin does not drive yet",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
+    "use_liger_loss": "Liger's fused loss is not supported yet (the loss here is computed unfused, to the "
+    "same result); remove it or set it to false",
 }
 #: Values that mean "off" for the fields above (``quantization: none`` is AgileRL's full-precision recipe).
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")

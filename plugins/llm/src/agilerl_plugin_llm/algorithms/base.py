@@ -68,8 +68,13 @@ def sequence_logprobs(
     loss_mask: torch.Tensor,
     *,
     temperature: float = 1.0,
+    position_ids_from_mask: bool = True,
 ) -> torch.Tensor:
     """Per-token log-probabilities of the tokens selected by ``loss_mask`` (shape ``[B, T]``, zeros elsewhere).
+
+    ``position_ids_from_mask`` (AgileRL's ``calc_position_embeddings``): positions count the real
+    tokens of each row, so a left-padded row is scored at the positions it was generated at (the
+    generation path counts them the same way); off, the model numbers every column from 0.
 
     ``loss_mask[b, t]`` marks token ``t`` as one the policy produced (a response token). Position
     ``t`` is predicted from the logits at ``t - 1``. To keep memory small, the vocabulary projection
@@ -85,11 +90,15 @@ def sequence_logprobs(
     decoder = _decoder(base)
     lm_head = getattr(base, "lm_head", None)
     softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
+    extra: dict[str, Any] = {}
+    if position_ids_from_mask:
+        extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     if decoder is not None and lm_head is not None and not softcap:
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra).last_hidden_state
         logits = scale_logits(base, lm_head(hidden[:, :-1][select]))
     else:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1][select]
+        out_all = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
+        logits = out_all.logits[:, :-1][select]
     if temperature != 1.0:
         logits = logits / temperature
     # cross_entropy = -log_softmax gathered at the target: one fused op, no [N, V] log-prob copy.
@@ -248,6 +257,7 @@ class LLMAlgorithm(AlgorithmBase):
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
         """Per-token log-probs of ``batch["loss_mask"]`` tokens under the policy (or the reference)."""
         ids, am, lm = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+        kwargs.setdefault("position_ids_from_mask", bool(getattr(self, "calc_position_embeddings", True)))
         if reference:
             with self.reference() as ref:
                 return sequence_logprobs(ref, ids, am, lm, **kwargs)

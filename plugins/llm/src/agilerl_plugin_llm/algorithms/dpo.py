@@ -46,7 +46,13 @@ class DPO(LLMAlgorithm):
         b, sides, t = batch["input_ids"].shape
         flat = {k: v.reshape(b * sides, t) for k, v in batch.items()}
         # One forward over chosen and rejected together: half the kernel launches of two passes.
-        logps = sequence_logprobs(model, flat["input_ids"], flat["attention_mask"], flat["loss_mask"])
+        logps = sequence_logprobs(
+            model,
+            flat["input_ids"],
+            flat["attention_mask"],
+            flat["loss_mask"],
+            position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
+        )
         counts = flat["loss_mask"][:, 1:].sum(-1).clamp(min=1).float()
         return logps.sum(-1).view(b, sides), counts.view(b, sides)
 

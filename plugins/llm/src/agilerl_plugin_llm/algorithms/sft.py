@@ -29,7 +29,13 @@ class SFT(LLMAlgorithm):
     needs_reference = False
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        logps = sequence_logprobs(self.model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
+        logps = sequence_logprobs(
+            self.model,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["loss_mask"],
+            position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
+        )
         loss_sum = -logps.sum()
         return loss_sum, {"loss": float(loss_sum.detach()) / max(_target_tokens(batch), 1.0)}
 
@@ -48,7 +54,13 @@ class SFT(LLMAlgorithm):
         size = batch_size or self.micro_batch_size_per_gpu or self.batch_size
         for batch in env.test_batches(size):
             batch = self.to_device(batch)
-            logps = sequence_logprobs(self.model, batch["input_ids"], batch["attention_mask"], batch["loss_mask"])
+            logps = sequence_logprobs(
+                self.model,
+                batch["input_ids"],
+                batch["attention_mask"],
+                batch["loss_mask"],
+                position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
+            )
             total -= float(logps.sum())
             tokens += _target_tokens(batch)
         loss = total / max(tokens, 1.0)
