@@ -72,7 +72,7 @@ class TrainingStrategy:
 
     def step_limit(self, run: Run) -> int:
         """Steps each agent trains for before the run stops: ``training.max_steps``. A strategy whose
-        algorithms read a tighter bound (an LLM dataset run's ``training.num_epochs``) returns it; a run
+        algorithms read a tighter bound (e.g. ``training.num_epochs`` passes over a training set) returns it; a run
         it ends reports ``stopped_by: step_limit``."""
         return run.manifest.training.max_steps
 

@@ -102,7 +102,7 @@ def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: l
     interrupted = tmp_path / "ckpt_interrupted.pt"
     payload = checkpoint.load(interrupted)
     assert payload["phase"] == "trained" and payload["generation"] == 0
-    assert payload["learned"] == learned  # the agents that finished this generation's learn
+    assert payload["progress"]["done"] == learned  # the agents whose step of this generation is complete
     resumed = _cli(m, tmp_path, "resumed", "--resume", str(interrupted))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     final = checkpoint.load(tmp_path / f"ckpt_{m['training']['max_steps']}.pt")

@@ -57,7 +57,9 @@ def manifest(model: Path, env_url: Any, run_dir: Path, *, max_steps: int) -> dic
 
 def metrics(run_dir: Path) -> list[dict[str, float]]:
     with (run_dir / "metrics.csv").open(newline="") as fh:
-        return [{k: float(v) for k, v in row.items() if v not in ("", "None")} for row in csv.DictReader(fh)]
+        rows = [{k: float(v) for k, v in row.items() if v not in ("", "None")} for row in csv.DictReader(fh)]
+    # Training rows only: the held-out evaluation before training is logged as generation -1.
+    return [r for r in rows if r.get("generation", 0) >= 0 and "fitness" in r]
 
 
 def test_grpo_learns_the_word_game_through_serve_env(server_process, tiny_model, run_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -84,7 +86,8 @@ def test_grpo_learns_the_word_game_through_serve_env(server_process, tiny_model,
 #: Env steps before the kill. Generation 1 plays 10 iterations x 4 prompts x group 4 one-turn
 #: episodes (160 steps), then evaluates on eval_loop 8 x batch 4 episodes (32 steps) and writes
 #: checkpoint_10.pt; step 194 is the second episode of generation 2's first batch.
-KILL_AT_STEP = 10 * 4 * 4 + 8 * 4 + 2
+#: The held-out evaluation before training (eval_loop 8 x batch 4 episodes) comes first: 32 steps more.
+KILL_AT_STEP = 8 * 4 + 10 * 4 * 4 + 8 * 4 + 2
 
 
 def _kill_mid_rollout(monkeypatch: pytest.MonkeyPatch, kill: Any) -> list[int]:
@@ -124,7 +127,7 @@ def test_replica_killed_mid_run_training_finishes_on_the_survivor(  # type: igno
     assert f"OpenEnv replica {victim.url} failed" in caplog.text
     # The trajectories cut by the kill were kept as truncated episodes, and training went on.
     rows = metrics(run_dir)
-    assert rows[0]["train/truncated"] == 0 and rows[1]["train/truncated"] > 0, rows
+    assert rows[0]["train/episode_truncated"] == 0 and rows[1]["train/episode_truncated"] > 0, rows
     from agilerl import checkpoint
 
     for steps in (10, 20):

@@ -253,10 +253,10 @@ class TrainingSpec(Spec):
         "eps_start": "Refused for algorithms that do not read it.", "eps_end": "As eps_start.",
         "eps_decay": "As eps_start.",
         "checkpoint_optimizer": "Only true (checkpoints always hold the optimizer states).",
-        "evaluation_interval": "Refused unless the algorithm reads it (the LLM algorithms do: a held-out "
-        "evaluation every that many iterations, besides each generation's).",
-        "num_epochs": "Refused unless the algorithm reads it (SFT and DPO do: the run stops after that many "
-        "passes over the training rows, or at max_steps if sooner).",
+        "evaluation_interval": "Refused unless the algorithm declares it in training_fields (a plugin's algorithm "
+        "that does runs a held-out evaluation every that many iterations, besides each generation's).",
+        "num_epochs": "Refused unless the algorithm declares it in training_fields (where it does, the run "
+        "stops after that many passes over the training rows, or at max_steps if sooner).",
         "evo_epochs": "Refused unless the algorithm reads it (none does yet).",
         "max_wall_seconds": "AgileRL: one kind of run only. Here every run: it stops, checkpointing first, "
         "at the first generation end past the limit.",
