@@ -90,6 +90,8 @@ def test_training_hpo_must_agree_with_the_evolution_sections(example_plugin: Any
             "replay_buffer.group_replay_max_age: not supported yet (AgileRL's group-replay buffer)",
         ),
         ("replay_buffer", {"kind": "llm"}, "replay buffer kind 'llm' is not supported yet"),
+        ("network", {"has_evolvable_encoder": True}, "network.has_evolvable_encoder: not supported yet"),
+        ("network", {"has_evolvable_encoder": False}, "network.has_evolvable_encoder: not supported yet"),
     ],
 )
 def test_agilerl_fields_we_lack_are_named_never_unknown(

@@ -233,3 +233,62 @@ def test_unsupported_network_is_rejected_at_validation() -> None:
         )
     with pytest.raises(ManifestError, match=r"network\.encoder_config\.arch: NeuralUCB needs an mlp"):
         load_manifest({"algorithm": {"name": "NeuralUCB"}, "environment": {"name": "iris"}, "network": {"arch": "cnn"}})
+
+
+def _bandit_problems(network: dict[str, Any], **algorithm: Any) -> list[str]:
+    from agilerl.errors import ManifestError
+
+    with pytest.raises(ManifestError) as info:
+        load_manifest({"algorithm": {"name": "NeuralUCB", **algorithm}, "environment": {"name": "iris"},
+                       "network": network})  # fmt: skip
+    return [str(p) for p in info.value.problems]
+
+
+@pytest.mark.parametrize(
+    ("network", "algorithm", "needle"),
+    [
+        ({"encoder_config": {"hidden_size": [32], "init_layers": True}}, {}, "network.encoder_config.init_layers: "
+         "not supported yet by NeuralUCB: weights are LeCun-uniform"),
+        ({"head_config": {"hidden_size": [32], "init_layers": False}}, {}, "network.head_config.init_layers: "),
+        ({"head_config": {"hidden_size": [32], "output_vanish": True}}, {}, "network.head_config.output_vanish: "
+         "not supported yet by NeuralUCB: the output layer is initialised like the others"),
+        ({"min_latent_dim": 8}, {}, "network.min_latent_dim: not supported yet by NeuralUCB"),
+        ({"max_latent_dim": 64}, {}, "network.max_latent_dim: not supported yet by NeuralUCB"),
+        ({"random_seed": 3}, {}, "network.random_seed: not supported yet by NeuralUCB (seed the run with training.seed)"),
+        ({}, {"normalize_images": True}, "algorithm.normalize_images: not supported yet: NeuralUCB's contexts are "
+         "table rows"),
+        ({"encoder_config": {"hidden_size": [32], "min_mlp_nodes": 64}}, {},
+         "network.encoder_config.hidden_size: layer widths [32] are below min_mlp_nodes (64)"),
+        ({"head_config": {"hidden_size": [32], "min_hidden_layers": 2}}, {},
+         "network.head_config.hidden_size: 1 layers, fewer than min_hidden_layers (2)"),
+        ({"encoder_config": {"hidden_size": [32], "activation": "Tanh"},
+          "head_config": {"hidden_size": [16], "activation": "ReLU"}}, {},
+         "network.head_config.activation: 'ReLU' differs from encoder_config.activation 'Tanh'"),
+        ({"head_config": {"hidden_size": [16], "activation": "Softmax"}}, {},
+         "network.head_config.activation: 'Softmax' is not supported by NeuralUCB"),
+    ],
+)  # fmt: skip
+def test_network_fields_the_bandit_cannot_honour_are_refused_by_name(
+    network: dict[str, Any], algorithm: dict[str, Any], needle: str
+) -> None:
+    problems = _bandit_problems(network, **algorithm)
+    assert len(problems) == 1 and problems[0].startswith(needle), problems
+
+
+def test_network_fields_the_bandit_honours_change_the_network() -> None:
+    def built(network: dict[str, Any]) -> NeuralBandit:
+        manifest = load_manifest({"algorithm": {"name": "NeuralUCB"}, "environment": {"name": "iris"},
+                                  "network": network})  # fmt: skip
+        env = make_env(manifest.environment, seed=0)
+        return BanditBuilder.build_for_run(
+            manifest.algorithm, env=env, manifest=manifest, runtime=AlgorithmBuildRuntime(manifest=manifest)
+        )
+
+    # The encoder's activation is the network's even when a head (with its default activation) follows.
+    tanh = built({"encoder_config": {"hidden_size": [32], "activation": "Tanh"}, "head_config": {"hidden_size": [16]}})
+    assert tanh.net.activation == "Tanh" and tanh.net.hidden_size == [32, 16]
+    assert built({"head_config": {"hidden_size": [16], "activation": "ELU"}}).net.activation == "ELU"
+    # latent_dim, when written, is a hidden layer between encoder and head; minimums that hold are accepted.
+    mid = built({"latent_dim": 24, "encoder_config": {"hidden_size": [32], "min_mlp_nodes": 32, "min_hidden_layers": 1},
+                 "head_config": {"hidden_size": [16]}})  # fmt: skip
+    assert mid.net.hidden_size == [32, 24, 16]

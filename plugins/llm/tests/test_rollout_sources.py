@@ -148,13 +148,13 @@ def bad_manifest(model_dir: Path, run_dir: Path, **env: Any) -> dict[str, Any]:
         (
             "def score(completion, answer, question):\n    return 1.0\n",
             None,
-            r"has no 'reward_fn' \(callables there: score\)",
+            r"has no attribute 'reward_fn' \(callables there: score\)",
         ),
         ("def reward_fn(completion, answer, question):\n    return 'good'\n", None, "must give a number.*str 'good'"),
         ("def reward_fn(completion, answer, question):\n    return None\n", None, "must give a number.*NoneType"),
         ("def reward_fn(completion):\n    return 1.0\n", None, r"raised on a probe call.*TypeError"),
         ("reward_fn = 3\n", None, "'reward_fn' in .* is not callable"),
-        ("def reward_fn(c, a, q):\n    return 1.0\n", "rubric", "has no 'rubric'"),
+        ("def reward_fn(c, a, q):\n    return 1.0\n", "rubric", "has no attribute 'rubric'"),
     ],
 )
 def test_bad_rubric_is_a_clear_error_before_training(
@@ -186,7 +186,7 @@ def test_bad_rubric_is_a_clear_error_before_training(
         ({"dataset_path": "missing.jsonl", "rubric_file_path": RUBRIC}, "dataset_path: not found"),
         (
             {"entrypoint": f"{EXAMPLES / 'two_turn_env.py'}:NoSuchEnv"},
-            r"has no 'NoSuchEnv' \(callables there: TwoTurnEnv\)",
+            r"has no attribute 'NoSuchEnv' \(callables there: TwoTurnEnv\)",
         ),
         (
             {"entrypoint": "json:dumps", "env_config": {}},

@@ -14,7 +14,7 @@ def test_serve_env_is_an_agilerl_command(run_cli) -> None:  # type: ignore[no-un
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["no_such_module_xyz:Game"], "cannot import 'no_such_module_xyz'"),
+        (["no_such_module_xyz:Game"], "cannot import module 'no_such_module_xyz'"),
         (["examples/openenv/word_game.py:NoSuchGame"], "has no attribute 'NoSuchGame'"),
         (["examples/openenv/word_game.py"], "is not of the form"),
         (["examples/openenv/word_game.py:SayWordGame", "--env-config", "{turns: 2"], "--env-config is not valid JSON"),

@@ -184,6 +184,7 @@ class NetworkSpec(Spec):
         "AgileRL infers it from the observation space. Plugins refuse kinds their networks lack.",
         "random_seed": "Refused by every plugin we ship (not supported yet): seed the run with training.seed.",
         "simba": "true is refused by every plugin we ship (SimBa encoders are not supported yet).",
+        "has_evolvable_encoder": "Refused whenever set (not supported yet): AgileRL's flag has no counterpart here.",
     }
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
@@ -193,6 +194,18 @@ class NetworkSpec(Spec):
     head_config: MlpSpec | None = None
     random_seed: int | None = None
     simba: bool = False
+    has_evolvable_encoder: Annotated[
+        Any, Field(exclude=True, description="AgileRL's flag; not supported yet: refused whenever it is set.")
+    ] = None
+
+    @field_validator("has_evolvable_encoder")
+    @classmethod
+    def _no_evolvable_encoder_flag(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError(
+                "not supported yet (AgileRL's has_evolvable_encoder flag has no counterpart here); remove it"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod

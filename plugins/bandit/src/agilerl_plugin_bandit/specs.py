@@ -182,6 +182,65 @@ _PLAIN_MLP: dict[str, Any] = {
     "max_mlp_nodes": 256,
 }
 
+#: MLP options refused whenever they are written: what runs matches neither of AgileRL's values.
+_FIXED_MLP: dict[str, str] = {
+    "init_layers": "weights are LeCun-uniform with zero biases (neither AgileRL's orthogonal init nor torch's default)",
+    "output_vanish": "the output layer is initialised like the others (never scaled down)",
+}
+
+#: ``network`` fields the bandit reward network does not read, refused whenever they are written.
+_UNUSED_NETWORK: dict[str, str] = {
+    "min_latent_dim": "latent_dim is one more hidden layer here, and architecture mutation only grows "
+    "hidden layers (within max_mlp_nodes)",
+    "max_latent_dim": "as min_latent_dim",
+    "random_seed": "seed the run with training.seed",
+}
+
+
+def mlp_problems(net: Any, name: str) -> list[Problem]:
+    """Problems with the MLP parts of the ``network`` section for the bandit reward network."""
+    problems: list[Problem] = []
+    if net is None:
+        return problems
+    for field, why in _UNUSED_NETWORK.items():
+        if field in net.model_fields_set:
+            problems.append(Problem(f"network.{field}", f"not supported yet by {name} ({why}); remove it"))
+    parts = {part: getattr(net, part, None) for part in ("encoder_config", "head_config")}
+    for part, mlp in parts.items():
+        if mlp is None or getattr(mlp, "arch", "mlp") != "mlp":
+            continue
+        given = mlp.model_fields_set
+        for field, runs in _PLAIN_MLP.items():
+            if field in given and getattr(mlp, field) != runs:
+                problems.append(Problem(
+                    f"network.{part}.{field}",
+                    f"not supported yet: {name}'s reward network is a plain MLP "
+                    f"({field}: {runs!r}, fixed architecture-mutation bounds); remove it",
+                ))  # fmt: skip
+        for field, why in _FIXED_MLP.items():
+            if field in given:
+                problems.append(Problem(f"network.{part}.{field}", f"not supported yet by {name}: {why}; remove it"))
+        # Architecture mutation only grows layers, so the minimums hold iff the start respects them.
+        if len(mlp.hidden_size) < mlp.min_hidden_layers:
+            problems.append(Problem(f"network.{part}.hidden_size",
+                                    f"{len(mlp.hidden_size)} layers, fewer than min_hidden_layers "
+                                    f"({mlp.min_hidden_layers})"))  # fmt: skip
+        small = [n for n in mlp.hidden_size if n < mlp.min_mlp_nodes]
+        if small:
+            problems.append(Problem(f"network.{part}.hidden_size",
+                                    f"layer widths {small} are below min_mlp_nodes ({mlp.min_mlp_nodes})"))  # fmt: skip
+    enc, head = parts["encoder_config"], parts["head_config"]
+    if (
+        enc is not None and head is not None and "activation" in enc.model_fields_set
+        and "activation" in head.model_fields_set and enc.activation != head.activation
+    ):  # fmt: skip
+        problems.append(Problem(
+            "network.head_config.activation",
+            f"{head.activation!r} differs from encoder_config.activation {enc.activation!r}: {name}'s reward "
+            "network has one hidden activation; give one of them",
+        ))  # fmt: skip
+    return problems
+
 
 class BanditSpec(AlgorithmSpec):
     """Fields shared by the neural contextual-bandit algorithms (unregistered base)."""
@@ -207,6 +266,7 @@ class BanditSpec(AlgorithmSpec):
     upstream_notes: ClassVar[dict[str, str]] = {
         "net_config": "Ours: overrides the network section with {hidden_size, activation}. From the network "
         "section the MLP is encoder hidden sizes, then latent_dim when given, then head hidden sizes.",
+        "normalize_images": "Refused whenever written: contexts are table rows, never images.",
     }
 
     gamma: Annotated[
@@ -224,7 +284,11 @@ class BanditSpec(AlgorithmSpec):
     learn_step: Annotated[int, Field(ge=1, description="Env steps between gradient updates.")] = 2
     lr: Annotated[float, Field(gt=0, description="Adam learning rate of the reward network.")] = 1e-3
     batch_size: Annotated[int, Field(ge=1, description="Past (context, reward) pairs per gradient step.")] = 64
-    normalize_images: bool = True
+    normalize_images: bool = Field(
+        default=True,
+        exclude=True,
+        description="AgileRL's image scaling; refused whenever written (bandit contexts are table rows).",
+    )
     net_config: dict[str, Any] | None = Field(
         default=None,
         description="Network override: {hidden_size: [..], activation: ReLU}; else the manifest's network section.",
@@ -238,23 +302,24 @@ class BanditSpec(AlgorithmSpec):
             problems.append(
                 Problem("network.encoder_config.arch", f"{self.name} needs an mlp encoder on tabular contexts")
             )
-        for part in ("encoder_config", "head_config"):
-            mlp = getattr(net, part, None) if net is not None else None
-            for field, runs in _PLAIN_MLP.items():
-                if mlp is not None and field in mlp.model_fields_set and getattr(mlp, field) != runs:
-                    problems.append(Problem(
-                        f"network.{part}.{field}",
-                        f"not supported yet: {self.name}'s reward network is a plain MLP "
-                        f"({field}: {runs!r}, fixed architecture-mutation bounds); remove it",
-                    ))  # fmt: skip
-        activation = (self.net_config or {}).get("activation") or getattr(enc, "activation", None)
-        if activation is not None and activation not in BANDIT_ACTIVATIONS:
-            where = "algorithm.net_config.activation" if self.net_config else "network.encoder_config.activation"
-            problems.append(
-                Problem(
+        problems += mlp_problems(net, self.name)
+        if "normalize_images" in self.model_fields_set:
+            problems.append(Problem(
+                "algorithm.normalize_images",
+                f"not supported yet: {self.name}'s contexts are table rows, never images; remove it",
+            ))  # fmt: skip
+        head = net.head_config if net is not None else None
+        activations = (
+            [("algorithm.net_config.activation", self.net_config.get("activation"))]
+            if self.net_config
+            else [("network.encoder_config.activation", getattr(enc, "activation", None)),
+                  ("network.head_config.activation", getattr(head, "activation", None))]
+        )  # fmt: skip
+        for where, activation in activations:
+            if activation is not None and activation not in BANDIT_ACTIVATIONS:
+                problems.append(Problem(
                     where, f"{activation!r} is not supported by {self.name}; use one of {sorted(BANDIT_ACTIVATIONS)}"
-                )
-            )
+                ))  # fmt: skip
         if manifest.training.eval_steps is None and manifest.training.eval_loop != 1:
             problems.append(Problem(
                 "training.eval_loop",

@@ -59,7 +59,10 @@ def network_config(spec: BanditSpec, manifest: TrainingManifest | None) -> tuple
             hidden.append(net.latent_dim)
         if isinstance(net.head_config, MlpSpec):
             hidden += list(net.head_config.hidden_size)
-            activation = net.head_config.activation
+            # One hidden activation: the head's only when written (its default must not override the
+            # encoder's; validation refuses two different ones).
+            if "activation" in net.head_config.model_fields_set or not isinstance(net.encoder_config, MlpSpec):
+                activation = net.head_config.activation
     return (hidden or list(DEFAULT_HIDDEN_SIZE)), activation
 
 

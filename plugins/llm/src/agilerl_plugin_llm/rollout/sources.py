@@ -16,20 +16,17 @@ The OpenEnv plugin adds ``env_url``. No torch or transformers are imported here.
 from __future__ import annotations
 
 import csv
-import importlib
-import importlib.util
 import inspect
 import json
 import random
-import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agilerl import plugins
-from agilerl.errors import AgileRLError, DuplicateRegistrationError, closest
+from agilerl.errors import AgileRLError, DuplicateRegistrationError
+from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
 
@@ -183,59 +180,13 @@ def build_source(spec: Any, *, seed: int | None = None, split: str = "train") ->
 
 
 def load_python_file(path: str | Path, field: str) -> Any:
-    """Import a Python file as a module (its own name, so two files never clash)."""
-    p = Path(path)
-    if not p.is_file():
-        raise RolloutSourceError(f"environment.{field}: file not found: {p} (paths are relative to {Path.cwd()})")
-    name = "agilerl_user_" + re.sub(r"\W", "_", str(p.resolve()))
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, p)
-    if spec is None or spec.loader is None:
-        raise RolloutSourceError(f"environment.{field}: cannot import {p} as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise RolloutSourceError(f"environment.{field}: importing {p} failed: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def _attribute(module: Any, attr: str, field: str, where: str) -> Any:
-    target = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            # Callables the file defines itself (not what it imported), as hints.
-            names = [
-                n
-                for n in dir(module)
-                if not n.startswith("_")
-                and callable(getattr(module, n, None))
-                and getattr(getattr(module, n), "__module__", None) == module.__name__
-            ]
-            hint = closest(attr, names)
-            msg = f"environment.{field}: {where} has no {attr!r}"
-            msg += f"; did you mean {hint!r}?" if hint else f" (callables there: {', '.join(names) or 'none'})"
-            raise RolloutSourceError(msg)
-        target = getattr(target, part)
-    return target
+    """Import a Python file as a module (core's :func:`agilerl.imports.load_file_module`)."""
+    return load_file_module(path, what=f"environment.{field}", error=RolloutSourceError)
 
 
 def load_object(ref: str, field: str) -> Any:
-    """``module:attr`` or ``path/to/file.py:attr``."""
-    module_name, sep, attr = ref.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise RolloutSourceError(f"environment.{field}: {ref!r} is not of the form 'module:attr' or 'file.py:attr'")
-    if module_name.endswith(".py"):
-        module = load_python_file(module_name, field)
-    else:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise RolloutSourceError(f"environment.{field}: cannot import {module_name!r}: {exc}") from exc
-    return _attribute(module, attr, field, module_name)
+    """``module:attr`` or ``path/to/file.py:attr`` (core's :func:`agilerl.imports.import_object`)."""
+    return import_object(ref, what=f"environment.{field}", error=RolloutSourceError)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,7 +274,9 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
     module = load_python_file(path, "rubric_file_path")
     parts: list[tuple[str, float, Callable[..., Any]]] = []
     for name, weight in named:
-        fn = _attribute(module, name, "rubric_name", str(path))
+        fn = get_attribute(
+            module, name, what="environment.rubric_name", error=RolloutSourceError, where=f"file {str(path)!r}"
+        )
         if inspect.isclass(fn):
             fn = fn()
         if not callable(fn):
