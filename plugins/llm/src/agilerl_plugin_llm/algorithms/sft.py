@@ -28,14 +28,13 @@ class SFT(LLMAlgorithm):
 
     needs_reference = False
 
+    def _logps(self, batch: Batch) -> torch.Tensor:
+        flag = bool(getattr(self, "calc_position_embeddings", True))
+        ids, mask, loss_mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
+        return sequence_logprobs(self.model, ids, mask, loss_mask, position_ids_from_mask=flag)
+
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        logps = sequence_logprobs(
-            self.model,
-            batch["input_ids"],
-            batch["attention_mask"],
-            batch["loss_mask"],
-            position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
-        )
+        logps = self._logps(batch)
         loss_sum = -logps.sum()
         return loss_sum, {"loss": float(loss_sum.detach()) / max(_target_tokens(batch), 1.0)}
 
@@ -54,13 +53,7 @@ class SFT(LLMAlgorithm):
         size = batch_size or self.micro_batch_size_per_gpu or self.batch_size
         for batch in env.test_batches(size):
             batch = self.to_device(batch)
-            logps = sequence_logprobs(
-                self.model,
-                batch["input_ids"],
-                batch["attention_mask"],
-                batch["loss_mask"],
-                position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
-            )
+            logps = self._logps(batch)
             total -= float(logps.sum())
             tokens += _target_tokens(batch)
         loss = total / max(tokens, 1.0)
