@@ -165,11 +165,15 @@ def test_valid_upstream_manifests_round_trip(rel: str) -> None:
 def test_measured_count_is_the_one_the_docs_state() -> None:
     valid = sum(e == VALID for e in EXPECTED.values())
     text = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
-    if not _HAS_BOX2D:
+    if _HAS_BOX2D:  # the docs state the figure with the dev requirements (Box2D among them) installed
         assert f"{valid} of the 53" in text
 
 
-_ALE = "environment.name: env package ale-py is not installed: pip install ale-py (it provides the ALE/ ids)"
+_ALE = (
+    VALID
+    if importlib.util.find_spec("ale_py") is not None
+    else "environment.name: env package ale-py is not installed: pip install ale-py (it provides the ALE/ ids)"
+)
 _MPE2 = "mpe2.simple_speaker_listener_v4"  # PettingZoo moved MPE out: pettingzoo.mpe.* says so on import
 _TOURNAMENT = {"selection_strategy": {"tournament_size": 2, "elitism": True}}
 
@@ -216,7 +220,7 @@ def _edited(rel: str, edits: dict[str, object]) -> dict[str, object]:
     return data
 
 
-@pytest.mark.parametrize("rel", sorted(DOCUMENTED_EDITS))
+@pytest.mark.parametrize("rel", sorted(r for r in DOCUMENTED_EDITS if EXPECTED[r] != VALID))
 def test_the_documented_changes_make_the_manifest_run(rel: str) -> None:
     edits, expected = DOCUMENTED_EDITS[rel]
     assert EXPECTED[rel] != VALID  # it needed a change
