@@ -21,7 +21,12 @@ architecture mutation (evolutionary HPO) needs. Growth is function-preserving wh
   layer folds it linearly into the next one) so the network starts close to where it was.
 
 The encoder's output size (``latent_dim``) never changes under encoder mutations, so heads stay
-valid and a shared encoder can be mutated once for every head that reads it.
+valid and a shared encoder can be mutated once for every head that reads it. Only the
+``latent.add_node`` / ``latent.remove_node`` mutations (offered when the manifest gives
+``min_latent_dim``/``max_latent_dim``) resize it, encoder output and head input together
+(:meth:`EvolvableNetwork.set_latent_dim`). Activation mutation swaps the hidden activations and
+keeps every weight (:meth:`EvolvableNetwork.set_activation`): any encoder or head with
+``activation`` and ``set_activation(name, *, output)`` takes part.
 
 :meth:`EvolvableNetwork.mutation_methods` lists the mutations a network supports as strings such as
 ``"encoder.add_layer"``; :meth:`EvolvableNetwork.apply_mutation` applies one.
@@ -51,10 +56,12 @@ __all__ = [
     "EvolvableMLP",
     "EvolvableNetwork",
     "activation_layer",
+    "latent_range",
     "add_parameter_noise",
     "default_network_spec",
     "is_image_space",
     "obs_dim",
+    "pick_activation",
 ]
 
 # Activations by the names AgileRL manifests use.
@@ -98,6 +105,41 @@ def obs_dim(space: spaces.Space[Any]) -> int:
 def _init_linear(layer: nn.Linear, gain: float = math.sqrt(2)) -> None:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
+
+
+def _resized_linear(
+    w: torch.Tensor, b: torch.Tensor, *, rows: int | None = None, cols: int | None = None, gain: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A linear layer's ``(W, b)`` with ``rows`` outputs and ``cols`` inputs: the overlapping block
+    is kept, new rows get orthogonal weights (``gain``) and zero bias, new columns zero weight."""
+    rows = w.shape[0] if rows is None else int(rows)
+    cols = w.shape[1] if cols is None else int(cols)
+    new_w = torch.zeros(rows, cols, device=w.device, dtype=w.dtype)
+    new_b = torch.zeros(rows, device=b.device, dtype=b.dtype)
+    r, c = min(rows, w.shape[0]), min(cols, w.shape[1])
+    if rows > w.shape[0]:
+        fresh = torch.empty(rows - w.shape[0], cols, device=w.device, dtype=w.dtype)
+        nn.init.orthogonal_(fresh, gain)
+        new_w[r:] = fresh
+    new_w[:r, :c] = w[:r, :c]
+    new_b[:r] = b[:r]
+    return new_w, new_b
+
+
+def _swap_activations(module: EvolvableMLP | EvolvableCNN, name: str, output: bool, widths: list[int]) -> bool:
+    """Replace ``module.acts`` (one per entry of ``widths``) and, with ``output``, ``module.output_act``
+    by activation ``name``; weights are untouched (parametrised activations such as PReLU start fresh)."""
+    new_out = name if output else module.output_activation
+    if name == module.activation and new_out == module.output_activation:
+        return False
+    device = module.output.weight.device
+    module.activation, module.output_activation = name, new_out
+    module.acts = nn.ModuleList(activation_layer(name) for _ in widths).to(device)
+    module.output_act = activation_layer(new_out).to(device)
+    refresh = getattr(module, "_refresh_forward", None)
+    if refresh is not None:
+        refresh()
+    return True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -201,12 +243,15 @@ class EvolvableMLP(nn.Module):
 
     def arch(self) -> dict[str, Any]:
         """The mutable shape (enough to rebuild before loading weights)."""
-        return {"hidden_size": list(self.hidden_size), "activation": self.activation}
+        return {"hidden_size": list(self.hidden_size), "activation": self.activation,
+                "output_activation": self.output_activation, "in_dim": self.in_dim, "out_dim": self.out_dim}  # fmt: skip
 
     def set_arch(self, arch: dict[str, Any]) -> None:
         """Rebuild with the given shape (weights are re-initialised; load them afterwards)."""
         self.hidden_size = [int(h) for h in arch["hidden_size"]]
         self.activation = str(arch.get("activation", self.activation))
+        self.output_activation = arch.get("output_activation", self.output_activation)
+        self.in_dim, self.out_dim = int(arch.get("in_dim", self.in_dim)), int(arch.get("out_dim", self.out_dim))
         device = self.output.weight.device
         self._build()
         self.to(device)
@@ -316,6 +361,35 @@ class EvolvableMLP(nn.Module):
         self._replace(hidden, w)
         return True
 
+    # --- activation and latent-size mutation (act_mut; latent.* of EvolvableNetwork) ---------------
+    def set_activation(self, name: str, *, output: bool = False) -> bool:
+        """Use ``name`` after every hidden layer (and after the output layer with ``output``),
+        keeping every weight. Returns whether anything changed."""
+        return _swap_activations(self, name, output, list(self.hidden_size))
+
+    def resize_output(self, out_dim: int) -> bool:
+        """Give the output layer ``out_dim`` units: the kept units keep their weights, new ones are
+        initialised as the layer was. Returns whether the size changed."""
+        if out_dim == self.out_dim:
+            return False
+        w = self._weights()
+        gain = 0.01 if self.output_vanish else 1.0
+        w[-1] = _resized_linear(*w[-1], rows=out_dim, gain=gain)
+        self.out_dim = int(out_dim)
+        self._replace(list(self.hidden_size), w)
+        return True
+
+    def resize_input(self, in_dim: int) -> bool:
+        """Read ``in_dim`` inputs: kept inputs keep their weights, new ones start at zero weight (so
+        added inputs do not change the output). Returns whether the size changed."""
+        if in_dim == self.in_dim:
+            return False
+        w = self._weights()
+        w[0] = _resized_linear(*w[0], cols=in_dim)
+        self.in_dim = int(in_dim)
+        self._replace(list(self.hidden_size), w)
+        return True
+
 
 # --------------------------------------------------------------------------------------------------
 # CNN
@@ -415,6 +489,8 @@ class EvolvableCNN(nn.Module):
             "kernel_size": list(self.kernel_size),
             "stride_size": list(self.stride_size),
             "activation": self.activation,
+            "output_activation": self.output_activation,
+            "out_dim": self.out_dim,
         }
 
     def set_arch(self, arch: dict[str, Any]) -> None:
@@ -423,6 +499,8 @@ class EvolvableCNN(nn.Module):
         self.kernel_size = [int(k) for k in arch["kernel_size"]]
         self.stride_size = [int(s) for s in arch["stride_size"]]
         self.activation = str(arch.get("activation", self.activation))
+        self.output_activation = arch.get("output_activation", self.output_activation)
+        self.out_dim = int(arch.get("out_dim", self.out_dim))
         self._build()
         self.to(device)
 
@@ -530,6 +608,20 @@ class EvolvableCNN(nn.Module):
         self._load(convs, new_out)
         return True
 
+    # --- activation and latent-size mutation -----------------------------------------------------
+    def set_activation(self, name: str, *, output: bool = False) -> bool:
+        """Use ``name`` after every conv (and after the output layer with ``output``), keeping weights."""
+        return _swap_activations(self, name, output, list(self.channel_size))
+
+    def resize_output(self, out_dim: int) -> bool:
+        """Give the output layer ``out_dim`` units, keeping the weights of the units that remain."""
+        if out_dim == self.out_dim:
+            return False
+        convs, out = self._snapshot()
+        self.out_dim = int(out_dim)
+        self._load(convs, _resized_linear(*out, rows=out_dim, gain=math.sqrt(2)))
+        return True
+
 
 # --------------------------------------------------------------------------------------------------
 # Encoder + head
@@ -541,6 +633,20 @@ _ENCODER_METHODS = {
 }
 _HEAD_METHODS = ("add_layer", "remove_layer", "add_node", "remove_node")
 _LAYER_METHODS = {"add_layer", "remove_layer"}
+
+
+#: Units a ``latent.add_node`` / ``latent.remove_node`` mutation moves the latent size by (AgileRL's).
+LATENT_STEPS = (8, 16, 32)
+
+
+def latent_range(spec: NetworkSpec) -> tuple[int, int] | None:
+    """The ``(min, max)`` latent size mutation keeps to: None (fixed) unless the manifest gives
+    ``min_latent_dim`` or ``max_latent_dim``; a missing bound is AgileRL's default (8, 128),
+    widened to include ``latent_dim``."""
+    lo, hi = spec.min_latent_dim, spec.max_latent_dim
+    if lo is None and hi is None:
+        return None
+    return (min(8, spec.latent_dim) if lo is None else lo, max(128, spec.latent_dim) if hi is None else hi)
 
 
 def default_network_spec(latent_dim: int = 64, hidden: Sequence[int] = (64,), head: Sequence[int] = ()) -> NetworkSpec:
@@ -571,12 +677,15 @@ class EvolvableNetwork(nn.Module):
         observation_space: spaces.Space[Any],
         *,
         normalize_images: bool = True,
+        latent_range: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = head
         self.observation_space = observation_space
         self.normalize_images = normalize_images
+        #: ``(min, max)`` latent size that ``latent.*`` mutations keep to (None: the latent size is fixed).
+        self.latent_range = latent_range
         self.encoder_arch = "cnn" if isinstance(encoder, EvolvableCNN) else "mlp"
         self._one_hot = int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
         self._channels_last = (
@@ -627,7 +736,7 @@ class EvolvableNetwork(nn.Module):
         if output_vanish is not None:
             overrides["output_vanish"] = output_vanish
         head = EvolvableMLP.from_spec(head_cfg, latent, out_dim, **overrides)
-        return cls(encoder, head, observation_space, normalize_images=normalize_images)
+        return cls(encoder, head, observation_space, normalize_images=normalize_images, latent_range=latent_range(spec))
 
     def preprocess(self, obs: torch.Tensor) -> torch.Tensor:
         """Observation batch as the encoder wants it (float, one-hot, channels-first)."""
@@ -648,12 +757,49 @@ class EvolvableNetwork(nn.Module):
 
     # --- evolution -----------------------------------------------------------------------------
     def mutation_methods(self) -> list[str]:
-        """Names accepted by :meth:`apply_mutation`, e.g. ``"encoder.add_node"``."""
-        return [f"encoder.{m}" for m in _ENCODER_METHODS[self.encoder_arch]] + [f"head.{m}" for m in _HEAD_METHODS]
+        """Names accepted by :meth:`apply_mutation`, e.g. ``"encoder.add_node"``; ``"latent.add_node"``
+        and ``"latent.remove_node"`` when a latent range is set and both parts can be resized."""
+        methods = [f"encoder.{m}" for m in _ENCODER_METHODS.get(self.encoder_arch, ())]
+        methods += [f"head.{m}" for m in _HEAD_METHODS]
+        resizable = hasattr(self.encoder, "resize_output") and hasattr(self.head, "resize_input")
+        return methods + (["latent.add_node", "latent.remove_node"] if self.latent_range and resizable else [])
+
+    @property
+    def latent_dim(self) -> int:
+        """Width of the encoder output the head reads."""
+        return int(self.encoder.out_dim)
+
+    def set_latent_dim(self, latent_dim: int) -> bool:
+        """Resize the encoder output and the head input to ``latent_dim`` (weights kept where the
+        shapes overlap; new head inputs start at zero weight). Returns whether anything changed."""
+        changed = bool(self.encoder.resize_output(latent_dim)) if self.encoder.out_dim != latent_dim else False
+        return bool(self.head.resize_input(latent_dim)) or changed
+
+    @property
+    def activation(self) -> str | None:
+        """The hidden activation (the encoder's; the head's when the encoder has none)."""
+        return getattr(self.encoder, "activation", None) or getattr(self.head, "activation", None)
+
+    def set_activation(self, name: str) -> bool:
+        """Activation mutation: ``name`` after every hidden layer of the encoder (its output too, which
+        feeds the head like a hidden layer) and of the head (not the head's output). Weights are kept.
+        Parts without ``set_activation`` keep theirs. Returns whether anything changed."""
+        changed = False
+        for part, output in ((self.encoder, True), (self.head, False)):
+            setter = getattr(part, "set_activation", None)
+            if setter is not None:
+                changed |= bool(setter(name, output=output))
+        return changed
 
     def apply_mutation(self, method: str, rng: random.Random | None = None) -> bool:
-        """Apply ``"encoder.<m>"`` or ``"head.<m>"``; returns whether anything changed."""
+        """Apply ``"encoder.<m>"``, ``"head.<m>"`` or ``"latent.<m>"``; returns whether anything changed."""
         part, _, name = method.partition(".")
+        if part == "latent":
+            assert self.latent_range is not None
+            step = (rng or random.Random()).choice(LATENT_STEPS)
+            lo, hi = self.latent_range
+            target = self.latent_dim + step if name == "add_node" else self.latent_dim - step
+            return self.set_latent_dim(min(max(target, lo), hi))
         module = self.encoder if part == "encoder" else self.head
         fn = getattr(module, name)
         return bool(fn() if name in _LAYER_METHODS else fn(rng=rng))
@@ -673,6 +819,13 @@ class EvolvableNetwork(nn.Module):
             self.encoder.set_arch(arch["encoder"])
         if arch["head"] != self.head.arch():
             self.head.set_arch(arch["head"])
+
+
+def pick_activation(current: str | None, choices: Sequence[str], rng: random.Random) -> str:
+    """Activation mutation's draw (AgileRL's rule): uniform over ``choices`` without the current
+    activation (unless it is the only choice)."""
+    options = [c for c in choices if c != current] or list(choices)
+    return rng.choice(options)
 
 
 def add_parameter_noise(

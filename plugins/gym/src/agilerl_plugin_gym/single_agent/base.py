@@ -4,7 +4,7 @@ An algorithm declares its networks by name (``self.nets``), which of them are tr
 networks, mutated by architecture mutation) and which are targets (``target_of``: target -> online),
 and how to build its optimizers. This base class then provides the algorithm protocol's
 ``state_dict``/``load_state_dict`` (architectures included, so a mutated agent resumes), ``clone``,
-``mutate_architecture``, ``mutate_parameters`` and a vectorised ``test``.
+``mutate_architecture``, ``mutate_activation``, ``mutate_parameters`` and a vectorised ``test``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec, NetworkSpec
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
-from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise
+from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
     UnsupportedSpaceError,
@@ -118,12 +118,17 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     # --- evolution --------------------------------------------------------------------------------
     def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
         """Apply one sampled architecture change to every trained network (once per shared module)."""
-        method = self.nets[self.policy_name].sample_mutation(rng, new_layer_prob)
+        policy = self.nets[self.policy_name]
+        method = policy.sample_mutation(rng, new_layer_prob)
         part = method.split(".")[0]
         seed = rng.getrandbits(32)
         seen: set[int] = set()
         changed = False
-        for name in self.eval_names:
+        if part == "latent":  # the policy draws the new size; every other network (shared encoder or not) follows
+            changed = policy.apply_mutation(method, random.Random(seed))
+            for name in self.eval_names:
+                changed |= self.nets[name].set_latent_dim(policy.latent_dim)
+        for name in self.eval_names if part != "latent" else ():
             net = self.nets[name]
             module = net.encoder if part == "encoder" else net.head
             if id(module) in seen:
@@ -136,6 +141,19 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         self.sync_targets()
         self.build_optimizers()
         return f"arch:{method}"
+
+    def mutate_activation(self, rng: random.Random, *, choices: list[str]) -> str | None:
+        """Activation mutation: one activation from ``choices`` other than the current one, for the
+        hidden layers of every trained network; weights are kept, optimizers start afresh (AgileRL's)."""
+        name = pick_activation(self.nets[self.policy_name].activation, choices, rng)
+        changed = False
+        for net in dict.fromkeys(self.nets[n] for n in self.eval_names):
+            changed |= net.set_activation(name)
+        if not changed:
+            return None
+        self.sync_targets()
+        self.build_optimizers()
+        return f"act:{name}"
 
     def mutate_parameters(self, rng: random.Random, *, sd: float) -> str | None:
         """Gaussian parameter noise on the policy network (then fresh optimizers, as AgileRL does)."""
