@@ -20,7 +20,7 @@ from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.sections import NetworkSpec
 from agilerl_plugin_gym.inference import MultiAgentInference
-from agilerl_plugin_gym.networks import add_parameter_noise
+from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.optim import Adam
 
 
@@ -55,6 +55,9 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
     optimizer_attrs: tuple[str, ...] = ()
     #: Attributes holding the modules ``params_mut`` perturbs.
     mutable_module_attrs: tuple[str, ...] = ()
+    #: Attributes holding the ``EvolvableNetwork`` s that ``arch_mut`` and ``act_mut`` change together
+    #: (actors first: the mutation is drawn from one of them); their shapes are checkpointed.
+    evolvable_attrs: tuple[str, ...] = ("actors", "critics")
 
     def __init__(
         self,
@@ -143,6 +146,43 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
     def _after_parameter_mutation(self) -> None:
         """Subclasses re-sync target networks here."""
 
+    def evolvable_networks(self) -> list[EvolvableNetwork]:
+        """Every network of :attr:`evolvable_attrs`, actors first."""
+        return [net for attr in self.evolvable_attrs for net in getattr(self, attr).values()]
+
+    def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
+        """One change drawn from one agent's actor, applied to every actor and (centralised or not)
+        critic that offers the same method, with one sub-seed so each picks the same layer, node
+        count or latent step where its shape allows: AgileRL's rule of applying a policy's mutation
+        to the other agents and the analogous one to the critics. Targets and optimizers are rebuilt
+        (fresh optimizer state, as the single-agent algorithms do)."""
+        actors = getattr(self, self.evolvable_attrs[0])
+        method = actors[rng.choice(sorted(actors))].sample_mutation(rng, new_layer_prob)
+        seed = rng.getrandbits(32)
+        changed = False
+        for net in self.evolvable_networks():
+            if method in net.mutation_methods():
+                changed |= net.apply_mutation(method, random.Random(seed))
+        if not changed:
+            return None
+        self._after_architecture_change()
+        return f"arch:{method}"
+
+    def mutate_activation(self, rng: random.Random, *, choices: list[str]) -> str | None:
+        """Activation mutation: one new activation (not the current one) for the hidden layers of
+        every actor and critic; weights are kept, targets and optimizers rebuilt."""
+        nets = self.evolvable_networks()
+        name = pick_activation(nets[0].activation, choices, rng)
+        changed = [net.set_activation(name) for net in nets]
+        if not any(changed):
+            return None
+        self._after_architecture_change()
+        return f"act:{name}"
+
+    def _after_architecture_change(self) -> None:
+        """Rebuild what holds the evolvable networks' parameters (targets, optimizers); subclasses."""
+        raise NotImplementedError
+
     def _set_lr(self, optimizers: Mapping[str, Adam], lr: float) -> None:
         for opt in optimizers.values():
             for group in opt.param_groups:
@@ -151,6 +191,7 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
     # --- checkpoints -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
+        state["arch"] = {attr: {k: m.arch() for k, m in getattr(self, attr).items()} for attr in self.evolvable_attrs}
         state["modules"] = {
             attr: {k: m.state_dict() for k, m in getattr(self, attr).items()} for attr in self.module_attrs
         }
@@ -163,6 +204,15 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        rebuilt = False
+        for attr, archs in state.get("arch", {}).items():
+            for k, arch in archs.items():
+                net = getattr(self, attr)[k]
+                if net.arch() != arch:
+                    net.set_arch(arch)
+                    rebuilt = True
+        if rebuilt:  # a mutated agent: its targets and optimizers take the checkpointed shapes first
+            self._after_architecture_change()
         for attr, modules in state.get("modules", {}).items():
             for k, sd in modules.items():
                 getattr(self, attr)[k].load_state_dict(sd)

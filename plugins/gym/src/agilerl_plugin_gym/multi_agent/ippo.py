@@ -81,6 +81,9 @@ class IPPO(MultiAgentAlgorithm, PPOSettings):
                 params += list(self.log_stds[key].parameters())
             self.optimizers[key] = Adam(params, lr=self.lr, eps=1e-5)
 
+    def _after_architecture_change(self) -> None:
+        self._build_optimizers()
+
     def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
         if name == "lr":
             self._set_lr(self.optimizers, float(new))

@@ -111,6 +111,11 @@ class MADDPG(MultiAgentAlgorithm):
         elif name == "lr_critic":
             self._set_lr(self.critic_optimizers, float(new))
 
+    def _after_architecture_change(self) -> None:
+        self.actor_targets = {k: copy.deepcopy(m) for k, m in self.actors.items()}
+        self.critic_targets = {k: copy.deepcopy(m) for k, m in self.critics.items()}
+        self._build_optimizers()
+
     def _after_parameter_mutation(self) -> None:
         for k, m in self.actors.items():
             self.actor_targets[k].load_state_dict(m.state_dict())

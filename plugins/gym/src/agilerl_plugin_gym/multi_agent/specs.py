@@ -14,7 +14,13 @@ from pydantic import Field, ValidationError, field_validator
 from agilerl.errors import Problem, closest
 from agilerl.models.sections import NetworkSpec
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
-from agilerl_plugin_gym.spec_checks import RL_SYNONYMS, buffer_problems, compat_problems, network_problems
+from agilerl_plugin_gym.spec_checks import (
+    ACTIVATION_NAMES,
+    RL_SYNONYMS,
+    buffer_problems,
+    compat_problems,
+    network_problems,
+)
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -167,7 +173,8 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
         "share_groups": "Ours.",
     }
-    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut"})
+    # Every operator (AgileRL skips act_mut for IPPO, MADDPG and MATD3: docs/hpo.md).
+    activation_choices: ClassVar[frozenset[str] | None] = ACTIVATION_NAMES
 
     share_groups: bool = Field(
         default=False,
