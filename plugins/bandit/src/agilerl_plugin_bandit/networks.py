@@ -105,6 +105,13 @@ class RewardNet:
         self._act, self._act_grad = ACTIVATIONS[self.activation]
         self._bind()
 
+    def set_activation(self, name: str) -> None:
+        """Use activation ``name`` after every hidden layer; the weights stay as they are."""
+        if name not in ACTIVATIONS:
+            raise ValueError(f"unsupported activation {name!r}; use one of {sorted(ACTIVATIONS)}")
+        self.activation = name
+        self._act, self._act_grad = ACTIVATIONS[name]
+
     def views(self, flat: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(weight, bias)`` views of each layer into a flat tensor of this network's layout."""
         out = []

@@ -227,6 +227,17 @@ class NeuralBandit(AlgorithmBase):
                 p.add_(torch.randn(p.shape, generator=generator).to(self.device) * sd * scale)
         return "params"
 
+    def mutate_activation(self, rng: random.Random, *, choices: list[str]) -> str | None:
+        """Activation mutation (AgileRL's): a hidden activation from ``choices`` other than the
+        current one; weights, ``theta0`` and the design-matrix diagonal are kept, Adam starts afresh."""
+        options = [c for c in choices if c != self.net.activation] or list(choices)
+        name = rng.choice(options)
+        if name == self.net.activation:
+            return None
+        self.net.set_activation(name)
+        self.optimizer = Adam(self.net.num_params, lr=self.lr, device=self.device)
+        return f"act:{name}"
+
     def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
         """Add a hidden layer (identity-initialised) or nodes to one; the function is preserved
         exactly for ReLU (and for added nodes, whose outgoing weights start at zero)."""

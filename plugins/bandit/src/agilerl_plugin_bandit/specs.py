@@ -262,7 +262,10 @@ class BanditSpec(AlgorithmSpec):
         "learning_rate": "lr", "lambda": "lamb", "lambda_": "lamb", "exploration": "gamma", "nu": "gamma",
         "minibatch_size": "batch_size", "buffer_size": "replay_buffer.max_size", "train_freq": "learn_step",
     }  # fmt: skip
-    supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut", "params_mut", "arch_mut"})
+    supported_mutations: ClassVar[frozenset[str]] = frozenset(
+        {"no_mut", "rl_hp_mut", "params_mut", "arch_mut", "act_mut"}
+    )
+    activation_choices: ClassVar[frozenset[str] | None] = frozenset(BANDIT_ACTIVATIONS)
     upstream_notes: ClassVar[dict[str, str]] = {
         "net_config": "Ours: overrides the network section with {hidden_size, activation}. From the network "
         "section the MLP is encoder hidden sizes, then latent_dim when given, then head hidden sizes.",
