@@ -132,6 +132,15 @@ def cross_field_problems(manifest: TrainingManifest) -> list[Problem]:
                 f"({', '.join(sorted(op for op in weights if op in supported))}); "
                 "give one (no_mut for none) a positive weight, or remove the mutation section",
             ))  # fmt: skip
+        choices = type(manifest.algorithm).activation_choices
+        if weights["act_mut"] > 0 and "act_mut" in supported and choices is not None:
+            unknown = [a for a in manifest.mutation.activation_selection if a not in choices]
+            if unknown:
+                problems.append(Problem(
+                    "mutation.activation_selection",
+                    f"{manifest.algorithm.name}'s networks have no activation {', '.join(map(repr, unknown))}; "
+                    f"choose from {', '.join(sorted(choices))}",
+                ))  # fmt: skip
     return problems
 
 

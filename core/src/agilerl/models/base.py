@@ -58,6 +58,9 @@ class AlgorithmSpec(Spec):
     )
     #: Why the operators outside ``supported_mutations`` are refused (shown in the error).
     unsupported_mutation_reason: ClassVar[str] = ""
+    #: Activation names the family's networks can switch to under ``act_mut``: with ``act_mut`` on,
+    #: a ``mutation.activation_selection`` entry outside it is refused (None: any name).
+    activation_choices: ClassVar[frozenset[str] | None] = None
     #: Fields that may be written under the manifest's ``network:`` section and are lifted onto
     #: this algorithm spec at validation (a field of the spec, or a validation alias of one).
     lifted_network_fields: ClassVar[frozenset[str]] = frozenset()

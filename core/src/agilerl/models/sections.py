@@ -177,9 +177,9 @@ class NetworkSpec(Spec):
 
     upstream_notes: ClassVar[dict[str, str]] = {
         "latent_dim": "Default 64 (AgileRL: 128). See each plugin for how its networks use it.",
-        "min_latent_dim": "Plugins whose architecture mutation keeps the latent size refuse a range when "
-        "architecture mutation is on.",
-        "max_latent_dim": "As min_latent_dim.",
+        "min_latent_dim": "Default none: the latent size mutates only when a bound is given (AgileRL: 8, "
+        "always on); plugins that cannot resize it refuse it.",
+        "max_latent_dim": "As min_latent_dim (AgileRL's default 128).",
         "encoder_config": "Without arch: inferred from the keys (mlp, cnn, lstm, cnn_lstm, simba, multiinput); "
         "AgileRL infers it from the observation space. Plugins refuse kinds their networks lack.",
         "random_seed": "Refused by every plugin we ship (not supported yet): seed the run with training.seed.",
@@ -468,8 +468,9 @@ class MutationSpec(Spec):
     upstream_notes: ClassVar[dict[str, str]] = {
         "network": "Refused (not supported yet): give ranges in the network section instead.",
         "dormant_threshold": "Only 0.01: dormant-neuron detection is not supported yet.",
-        "activation_selection": "Ours: the activations act_mut draws from.",
-        "mutate_elite": "Ours: false keeps the elite unmutated.",
+        "activation_selection": "AgileRL's meaning (act_mut draws one of these, never the current one); "
+        "names the algorithm's networks lack are refused.",
+        "mutate_elite": "false keeps the elite unmutated (with tournament elitism; AgileRL: the first member).",
     }
 
     name: str | None = None
@@ -479,7 +480,9 @@ class MutationSpec(Spec):
     rand_seed: int | None = 42
     network: dict[str, Any] | None = None
     dormant_threshold: Annotated[float, Field(ge=0)] = 0.01
-    activation_selection: list[str] = Field(default_factory=lambda: ["ReLU", "ELU", "GELU"])
+    activation_selection: Annotated[list[str], Field(min_length=1)] = Field(
+        default_factory=lambda: ["ReLU", "ELU", "GELU"]
+    )
     mutate_elite: bool = True
 
     @field_validator("network")

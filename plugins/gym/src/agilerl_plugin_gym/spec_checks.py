@@ -2,7 +2,7 @@
 
 They turn what a run would need and this plugin cannot give into one problem naming the missing
 feature or package, before anything is built: network kinds our evolvable networks lack (LSTM,
-CNN-LSTM, SimBa, multi-input), latent-size mutation, and gymnasium ids whose package is missing.
+CNN-LSTM, SimBa, multi-input) and gymnasium ids whose package is missing.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ RL_SYNONYMS: dict[str, str] = {
     "exploration_final_eps": "training.eps_end",
 }  # fmt: skip
 
+#: Activations this plugin's networks have (networks.activation_layer), the ones act_mut may pick.
+ACTIVATION_NAMES: frozenset[str] = frozenset(
+    {"Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax", "PReLU", "Identity"}
+)
+
 #: Encoder kinds AgileRL has and this plugin's networks do not, with what to write instead.
 UNSUPPORTED_ENCODERS: dict[str, str] = {
     "lstm": "LSTM encoders (arch: lstm, recurrent policies) are not supported yet; use an mlp encoder",
@@ -54,15 +59,8 @@ def network_problems(manifest: TrainingManifest, supported_mutations: frozenset[
         return [Problem("network.encoder_config", UNSUPPORTED_ENCODERS[enc.arch])]
     if net.random_seed is not None:
         return [Problem("network.random_seed", "not supported yet; seed the whole run with training.seed")]
-    lo, hi = net.min_latent_dim, net.max_latent_dim
-    mutation = manifest.mutation
-    arch_mut = mutation is not None and mutation.probabilities.arch_mut > 0 and "arch_mut" in supported_mutations
-    if arch_mut and (lo, hi) != (None, None) and not lo == hi == net.latent_dim:
-        return [Problem(
-            "network.min_latent_dim" if lo is not None else "network.max_latent_dim",
-            "latent_dim mutation is not supported yet (architecture mutation keeps the latent size); "
-            "remove min_latent_dim/max_latent_dim or set mutation.probabilities.arch_mut: 0",
-        )]  # fmt: skip
+    # min_latent_dim / max_latent_dim: architecture mutation resizes the latent within them
+    # (networks.latent_range); nothing to refuse.
     return []
 
 

@@ -13,6 +13,7 @@ from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.spec_base import SingleAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import (
+    ACTIVATION_NAMES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
@@ -39,10 +40,8 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
     """Base of this plugin's single-agent specs: shared validation-time checks."""
 
     field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
-    # No activation mutation: these algorithms' networks keep their activations (as in AgileRL).
-    supported_mutations: ClassVar[frozenset[str]] = frozenset(
-        {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut"}
-    )
+    # Every operator, act_mut included (AgileRL skips act_mut for PPO, DDPG and TD3: docs/hpo.md).
+    activation_choices: ClassVar[frozenset[str] | None] = ACTIVATION_NAMES
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         problems: list[Problem] = []
