@@ -76,12 +76,13 @@ def test_network_kinds_we_lack_are_one_named_refusal(network: dict[str, object],
     assert len(info.value.problems) == 1 and needle in str(info.value)
 
 
-def test_latent_range_is_refused_only_where_the_latent_size_would_mutate() -> None:
+def test_latent_range_validates_with_architecture_mutation_and_must_hold_latent_dim() -> None:
     base = {"algorithm": "PPO", "environment": {"name": "CartPole-v1"},
             "network": {"latent_dim": 32, "min_latent_dim": 16, "max_latent_dim": 64}}  # fmt: skip
     assert validate_manifest(base).network.max_latent_dim == 64  # type: ignore[union-attr]
-    with pytest.raises(ManifestError, match="latent_dim mutation is not supported yet"):
-        validate_manifest({**base, "mutation": {"probabilities": {"arch_mut": 0.5}}})
+    # The latent size mutates within the range (plugins/gym/tests/test_mutations.py shows it).
+    mutated = validate_manifest({**base, "mutation": {"probabilities": {"arch_mut": 0.5}}})
+    assert mutated.network.min_latent_dim == 16  # type: ignore[union-attr]
     with pytest.raises(ManifestError, match=r"latent_dim \(8\) must lie in"):
         validate_manifest({**base, "network": {"latent_dim": 8, "min_latent_dim": 16}})
 

@@ -171,3 +171,82 @@ def test_hp_only_algorithms_refuse_architecture_and_parameter_mutation_clearly()
          "rl_hp_selection": {"lr": {"min": 1e-6, "max": 1e-4}}}
     )  # fmt: skip
     assert Mutations(ok, HpOnlySpec()).operators == ["rl_hp_mut"]
+
+
+class Recorder(Toy):
+    """A toy agent with every optional operator; it records what the core passed to each."""
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(index, 1.0)
+        self.calls: list[tuple[str, Any]] = []
+
+    def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
+        self.calls.append(("arch_mut", new_layer_prob))
+        return "arch:x"
+
+    def mutate_parameters(self, rng: random.Random, *, sd: float) -> str | None:
+        self.calls.append(("params_mut", sd))
+        return "param"
+
+    def mutate_activation(self, rng: random.Random, *, choices: list[str]) -> str | None:
+        self.calls.append(("act_mut", tuple(choices)))
+        return f"act:{choices[0]}"
+
+
+OPERATORS = ("no_mut", "arch_mut", "params_mut", "act_mut", "rl_hp_mut")
+
+
+def _drawn(probabilities: dict[str, float], n: int = 400, **fields: Any) -> list[str]:
+    spec = MutationSpec.model_validate({"probabilities": probabilities, **fields})
+    muts = Mutations(spec, ToySpec(), rng=random.Random(0))
+    agent = Recorder()
+    out = []
+    for _ in range(n):
+        agent.calls.clear()
+        muts.mutate([agent])
+        out.append(
+            agent.calls[0][0] if agent.calls else ("rl_hp_mut" if agent.mut in ("lr", "batch_size") else "no_mut")
+        )
+    return out
+
+
+@pytest.mark.parametrize("off", OPERATORS)
+def test_an_operator_with_probability_zero_is_never_drawn(off: str) -> None:
+    drawn = _drawn({op: (0.0 if op == off else 1.0) for op in OPERATORS})
+    assert off not in drawn
+    assert set(drawn) == set(OPERATORS) - {off}
+
+
+def test_operators_are_drawn_in_proportion_to_their_weights() -> None:
+    drawn = _drawn({"no_mut": 0, "arch_mut": 3, "params_mut": 0, "act_mut": 1, "rl_hp_mut": 0}, n=2000)
+    assert set(drawn) == {"arch_mut", "act_mut"}
+    assert 0.70 < drawn.count("arch_mut") / len(drawn) < 0.80
+
+
+def test_new_layer_mutation_sd_and_activation_selection_reach_the_operators() -> None:
+    spec = MutationSpec.model_validate({
+        "probabilities": {"no_mut": 0, "arch_mut": 1, "new_layer": 0.7, "params_mut": 1, "act_mut": 1, "rl_hp_mut": 0},
+        "mutation_sd": 0.25, "activation_selection": ["Tanh", "ELU"],
+    })  # fmt: skip
+    muts = Mutations(spec, ToySpec(), rng=random.Random(0))
+    agent = Recorder()
+    for _ in range(30):
+        muts.mutate([agent])
+    assert set(agent.calls) == {("arch_mut", 0.7), ("params_mut", 0.25), ("act_mut", ("Tanh", "ELU"))}
+
+
+def test_rand_seed_makes_the_draws_repeatable_and_different_seeds_differ() -> None:
+    probabilities = {"no_mut": 1, "arch_mut": 1, "params_mut": 1, "act_mut": 1, "rl_hp_mut": 1}
+
+    def labels(seed: int) -> list[str]:
+        spec = MutationSpec.model_validate({"probabilities": probabilities, "rand_seed": seed})
+        muts = Mutations(spec, ToySpec())  # no rng given: the spec's rand_seed seeds it
+        pop = [Recorder(i) for i in range(4)]
+        out = []
+        for _ in range(10):
+            muts.mutate(pop)
+            out += [a.mut for a in pop]
+        return out
+
+    assert labels(1) == labels(1)
+    assert labels(1) != labels(2)

@@ -163,6 +163,31 @@ def test_architecture_mutation_preserves_the_function_and_keeps_learning() -> No
     assert torch.equal(fresh.net(context), agent.net(context))
 
 
+def test_activation_mutation_swaps_the_activation_keeps_weights_and_statistics() -> None:
+    agent, env = _agent()
+    context = torch.as_tensor(env.reset())
+    agent.get_action(context.numpy())
+    agent.observe(context[0].numpy(), 1.0)
+    agent.learn()
+    flat, theta0, grad_sq = agent.net.flat.clone(), agent.theta0.clone(), agent.grad_sq.clone()
+    before = agent.net(context)
+    rng = random.Random(0)
+    label = agent.mutate_activation(rng, choices=["ReLU", "ELU", "GELU"])
+    assert label in ("act:ELU", "act:GELU") and agent.net.activation == label[4:]
+    assert (
+        torch.equal(agent.net.flat, flat) and torch.equal(agent.theta0, theta0) and torch.equal(agent.grad_sq, grad_sq)
+    )
+    after = agent.net(context)
+    assert after.shape == before.shape and not torch.allclose(after, before)
+    assert agent.optimizer.t == 0  # Adam starts afresh, as AgileRL reinitialises its optimizers
+    assert agent.mutate_activation(rng, choices=[agent.net.activation]) is None
+    agent.get_action(context.numpy())  # gradients of the new activation drive the bonus
+    agent.learn()
+    fresh, _ = _agent()  # the checkpoint carries the activation
+    fresh.load_state_dict(agent.state_dict())
+    assert fresh.net.activation == agent.net.activation and torch.equal(fresh.net(context), agent.net(context))
+
+
 def test_lr_mutation_updates_the_optimizer() -> None:
     agent, _ = _agent()
     agent.set_hyperparameter("lr", 5e-4)
@@ -179,7 +204,7 @@ def test_evolutionary_hpo_population_from_manifest(tmp_path: Path) -> None:
         "training": {"max_steps": 1500, "evo_steps": 500, "pop_size": 3, "seed": 1, "progress": False,
                      "run_dir": str(tmp_path)},
         "mutation": {"probabilities": {"no_mut": 0.2, "arch_mut": 0.3, "new_layer": 0.5, "params_mut": 0.2,
-                                       "rl_hp_mut": 0.3}},
+                                       "act_mut": 0.2, "rl_hp_mut": 0.3}},
         "tournament_selection": {"tournament_size": 2, "elitism": True},
     }  # fmt: skip
     result = LocalTrainer.from_manifest(data).train()

@@ -20,10 +20,10 @@ ENVS = {
 
 
 def tiny_manifest(algo: str, tmp: Path, max_steps: int = 2 * TINY_EVO) -> dict[str, Any]:
-    single = algo in ("PPO", "DQN", "DDPG", "TD3")
     on_policy = algo in ("PPO", "IPPO")
-    probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3 if single else 0.0,
-                     "new_layer": 0.5, "act_mut": 0.0}  # fmt: skip
+    # Every operator, so exact resume covers networks mutated in shape and activation.
+    probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3,
+                     "new_layer": 0.5, "act_mut": 0.2}  # fmt: skip
     return {
         "algorithm": {"name": algo, "batch_size": 16, "learn_step": 64 if on_policy else 4},
         "environment": ENVS[algo],

@@ -2,7 +2,7 @@
 
 For each of PPO, DQN, DDPG, TD3, IPPO, MADDPG and MATD3: a population of 2 trains for two
 generations with tournament selection and mutation (hyperparameters, parameter noise, and
-architecture for the single-agent ones) between them, writing a checkpoint after the first. A run
+architecture and activation) between them, writing a checkpoint after the first. A run
 resumed from that checkpoint must end with the very same parameters, optimizer state and evaluation
 returns as the uninterrupted run, and no agent's step count may pass the budget. What makes it hold:
 every counter and RNG lives in checkpointed state (network/optimizer state, ``vec_steps``, epsilon,

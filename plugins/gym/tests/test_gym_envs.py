@@ -227,10 +227,10 @@ def test_mutation_and_sharing_settings_the_plugin_cannot_honour_are_refused() ->
     from agilerl.models import validate_manifest
 
     base = {"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1", "num_envs": 1}}
-    with pytest.raises(
-        ManifestError, match=r"mutation.probabilities: DQN does not support activation mutation \(act_mut\) yet"
-    ):
-        validate_manifest({**base, "mutation": {"probabilities": {"act_mut": 0.2}}})
+    # act_mut is supported (test_mutations.py); an activation the networks lack is not.
+    assert validate_manifest({**base, "mutation": {"probabilities": {"act_mut": 0.2}}}).mutation is not None
+    with pytest.raises(ManifestError, match=r"mutation\.activation_selection: DQN's networks have no activation"):
+        validate_manifest({**base, "mutation": {"probabilities": {"act_mut": 0.2}, "activation_selection": ["Mish"]}})
     with pytest.raises(ManifestError, match=r"training.experience_sharing: false is not supported yet"):
         validate_manifest({**base, "training": {"experience_sharing": False}})
     assert validate_manifest({**base, "training": {"experience_sharing": True}}).training.experience_sharing

@@ -119,7 +119,7 @@ c("ppo_evo_epochs_without_num_epochs", PPO, {"training.evo_epochs": 2}, "trainin
 # --- cross-field ---
 c("ppo_tournament_larger_than_population", PPO, {"training.pop_size": 3, "tournament_selection": {"tournament_size": 5}}, "tournament_selection.tournament_size", "tournament > population")
 c("ppo_mutation_all_zero", PPO, { "training.pop_size": 2, "mutation": {"probabilities": {"no_mut": 0, "arch_mut": 0, "new_layer": 0, "params_mut": 0, "rl_hp_mut": 0}}, }, "mutation.probabilities", "no operator can be picked")
-c("ppo_mutation_only_unsupported", PPO, { "training.pop_size": 2, "mutation": { "probabilities": {"no_mut": 0, "arch_mut": 0, "new_layer": 0, "params_mut": 0, "rl_hp_mut": 0, "act_mut": 1} }, }, "mutation.probabilities: PPO does not support activation mutation (act_mut)", "an operator PPO does not support")
+c("ppo_activation_selection_unknown", PPO, { "training.pop_size": 2, "mutation": { "probabilities": {"no_mut": 0, "arch_mut": 0, "new_layer": 0, "params_mut": 0, "rl_hp_mut": 0, "act_mut": 1}, "activation_selection": ["ReLU", "Swish"] }, }, "mutation.activation_selection: PPO's networks have no activation 'Swish'", "an activation the networks do not have")
 c("ppo_mutation_negative_weight", PPO, {"mutation": {"probabilities": {"no_mut": -1}}}, "mutation.probabilities.no_mut", "negative weight")
 c("ppo_hp_range_inverted", PPO, {"mutation": {"rl_hp_selection": {"lr": {"min": 1.0, "max": 0.1}}}}, "mutation.rl_hp_selection.lr", "min > max")
 c("ppo_hp_not_numeric", PPO, {"mutation": {"rl_hp_selection": {"normalize_images": {"min": 0, "max": 1}}}}, "mutation.rl_hp_selection.normalize_images", "mutating a bool")
