@@ -108,6 +108,10 @@ def test_latent_mutation_stays_in_bounds_and_keeps_the_overlapping_weights(encod
         if dim > old_dim:  # new latent units reach the head through zero weights: same function
             assert torch.allclose(net(x), before, atol=1e-6)
     assert min(seen) == 16 and max(seen) == 40
+    twin = EvolvableNetwork.from_spec(spec, space, 2)  # the arch carries the latent size: resume rebuilds it
+    twin.set_arch(net.arch())
+    twin.load_state_dict(net.state_dict())
+    assert torch.equal(twin(x), net(x))
 
 
 def test_no_latent_range_means_a_fixed_latent_size() -> None:
