@@ -14,6 +14,7 @@ import torch
 
 from agilerl import checkpoint
 from agilerl.builders import AlgorithmBuildRuntime, select_builder
+from agilerl.errors import ManifestError
 from agilerl.models import load_manifest, make_env
 from agilerl.strategies import select_strategy
 from agilerl.training.trainer import LocalTrainer
@@ -188,6 +189,24 @@ def test_activation_mutation_swaps_the_activation_keeps_weights_and_statistics()
     assert fresh.net.activation == agent.net.activation and torch.equal(fresh.net(context), agent.net(context))
 
 
+def test_latent_layer_grows_only_up_to_max_latent_dim() -> None:
+    network = {"latent_dim": 32, "max_latent_dim": 48, "encoder_config": {"hidden_size": [16]}}
+    manifest = load_manifest({"algorithm": "NeuralUCB", "environment": {"name": "iris"}, "network": network})
+    env = make_env(manifest.environment, seed=0)
+    runtime = AlgorithmBuildRuntime(seed=0, manifest=manifest)
+    agent = select_builder(manifest.algorithm).build_for_run(
+        manifest.algorithm, env=env, manifest=manifest, runtime=runtime
+    )
+    assert agent.net.hidden_size == [16, 32]  # encoder layer, then the latent layer
+    rng = random.Random(0)
+    for _ in range(20):
+        agent.mutate_architecture(rng, new_layer_prob=0.0)
+        assert agent.net.hidden_size[1] <= 48
+    assert agent.net.hidden_size[1] == 48 and agent.net.hidden_size[0] > 48  # the encoder layer is not capped
+    with pytest.raises(ManifestError, match=r"network\.min_latent_dim: NeuralUCB's network has a latent layer only"):
+        load_manifest({"algorithm": "NeuralUCB", "environment": {"name": "iris"}, "network": {"min_latent_dim": 8}})
+
+
 def test_lr_mutation_updates_the_optimizer() -> None:
     agent, _ = _agent()
     agent.set_hyperparameter("lr", 5e-4)
@@ -277,8 +296,8 @@ def _bandit_problems(network: dict[str, Any], **algorithm: Any) -> list[str]:
         ({"head_config": {"hidden_size": [32], "init_layers": False}}, {}, "network.head_config.init_layers: "),
         ({"head_config": {"hidden_size": [32], "output_vanish": True}}, {}, "network.head_config.output_vanish: "
          "not supported yet by NeuralUCB: the output layer is initialised like the others"),
-        ({"min_latent_dim": 8}, {}, "network.min_latent_dim: not supported yet by NeuralUCB"),
-        ({"max_latent_dim": 64}, {}, "network.max_latent_dim: not supported yet by NeuralUCB"),
+        ({"min_latent_dim": 8}, {}, "network.min_latent_dim: NeuralUCB's network has a latent layer only when"),
+        ({"max_latent_dim": 64}, {}, "network.max_latent_dim: NeuralUCB's network has a latent layer only when"),
         ({"random_seed": 3}, {}, "network.random_seed: not supported yet by NeuralUCB (seed the run with training.seed)"),
         ({}, {"normalize_images": True}, "algorithm.normalize_images: not supported yet: NeuralUCB's contexts are "
          "table rows"),

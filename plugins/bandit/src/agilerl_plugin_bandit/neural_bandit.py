@@ -69,8 +69,12 @@ class NeuralBandit(AlgorithmBase):
         index: int = 0,
         device: str = "cpu",
         seed: int | None = None,
+        node_limits: dict[int, int] | None = None,
     ) -> None:
         super().__init__(spec, index=index)
+        #: Widest each hidden layer may grow to, by index, where it is not MAX_NODES (the latent
+        #: layer's max_latent_dim).
+        self.node_limits = dict(node_limits or {})
         self.context_dim = int(context_dim)
         self.arms = int(arms)
         self.device = torch.device(device)
@@ -245,11 +249,12 @@ class NeuralBandit(AlgorithmBase):
         if rng.random() < new_layer_prob and 0 < len(hidden) < MAX_HIDDEN_LAYERS:
             self._rebuild([*hidden, hidden[-1]], insert_identity=True, rng=rng)
             return "arch:add_layer"
-        growable = [i for i, h in enumerate(hidden) if h < MAX_NODES]
+        limit = {i: min(MAX_NODES, self.node_limits.get(i, MAX_NODES)) for i in range(len(hidden))}
+        growable = [i for i, h in enumerate(hidden) if h < limit[i]]
         if not growable:
             return None
         i = rng.choice(growable)
-        hidden[i] = min(MAX_NODES, hidden[i] + rng.choice([8, 16, 32]))
+        hidden[i] = min(limit[i], hidden[i] + rng.choice([8, 16, 32]))
         self._rebuild(hidden, insert_identity=False, rng=rng)
         return f"arch:add_node(layer {i})"
 

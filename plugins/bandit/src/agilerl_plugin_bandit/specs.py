@@ -190,9 +190,6 @@ _FIXED_MLP: dict[str, str] = {
 
 #: ``network`` fields the bandit reward network does not read, refused whenever they are written.
 _UNUSED_NETWORK: dict[str, str] = {
-    "min_latent_dim": "latent_dim is one more hidden layer here, and architecture mutation only grows "
-    "hidden layers (within max_mlp_nodes)",
-    "max_latent_dim": "as min_latent_dim",
     "random_seed": "seed the run with training.seed",
 }
 
@@ -205,6 +202,14 @@ def mlp_problems(net: Any, name: str) -> list[Problem]:
     for field, why in _UNUSED_NETWORK.items():
         if field in net.model_fields_set:
             problems.append(Problem(f"network.{field}", f"not supported yet by {name} ({why}); remove it"))
+    for field in ("min_latent_dim", "max_latent_dim"):
+        # The latent layer exists only when latent_dim is written; architecture mutation grows it up to
+        # max_latent_dim (it never shrinks, so min_latent_dim holds from the start).
+        if field in net.model_fields_set and "latent_dim" not in net.model_fields_set:
+            problems.append(Problem(
+                f"network.{field}",
+                f"{name}'s network has a latent layer only when network.latent_dim is given; give it or remove {field}",
+            ))  # fmt: skip
     parts = {part: getattr(net, part, None) for part in ("encoder_config", "head_config")}
     for part, mlp in parts.items():
         if mlp is None or getattr(mlp, "arch", "mlp") != "mlp":

@@ -66,6 +66,18 @@ def network_config(spec: BanditSpec, manifest: TrainingManifest | None) -> tuple
     return (hidden or list(DEFAULT_HIDDEN_SIZE)), activation
 
 
+def latent_limit(spec: BanditSpec, manifest: TrainingManifest | None) -> dict[int, int]:
+    """``{latent layer index: max_latent_dim}`` when the ``network`` section gives ``latent_dim``
+    and a latent range (AgileRL's default max 128 when only ``min_latent_dim`` is written)."""
+    net = manifest.network if manifest is not None else None
+    if spec.net_config or net is None or "latent_dim" not in net.model_fields_set:
+        return {}
+    if net.min_latent_dim is None and net.max_latent_dim is None:
+        return {}
+    index = len(net.encoder_config.hidden_size) if isinstance(net.encoder_config, MlpSpec) else 0
+    return {index: net.max_latent_dim if net.max_latent_dim is not None else max(128, net.latent_dim)}
+
+
 class BanditBuilder(AlgorithmBuilder):
     """Builds NeuralUCB / NeuralTS agents sized to the bandit env."""
 
@@ -97,6 +109,7 @@ class BanditBuilder(AlgorithmBuilder):
             index=runtime.index,
             device=runtime.device,
             seed=runtime.seed,
+            node_limits=latent_limit(spec, runtime.manifest) if hidden_size is None else None,
         )
 
     @classmethod
