@@ -124,10 +124,12 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         seed = rng.getrandbits(32)
         seen: set[int] = set()
         changed = False
-        if part == "latent":  # the policy draws the new size; every other network (shared encoder or not) follows
-            changed = policy.apply_mutation(method, random.Random(seed))
-            for name in self.eval_names:
-                changed |= self.nets[name].set_latent_dim(policy.latent_dim)
+        # A latent step: the policy draws the new size and every other network follows it (a shared
+        # encoder is resized once, each head reading it after).
+        follow_latent = part == "latent" and policy.apply_mutation(method, random.Random(seed))
+        for name in self.eval_names if follow_latent else ():
+            changed |= self.nets[name].set_latent_dim(policy.latent_dim)
+        changed |= follow_latent
         for name in self.eval_names if part != "latent" else ():
             net = self.nets[name]
             module = net.encoder if part == "encoder" else net.head
