@@ -37,13 +37,22 @@ def needs_box2d(env_id: str) -> str:
     )
 
 
+def needs_minari(dataset_id: str) -> str:
+    """Only the Minari dataset is left: it must be on this machine (nothing is downloaded)."""
+    return (
+        f"environment.minari_dataset_id: Minari dataset {dataset_id!r} is not in the local Minari directory "
+        f"(~/.minari/datasets). Nothing is downloaded at run time: download it beforehand (`minari download "
+        f"{dataset_id}`), set MINARI_DATASETS_PATH to the directory that holds it, or give an HDF5 file in dataset_path"
+    )
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": "mutation.probabilities: NeuralTS does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/bandit/neural_ucb.yaml": "mutation.probabilities: NeuralUCB does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/bandit/neural_ucb_mfpbt.yaml": "mutation.probabilities: NeuralUCB does not support activation mutation (act_mut) yet; set act_mut: 0",
-    "configs/training/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
-    "configs/training/cqn_mfpbt.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
+    "configs/training/cqn.yaml": "mutation.probabilities: CQN does not support activation mutation (act_mut) yet; set act_mut: 0",
+    "configs/training/cqn_mfpbt.yaml": "mutation.probabilities: CQN does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/ddpg/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "configs/training/ddpg/ddpg_simba.yaml": "network.simba: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "configs/training/dqn/dqn.yaml": "mutation.probabilities: DQN does not support activation mutation (act_mut) yet; set act_mut: 0",
@@ -91,7 +100,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/td3.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
     "docs/_static/examples/merge_ppo.yaml": "mutation.probabilities: PPO does not support activation mutation (act_mut) yet; set act_mut: 0",
-    "tests/manifests/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
+    "tests/manifests/cqn.yaml": needs_minari("cartpole-v0"),
     "tests/manifests/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "tests/manifests/ddpg_simba.yaml": "network.encoder_config: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "tests/manifests/dqn.yaml": needs_box2d("LunarLander-v3"),
@@ -181,6 +190,8 @@ _TOURNAMENT = {"selection_strategy": {"tournament_size": 2, "elitism": True}}
 #: valid, or only the env package left to install.
 DOCUMENTED_EDITS: dict[str, tuple[dict[str, object], str]] = {
     "configs/training/dqn/dqn.yaml": ({"mutation.probabilities.act_mut": 0}, needs_box2d("LunarLander-v3")),
+    "configs/training/cqn.yaml": ({"mutation.probabilities.act_mut": 0}, needs_minari("cartpole/random-v0")),
+    "configs/training/cqn_mfpbt.yaml": ({"mutation.probabilities.act_mut": 0}, needs_minari("cartpole/random-v0")),
     "configs/training/ppo/ppo_image.yaml": ({"network.min_latent_dim": None, "network.max_latent_dim": None}, _ALE),
     "configs/training/ddpg/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
     "configs/training/td3.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
