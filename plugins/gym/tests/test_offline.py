@@ -60,7 +60,7 @@ def half_trained_dqn(tmp: Path) -> Any:
 def cqn_manifest(environment: dict[str, Any], max_steps: int, tmp: Path) -> dict[str, Any]:
     return {
         "algorithm": {"name": "CQN", "batch_size": 128, "lr": 0.003, "learn_step": 1, "tau": 0.05, "double": True},
-        "environment": {"name": "CartPole-v1", "num_envs": 10, **environment},
+        "environment": {"name": "CartPole-v1", "num_envs": 10, "sync": True, **environment},
         "network": NET,
         "training": {"max_steps": max_steps, "evo_steps": max_steps // 3, "eval_loop": 2, "seed": 1,
                      "progress": False, "save_elite": False, "run_dir": str(tmp / "cqn")},
@@ -221,3 +221,20 @@ def test_offline_env_type_is_not_for_online_algorithms(tmp_path: Path) -> None:
     env = {"env_type": "offline", "name": "CartPole-v1", "dataset_path": str(h5)}
     with pytest.raises(ManifestError, match=r"environment.env_type: DQN trains on gym environments"):
         load_manifest({"algorithm": {"name": "DQN"}, "environment": env})
+
+
+def test_the_only_env_is_the_evaluation_env_with_num_envs_and_sync_as_given(tmp_path: Path) -> None:
+    from gymnasium.vector import AsyncVectorEnv
+
+    from agilerl_plugin_gym.offline.strategy import OfflineStrategy
+
+    h5 = write_hdf5(tmp_path / "d.h5", record_episodes(None, 200, seed=10))
+    for sync, kind, num_envs, made in ((True, SyncVectorEnv, 16, 10), (False, AsyncVectorEnv, 2, 2)):
+        m = load_manifest(cqn_manifest({"dataset_path": str(h5), "num_envs": num_envs, "sync": sync}, 100, tmp_path))
+        strategy = OfflineStrategy()
+        env = strategy.make_env(m, seed=0)
+        try:
+            assert isinstance(env, kind) and env.num_envs == made
+            assert strategy.make_eval_env(m, seed=1, train_env=env) is env
+        finally:
+            env.close()

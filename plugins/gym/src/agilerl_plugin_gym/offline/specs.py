@@ -30,8 +30,17 @@ class OfflineEnvSpec(GymEnvSpec):
     AgileRL's offline format) or ``minari_dataset_id`` (a Minari dataset already on this machine).
     """
 
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "remote": "Only false: nothing is downloaded at run time (run `minari download <id>` beforehand).",
+        "dataset_path": "Also reads next_observations and timeouts when the file has them.",
+        "num_envs": "Evaluation envs only (training never steps the env); at most 10 are made.",
+    }
+
     env_type: Literal["offline"] = "offline"  # type: ignore[assignment]
     num_envs: Annotated[int, Field(ge=1, description="Evaluation envs (min(num_envs, 10) are made).")] = 32
+    sync: bool = Field(
+        default=False, description="SyncVectorEnv (one process) instead of AsyncVectorEnv, for evaluation."
+    )
     minari_dataset_id: str | None = Field(
         default=None,
         description="A Minari dataset id, read from the local Minari directory (MINARI_DATASETS_PATH, "

@@ -8,7 +8,8 @@
   :class:`~agilerl_plugin_gym.engine.off_policy.UpdateSchedule` (``learn_step`` steps per gradient
   step, none before ``training.learning_delay`` steps), and each gradient step samples a batch
   from the buffer (:func:`~agilerl_plugin_gym.engine.off_policy.gradient_steps`).
-* The env (``min(num_envs, 10)`` sync sub-envs) is made once and only evaluates the agents.
+* The env (``min(num_envs, 10)`` sub-envs, sync or async as ``sync`` says) is made once and only
+  evaluates the agents.
 * Checkpoints hold the buffer's sampling RNG and the dataset's sha256, not the data: a resume
   reads the file again and refuses to continue if it changed, so it continues exactly.
 """
@@ -21,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.buffers import ReplayBuffer, numpy_rng_state, set_numpy_rng_state
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
+from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.offline.datasets import read_dataset
-from agilerl_plugin_gym.single_agent.strategies import GymStrategy
+from agilerl_plugin_gym.single_agent.strategies import MAX_EVAL_ENVS, GymStrategy
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -43,8 +45,10 @@ class OfflineStrategy(ReplayState, GymStrategy):
         self.fingerprint: str | None = None
 
     def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> Any:
-        # Nothing trains in the env: the one env made is the evaluation env.
-        return GymStrategy.make_eval_env(self, manifest, seed=seed, train_env=None)
+        # Nothing trains in the env: the one env made is the evaluation env (``sync`` as the
+        # manifest says: async workers for envs whose step is expensive).
+        spec = manifest.environment
+        return make_gym_env(spec.model_copy(update={"num_envs": min(spec.num_envs, MAX_EVAL_ENVS)}))
 
     def make_eval_env(self, manifest: TrainingManifest, *, seed: int | None, train_env: Any) -> Any:
         return train_env
