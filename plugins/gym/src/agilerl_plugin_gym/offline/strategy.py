@@ -24,6 +24,7 @@ from agilerl_plugin_gym.buffers import ReplayBuffer, numpy_rng_state, set_numpy_
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.offline.datasets import read_dataset
+from agilerl_plugin_gym.offline.specs import OfflineEnvSpec
 from agilerl_plugin_gym.single_agent.strategies import MAX_EVAL_ENVS, GymStrategy
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ class OfflineStrategy(ReplayState, GymStrategy):
         # Nothing trains in the env: the one env made is the evaluation env (``sync`` as the
         # manifest says: async workers for envs whose step is expensive).
         spec = manifest.environment
+        if not isinstance(spec, OfflineEnvSpec):
+            raise AgileRLError(f"environment: the offline strategy needs env_type: offline, not {spec.env_type!r}")
         return make_gym_env(spec.model_copy(update={"num_envs": min(spec.num_envs, MAX_EVAL_ENVS)}))
 
     def make_eval_env(self, manifest: TrainingManifest, *, seed: int | None, train_env: Any) -> Any:
