@@ -238,3 +238,20 @@ def test_the_only_env_is_the_evaluation_env_with_num_envs_and_sync_as_given(tmp_
             assert strategy.make_eval_env(m, seed=1, train_env=env) is env
         finally:
             env.close()
+
+
+def test_a_batch_size_mutated_past_the_dataset_size_still_learns(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    h5 = write_hdf5(tmp_path / "d.h5", record_episodes(None, 100, seed=11))
+    raw = cqn_manifest({"dataset_path": str(h5), "num_envs": 1}, 100, tmp_path)
+    raw["algorithm"]["batch_size"] = 32
+    raw["training"]["eval_steps"] = 5
+    m = load_manifest(raw)
+    trainer = LocalTrainer(m, run_dir=tmp_path / "run")
+    agent = trainer.train().population[0]
+    size = len(trainer.strategy.memory)
+    agent.set_hyperparameter("batch_size", 4 * size)  # what rl_hp_mut may do with a small dataset
+    assert agent.batch_size == 4 * size
+    stats = trainer.strategy.learn(agent, SimpleNamespace(manifest=m), 10)  # type: ignore[arg-type]
+    assert stats["gradient_steps"] == 10 and np.isfinite(stats["loss"])

@@ -84,7 +84,9 @@ class OfflineStrategy(ReplayState, GymStrategy):
         for _ in range(num_steps):
             agent.steps += 1
             agent.vec_steps += 1
-            due = schedule.due(agent.vec_steps, agent.steps, len(buf))
+            # The dataset is all there from the start; a batch_size mutated past its size is drawn
+            # with replacement (the buffer samples that way) rather than stopping learning.
+            due = schedule.due(agent.vec_steps, agent.steps, max(len(buf), agent.batch_size))
             if due:
                 stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size)
                 updates += due
