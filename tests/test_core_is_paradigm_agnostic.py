@@ -24,6 +24,9 @@ SEED_NAMES = {"make_gym_env", "make_pz_env", "make_single_env", "make_bandit_env
               "make_rollout_env_factory"}  # fmt: skip
 #: A key of AgileRL's manifest contract that it retired; core refuses it with the replacement.
 SEED_NAMES.add("async_rollout")
+#: Plugin names that are also words core uses in another sense: the gym plugin's ``offline`` env type
+#: vs W&B's offline mode and the HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE variables core passes on.
+HOMONYMS = {"offline"}
 #: (file, top-level assignment) whose whole statement may name plugins' names: "pip install X" hints.
 ALLOWED_ASSIGNMENTS = {("errors.py", "KNOWN_PROVIDERS")}
 
@@ -87,7 +90,7 @@ def _violations(path: Path, forbidden: dict[str, str]) -> list[str]:
                 continue
             for part in {word, *word.strip("_").split("_")}:
                 what = forbidden.get(part.lower())
-                if what:
+                if what and part.lower() not in HOMONYMS:
                     out.append(f"{path.relative_to(CORE)}:{tok.start[0]}: {word!r} names {what}")
     return out
 

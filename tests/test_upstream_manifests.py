@@ -47,13 +47,22 @@ _ALE = (
 # With ale-py, its ids are registered (see the fixture below) and one is the closest to an unknown id.
 _ALE_HINT = "; did you mean 'YarsRevenge-v0'?" if importlib.util.find_spec("ale_py") is not None else "."
 
+def needs_minari(dataset_id: str) -> str:
+    """Only the Minari dataset is left: it must be on this machine (nothing is downloaded)."""
+    return (
+        f"environment.minari_dataset_id: Minari dataset {dataset_id!r} is not in the local Minari directory "
+        f"(~/.minari/datasets). Nothing is downloaded at run time: download it beforehand (`minari download "
+        f"{dataset_id}`), set MINARI_DATASETS_PATH to the directory that holds it, or give an HDF5 file in dataset_path"
+    )
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": "training.episode_steps: not used by NeuralTS (not supported yet); remove it",
     "configs/training/bandit/neural_ucb.yaml": VALID,
     "configs/training/bandit/neural_ucb_mfpbt.yaml": VALID,
-    "configs/training/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
-    "configs/training/cqn_mfpbt.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
+    "configs/training/cqn.yaml": needs_minari("cartpole/random-v0"),
+    "configs/training/cqn_mfpbt.yaml": needs_minari("cartpole/random-v0"),
     "configs/training/ddpg/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "configs/training/ddpg/ddpg_simba.yaml": "network.simba: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "configs/training/dqn/dqn.yaml": VALID,
@@ -101,7 +110,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/td3.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
     "docs/_static/examples/merge_ppo.yaml": "network.encoder_config: multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
-    "tests/manifests/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
+    "tests/manifests/cqn.yaml": needs_minari("cartpole-v0"),
     "tests/manifests/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
     "tests/manifests/ddpg_simba.yaml": "network.encoder_config: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "tests/manifests/dqn.yaml": needs_box2d("LunarLander-v3"),

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 
 # Names that live in a plugin we publish: used to tell people what to install.
 KNOWN_PROVIDERS: dict[str, str] = {
-    **dict.fromkeys(["PPO", "DQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3"], "agilerl-plugin-gym"),
+    **dict.fromkeys(["PPO", "DQN", "DDPG", "TD3", "CQN", "IPPO", "MADDPG", "MATD3"], "agilerl-plugin-gym"),
     **dict.fromkeys(["NeuralUCB", "NeuralTS"], "agilerl-plugin-bandit"),
     **dict.fromkeys(["SFT", "DPO", "GRPO", "LLMREINFORCE"], "agilerl-plugin-llm"),
     # env types
     "gym": "agilerl-plugin-gym",
+    "offline": "agilerl-plugin-gym",
     "bandit": "agilerl-plugin-bandit",
     "rollout": "agilerl-plugin-llm",
     "dataset": "agilerl-plugin-llm",
@@ -28,6 +29,7 @@ KNOWN_PROVIDERS: dict[str, str] = {
     **dict.fromkeys(
         [
             "GymEnvSpec",
+            "OfflineEnvSpec",
             "SingleAgentAlgorithmSpec",
             "MultiAgentAlgorithmSpec",
             "make_gym_env",

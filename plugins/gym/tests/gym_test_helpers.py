@@ -20,13 +20,19 @@ ENVS = {
 
 
 def tiny_manifest(algo: str, tmp: Path, max_steps: int = 2 * TINY_EVO) -> dict[str, Any]:
+    env = ENVS.get(algo)
+    if algo == "CQN":  # offline: trains on a small random-policy dataset recorded into tmp
+        from offline_test_helpers import record_episodes, write_hdf5
+
+        h5 = write_hdf5(tmp / "cqn.h5", record_episodes(None, 400, seed=0))
+        env = {"name": "CartPole-v1", "num_envs": 4, "sync": True, "dataset_path": str(h5)}
     on_policy = algo in ("PPO", "IPPO")
     # Every operator, so exact resume covers networks mutated in shape and activation.
     probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3,
                      "new_layer": 0.5, "act_mut": 0.2}  # fmt: skip
     return {
         "algorithm": {"name": algo, "batch_size": 16, "learn_step": 64 if on_policy else 4},
-        "environment": ENVS[algo],
+        "environment": env,
         "network": NET,
         "replay_buffer": {"max_size": 1000},
         "mutation": {"probabilities": probabilities, "rand_seed": 3},

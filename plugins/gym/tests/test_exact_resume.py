@@ -1,6 +1,6 @@
-"""Exact resume for all seven gym algorithms, with evolutionary HPO on.
+"""Exact resume for all eight gym algorithms, with evolutionary HPO on.
 
-For each of PPO, DQN, DDPG, TD3, IPPO, MADDPG and MATD3: a population of 2 trains for two
+For each of PPO, DQN, DDPG, TD3, IPPO, MADDPG, MATD3 and CQN (offline, on a dataset file): a population of 2 trains for two
 generations with tournament selection and mutation (hyperparameters, parameter noise, and
 architecture and activation) between them, writing a checkpoint after the first. A run
 resumed from that checkpoint must end with the very same parameters, optimizer state and evaluation
@@ -33,7 +33,7 @@ from agilerl.training.trainer import LocalTrainer
 
 HERE = Path(__file__).resolve().parent
 EVO = TINY_EVO
-ALGOS = ["PPO", "DQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3"]
+ALGOS = ["PPO", "DQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3", "CQN"]
 
 
 def assert_same_state(a: Any, b: Any) -> None:

@@ -209,6 +209,29 @@ c("custom_env_no_spaces", CUSTOM, {"environment.entrypoint": "bad_envs:NoSpaces"
 c("custom_env_missing_module", CUSTOM, {"environment.entrypoint": "no_such_module:Env"}, "environment.entrypoint", "entrypoint does not import")
 c("custom_env_path_not_a_dir", CUSTOM, {"environment.entrypoint": "bad_envs:WrongShape", "environment.path": "tests/data/bad/nope"}, "environment.path", "path is not a directory")
 c("custom_pz_env_missing_agent_obs", IPPO, { "environment.entrypoint": "bad_envs:missing_agent_observation", "environment.path": "tests/data/bad/envs", "environment.name": "missing_obs", }, "environment: the custom env fails the env API check: reset() returned observations for", "a parallel env that omits an agent's observation")
+# --- offline (CQN): datasets in AgileRL's HDF5 format and Minari ids (files written below) ---
+H = "tests/data/bad/hdf5"
+CQN = {
+    "algorithm": {"name": "CQN", "batch_size": 4},
+    "environment": {"name": "CartPole-v1", "num_envs": 2, "dataset_path": f"{H}/ok.h5"},
+    "training": {"max_steps": 64, "progress": False},
+}
+c("cqn_dataset_missing_file", CQN, {"environment.dataset_path": f"{H}/nope.h5"}, "environment.dataset_path: no such file: tests/data/bad/hdf5/nope.h5", "no such dataset file")
+c("cqn_dataset_empty_file", CQN, {"environment.dataset_path": f"{H}/empty.h5"}, "environment.dataset_path: tests/data/bad/hdf5/empty.h5 is empty (0 bytes)", "an empty dataset file")
+c("cqn_dataset_not_hdf5", CQN, {"environment.dataset_path": f"{H}/not_hdf5.h5"}, "environment.dataset_path: tests/data/bad/hdf5/not_hdf5.h5 is not a readable HDF5 file", "a text file named .h5")
+c("cqn_dataset_no_rewards", CQN, {"environment.dataset_path": f"{H}/no_rewards.h5"}, "no_rewards.h5 has no 'rewards' dataset", "a missing key")
+c("cqn_dataset_obs_shape", CQN, {"environment.dataset_path": f"{H}/obs_shape.h5"}, "obs_shape.h5: 'observations' rows have shape (3,), but the env's observation space", "observations of another env")
+c("cqn_dataset_action_out_of_range", CQN, {"environment.dataset_path": f"{H}/action_out_of_range.h5"}, "action_out_of_range.h5: 'actions': action 2 at row 3 is outside the env's action space Discrete(2)", "an action CartPole does not have")
+c("cqn_dataset_length_mismatch", CQN, {"environment.dataset_path": f"{H}/length_mismatch.h5"}, "length_mismatch.h5: 'terminals' has 7 rows but 'rewards' has 8", "keys of different lengths")
+c("cqn_dataset_no_rows", CQN, {"environment.dataset_path": f"{H}/no_rows.h5"}, "no_rows.h5 holds no transitions", "a dataset without rows")
+c("cqn_dataset_nan_reward", CQN, {"environment.dataset_path": f"{H}/nan_reward.h5"}, "nan_reward.h5: 'rewards': a non-finite value (NaN or inf) at row 2", "a NaN reward")
+c("cqn_batch_larger_than_dataset", CQN, {"algorithm.batch_size": 64}, "algorithm.batch_size: 64 is larger than the dataset (7 transitions", "batch > dataset")
+c("cqn_minari_not_local", CQN, {"environment.dataset_path": DEL, "environment.minari_dataset_id": "cartpole/not-here-v0"}, "environment.minari_dataset_id: Minari dataset 'cartpole/not-here-v0' is not in the local Minari directory", "a Minari id that is not on this machine")
+c("cqn_minari_remote", CQN, {"environment.dataset_path": DEL, "environment.minari_dataset_id": "cartpole/random-v0", "environment.remote": True}, "environment.remote: downloading Minari datasets is not supported", "remote: true would download")
+c("cqn_no_dataset", CQN, {"environment.dataset_path": DEL}, "environment: an offline env needs a dataset", "no dataset source")
+c("cqn_both_sources", CQN, {"environment.minari_dataset_id": "cartpole/random-v0"}, "environment: give either dataset_path", "two dataset sources")
+c("cqn_gym_env_type", CQN, {"environment.env_type": "gym", "environment.dataset_path": DEL}, "environment.env_type: CQN trains on offline environments", "CQN on an online env")
+c("cqn_continuous_actions", CQN, {"environment.name": "Pendulum-v1"}, "environment: CQN needs a Discrete action space", "CQN on continuous actions")
 # fmt: on
 
 written = 0
@@ -297,4 +320,37 @@ for fname, (why, expect, text) in raw.items():
     b"# a UTF-16 file\n# expect: not UTF-8\n" + "algorithm: {name: PPO}\n".encode("utf-16")
 )
 written += 2
+
+# HDF5 datasets of the offline cases: 8 steps of CartPole-shaped rows, each file broken one way.
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+(OUT / "hdf5").mkdir(exist_ok=True)
+_rng = np.random.default_rng(0)
+_OK = {
+    "observations": _rng.uniform(-0.05, 0.05, (8, 4)).astype(np.float32),
+    "actions": np.array([0, 1, 0, 1, 1, 0, 1, 0]),
+    "rewards": np.ones(8, dtype=np.float32),
+    "terminals": np.array([0, 0, 0, 1, 0, 0, 0, 1], dtype=bool),
+}
+
+
+def _h5(name, **changes):
+    arrays = {**_OK, **changes}
+    with h5py.File(OUT / "hdf5" / name, "w") as f:
+        for key, value in arrays.items():
+            if value is not None:
+                f[key] = value
+
+
+_h5("ok.h5")
+_h5("no_rewards.h5", rewards=None)
+_h5("obs_shape.h5", observations=_OK["observations"][:, :3])
+_h5("action_out_of_range.h5", actions=np.array([0, 1, 0, 2, 1, 0, 1, 0]))
+_h5("length_mismatch.h5", terminals=_OK["terminals"][:7])
+_h5("no_rows.h5", **{k: v[:0] for k, v in _OK.items()})
+_h5("nan_reward.h5", rewards=np.array([1, 1, np.nan, 1, 1, 1, 1, 1], dtype=np.float32))
+(OUT / "hdf5" / "empty.h5").write_bytes(b"")
+(OUT / "hdf5" / "not_hdf5.h5").write_text("observations,actions\n0,1\n")
+written += 9
 print(f"wrote {written} files to {OUT}")

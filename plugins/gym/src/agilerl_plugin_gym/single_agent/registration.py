@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from agilerl_plugin_gym.env_spec import GymEnvSpec
-from agilerl_plugin_gym.single_agent.specs import CQNSpec, DDPGSpec, DQNSpec, PPOSpec, RainbowDQNSpec, TD3Spec
+from agilerl_plugin_gym.offline.specs import CQNSpec, OfflineEnvSpec
+from agilerl_plugin_gym.single_agent.specs import DDPGSpec, DQNSpec, PPOSpec, RainbowDQNSpec, TD3Spec
 
 _PKG = "agilerl_plugin_gym.single_agent"
 
@@ -19,9 +20,9 @@ def register_algorithms(register: Any) -> None:
     register(DQNSpec, algorithm=f"{_PKG}.dqn:DQN")
     register(DDPGSpec, algorithm=f"{_PKG}.ddpg:DDPG")
     register(TD3Spec, algorithm=f"{_PKG}.td3:TD3")
+    register(CQNSpec, algorithm="agilerl_plugin_gym.offline.cqn:CQN")
     # AgileRL names we cannot train yet: a manifest naming one fails with one "not supported" error.
     register(RainbowDQNSpec)
-    register(CQNSpec)
 
 
 def register_env_types(register: Any) -> None:
@@ -35,6 +36,8 @@ def register_env_types(register: Any) -> None:
             "make_pz_env": "agilerl_plugin_gym.multi_agent.vec_env:make_pz_env",
         },
     )
+    # Offline RL: the env is a gym env (made for evaluation); the training data is a dataset.
+    register("offline", OfflineEnvSpec, "agilerl_plugin_gym.envs:make_env")
 
 
 def register_builders(register: Any) -> None:
@@ -44,3 +47,4 @@ def register_builders(register: Any) -> None:
 def register_strategies(register: Any) -> None:
     register("single_agent", "on_policy", f"{_PKG}.strategies:OnPolicyStrategy")
     register("single_agent", "off_policy", f"{_PKG}.strategies:OffPolicyStrategy")
+    register("single_agent", "offline", "agilerl_plugin_gym.offline.strategy:OfflineStrategy")

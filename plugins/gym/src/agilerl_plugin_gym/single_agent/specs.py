@@ -55,9 +55,10 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
         problems += compat_problems(self, manifest)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
             return problems
-        env = manifest.environment
-        if env.env_type != "gym":
-            problems.append(Problem("environment.env_type", f"{self.name} trains on gym environments (env_type: gym)"))
+        env, env_type = manifest.environment, type(self).default_env_type
+        if env.env_type != env_type:
+            message = f"{self.name} trains on {env_type} environments (env_type: {env_type})"
+            problems.append(Problem("environment.env_type", message))
             return problems
         if not isinstance(env, GymEnvSpec):  # another class serving env_type gym: it checks its own names
             return problems
@@ -271,12 +272,4 @@ class RainbowDQNSpec(_NotSupportedSpec):
     regime: ClassVar[str] = "off_policy"
     not_supported: ClassVar[str] = (
         "RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN"
-    )
-
-
-class CQNSpec(_NotSupportedSpec):
-    regime: ClassVar[str] = "offline"
-    not_supported: ClassVar[str] = (
-        "CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline "
-        "env type and strategy this plugin does not have"
     )
