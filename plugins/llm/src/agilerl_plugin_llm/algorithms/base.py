@@ -175,6 +175,7 @@ class LLMAlgorithm(AlgorithmBase):
                 max_model_len=spec.max_model_len,
                 attn_implementation=spec.attn_implementation,
                 device=self.device,
+                quantization=getattr(spec, "quantization", None),
             )
         self.model = model
         if reference_model is None and self.needs_reference and not llm_model.is_peft(model):
