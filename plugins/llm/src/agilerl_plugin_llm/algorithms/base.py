@@ -283,9 +283,13 @@ class LLMAlgorithm(AlgorithmBase):
         micro-batch's units (rows, or tokens); it is divided by ``units(mini_batch)`` so the step
         sees the mini-batch mean whatever the micro-batch size. Returns mean stats.
         """
-        self.model.train()
+        if not self.model.training:  # train() walks every submodule: only when something switched to eval
+            self.model.train()
         self.maybe_refresh_reference()
         self.apply_lr_schedule()
+        # The optimizer's parameters are the trainable ones (it is built from them, and rebuilt with
+        # the model); reading them is free where ``trainable_parameters`` walks the whole model.
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
         rank, world = distributed.context()
         n = batch_rows(batch)
         mini = min(self.mini_batch_size or n, n)
@@ -306,9 +310,9 @@ class LLMAlgorithm(AlgorithmBase):
                     totals[k] = totals.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
             if world > 1:
-                distributed.sum_gradients(self.trainable_parameters())
+                distributed.sum_gradients(params)
             if self.max_grad_norm and self.max_grad_norm > 0:
-                norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.max_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm)
                 counts["grad_norm"] = counts.get("grad_norm", 0) + 1
             self.optimizer.step()
