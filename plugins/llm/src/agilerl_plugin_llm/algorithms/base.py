@@ -91,13 +91,19 @@ def sequence_logprobs(
     lm_head = getattr(base, "lm_head", None)
     softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
     extra: dict[str, Any] = {}
-    if position_ids_from_mask:
+    mask_arg: torch.Tensor | None = attention_mask
+    if bool((attention_mask.cumprod(-1) == attention_mask).all()):
+        # Right-padded (or unpadded) rows: under the causal mask no real token sees a pad, and real
+        # tokens sit at positions 0..n-1 either way, so the plain causal pass (no mask or positions
+        # to build; SDPA's is_causal kernel) scores every selected token the same.
+        mask_arg = None
+    elif position_ids_from_mask:
         extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     if decoder is not None and lm_head is not None and not softcap:
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra).last_hidden_state
+        hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
         logits = scale_logits(base, lm_head(hidden[:, :-1][select]))
     else:
-        out_all = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
+        out_all = model(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra)
         logits = out_all.logits[:, :-1][select]
     if temperature != 1.0:
         logits = logits / temperature
