@@ -31,7 +31,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agilerl_plugin_llm.rollout.generation import GenerationError, LoRAExporter, SamplingConfig, _cut
+from agilerl_plugin_llm.rollout.generation import (
+    GenerationError,
+    LoRAExporter,
+    SamplingConfig,
+    _cut,
+    vllm_sampling_kwargs,
+)
 
 
 def completion_request(
@@ -44,32 +50,18 @@ def completion_request(
     seed: int | None,
 ) -> dict[str, Any]:
     """The ``/v1/completions`` body for one prompt (vLLM's sampling extensions included)."""
+    # The completions API takes SamplingParams' fields by the same names.
+    sampling_fields = vllm_sampling_kwargs(sampling, max_tokens=max_tokens, seed=seed)
     body: dict[str, Any] = {
         "model": model,
         "prompt": list(prompt),
-        "max_tokens": int(max_tokens),
-        "n": 1,
-        "min_tokens": int(sampling.min_new_tokens),
-        "repetition_penalty": float(sampling.repetition_penalty),
+        **{k: v for k, v in sampling_fields.items() if v is not None},
         "stop_token_ids": list(stop_ids),
         "skip_special_tokens": False,
         "logprobs": 0,
         "return_tokens_as_token_ids": True,
         "return_token_ids": True,
     }
-    if seed is not None:
-        body["seed"] = int(seed)
-    if sampling.stop_strings:
-        body.update(stop=list(sampling.stop_strings), include_stop_str_in_output=True)
-    if sampling.greedy:
-        body.update(temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0)
-    else:
-        body.update(
-            temperature=float(sampling.temperature),
-            top_p=float(sampling.top_p),
-            top_k=int(sampling.top_k) if sampling.top_k > 0 else -1,
-            min_p=float(sampling.min_p),
-        )
     return body
 
 
