@@ -85,3 +85,7 @@ def test_qlora_sft_trains_the_adapter_on_a_4bit_base(tiny_model_dir: Path, tmp_p
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["eval/loss"] for r in rows if "eval/loss" in r]
     assert losses[-1] < losses[0] - 0.5, losses
+    # The adapter exports; merging into the 4-bit base is refused.
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "merged"), "--format", "merged"]) != 0
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "adapter")]) == 0
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()

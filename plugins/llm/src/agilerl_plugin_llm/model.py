@@ -201,7 +201,9 @@ def load_model(
             raise ModelLoadError(
                 "quantization (QLoRA) needs a CUDA device (training.device: cuda) and network.lora_config"
             )
-        kwargs.update(quantization_config=bnb_config(quantization), device_map={"": device}, dtype=torch.bfloat16)  # type: ignore[arg-type]
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        # bitsandbytes quantizes while loading onto the device: the whole model goes to that GPU.
+        kwargs.update(quantization_config=bnb_config(quantization), device_map={"": index}, dtype=torch.bfloat16)  # type: ignore[arg-type]
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as exc:
