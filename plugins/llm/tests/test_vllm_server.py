@@ -223,7 +223,28 @@ def test_grpo_generates_on_the_server_and_syncs_each_new_adapter(
         assert len(server.loaded) == 3 and len(set(server.loaded)) == 3  # a new name per sync
         assert server.unloaded == server.loaded[:-1]  # the previous version is dropped
         assert list(server.adapters) == [server.loaded[-1]]
+        assert agent.clone(1).backend() is agent.backend()  # population members share the client
         agent.backend().close()
         assert server.adapters == {}
+    finally:
+        server.close()
+
+
+def test_agilerl_train_runs_through_the_server_and_releases_it(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import yaml
+
+    from agilerl.cli import main
+
+    server = StandInServer(tiny_model_dir)
+    try:
+        data = server_manifest(tiny_model_dir, tmp_path / "run", server.url)
+        data["training"].update(max_steps=2, evo_steps=2)
+        path = tmp_path / "server.yaml"
+        path.write_text(yaml.safe_dump(data))
+        assert main(["train", str(path)]) == 0
+        rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+        assert any(r.get("generation") == -1 for r in rows) and any("train/reward" in r for r in rows)
+        assert server.completions and all(isinstance(b["prompt"], list) for b in server.completions)
+        assert server.adapters == {}  # the run unloaded its adapter when it ended
     finally:
         server.close()
