@@ -9,7 +9,8 @@ max length 128, AdamW, no gradient checkpointing, CPU, 1 torch thread. DPO: beta
 Each (algorithm, implementation) runs in its own process, so peak RSS (``ru_maxrss``) is that
 implementation's alone. Reported: median and mean seconds per optimizer step after warm-up steps
 (ours: drawing the batch + the update; TRL: the interval between ``on_step_end`` callbacks, which
-includes its data loading and collation), and peak RSS.
+includes its data loading and collation), the median process CPU seconds over the same intervals
+(steadier than wall time on a shared machine), and peak RSS. Repeats alternate the two sides.
 
     python benchmarks/llm/bench_sft_dpo.py               # both algorithms, both implementations
     python benchmarks/llm/bench_sft_dpo.py --steps 60 --algorithms dpo
@@ -53,7 +54,7 @@ def _read(name: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------------
 
 
-def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> list[float]:
+def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[list[float], list[float]]:
     from agilerl.builders import AlgorithmBuildRuntime
     from agilerl_plugin_llm.builder import LLMBuilder
     from agilerl_plugin_llm.dataset.env import make_llm_env
@@ -74,15 +75,17 @@ def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> list[fl
     env = make_llm_env(env_spec, tokenizer, data_batch_size_per_gpu=BATCH, max_context_length=MAX_LEN, seed=0)
     agent = LLMBuilder.build(spec, tokenizer=tokenizer, runtime=AlgorithmBuildRuntime(seed=0))
     times: list[float] = []
+    cpu: list[float] = []
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         agent.learn(env.next_batch())
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    return times
+            cpu.append(time.process_time() - c0)
+    return times, cpu
 
 
-def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> list[float]:
+def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[list[float], list[float]]:
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -91,11 +94,11 @@ def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> list[flo
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     peft_config = LoraConfig(r=LORA["lora_r"], lora_alpha=LORA["lora_alpha"], lora_dropout=0.0,
                              target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
-    stamps: list[float] = []
+    stamps: list[tuple[float, float]] = []
 
     class Clock(TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            stamps.append(time.perf_counter())
+            stamps.append((time.perf_counter(), time.process_time()))
 
     common = {"output_dir": tempfile.mkdtemp(prefix="trl-bench-"), "per_device_train_batch_size": BATCH,
               "max_steps": warmup + steps + 1, "learning_rate": LR, "use_cpu": True, "bf16": False,
@@ -120,8 +123,8 @@ def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> list[flo
         trainer = DPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                              processing_class=tokenizer, peft_config=peft_config, callbacks=[Clock()])  # fmt: skip
     trainer.train()
-    intervals = [b - a for a, b in itertools.pairwise(stamps)]
-    return intervals[warmup : warmup + steps]
+    pairs = list(itertools.pairwise(stamps))[warmup : warmup + steps]
+    return [b[0] - a[0] for a, b in pairs], [b[1] - a[1] for a, b in pairs]
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -130,10 +133,11 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     run = run_ours if args.impl == "ours" else run_trl
-    times = run(args.algorithm, args.model, args.steps, args.warmup)
+    times, cpu = run(args.algorithm, args.model, args.steps, args.warmup)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print("RESULT " + json.dumps({"algorithm": args.algorithm, "impl": args.impl, "steps": len(times),
                                   "median_s": statistics.median(times), "mean_s": statistics.fmean(times),
+                                  "cpu_median_s": statistics.median(cpu),
                                   "peak_rss_mb": peak_mb}))  # fmt: skip
 
 
@@ -163,10 +167,10 @@ def main() -> None:
     model_dir = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="tiny-llm-")) / "model"))
     print(f"tiny model: {model_dir}; trl {trl.__version__}; batch {BATCH}, {args.steps} timed steps after "
           f"{args.warmup} warm-up, 1 torch thread")  # fmt: skip
-    results: dict[tuple[str, str], dict[str, Any]] = {}
+    results: dict[tuple[str, ...], dict[str, Any]] = {}
     for algorithm in args.algorithms.split(","):
-        for impl in ("ours", "trl"):
-            for _ in range(args.repeats):
+        for _ in range(args.repeats):
+            for impl in ("ours", "trl"):
                 cmd = [sys.executable, __file__, "--worker", "--algorithm", algorithm, "--impl", impl,
                        "--model", model_dir, "--steps", str(args.steps), "--warmup", str(args.warmup)]  # fmt: skip
                 out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -177,14 +181,20 @@ def main() -> None:
                 best = results.get((algorithm, impl))
                 if best is None or result["median_s"] < best["median_s"]:
                     results[(algorithm, impl)] = result
+                cpu_best = results.setdefault(("cpu", algorithm, impl), result)
+                if result["cpu_median_s"] < cpu_best["cpu_median_s"]:
+                    results[("cpu", algorithm, impl)] = result
     print("\n| algorithm | agilerl s/step (median / mean) | TRL s/step (median / mean) | ratio (median) "
-          "| agilerl peak RSS | TRL peak RSS |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+          "| CPU s/step agilerl / TRL (ratio) | agilerl peak RSS | TRL peak RSS |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for algorithm in args.algorithms.split(","):
         ours, theirs = results[(algorithm, "ours")], results[(algorithm, "trl")]
+        cpu_ours = results[("cpu", algorithm, "ours")]["cpu_median_s"]
+        cpu_theirs = results[("cpu", algorithm, "trl")]["cpu_median_s"]
         print(f"| {algorithm.upper()} | {ours['median_s'] * 1e3:.1f} / {ours['mean_s'] * 1e3:.1f} ms "
               f"| {theirs['median_s'] * 1e3:.1f} / {theirs['mean_s'] * 1e3:.1f} ms "
               f"| {ours['median_s'] / theirs['median_s']:.2f}x "
+              f"| {cpu_ours * 1e3:.1f} / {cpu_theirs * 1e3:.1f} ms ({cpu_ours / cpu_theirs:.2f}x) "
               f"| {ours['peak_rss_mb']:.0f} MB | {theirs['peak_rss_mb']:.0f} MB |")  # fmt: skip
 
 

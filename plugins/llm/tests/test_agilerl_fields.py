@@ -181,8 +181,9 @@ def test_use_vllm_false_generates_with_hf_and_vllm_config_reaches_the_engine(
     assert any("contradicts generation_backend" in p for p in found), found
     found = problems_of(rollout_manifest(tiny_model_dir, tmp_path, vllm_config={"tensor_parallel_size": 2}))
     assert any("tensor_parallel_size" in p for p in found), found
-    found = problems_of(rollout_manifest(tiny_model_dir, tmp_path, vllm_config={"mode": "server"}))
-    assert any("mode" in p for p in found), found
+    # Server mode is a vLLM path too: without use_vllm it is unused (test_vllm_server.py runs it).
+    m = load_manifest(rollout_manifest(tiny_model_dir, tmp_path, vllm_config={"mode": "server"}))
+    assert m.algorithm.generation_backend == "auto"  # type: ignore[attr-defined]
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
@@ -296,8 +297,6 @@ def test_loss_norm_averages_over_sequences_micro_batch_tokens_or_the_window() ->
     assert float(normalised_loss_sum(per_token, mask, batch, "accumulation_window")) == pytest.approx(7.0)
     # Dr. GRPO: token sums over a constant, so a long completion is not diluted by its own length.
     assert float(normalised_loss_sum(per_token, mask, batch, "max_tokens", 4)) == pytest.approx(7.0 / 4)
-    weighted = {"row_weight": torch.tensor([1.0, 0.0])}  # filter_zero_adv dropped the second row
-    assert float(normalised_loss_sum(per_token, mask, weighted, "accumulation_window")) == pytest.approx(3.0)
 
 
 # --- reduce_memory_peak ------------------------------------------------------------------------------

@@ -124,4 +124,4 @@ def test_algorithm_unsupported_and_batching_fields(
 ) -> None:
     bad = {"name": "SFT", "quantization": "4bit", "micro_batch_size_per_gpu": 3, "mini_batch_size": 4}
     path = write_manifest(_manifest(tiny_model_dir, tmp_path / "run", algorithm=bad))
-    _fails(run_cli, path, "quantization", "not supported", "multiple of micro_batch_size_per_gpu", command="validate")
+    _fails(run_cli, path, "quantization", "not a preset", "multiple of micro_batch_size_per_gpu", command="validate")

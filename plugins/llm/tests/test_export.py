@@ -79,7 +79,8 @@ def test_export_loads_with_plain_transformers_and_generates_like_the_policy(
             model = AutoModelForCausalLM.from_pretrained(out)
         model.eval()
         assert [greedy(model, tokenizer, p) for p in PROMPTS] == policy, fmt
-        assert torch.allclose(logits(model, tokenizer), policy_logits, atol=1e-5), fmt
+        # Float32 rounding only: merging B @ A into W moves logits of size ~6 by ~1e-5 (2e-6 relative).
+        assert torch.allclose(logits(model, tokenizer), policy_logits, atol=5e-5), fmt
         card = (out / "README.md").read_text()
         assert "## Training manifest" in card and "name: SFT" in card and str(EXAMPLES / "say_eight.jsonl") in card
     code, _, err = run_cli("export", str(run), str(tmp_path / "export-merged" if lora else out))

@@ -112,6 +112,11 @@ def export(
         fmt = "adapter" if lora else "merged"
     if fmt == "adapter" and not lora:
         raise ExportError("--format adapter needs a LoRA run (network.lora_config); this run trained every weight")
+    if fmt == "merged" and getattr(agent.spec, "quantization", None) not in (None, "none", "None", False, {}):
+        raise ExportError(
+            "--format merged would merge the adapter into a quantized (QLoRA) base; export --format adapter "
+            "and apply it to the full-precision base (peft.PeftModel.from_pretrained)"
+        )
     out = Path(out_dir).expanduser()
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{str(out)!r} is not empty; export into a new or empty directory")

@@ -139,6 +139,27 @@ def training_dtype(device: str | torch.device, *, lora: bool) -> torch.dtype | N
     return None
 
 
+def bnb_config(quantization: str | Mapping[str, Any]) -> Any:
+    """``transformers.BitsAndBytesConfig`` for AgileRL's ``quantization`` (``nf4``, ``fp4``, ``int8``, or
+    a mapping of ``BitsAndBytesConfig`` arguments). 4-bit presets compute in bfloat16 with double
+    quantization (the QLoRA recipe); ``lm_head`` stays unquantized so log-probs keep full precision."""
+    from transformers import BitsAndBytesConfig
+
+    if isinstance(quantization, Mapping):
+        return BitsAndBytesConfig(**dict(quantization))
+    if quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True, llm_int8_skip_modules=["lm_head"])
+    if quantization in ("nf4", "fp4"):
+        return BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=quantization,
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            llm_int8_skip_modules=["lm_head"],
+        )
+    raise ModelLoadError(f"quantization: unknown preset {quantization!r} (nf4, fp4, int8 or BitsAndBytesConfig args)")
+
+
 def load_model(
     name_or_path: str | os.PathLike[str],
     *,
@@ -149,6 +170,7 @@ def load_model(
     attn_implementation: str | None = None,
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
+    quantization: str | Mapping[str, Any] | None = None,
 ) -> Any:
     """Load a causal LM for training.
 
@@ -156,6 +178,9 @@ def load_model(
     ``use_separate_reference_adapter`` a frozen ``"reference"`` adapter (a copy of the actor's
     initial weights) is added, otherwise the reference policy is the base with adapters disabled.
     Without LoRA every weight trains and the caller keeps a frozen copy when it needs a reference.
+    ``quantization`` (QLoRA, CUDA only): the base is loaded 4-/8-bit through bitsandbytes
+    (:func:`bnb_config`), prepared with peft's ``prepare_model_for_kbit_training`` and trained
+    through the LoRA adapter.
     """
     from transformers import AutoModelForCausalLM
 
@@ -170,6 +195,15 @@ def load_model(
         kwargs["dtype"] = "auto"
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    quantized = quantization not in (None, "none", "None", False, {})
+    if quantized:
+        if device.type != "cuda" or lora_config is None:
+            raise ModelLoadError(
+                "quantization (QLoRA) needs a CUDA device (training.device: cuda) and network.lora_config"
+            )
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        # bitsandbytes quantizes while loading onto the device: the whole model goes to that GPU.
+        kwargs.update(quantization_config=bnb_config(quantization), device_map={"": index}, dtype=torch.bfloat16)  # type: ignore[arg-type]
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as exc:
@@ -178,8 +212,18 @@ def load_model(
     if max_model_len is not None and limit is not None and max_model_len > limit:
         log.warning("max_model_len %d exceeds the model's max_position_embeddings %d", max_model_len, limit)
     model.config.use_cache = False
-    model.to(device)
-    if gradient_checkpointing:
+    if quantized:
+        from peft import prepare_model_for_kbit_training
+
+        # Freezes the base, upcasts norms and embeddings to float32, enables input grads for checkpointing.
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    else:
+        model.to(device)
+    if gradient_checkpointing and not quantized:
         # Non-reentrant checkpointing needs no input that requires grad, so it works under LoRA too.
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

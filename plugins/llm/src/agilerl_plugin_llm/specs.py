@@ -311,8 +311,6 @@ class LLMEnvSpec(EnvSpec):
 
 #: Inherited ``LLMAlgorithmSpec`` fields no code path here implements yet; setting one is an error.
 UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
-    "quantization": "QLoRA (a bitsandbytes nf4/int8 base) is not supported: it needs a CUDA GPU and is not "
-    "implemented by agilerl-plugin-llm yet; remove it (or set quantization: none) to train in full precision",
     "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
@@ -328,9 +326,42 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
 
 
+#: AgileRL's ``quantization`` presets: a bitsandbytes base under a LoRA adapter (QLoRA).
+QUANTIZATION_PRESETS = ("nf4", "fp4", "int8")
+
+
+def quantization_problem(value: Any) -> str | None:
+    """Why ``quantization: value`` cannot run here (None: it can, or it is off).
+
+    QLoRA loads the base through bitsandbytes, whose 4-/8-bit kernels need a CUDA GPU. torch is only
+    imported when bitsandbytes is installed, so validation stays light on a CPU install.
+    """
+    if value in _OFF_VALUES:
+        return None
+    if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
+        return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
+                "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
+    need = ("QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs a CUDA GPU and the bitsandbytes "
+            "package (pip install 'agilerl-plugin-llm[qlora]' on a CUDA machine)")  # fmt: skip
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return f"quantization: {need}; bitsandbytes is not installed here. Remove it (or set quantization: none) to train in full precision"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"quantization: {need}; this machine has no CUDA device. Remove it (or set quantization: none) to train in full precision"
+    return None
+
+
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
     """Problems shared by every LLM algorithm of this plugin (used by the spec validators)."""
     problems: list[str] = []
+    if "quantization" in spec.model_fields_set:
+        problem = quantization_problem(spec.quantization)
+        if problem is None and spec.quantization not in _OFF_VALUES and spec.lora_config is None:
+            problem = ("quantization: QLoRA trains a LoRA adapter on the quantized base, and quantized weights "
+                       "cannot be fine-tuned themselves; add network.lora_config or remove quantization")  # fmt: skip
+        if problem:
+            problems.append(problem)
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")

@@ -91,13 +91,19 @@ def sequence_logprobs(
     lm_head = getattr(base, "lm_head", None)
     softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
     extra: dict[str, Any] = {}
-    if position_ids_from_mask:
+    mask_arg: torch.Tensor | None = attention_mask
+    if bool((attention_mask.cumprod(-1) == attention_mask).all()):
+        # Right-padded (or unpadded) rows: under the causal mask no real token sees a pad, and real
+        # tokens sit at positions 0..n-1 either way, so the plain causal pass (no mask or positions
+        # to build; SDPA's is_causal kernel) scores every selected token the same.
+        mask_arg = None
+    elif position_ids_from_mask:
         extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     if decoder is not None and lm_head is not None and not softcap:
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra).last_hidden_state
+        hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
         logits = scale_logits(base, lm_head(hidden[:, :-1][select]))
     else:
-        out_all = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)
+        out_all = model(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra)
         logits = out_all.logits[:, :-1][select]
     if temperature != 1.0:
         logits = logits / temperature
@@ -175,6 +181,7 @@ class LLMAlgorithm(AlgorithmBase):
                 max_model_len=spec.max_model_len,
                 attn_implementation=spec.attn_implementation,
                 device=self.device,
+                quantization=getattr(spec, "quantization", None),
             )
         self.model = model
         if reference_model is None and self.needs_reference and not llm_model.is_peft(model):
@@ -282,9 +289,13 @@ class LLMAlgorithm(AlgorithmBase):
         micro-batch's units (rows, or tokens); it is divided by ``units(mini_batch)`` so the step
         sees the mini-batch mean whatever the micro-batch size. Returns mean stats.
         """
-        self.model.train()
+        if not self.model.training:  # train() walks every submodule: only when something switched to eval
+            self.model.train()
         self.maybe_refresh_reference()
         self.apply_lr_schedule()
+        # The optimizer's parameters are the trainable ones (it is built from them, and rebuilt with
+        # the model); reading them is free where ``trainable_parameters`` walks the whole model.
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
         rank, world = distributed.context()
         n = batch_rows(batch)
         mini = min(self.mini_batch_size or n, n)
@@ -305,9 +316,9 @@ class LLMAlgorithm(AlgorithmBase):
                     totals[k] = totals.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
             if world > 1:
-                distributed.sum_gradients(self.trainable_parameters())
+                distributed.sum_gradients(params)
             if self.max_grad_norm and self.max_grad_norm > 0:
-                norm = torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.max_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
                 totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm)
                 counts["grad_norm"] = counts.get("grad_norm", 0) + 1
             self.optimizer.step()

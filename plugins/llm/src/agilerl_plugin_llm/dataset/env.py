@@ -429,17 +429,24 @@ class DatasetEnv:
 
     # --- batches -------------------------------------------------------------------------------
     def collate(self, rows: Sequence[EncodedRow]) -> dict[str, torch.Tensor]:
-        sides = len(rows[0].sides)
+        # Padded to this batch's longest row, built as Python lists and converted once per tensor
+        # (two small tensor copies per row cost more than the conversion on a short step).
         width = max(r.length for r in rows)
-        ids = torch.full((len(rows), sides, width), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), sides, width), dtype=torch.long)
-        loss = torch.zeros((len(rows), sides, width), dtype=torch.long)
-        for b, row in enumerate(rows):
-            for s, (tok_ids, mask) in enumerate(row.sides):
-                n = len(tok_ids)
-                ids[b, s, :n] = torch.tensor(tok_ids, dtype=torch.long)
-                attn[b, s, :n] = 1
-                loss[b, s, :n] = torch.tensor(mask, dtype=torch.long)
+        pad = self.pad_token_id
+        ids_rows, attn_rows, loss_rows = [], [], []
+        for row in rows:
+            ids_sides, attn_sides, loss_sides = [], [], []
+            for tok_ids, mask in row.sides:
+                fill = width - len(tok_ids)
+                ids_sides.append([*tok_ids, *([pad] * fill)])
+                attn_sides.append([1] * len(tok_ids) + [0] * fill)
+                loss_sides.append([*mask, *([0] * fill)])
+            ids_rows.append(ids_sides)
+            attn_rows.append(attn_sides)
+            loss_rows.append(loss_sides)
+        ids = torch.tensor(ids_rows, dtype=torch.long)
+        attn = torch.tensor(attn_rows, dtype=torch.long)
+        loss = torch.tensor(loss_rows, dtype=torch.long)
         if self.objective == "sft":
             ids, attn, loss = ids[:, 0], attn[:, 0], loss[:, 0]
         return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss}

@@ -308,8 +308,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             batch["prefix_len"] = torch.tensor([t.prompt_len for t in trajs], dtype=torch.long)
             batch["group_id"] = group_ids(trajs, repeats)
         rewards = torch.tensor([t.total_reward for t in trajs], dtype=torch.float32)
-        batch.update(self.advantages(trajs, rewards, repeats))
-        stats = self.update(batch)
+        extra = self.advantages(trajs, rewards, repeats)
+        keep = extra.pop("keep", None)
+        batch.update(extra)
+        dropped = 0.0
+        if keep is not None:
+            # filter_zero_adv: completions without signal leave the batch (the loss averages over the rest).
+            dropped = 1.0 - float(keep.float().mean())
+            batch = {k: v[keep] for k, v in batch.items()}
+        stats = self.update(batch) if len(batch["input_ids"]) else {"loss": 0.0, "optimizer_steps": 0.0}
+        if keep is not None:
+            stats["filtered"] = dropped
         n_tokens = float(sum(t.num_policy_tokens for t in trajs))
         stats.update(
             reward=float(rewards.mean()),
@@ -430,7 +439,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         finally:
             self._backend = backend
         # A vLLM engine holds the GPU: clones share it (weights are synced before every rollout).
-        if backend is not None and getattr(backend, "name", "") == "vllm":
+        if backend is not None and getattr(backend, "name", "") in ("vllm", "vllm_server"):
             twin._backend = backend  # type: ignore[attr-defined]
         return twin  # type: ignore[return-value]
 

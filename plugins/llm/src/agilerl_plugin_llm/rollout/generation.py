@@ -2,6 +2,8 @@
 
 * :class:`HFGenerateBackend` (default; runs anywhere torch runs): Hugging Face ``generate`` on the
   training model itself, so it always samples from the current weights.
+* :class:`~agilerl_plugin_llm.rollout.vllm_server.VLLMServerBackend` (``vllm_config.mode: server``):
+  a client of a separately started vLLM server (the LoRA adapter is synced to it over HTTP).
 * :class:`VLLMColocatedBackend` (extra ``agilerl-plugin-llm[vllm]``; needs CUDA): a vLLM engine in
   the training process. After each optimizer step the trainer calls :meth:`sync_weights`: with LoRA
   only the adapter is written (``vllm_lora_export_dir``) and served through a new ``LoRARequest``;
@@ -450,7 +452,10 @@ def select_backend(
     spec: Any, model: Any, tokenizer: Any, *, stop_ids: list[int], device: str, lora_rank: int | None
 ) -> GenerationBackend:
     """Build the backend ``spec`` asks for (see :func:`select_backend_name`)."""
-    name = select_backend_name(getattr(spec, "generation_backend", "auto"), device=device)
+    requested = getattr(spec, "generation_backend", "auto")
+    if requested == "vllm_server":
+        return _server_backend(spec, stop_ids=stop_ids)
+    name = select_backend_name(requested, device=device)
     if name == "hf":
         return HFGenerateBackend(
             model, tokenizer, stop_ids=stop_ids, chunk_size=getattr(spec, "hf_generate_chunk_size", None)
@@ -474,6 +479,23 @@ def select_backend(
 
 
 _ENGINES: dict[str, VLLMColocatedBackend] = {}
+_SERVERS: dict[str, Any] = {}
+
+
+def _server_backend(spec: Any, *, stop_ids: list[int]) -> Any:
+    """One client per server URL, shared by the population (each member syncs its adapter first)."""
+    from agilerl_plugin_llm.rollout.vllm_server import VLLMServerBackend
+
+    url = str(spec.vllm_server_url or "http://127.0.0.1:8000")
+    client = _SERVERS.get(url)
+    if client is None or client.closed:
+        client = _SERVERS[url] = VLLMServerBackend(
+            url,
+            stop_ids=stop_ids,
+            timeout=float(getattr(spec, "vllm_server_timeout", 240.0)),
+            export_dir=getattr(spec, "vllm_lora_export_dir", None),
+        )
+    return client
 
 
 def _new_vllm_backend(spec: Any, *, stop_ids: list[int], lora_rank: int | None) -> VLLMColocatedBackend:

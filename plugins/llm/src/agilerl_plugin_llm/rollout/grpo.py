@@ -99,6 +99,35 @@ def pooled_log_ratio(
     return means.gather(1, turn_index.clamp(min=0))
 
 
+def postprocess_advantages(adv: torch.Tensor, loss_mask: torch.Tensor, spec: Any) -> dict[str, torch.Tensor]:
+    """AgileRL's order after the group advantages: zero-advantage filter, whitening, clipping.
+
+    ``filter_zero_adv``: a completion whose largest ``|advantage|`` is at most ``adv_filter_eps`` is
+    marked for dropping (``keep``; every member of a group with equal rewards, DAPO's dynamic
+    sampling); ``whiten_advantages`` normalises over the kept completions' policy tokens;
+    ``adv_clip_range`` clips. The rollout loop removes the dropped rows before the update.
+    """
+    n = adv.shape[0]
+    out: dict[str, torch.Tensor] = {}
+    keep = torch.ones(n, dtype=torch.bool)
+    if spec.filter_zero_adv:
+        keep = adv.reshape(n, -1).abs().amax(dim=1) > float(spec.adv_filter_eps)
+        out["keep"] = keep
+    if spec.whiten_advantages:
+        mask = loss_mask.float().clone()
+        mask[:, 0] = 0.0
+        mask = mask * keep.float().unsqueeze(-1)
+        tokens = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
+        count = mask.sum().clamp(min=1.0)
+        mean = (tokens * mask).sum() / count
+        var = (((tokens - mean) * mask) ** 2).sum() / (count - 1.0).clamp(min=1.0)
+        adv = (tokens - mean) / (var.sqrt() + 1e-8) * (mask > 0)
+    if spec.adv_clip_range is not None:
+        adv = adv.clamp(-float(spec.adv_clip_range), float(spec.adv_clip_range))
+    out["advantages"] = adv
+    return out
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -145,12 +174,9 @@ def normalised_loss_sum(
     rows); ``accumulation_window``: the token sum (``optimize`` divides by the mini-batch's tokens);
     ``max_tokens``: each row's token sum over the constant ``max_tokens`` (Dr. GRPO: no length bias).
     """
-    weights = batch.get("row_weight")
     if norm == "sequence":
-        per_row = masked_mean_per_row(per_token, mask)
-        return (per_row * weights).sum() if weights is not None else per_row.sum()
-    token_mask = mask * weights.unsqueeze(-1) if weights is not None else mask
-    total = (per_token * token_mask).sum()
+        return masked_mean_per_row(per_token, mask).sum()
+    total = (per_token * mask).sum()
     if norm == "max_tokens":
         return total / float(max(max_tokens, 1))
     if norm == "micro_batch":
@@ -162,7 +188,8 @@ class GRPO(RolloutLLMAlgorithm):
     """GRPO on a causal LM (full fine-tuning or a LoRA ``actor`` adapter). See the module docstring.
 
     Hyperparameters (all from :class:`~agilerl_plugin_llm.rollout.specs.GRPOSpec`): ``group_size``,
-    ``lr``, ``clip_coef``, ``beta``, ``adv_norm``, ``loss_type``, ``kl_clamp``, ``filter_zero_adv``,
+    ``lr``, ``clip_coef``, ``beta``, ``adv_norm``, ``loss_type``, ``kl_clamp``, ``filter_zero_adv``
+    (with ``adv_filter_eps``), ``whiten_advantages``, ``adv_clip_range``,
     ``temperature`` (and the other sampling fields), ``update_epochs``, ``max_grad_norm``.
     """
 
@@ -201,12 +228,7 @@ class GRPO(RolloutLLMAlgorithm):
                                         fallback=self.spec.turn_advantage_trajectory_fallback)  # fmt: skip
         else:  # trajectory (and auto): one advantage per completion
             adv = group_advantages(rewards, repeats, norm=self.spec.adv_norm)
-        if self.spec.filter_zero_adv:
-            # Groups with equal rewards carry no signal; drop their tokens from the loss.
-            keep = rewards.view(-1, repeats).std(dim=1) > 1e-8
-            keep = keep.repeat_interleave(repeats)
-            return {"advantages": adv, "row_weight": keep.float()}
-        return {"advantages": adv}
+        return postprocess_advantages(adv, pad_trajectories(trajs, self.pad_id)["loss_mask"], self.spec)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         mask = batch["loss_mask"].float()
@@ -243,5 +265,6 @@ __all__ = [
     "normalised_loss_sum",
     "policy_loss",
     "pooled_log_ratio",
+    "postprocess_advantages",
     "turn_group_advantages",
 ]

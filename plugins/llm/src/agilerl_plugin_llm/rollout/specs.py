@@ -41,17 +41,28 @@ _UNSUPPORTED_GENERATION_FIELDS = {
 
 
 class VLLMConfig(Spec):
-    """AgileRL's ``vllm_config``: the colocated vLLM engine used when ``use_vllm: true``.
+    """AgileRL's ``vllm_config``: the vLLM engine used when ``use_vllm: true``.
 
-    ``gpu_memory_utilization`` and ``sleep_mode`` set ``vllm_gpu_memory_utilization`` and
-    ``vllm_sleep_mode``; ``max_num_seqs``, ``dtype`` and ``quantization`` go to ``vllm.LLM`` (under any
-    ``vllm_engine_args`` the manifest gives). With HF generation (``use_vllm: false``) it is not used.
+    ``mode: colocate``: ``gpu_memory_utilization`` and ``sleep_mode`` set ``vllm_gpu_memory_utilization``
+    and ``vllm_sleep_mode``; ``max_num_seqs``, ``dtype`` and ``quantization`` go to ``vllm.LLM`` (under
+    any ``vllm_engine_args`` the manifest gives). ``mode: server``: generation requests go to a vLLM
+    server started separately (``server_base_url``, or ``server_host``/``server_port``), and the LoRA
+    adapter is synced to it before each rollout. With HF generation (``use_vllm: false``) it is not used.
     """
 
     mode: Annotated[
-        Literal["colocate"],
-        Field(description="colocate: the engine runs in the training process (server mode is not implemented)."),
-    ] = "colocate"
+        Literal["colocate", "server"],
+        Field(description="colocate: the engine runs in the training process; server: a separately started "
+                          "vLLM server generates (LoRA runs; the adapter is synced to it over HTTP)."),
+    ] = "colocate"  # fmt: skip
+    server_base_url: Annotated[
+        str | None, Field(description="mode: server: the server's URL (overrides server_host/server_port).")
+    ] = None
+    server_host: Annotated[str, Field(description="mode: server: the server's host.")] = "127.0.0.1"
+    server_port: Annotated[int, Field(ge=1, le=65535, description="mode: server: the server's port.")] = 8000
+    server_timeout: Annotated[
+        float, Field(gt=0.0, description="mode: server: seconds to wait for the server at start, and per request.")
+    ] = 240.0
     tensor_parallel_size: Annotated[int, Field(ge=1, le=1, description="GPUs per engine (only 1 here).")] = 1
     gpu_memory_utilization: Annotated[float, Field(gt=0.0, le=1.0)] = 0.3
     max_num_seqs: Annotated[int | None, Field(ge=1, description="vLLM's max_num_seqs (sequences per step).")] = None
@@ -67,6 +78,11 @@ class VLLMConfig(Spec):
         if self.strip_multimodal_towers:
             raise ValueError("strip_multimodal_towers is not supported; remove it")
         return self
+
+    @property
+    def server_url(self) -> str:
+        """The server's base URL (``mode: server``)."""
+        return (self.server_base_url or f"http://{self.server_host}:{self.server_port}").rstrip("/")
 
     def engine_args(self) -> dict[str, Any]:
         """Arguments for ``vllm.LLM`` beyond the ones the backend sets itself."""
@@ -92,6 +108,10 @@ def _fold_vllm_fields(data: Any) -> Any:
         data.setdefault("vllm_gpu_memory_utilization", cfg.gpu_memory_utilization)
         data.setdefault("vllm_sleep_mode", cfg.sleep_mode)
         data["vllm_engine_args"] = {**cfg.engine_args(), **dict(data.get("vllm_engine_args") or {})}
+        if cfg.mode == "server" and data.get("generation_backend") == "vllm":
+            data["generation_backend"] = "vllm_server"
+            data.setdefault("vllm_server_url", cfg.server_url)
+            data.setdefault("vllm_server_timeout", cfg.server_timeout)
     return data
 
 
@@ -134,9 +154,16 @@ class RolloutLLMSpec(PluginLLMSpec):
         int | None, Field(ge=0, description="Suppress end-of-sequence before this many new tokens.")
     ] = None
     generation_backend: Annotated[
-        Literal["auto", "hf", "vllm"],
-        Field(description="auto: vLLM (colocated) when it imports and CUDA is present, else HF generate."),
-    ] = "auto"
+        Literal["auto", "hf", "vllm", "vllm_server"],
+        Field(description="auto: vLLM (colocated) when it imports and CUDA is present, else HF generate; "
+                          "vllm_server: a separately started vLLM server at vllm_server_url."),
+    ] = "auto"  # fmt: skip
+    vllm_server_url: Annotated[
+        str | None, Field(description="generation_backend: vllm_server: the server's URL (vllm_config sets it).")
+    ] = None
+    vllm_server_timeout: Annotated[
+        float, Field(gt=0.0, description="Seconds to wait for the vLLM server at start, and per request.")
+    ] = 240.0
     vllm_sleep_mode: Annotated[
         bool, Field(description="Put the colocated vLLM engine to sleep while training (frees GPU memory).")
     ] = True
@@ -199,7 +226,14 @@ class RolloutLLMSpec(PluginLLMSpec):
                             "implemented; remove it or set it to false")  # fmt: skip
         if problems:
             raise ValueError("; ".join(problems))
-        if self.use_vllm and importlib.util.find_spec("vllm") is None:
+        if self.generation_backend == "vllm_server":
+            if self.lora_config is None:
+                raise ValueError(
+                    "vllm_config.mode: server syncs the LoRA adapter to the server (POST /v1/load_lora_adapter); "
+                    "full-weight sync to a separate server is not implemented: add network.lora_config, or use "
+                    "mode: colocate for full fine-tuning"
+                )
+        elif self.use_vllm and importlib.util.find_spec("vllm") is None:
             raise ValueError(
                 "use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install "
                 "'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate"
@@ -284,8 +318,20 @@ class GRPOSpec(RolloutLLMSpec):
         float | None, Field(gt=0.0, description="Clamp the per-token k3 KL estimate to [0, kl_clamp].")
     ] = 10.0
     filter_zero_adv: Annotated[
-        bool, Field(description="Skip groups whose rewards are all equal (their advantage is zero).")
+        bool,
+        Field(description="DAPO's dynamic sampling as AgileRL spells it: drop every completion whose advantage "
+                          "is at most adv_filter_eps in absolute value (all of a group whose rewards are equal) "
+                          "before the update, so the loss averages over the completions that carry signal."),
+    ] = False  # fmt: skip
+    adv_filter_eps: Annotated[
+        float, Field(ge=0.0, description="With filter_zero_adv: completions with |advantage| <= this are dropped.")
+    ] = 0.0
+    whiten_advantages: Annotated[
+        bool, Field(description="Normalise the advantages over the batch's (kept) policy tokens: zero mean, unit std.")
     ] = False
+    adv_clip_range: Annotated[
+        float | None, Field(gt=0.0, description="Clip advantages to [-adv_clip_range, adv_clip_range] (None: off).")
+    ] = None
     turn_advantage_trajectory_fallback: Annotated[
         bool,
         Field(description="advantage_granularity: turn: where fewer than two completions of a group reach a turn, "

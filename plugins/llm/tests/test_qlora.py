@@ -1,0 +1,91 @@
+"""QLoRA (``quantization``, AgileRL's presets none | nf4 | fp4 | int8 or BitsAndBytesConfig arguments):
+a bitsandbytes 4-/8-bit base under the LoRA adapter. It needs CUDA and bitsandbytes; without them
+validation says so by name. The training path itself is checked where a GPU exists (the ``gpu`` test
+below and ``scripts/gpu_check.sh``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agilerl.errors import ManifestError
+from agilerl.models import load_manifest
+from agilerl_plugin_llm.model import ModelLoadError, bnb_config, load_model
+
+HAS_QLORA = importlib.util.find_spec("bitsandbytes") is not None and torch.cuda.is_available()
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "llm"
+
+
+def sft_manifest(model_dir: Path, run_dir: Path, *, lora: bool = True, **algo: Any) -> dict[str, Any]:
+    network: dict[str, Any] = {"pretrained_model_name_or_path": str(model_dir), "max_context_length": 128}
+    if lora:
+        network["lora_config"] = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
+    return {
+        "algorithm": {"name": "SFT", "batch_size": 4, "lr": 5e-3, "gradient_checkpointing": False, **algo},
+        "network": network,
+        "environment": {"env_type": "sft", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
+                        "columns": {"prompt": "question"}, "response_column": "answer", "train_test_split": 1.0},
+        "training": {"max_steps": 30, "evo_steps": 30, "seed": 0, "progress": False, "run_dir": str(run_dir)},
+    }  # fmt: skip
+
+
+def test_presets_map_to_bitsandbytes_configs() -> None:
+    nf4 = bnb_config("nf4")
+    assert (nf4.load_in_4bit, nf4.bnb_4bit_quant_type, nf4.bnb_4bit_use_double_quant) == (True, "nf4", True)
+    assert nf4.bnb_4bit_compute_dtype == torch.bfloat16 and nf4.llm_int8_skip_modules == ["lm_head"]
+    assert bnb_config("fp4").bnb_4bit_quant_type == "fp4"
+    assert bnb_config("int8").load_in_8bit
+    assert bnb_config({"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}).load_in_4bit  # raw arguments
+
+
+@pytest.mark.skipif(HAS_QLORA, reason="the refusal is for a machine without CUDA or bitsandbytes")
+def test_without_cuda_or_bitsandbytes_validation_names_both(tiny_model_dir: Path, tmp_path: Path) -> None:
+    load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization="none"))  # AgileRL's full precision
+    with pytest.raises(ManifestError) as info:
+        load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization="nf4"))
+    (problem,) = info.value.problems
+    assert "needs a CUDA GPU and the bitsandbytes package" in problem.message
+    assert "agilerl-plugin-llm[qlora]" in problem.message
+
+
+def test_unknown_presets_are_refused_by_name(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="'4bit' is not a preset; use one of none, nf4, fp4, int8"):
+        load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization="4bit"))
+
+
+def test_loading_a_quantized_base_on_cpu_is_refused(tiny_model_dir: Path) -> None:
+    with pytest.raises(ModelLoadError, match="needs a CUDA device"):
+        load_model(tiny_model_dir, lora_config={"lora_r": 8}, quantization="nf4", device="cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_QLORA, reason="needs bitsandbytes and a CUDA GPU")
+def test_qlora_sft_trains_the_adapter_on_a_4bit_base(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import json
+
+    from agilerl.cli import main
+
+    with pytest.raises(ManifestError, match="QLoRA trains a LoRA adapter"):
+        load_manifest(sft_manifest(tiny_model_dir, tmp_path, lora=False, quantization="nf4"))
+    model = load_model(tiny_model_dir, lora_config={"lora_r": 8}, quantization="nf4", device="cuda")
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert "Linear4bit" in kinds  # the base is 4-bit
+    assert all(p.dtype == torch.float32 for n, p in model.named_parameters() if p.requires_grad)
+    import yaml
+
+    data = sft_manifest(tiny_model_dir, tmp_path / "run", quantization="nf4")
+    data["training"]["device"] = "cuda"
+    path = tmp_path / "qlora.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["train", str(path)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["eval/loss"] for r in rows if "eval/loss" in r]
+    assert losses[-1] < losses[0] - 0.5, losses
+    # The adapter exports; merging into the 4-bit base is refused.
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "merged"), "--format", "merged"]) != 0
+    assert main(["export", str(tmp_path / "run"), str(tmp_path / "adapter")]) == 0
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
