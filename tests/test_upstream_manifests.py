@@ -37,6 +37,16 @@ def needs_box2d(env_id: str) -> str:
     )
 
 
+def needs_mujoco(env_id: str) -> str:
+    """Valid where gymnasium's MuJoCo extra is installed; else the one install message."""
+    if importlib.util.find_spec("mujoco") is not None:
+        return VALID
+    return (
+        f"environment.name: env package for {env_id!r} is not installed: MuJoCo is not installed, "
+        'run `pip install "gymnasium[mujoco]"`'
+    )
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": "mutation.probabilities: NeuralTS does not support activation mutation (act_mut) yet; set act_mut: 0",
@@ -44,8 +54,8 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ucb_mfpbt.yaml": "mutation.probabilities: NeuralUCB does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
     "configs/training/cqn_mfpbt.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
-    "configs/training/ddpg/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
-    "configs/training/ddpg/ddpg_simba.yaml": "network.simba: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
+    "configs/training/ddpg/ddpg.yaml": needs_box2d("LunarLanderContinuous-v3"),
+    "configs/training/ddpg/ddpg_simba.yaml": needs_mujoco("HalfCheetah-v4"),
     "configs/training/dqn/dqn.yaml": "mutation.probabilities: DQN does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/dqn/dqn_mfpbt.yaml": "mutation.probabilities: DQN does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/dqn/dqn_rainbow.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
@@ -88,18 +98,18 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ppo/ppo_mfpbt.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_recurrent.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
     "configs/training/sft.yaml": VALID,
-    "configs/training/td3.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
+    "configs/training/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
     "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
     "docs/_static/examples/merge_ppo.yaml": "mutation.probabilities: PPO does not support activation mutation (act_mut) yet; set act_mut: 0",
     "tests/manifests/cqn.yaml": "algorithm.name: CQN is not supported yet: offline RL from a dataset (minari_dataset_id) needs an offline env type and strategy this plugin does not have",
-    "tests/manifests/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
-    "tests/manifests/ddpg_simba.yaml": "network.encoder_config: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
+    "tests/manifests/ddpg.yaml": needs_box2d("LunarLanderContinuous-v3"),
+    "tests/manifests/ddpg_simba.yaml": needs_box2d("LunarLanderContinuous-v3"),
     "tests/manifests/dqn.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/ippo.yaml": VALID,
     "tests/manifests/ippo_cnn.yaml": VALID,
     "tests/manifests/maddpg.yaml": VALID,
     "tests/manifests/matd3.yaml": VALID,
-    "tests/manifests/multi_input.yaml": "network.encoder_config: multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
+    "tests/manifests/multi_input.yaml": VALID,
     "tests/manifests/neural_ts.yaml": VALID,
     "tests/manifests/neural_ucb.yaml": VALID,
     "tests/manifests/ppo.yaml": needs_box2d("LunarLander-v3"),
@@ -182,9 +192,6 @@ _TOURNAMENT = {"selection_strategy": {"tournament_size": 2, "elitism": True}}
 DOCUMENTED_EDITS: dict[str, tuple[dict[str, object], str]] = {
     "configs/training/dqn/dqn.yaml": ({"mutation.probabilities.act_mut": 0}, needs_box2d("LunarLander-v3")),
     "configs/training/ppo/ppo_image.yaml": ({"network.min_latent_dim": None, "network.max_latent_dim": None}, _ALE),
-    "configs/training/ddpg/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
-    "configs/training/td3.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
-    "tests/manifests/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
     "configs/training/multi_agent/ippo.yaml": ({"mutation.probabilities.arch_mut": 0}, VALID),
     "configs/training/multi_agent/maddpg.yaml": ({"mutation.probabilities.arch_mut": 0}, VALID),
     "configs/training/multi_agent/matd3.yaml": (

@@ -101,9 +101,7 @@ class CnnLstmSpec(Spec):
 class SimbaSpec(Spec):
     """A SimBa residual MLP encoder, as AgileRL's ``arch: simba``."""
 
-    upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
-    }
+    upstream_notes: ClassVar[dict[str, str]] = {"arch": "Each plugin documents where its networks take it."}
 
     arch: Literal["simba"] = "simba"
     hidden_size: Annotated[int, Field(ge=1)] = 128
@@ -118,9 +116,7 @@ class SimbaSpec(Spec):
 class MultiInputSpec(Spec):
     """One encoder per part of a Dict/Tuple observation, as AgileRL's ``arch: multiinput``."""
 
-    upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
-    }
+    upstream_notes: ClassVar[dict[str, str]] = {"arch": "Each plugin documents where its networks take it."}
 
     arch: Literal["multiinput"] = "multiinput"
     latent_dim: Annotated[int, Field(ge=1)] = 128
@@ -183,7 +179,7 @@ class NetworkSpec(Spec):
         "encoder_config": "Without arch: inferred from the keys (mlp, cnn, lstm, cnn_lstm, simba, multiinput); "
         "AgileRL infers it from the observation space. Plugins refuse kinds their networks lack.",
         "random_seed": "Refused by every plugin we ship (not supported yet): seed the run with training.seed.",
-        "simba": "true is refused by every plugin we ship (SimBa encoders are not supported yet).",
+        "simba": "true: a SimBa encoder (as arch: simba); each plugin documents where its networks take it.",
         "has_evolvable_encoder": "Refused whenever set (not supported yet): AgileRL's flag has no counterpart here.",
     }
 
