@@ -457,3 +457,29 @@ def test_multi_agent_algorithms_take_simba_encoders(algo: str, tmp_path: Path) -
     actors = agent.actors.values()
     assert all(isinstance(net.encoder, EvolvableSimBa) and net.encoder.num_blocks == 2 for net in actors)
     assert all(a.steps == 128 for a in result.population)
+
+
+@pytest.mark.parametrize(
+    ("env", "encoder", "where"),
+    [
+        ("encoder_envs:PixelChase", {"arch": "cnn"}, "network.encoder_config: the convolutions"),  # default 8x8 / 4
+        ("encoder_envs:PixelChase", None, "network.encoder_config: the convolutions"),
+    ],
+    ids=["given", "default"],
+)
+def test_convolutions_too_large_for_the_image_are_refused_at_validation(
+    env: str, encoder: dict[str, Any] | None, where: str
+) -> None:
+    network = {"encoder_config": encoder} if encoder else {"latent_dim": 16}
+    problems = _problems({"algorithm": {"name": "DQN"}, "environment": _env(env), "network": network})
+    assert len(problems) == 1 and problems[0].startswith(where) and "below one pixel" in problems[0], problems
+
+
+def test_multi_input_image_part_too_small_is_refused_at_validation() -> None:
+    from agilerl_plugin_gym.encoder_rules import EncoderSpaceError, check_network_for_space
+
+    space = spaces.Dict({"img": spaces.Box(0, 255, (2, 2, 1), np.uint8)})
+    net = NetworkSpec.model_validate({"encoder_config": {"cnn_config": {"channel_size": [4], "kernel_size": [3],
+                                                                        "stride_size": [2]}}})  # fmt: skip
+    with pytest.raises(EncoderSpaceError, match=r"network.encoder_config.cnn_config: the convolutions"):
+        check_network_for_space(net, space)

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_PART_CNN",
     "DEFAULT_PART_MLP",
     "EncoderSpaceError",
+    "check_cnn_fits",
     "check_network_for_space",
     "encoder_kind",
     "is_channels_last",
@@ -146,19 +147,40 @@ def part_specs(spec: MultiInputSpec, space: spaces.Dict | spaces.Tuple) -> dict[
     return out
 
 
+def check_cnn_fits(cfg: CnnSpec, space: spaces.Space[Any], where: str = "network.encoder_config") -> None:
+    """Raise :class:`EncoderSpaceError` when the convolutions shrink the image below one pixel
+    (stride-1 layers pad to keep the size; the others do not pad)."""
+    shape = space.shape or ()
+    hw = [shape[0], shape[1]] if is_channels_last(space) else [shape[1], shape[2]]
+    for i, (k, st) in enumerate(zip(cfg.kernel_size, cfg.stride_size, strict=True)):
+        pad = k // 2 if st == 1 else 0
+        hw = [(d + 2 * pad - k) // st + 1 for d in hw]
+        if min(hw) < 1:
+            raise EncoderSpaceError(
+                f"{where}: the convolutions (kernel_size {cfg.kernel_size}, stride_size {cfg.stride_size}) "
+                f"shrink the {shape} image below one pixel at layer {i}; use smaller kernels or strides"
+            )
+
+
 def check_network_for_space(net: NetworkSpec | None, space: spaces.Space[Any]) -> None:
     """Raise :class:`EncoderSpaceError` unless the network section fits ``space`` (nested parts included)."""
     kind = encoder_kind(net, space)
+    enc = net.encoder_config if net is not None else None
+    if kind == "cnn" and is_image_space(space):
+        check_cnn_fits(enc if isinstance(enc, CnnSpec) else CnnSpec(), space)
     if kind == "multiinput" and isinstance(space, (spaces.Dict, spaces.Tuple)):
-        enc = net.encoder_config if net is not None else None
         spec = enc if isinstance(enc, MultiInputSpec) else MultiInputSpec()
         _check_parts(spec, space)
 
 
 def _check_parts(spec: MultiInputSpec, space: spaces.Dict | spaces.Tuple) -> None:
+    init = spec.init_dicts or {}
     for key, cfg in part_specs(spec, space).items():
         sub = space[int(key)] if isinstance(space, spaces.Tuple) and key.isdigit() else None
         if isinstance(space, spaces.Dict) and key in space.spaces:
             sub = space[key]
         if isinstance(cfg, MultiInputSpec) and isinstance(sub, (spaces.Dict, spaces.Tuple)):
             _check_parts(cfg, sub)
+        elif isinstance(cfg, CnnSpec) and sub is not None:
+            where = f"init_dicts.{key}" if key in init else "cnn_config"
+            check_cnn_fits(cfg, sub, f"network.encoder_config.{where}")
