@@ -10,6 +10,7 @@ observations, and the validation-time refusals.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -483,3 +484,17 @@ def test_multi_input_image_part_too_small_is_refused_at_validation() -> None:
                                                                         "stride_size": [2]}}})  # fmt: skip
     with pytest.raises(EncoderSpaceError, match=r"network.encoder_config.cnn_config: the convolutions"):
         check_network_for_space(net, space)
+
+
+@pytest.mark.parametrize(
+    ("encoder", "needle"),
+    [
+        ({"arch": "simba", "hidden_size": 64, "num_blocks": 5}, "num_blocks (5) must lie in [min_blocks, max_blocks]"),
+        ({"arch": "simba", "hidden_size": 8}, "hidden_size (8) must lie in [min_mlp_nodes, max_mlp_nodes]"),
+        ({"arch": "multiinput", "latent_dim": 4}, "latent_dim (4) must lie in [min_latent_dim, max_latent_dim]"),
+    ],
+    ids=["simba-blocks", "simba-width", "multi-input-latent"],
+)
+def test_encoder_ranges_are_checked_as_agilerl_checks_them(encoder: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        NetworkSpec.model_validate({"encoder_config": encoder})

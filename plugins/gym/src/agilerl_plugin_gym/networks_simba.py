@@ -79,8 +79,8 @@ class EvolvableSimBa(nn.Module):
         output_activation: str | None = "ReLU",
         min_blocks: int = 1,
         max_blocks: int = 4,
-        min_mlp_nodes: int = 8,
-        max_mlp_nodes: int = 256,
+        min_mlp_nodes: int = 16,
+        max_mlp_nodes: int = 500,
     ) -> None:
         super().__init__()
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
