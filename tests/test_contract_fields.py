@@ -63,9 +63,7 @@ def test_encoder_kind_is_inferred_from_its_keys_like_agilerl() -> None:
             {"encoder_config": {"hidden_state_size": 64}},
             "LSTM encoders (arch: lstm, recurrent policies) are not supported yet",
         ),
-        ({"arch": "simba", "encoder_config": {"hidden_size": 64}}, "SimBa encoders"),
-        ({"simba": True}, "SimBa encoders"),
-        ({"encoder_config": {"mlp_config": {"hidden_size": [8]}}}, "multi-input encoders"),
+        ({"encoder_config": {"mlp_config": {"hidden_size": [8]}}}, "arch: multiinput needs Dict or Tuple observations"),
         ({"random_seed": 3}, "network.random_seed: not supported yet"),
         ({"encoder_config": {"arch": "transformer"}}, "'transformer' is not an encoder kind"),
     ],
@@ -74,6 +72,12 @@ def test_network_kinds_we_lack_are_one_named_refusal(network: dict[str, object],
     with pytest.raises(ManifestError) as info:
         validate_manifest({"algorithm": "DQN", "environment": {"name": "CartPole-v1"}, "network": network})
     assert len(info.value.problems) == 1 and needle in str(info.value)
+
+
+@pytest.mark.parametrize("network", [{"arch": "simba", "encoder_config": {"hidden_size": 64}}, {"simba": True}])
+def test_simba_encoders_validate_for_vector_observations(network: dict[str, object]) -> None:
+    net = validate_manifest({"algorithm": "DQN", "environment": {"name": "CartPole-v1"}, "network": network}).network
+    assert net is not None and (net.simba or net.encoder_config.arch == "simba")  # type: ignore[union-attr]
 
 
 def test_latent_range_validates_with_architecture_mutation_and_must_hold_latent_dim() -> None:

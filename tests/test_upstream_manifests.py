@@ -47,12 +47,23 @@ _ALE = (
 # With ale-py, its ids are registered (see the fixture below) and one is the closest to an unknown id.
 _ALE_HINT = "; did you mean 'YarsRevenge-v0'?" if importlib.util.find_spec("ale_py") is not None else "."
 
+
 def needs_minari(dataset_id: str) -> str:
     """Only the Minari dataset is left: it must be on this machine (nothing is downloaded)."""
     return (
         f"environment.minari_dataset_id: Minari dataset {dataset_id!r} is not in the local Minari directory "
         f"(~/.minari/datasets). Nothing is downloaded at run time: download it beforehand (`minari download "
         f"{dataset_id}`), set MINARI_DATASETS_PATH to the directory that holds it, or give an HDF5 file in dataset_path"
+    )
+
+
+def needs_mujoco(env_id: str) -> str:
+    """Valid where gymnasium's MuJoCo extra is installed; else the one install message."""
+    if importlib.util.find_spec("mujoco") is not None:
+        return VALID
+    return (
+        f"environment.name: env package for {env_id!r} is not installed: MuJoCo is not installed, "
+        'run `pip install "gymnasium[mujoco]"`'
     )
 
 
@@ -63,8 +74,8 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ucb_mfpbt.yaml": VALID,
     "configs/training/cqn.yaml": needs_minari("cartpole/random-v0"),
     "configs/training/cqn_mfpbt.yaml": needs_minari("cartpole/random-v0"),
-    "configs/training/ddpg/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
-    "configs/training/ddpg/ddpg_simba.yaml": "network.simba: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
+    "configs/training/ddpg/ddpg.yaml": needs_box2d("LunarLanderContinuous-v3"),
+    "configs/training/ddpg/ddpg_simba.yaml": needs_mujoco("HalfCheetah-v4"),
     "configs/training/dqn/dqn.yaml": VALID,
     "configs/training/dqn/dqn_mfpbt.yaml": VALID,
     "configs/training/dqn/dqn_rainbow.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
@@ -101,24 +112,24 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/multi_agent/maddpg.yaml": VALID,
     "configs/training/multi_agent/maddpg_mfpbt.yaml": "environment.name: cannot import 'pettingzoo.mpe.simple_speaker_listener_v4': MPE has been moved into its own package: MPE2. Install with `pip install mpe2`. For more information on the MPE2 package, see https://mpe2.farama.org/.",
     "configs/training/multi_agent/matd3.yaml": VALID,
-    "configs/training/multi_input.yaml": "network.encoder_config: multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
+    "configs/training/multi_input.yaml": VALID,
     "configs/training/ppo/ppo.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_image.yaml": _ALE,
     "configs/training/ppo/ppo_mfpbt.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_recurrent.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
     "configs/training/sft.yaml": VALID,
-    "configs/training/td3.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
+    "configs/training/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
     "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
-    "docs/_static/examples/merge_ppo.yaml": "network.encoder_config: multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
+    "docs/_static/examples/merge_ppo.yaml": "environment.name: 'merge-env-vv1' is not a registered gymnasium environment. For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
     "tests/manifests/cqn.yaml": needs_minari("cartpole-v0"),
-    "tests/manifests/ddpg.yaml": "algorithm.share_encoders: a shared actor-critic encoder (share_encoders: true) is not supported yet here (got True)",
-    "tests/manifests/ddpg_simba.yaml": "network.encoder_config: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
+    "tests/manifests/ddpg.yaml": needs_box2d("LunarLanderContinuous-v3"),
+    "tests/manifests/ddpg_simba.yaml": needs_box2d("LunarLanderContinuous-v3"),
     "tests/manifests/dqn.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/ippo.yaml": VALID,
     "tests/manifests/ippo_cnn.yaml": VALID,
     "tests/manifests/maddpg.yaml": VALID,
     "tests/manifests/matd3.yaml": VALID,
-    "tests/manifests/multi_input.yaml": "network.encoder_config: multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
+    "tests/manifests/multi_input.yaml": VALID,
     "tests/manifests/neural_ts.yaml": VALID,
     "tests/manifests/neural_ucb.yaml": VALID,
     "tests/manifests/ppo.yaml": needs_box2d("LunarLander-v3"),
@@ -192,18 +203,13 @@ def test_measured_count_is_the_one_the_docs_state() -> None:
 
 
 _MPE2 = "mpe2.simple_speaker_listener_v4"  # PettingZoo moved MPE out: pettingzoo.mpe.* says so on import
-_TOURNAMENT = {"selection_strategy": {"tournament_size": 2, "elitism": True}}
 
 #: What docs/user-guide.md tells an AgileRL user to change, per file, and the outcome after it:
 #: valid, or only the env package left to install.
 DOCUMENTED_EDITS: dict[str, tuple[dict[str, object], str]] = {
-    "configs/training/ddpg/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
-    "configs/training/td3.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
-    "tests/manifests/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
     "configs/training/bandit/neural_ts.yaml": ({"training.episode_steps": None}, VALID),
-    "configs/training/ppo/ppo_mfpbt.yaml": (_TOURNAMENT, needs_box2d("LunarLander-v3")),
-    "configs/training/multi_agent/ippo_mfpbt.yaml": ({**_TOURNAMENT, "environment.name": _MPE2}, VALID),
-    "configs/training/multi_agent/maddpg_mfpbt.yaml": ({**_TOURNAMENT, "environment.name": _MPE2}, VALID),
+    "configs/training/multi_agent/ippo_mfpbt.yaml": ({"environment.name": _MPE2}, VALID),
+    "configs/training/multi_agent/maddpg_mfpbt.yaml": ({"environment.name": _MPE2}, VALID),
 }  # fmt: skip
 
 

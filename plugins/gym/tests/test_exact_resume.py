@@ -1,6 +1,7 @@
 """Exact resume for all eight gym algorithms, with evolutionary HPO on.
 
-For each of PPO, DQN, DDPG, TD3, IPPO, MADDPG, MATD3 and CQN (offline, on a dataset file): a population of 2 trains for two
+For each of PPO, DQN, DDPG, TD3, IPPO, MADDPG, MATD3 and CQN (offline, on a dataset file), and the
+CNN, multi-input and SimBa encoders (with DDPG/TD3's shared encoder): a population of 2 trains for two
 generations with tournament selection and mutation (hyperparameters, parameter noise, and
 architecture and activation) between them, writing a checkpoint after the first. A run
 resumed from that checkpoint must end with the very same parameters, optimizer state and evaluation
@@ -121,3 +122,40 @@ def test_step_budget_is_never_exceeded(algo: str, tmp_path: Path) -> None:
     result = LocalTrainer.from_manifest(m, run_dir=tmp_path / "run").train()
     assert [a.steps for a in result.population] == [200, 200]
     assert sorted({r["steps"] for r in result.history}) == [120, 200]
+
+
+_TESTS = str(HERE)
+#: Encoders the encoder work added, each in a run with architecture mutation between generations.
+ENCODER_CASES = {
+    "DQN-cnn": ("DQN", {"name": "Pixels", "custom": True, "entrypoint": "encoder_envs:PixelChase", "path": _TESTS,
+                        "num_envs": 4, "sync": True},
+                {"latent_dim": 16, "encoder_config": {"arch": "cnn", "channel_size": [8], "kernel_size": [3],
+                                                      "stride_size": [1]}}),
+    "TD3-multiinput-shared": ("TD3", {"name": "Reach", "custom": True, "entrypoint": "encoder_envs:DictReach",
+                                      "path": _TESTS, "num_envs": 4, "sync": True},
+                              {"latent_dim": 16, "encoder_config": {"latent_dim": 8, "vector_space_mlp": True,
+                                                                    "mlp_config": {"hidden_size": [16]}}}),
+    "PPO-simba": ("PPO", {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+                  {"latent_dim": 16, "simba": True, "encoder_config": {"hidden_size": 16, "num_blocks": 1}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(ENCODER_CASES))
+def test_encoders_resume_exactly(case: str, tmp_path: Path) -> None:
+    """CNN, multi-input (with DDPG/TD3's share_encoders) and SimBa encoders, mutated between
+    generations (architecture mutation only, so the encoders' shapes change): the resumed run ends
+    with the same parameters and returns."""
+    torch.set_num_threads(1)
+    algo, env, network = ENCODER_CASES[case]
+    m = tiny_manifest(algo, tmp_path)
+    m["environment"], m["network"] = env, network
+    m["mutation"]["probabilities"] = {"no_mut": 0.0, "params_mut": 0.0, "rl_hp_mut": 0.0, "arch_mut": 1.0,
+                                      "new_layer": 0.5, "act_mut": 0.0}  # fmt: skip
+    if algo == "TD3":
+        m["algorithm"]["share_encoders"] = True
+    full = LocalTrainer.from_manifest(m, run_dir=tmp_path / "full").train()
+    resumed = LocalTrainer.from_manifest(m, run_dir=tmp_path / "resumed", resume_from=tmp_path / f"ckpt_{EVO}.pt")
+    out = resumed.train()
+    assert out.fitnesses == full.fitnesses
+    assert_same_state(_population(out), _population(full))
+    assert any(str(r["mutation"]).startswith("arch:encoder.") for r in full.history)  # an encoder changed shape

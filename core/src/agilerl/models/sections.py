@@ -101,29 +101,33 @@ class CnnLstmSpec(Spec):
 class SimbaSpec(Spec):
     """A SimBa residual MLP encoder, as AgileRL's ``arch: simba``."""
 
-    upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
-    }
+    upstream_notes: ClassVar[dict[str, str]] = {"arch": "Each plugin documents where its networks take it."}
 
     arch: Literal["simba"] = "simba"
     hidden_size: Annotated[int, Field(ge=1)] = 128
     num_blocks: Annotated[int, Field(ge=1)] = 1
     scale_factor: Annotated[int, Field(ge=1)] = 4
-    min_blocks: int = 1
-    max_blocks: int = 4
-    min_mlp_nodes: int = 8
-    max_mlp_nodes: int = 256
+    min_blocks: Annotated[int, Field(ge=1)] = 1
+    max_blocks: Annotated[int, Field(ge=1)] = 4
+    min_mlp_nodes: Annotated[int, Field(ge=1)] = 16
+    max_mlp_nodes: Annotated[int, Field(ge=1)] = 500
+
+    @model_validator(mode="after")
+    def _ranges(self) -> SimbaSpec:
+        if not self.min_blocks <= self.num_blocks <= self.max_blocks:
+            raise ValueError(f"num_blocks ({self.num_blocks}) must lie in [min_blocks, max_blocks]")
+        if not self.min_mlp_nodes <= self.hidden_size <= self.max_mlp_nodes:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must lie in [min_mlp_nodes, max_mlp_nodes]")
+        return self
 
 
 class MultiInputSpec(Spec):
     """One encoder per part of a Dict/Tuple observation, as AgileRL's ``arch: multiinput``."""
 
-    upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
-    }
+    upstream_notes: ClassVar[dict[str, str]] = {"arch": "Each plugin documents where its networks take it."}
 
     arch: Literal["multiinput"] = "multiinput"
-    latent_dim: Annotated[int, Field(ge=1)] = 128
+    latent_dim: Annotated[int, Field(ge=1, description="Features each encoded part yields.")] = 16
     vector_space_mlp: bool = False
     mlp_config: MlpSpec | None = None
     cnn_config: CnnSpec | None = None
@@ -132,6 +136,12 @@ class MultiInputSpec(Spec):
     output_activation: Activation | None = None
     min_latent_dim: Annotated[int, Field(ge=1)] = 8
     max_latent_dim: Annotated[int, Field(ge=1)] = 128
+
+    @model_validator(mode="after")
+    def _latent_range(self) -> MultiInputSpec:
+        if not self.min_latent_dim <= self.latent_dim <= self.max_latent_dim:
+            raise ValueError(f"latent_dim ({self.latent_dim}) must lie in [min_latent_dim, max_latent_dim]")
+        return self
 
 
 EncoderSpec = Annotated[
@@ -183,7 +193,7 @@ class NetworkSpec(Spec):
         "encoder_config": "Without arch: inferred from the keys (mlp, cnn, lstm, cnn_lstm, simba, multiinput); "
         "AgileRL infers it from the observation space. Plugins refuse kinds their networks lack.",
         "random_seed": "Refused by every plugin we ship (not supported yet): seed the run with training.seed.",
-        "simba": "true is refused by every plugin we ship (SimBa encoders are not supported yet).",
+        "simba": "true: a SimBa encoder (as arch: simba); each plugin documents where its networks take it.",
         "has_evolvable_encoder": "Refused whenever set (not supported yet): AgileRL's flag has no counterpart here.",
     }
 

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from agilerl_plugin_gym.engine.on_policy import gae
+from agilerl_plugin_gym.observations import SEP, flatten_fields, is_structured, regroup_fields
 
 __all__ = ["ReplayBuffer", "RolloutBuffer", "numpy_rng_state", "set_numpy_rng_state"]
 
@@ -61,6 +62,11 @@ class ReplayBuffer:
     :param seed: seed of the sampling RNG (``None``: nondeterministic).
     :param dtypes: optional numpy dtype per field (default: the dtype of the first batch added,
         with float64 stored as float32).
+
+    A field may be a Dict/Tuple observation batch (a dict or tuple of arrays, nested to any depth):
+    each part is stored as a field of its own (``obs/image``, ``obs/vector``; uint8 images stay
+    uint8) and :meth:`sample` returns the field as a dict of tensors again (a Tuple's parts keyed
+    ``"0"``, ``"1"``, ...).
     """
 
     def __init__(
@@ -78,6 +84,8 @@ class ReplayBuffer:
         self.rng = np.random.default_rng(seed)
         self.dtypes = dict(dtypes or {})
         self.data: dict[str, np.ndarray] = {}
+        #: Fields added as Dict/Tuple batches (stored part by part, regrouped on sampling).
+        self.structured: set[str] = set()
         self.pos = 0
         self.size = 0
 
@@ -97,7 +105,14 @@ class ReplayBuffer:
         ``mask`` (bool, one per row) keeps only the rows where it is True (e.g. drop the
         transitions of sub-envs that just auto-reset). Returns the number of rows stored.
         """
-        arrays = {k: np.asarray(v) for k, v in fields.items()}
+        flat: dict[str, Any] = {}
+        for key, value in fields.items():
+            if is_structured(value):
+                self.structured.add(key)
+                flat.update(flatten_fields(key, value))
+            else:
+                flat[key] = value
+        arrays = {k: np.asarray(v) for k, v in flat.items()}
         if mask is not None:
             mask = np.asarray(mask, dtype=bool)
             if not mask.all():
@@ -123,14 +138,23 @@ class ReplayBuffer:
         self.size = min(self.size + n, self.max_size)
         return n
 
-    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+    def sample(self, batch_size: int) -> dict[str, Any]:
         """``batch_size`` transitions drawn uniformly with replacement, as tensors on ``device``."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         idx = self.rng.integers(0, self.size, size=batch_size)
-        return {k: torch.from_numpy(v[idx]).to(self.device, non_blocking=True) for k, v in self.data.items()}
+        return self._grouped(
+            {k: torch.from_numpy(v[idx]).to(self.device, non_blocking=True) for k, v in self.data.items()}
+        )
 
-    def sample_many(self, batch_size: int, n: int) -> list[dict[str, torch.Tensor]]:
+    def _grouped(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Dict/Tuple fields (stored part by part) as dicts again."""
+        if not self.structured:
+            return batch
+        parts = {k: v for k, v in batch.items() if k.split(SEP, 1)[0] in self.structured}
+        return {**{k: v for k, v in batch.items() if k not in parts}, **regroup_fields(parts)}
+
+    def sample_many(self, batch_size: int, n: int) -> list[dict[str, Any]]:
         """``n`` independent batches of :meth:`sample`, drawn and gathered in one go.
 
         Several gradient steps per env step each need a batch; one index draw and one gather per
@@ -145,7 +169,7 @@ class ReplayBuffer:
             t = torch.from_numpy(v[idx]).to(self.device, non_blocking=True)
             for batch, part in zip(out, t.split(batch_size), strict=True):
                 batch[k] = part
-        return out
+        return [self._grouped(b) for b in out]
 
     # --- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -157,6 +181,7 @@ class ReplayBuffer:
             "data": {k: torch.from_numpy(v[: self.size].copy()) for k, v in self.data.items()},
             "shapes": {k: list(v.shape[1:]) for k, v in self.data.items()},
             "dtypes": {k: str(v.dtype) for k, v in self.data.items()},
+            "structured": sorted(self.structured),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -164,6 +189,7 @@ class ReplayBuffer:
         self.pos = int(state["pos"])
         self.size = int(state["size"])
         set_numpy_rng_state(self.rng, state["rng"])
+        self.structured = set(state.get("structured", ()))
         self.data = {}
         for k, t in state["data"].items():
             arr = np.zeros((self.max_size, *state["shapes"][k]), dtype=np.dtype(state["dtypes"][k]))
@@ -186,7 +212,9 @@ class RolloutBuffer:
 
     :param num_steps: vector steps per rollout.
     :param num_envs: parallel envs.
-    :param obs_shape: one observation's shape.
+    :param obs_shape: one observation's shape; for Dict/Tuple observations a mapping of part field
+        (``obs/<key>``, as :func:`~agilerl_plugin_gym.observations.field_layout` names them) to shape,
+        with ``obs_dtype`` a mapping of the same keys to dtypes (:meth:`flat` regroups the parts).
     :param action_shape: one action's shape (``()`` for Discrete).
     :param obs_dtype: observation dtype, numpy or torch (uint8 images stay uint8 until the network).
     :param action_dtype: int64 for discrete actions, float32 for continuous (numpy or torch).
@@ -196,7 +224,7 @@ class RolloutBuffer:
         self,
         num_steps: int,
         num_envs: int,
-        obs_shape: tuple[int, ...],
+        obs_shape: tuple[int, ...] | Mapping[str, tuple[int, ...]],
         action_shape: tuple[int, ...],
         *,
         obs_dtype: Any = np.float32,
@@ -206,7 +234,12 @@ class RolloutBuffer:
         self.num_steps, self.num_envs = int(num_steps), int(num_envs)
         self.device = torch.device(device)
         T, N = self.num_steps, self.num_envs
-        self.obs = np.zeros((T, N, *obs_shape), dtype=_np_dtype(obs_dtype))
+        self.obs: Any
+        if isinstance(obs_shape, Mapping):
+            dtypes = obs_dtype if isinstance(obs_dtype, Mapping) else dict.fromkeys(obs_shape, obs_dtype)
+            self.obs = {k: np.zeros((T, N, *shape), dtype=_np_dtype(dtypes[k])) for k, shape in obs_shape.items()}
+        else:
+            self.obs = np.zeros((T, N, *obs_shape), dtype=_np_dtype(obs_dtype))
         self.actions = np.zeros((T, N, *action_shape), dtype=_np_dtype(action_dtype))
         # Per-step scalars, one (T, N) float32 array each.
         self.log_probs: np.ndarray = np.zeros((T, N), dtype=np.float32)
@@ -231,7 +264,11 @@ class RolloutBuffer:
         valid: Any,
     ) -> None:
         """Write vector step ``t`` (arrays or tensors on any device, one row per env)."""
-        self.obs[t] = _host(obs)
+        if isinstance(self.obs, dict):
+            for key, part in flatten_fields("obs", obs).items():
+                self.obs[key][t] = _host(part)
+        else:
+            self.obs[t] = _host(obs)
         self.actions[t] = _host(action)
         self.log_probs[t] = _host(log_prob)
         self.values[t] = _host(value)
@@ -266,8 +303,9 @@ class RolloutBuffer:
 
     def flat(self) -> dict[str, torch.Tensor]:
         """All valid steps flattened to ``(n, ...)`` tensors, for minibatching."""
+        obs = self.obs if isinstance(self.obs, dict) else {"obs": self.obs}
         out = {
-            "obs": self.obs.reshape(-1, *self.obs.shape[2:]),
+            **{k: v.reshape(-1, *v.shape[2:]) for k, v in obs.items()},
             "actions": self.actions.reshape(-1, *self.actions.shape[2:]),
             "log_probs": self.log_probs.reshape(-1),
             "values": self.values.reshape(-1),
@@ -277,7 +315,8 @@ class RolloutBuffer:
         mask = self.valid.reshape(-1) > 0
         if not mask.all():
             out = {k: v[mask] for k, v in out.items()}
-        return {k: torch.from_numpy(v).to(self.device) for k, v in out.items()}
+        tensors = {k: torch.from_numpy(v).to(self.device) for k, v in out.items()}
+        return regroup_fields(tensors) if isinstance(self.obs, dict) else tensors
 
 
 def _host(x: Any) -> Any:

@@ -72,6 +72,33 @@ def _is_batch(space: spaces.Space[Any], obs: np.ndarray) -> bool:
     return obs.ndim == single_ndim + 1
 
 
+def _structured_batch(space: spaces.Dict | spaces.Tuple, obs: Any) -> tuple[dict[str, Any], bool]:
+    """A Dict/Tuple observation as a dict of arrays (parts converted like arrays), and whether it is
+    a batch (judged by its first part)."""
+    from agilerl_plugin_gym.observations import subspaces
+
+    parts = subspaces(space)
+    items = obs.items() if isinstance(obs, Mapping) else enumerate(obs)
+    given = {str(k): v for k, v in items}
+    if set(given) != set(parts):
+        raise AgileRLError(
+            f"predict: observation with parts {sorted(given)} does not fit the observation space {space} "
+            f"(parts {sorted(parts)})"
+        )
+    out: dict[str, Any] = {}
+    batches = set()
+    for key, sub in parts.items():
+        if isinstance(sub, (spaces.Dict, spaces.Tuple)):
+            out[key], b = _structured_batch(sub, given[key])
+        else:
+            out[key] = _as_obs_array(sub, given[key])
+            b = _is_batch(sub, out[key])
+        batches.add(b)
+    if len(batches) > 1:
+        raise AgileRLError("predict: some parts of the observation have a batch axis and others do not")
+    return out, batches.pop()
+
+
 def _as_obs_array(space: spaces.Space[Any], observation: Any) -> np.ndarray:
     obs = np.asarray(observation)
     if obs.dtype.kind == "f" and isinstance(space, spaces.Box) and space.dtype is not None:
@@ -130,6 +157,9 @@ class SingleAgentInference:
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def obs_tensor(self, obs: Any) -> Any:
+        raise NotImplementedError
+
     def predict(
         self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True
     ) -> tuple[Any, Any]:
@@ -138,14 +168,21 @@ class SingleAgentInference:
         One observation (e.g. from ``gymnasium.make(...)``) gives one action, ready for
         ``env.step``; a batch with a leading env axis gives a batch of actions.
         """
-        obs = _as_obs_array(self.observation_space, observation)
-        batch = _is_batch(self.observation_space, obs)
-        x = obs if batch else obs[None]
+        x: Any
+        if isinstance(self.observation_space, (spaces.Dict, spaces.Tuple)):
+            from agilerl_plugin_gym.observations import map_obs
+
+            x, batch = _structured_batch(self.observation_space, observation)
+            x = x if batch else map_obs(lambda a: a[None], x)
+        else:
+            obs = _as_obs_array(self.observation_space, observation)
+            batch = _is_batch(self.observation_space, obs)
+            x = obs if batch else obs[None]
         act = getattr(self, "act", None)
         env_action = getattr(self, "env_action", None)
         if not deterministic and callable(act) and callable(env_action):  # a stochastic policy (PPO)
             with torch.inference_mode():
-                sampled = act(torch.as_tensor(x, device=self.device))[0]
+                sampled = act(self.obs_tensor(x))[0]
             actions = np.asarray(env_action(sampled.cpu()))
         else:
             actions = np.asarray(self.greedy_action(x))
@@ -223,6 +260,11 @@ class SingleAgentInference:
 
     def example_observation(self) -> np.ndarray:
         """A batch of one observation, with the dtype the policy takes (for tracing)."""
+        if isinstance(self.observation_space, (spaces.Dict, spaces.Tuple)):
+            raise AgileRLError(
+                "export: policies of Dict/Tuple observations are not exportable yet (ONNX/TorchScript take one "
+                "tensor); use predict() or run_episodes() in Python"
+            )
         sample = np.asarray(self.observation_space.sample())
         if isinstance(self.observation_space, spaces.Discrete):
             return sample.astype(np.int64)[None]

@@ -37,10 +37,11 @@ so a mutated network can be rebuilt before ``load_state_dict`` (checkpoint resum
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,16 +50,27 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
+from agilerl.models.sections import MultiInputSpec, SimbaSpec
+from agilerl_plugin_gym.encoder_rules import (
+    EncoderSpaceError,
+    check_network_for_space,
+    encoder_kind,
+    is_channels_last,
+)
+from agilerl_plugin_gym.networks_simba import EvolvableSimBa
 from agilerl_plugin_gym.single_agent.spaces import is_image_space
 
 __all__ = [
+    "ENCODER_BUILDERS",
     "EvolvableCNN",
     "EvolvableMLP",
     "EvolvableNetwork",
+    "EvolvableSimBa",
     "activation_layer",
     "latent_range",
     "add_parameter_noise",
     "default_network_spec",
+    "image_chw",
     "is_image_space",
     "obs_dim",
     "pick_activation",
@@ -100,6 +112,12 @@ def obs_dim(space: spaces.Space[Any]) -> int:
     if isinstance(space, (spaces.Box, spaces.MultiBinary, spaces.MultiDiscrete)):
         return int(np.prod(space.shape))
     raise TypeError(f"unsupported observation space {space}")
+
+
+def image_chw(space: spaces.Space[Any]) -> tuple[int, int, int]:
+    """``(C, H, W)`` of an image space given as H x W x C (last axis smaller than the first) or C x H x W."""
+    shape = tuple(int(d) for d in space.shape or ())
+    return (shape[2], shape[0], shape[1]) if is_channels_last(space) else (shape[0], shape[1], shape[2])
 
 
 def _init_linear(layer: nn.Linear, gain: float = math.sqrt(2)) -> None:
@@ -379,13 +397,19 @@ class EvolvableMLP(nn.Module):
         self._replace(list(self.hidden_size), w)
         return True
 
-    def resize_input(self, in_dim: int) -> bool:
+    def resize_input(self, in_dim: int, keep_tail: int = 0) -> bool:
         """Read ``in_dim`` inputs: kept inputs keep their weights, new ones start at zero weight (so
-        added inputs do not change the output). Returns whether the size changed."""
+        added inputs do not change the output). The last ``keep_tail`` inputs (features appended after
+        the resized ones) stay last with their weights. Returns whether the size changed."""
         if in_dim == self.in_dim:
             return False
         w = self._weights()
-        w[0] = _resized_linear(*w[0], cols=in_dim)
+        weight, bias = w[0]
+        if keep_tail:
+            head_w, _ = _resized_linear(weight[:, :-keep_tail], bias, cols=in_dim - keep_tail)
+            w[0] = (torch.cat([head_w, weight[:, -keep_tail:]], dim=1), bias)
+        else:
+            w[0] = _resized_linear(weight, bias, cols=in_dim)
         self.in_dim = int(in_dim)
         self._replace(list(self.hidden_size), w)
         return True
@@ -630,9 +654,10 @@ class EvolvableCNN(nn.Module):
 _ENCODER_METHODS = {
     "mlp": ("add_layer", "remove_layer", "add_node", "remove_node"),
     "cnn": ("add_layer", "remove_layer", "add_channel", "remove_channel"),
+    "simba": ("add_block", "remove_block", "add_node", "remove_node"),
 }
 _HEAD_METHODS = ("add_layer", "remove_layer", "add_node", "remove_node")
-_LAYER_METHODS = {"add_layer", "remove_layer"}
+_LAYER_METHODS = {"add_layer", "remove_layer", "add_block", "remove_block"}
 
 
 #: Units a ``latent.add_node`` / ``latent.remove_node`` mutation moves the latent size by (AgileRL's).
@@ -661,23 +686,92 @@ def default_network_spec(latent_dim: int = 64, hidden: Sequence[int] = (64,), he
     )
 
 
+# --------------------------------------------------------------------------------------------------
+# Encoder dispatch: the observation space picks the kind (encoder_rules.encoder_kind), a builder
+# per kind makes it. Another kind (e.g. an LSTM) is one more entry in ENCODER_BUILDERS.
+# --------------------------------------------------------------------------------------------------
+
+#: ``builder(encoder_config or None, observation_space, latent_dim, normalize_images) -> encoder``.
+EncoderBuilder = Callable[[Any, spaces.Space[Any], int, bool], nn.Module]
+
+
+def _build_mlp(cfg: Any, space: spaces.Space[Any], latent: int, normalize_images: bool) -> nn.Module:
+    mlp = cfg if isinstance(cfg, MlpSpec) else MlpSpec(layer_norm=False)
+    # The encoder's output is a hidden representation: activate it like a hidden layer.
+    return EvolvableMLP.from_spec(mlp, obs_dim(space), latent, output_activation=mlp.activation, output_vanish=False)
+
+
+def _build_cnn(cfg: Any, space: spaces.Space[Any], latent: int, normalize_images: bool) -> nn.Module:
+    return EvolvableCNN.from_spec(cfg if isinstance(cfg, CnnSpec) else CnnSpec(), image_chw(space), latent)
+
+
+def _build_simba(cfg: Any, space: spaces.Space[Any], latent: int, normalize_images: bool) -> nn.Module:
+    return EvolvableSimBa.from_spec(cfg if isinstance(cfg, SimbaSpec) else SimbaSpec(), obs_dim(space), latent)
+
+
+def _build_multi_input(cfg: Any, space: spaces.Space[Any], latent: int, normalize_images: bool) -> nn.Module:
+    from agilerl_plugin_gym.networks_multi import EvolvableMultiInput
+
+    assert isinstance(space, (spaces.Dict, spaces.Tuple))
+    spec = cfg if isinstance(cfg, MultiInputSpec) else None
+    return EvolvableMultiInput(space, latent, spec, normalize_images=normalize_images)
+
+
+#: Encoder kind (``encoder_config.arch``) -> its builder.
+ENCODER_BUILDERS: dict[str, EncoderBuilder] = {
+    "mlp": _build_mlp,
+    "cnn": _build_cnn,
+    "simba": _build_simba,
+    "multiinput": _build_multi_input,
+}
+
+
+def build_encoder(
+    spec: NetworkSpec | None, observation_space: spaces.Space[Any], *, normalize_images: bool = True
+) -> tuple[str, nn.Module]:
+    """``(kind, encoder)`` for ``observation_space`` from a ``network`` section (``None``: defaults).
+
+    Raises :class:`~agilerl_plugin_gym.encoder_rules.EncoderSpaceError` when the section asks for
+    an encoder the space cannot take.
+    """
+    check_network_for_space(spec, observation_space)
+    kind = encoder_kind(spec, observation_space)
+    builder = ENCODER_BUILDERS.get(kind)
+    if builder is None:
+        raise EncoderSpaceError(f"network.encoder_config: no {kind!r} encoder here ({', '.join(ENCODER_BUILDERS)})")
+    net = spec or default_network_spec()
+    cfg = spec.encoder_config if spec is not None else net.encoder_config
+    if cfg is None and kind == "simba" and spec is not None and spec.simba:
+        cfg = SimbaSpec()
+    return kind, builder(cfg, observation_space, net.latent_dim, normalize_images)
+
+
 class EvolvableNetwork(nn.Module):
     """Encoder (observation -> latent) + MLP head (latent -> ``out_dim``).
 
-    :param encoder: an :class:`EvolvableMLP` or :class:`EvolvableCNN` producing ``latent_dim`` features.
-    :param head: an :class:`EvolvableMLP` from ``latent_dim`` to the outputs.
+    :param encoder: the encoder (:class:`EvolvableMLP`, :class:`EvolvableCNN`, :class:`EvolvableSimBa`
+        or a multi-input encoder) producing ``latent_dim`` features.
+    :param head: an :class:`EvolvableMLP` from ``latent_dim`` (+ ``extra_in``) to the outputs.
     :param observation_space: the space observations come from; Discrete observations are one-hot
-        encoded, images are moved to channels-first and (``normalize_images``) scaled to [0, 1].
+        encoded, images are moved to channels-first and (``normalize_images``) scaled to [0, 1];
+        a multi-input encoder does this per part.
+    :param extra_in: features the head reads after the latent (e.g. a critic's action):
+        ``forward(obs, extra)``.
+    :param detach_encoder: read the encoder without gradient (a critic reading an actor's encoder,
+        AgileRL's ``share_encoders`` for DDPG/TD3).
     """
 
     def __init__(
         self,
-        encoder: EvolvableMLP | EvolvableCNN,
+        encoder: nn.Module,
         head: EvolvableMLP,
         observation_space: spaces.Space[Any],
         *,
         normalize_images: bool = True,
         latent_range: tuple[int, int] | None = None,
+        encoder_arch: str | None = None,
+        extra_in: int = 0,
+        detach_encoder: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -686,11 +780,13 @@ class EvolvableNetwork(nn.Module):
         self.normalize_images = normalize_images
         #: ``(min, max)`` latent size that ``latent.*`` mutations keep to (None: the latent size is fixed).
         self.latent_range = latent_range
-        self.encoder_arch = "cnn" if isinstance(encoder, EvolvableCNN) else "mlp"
-        self._one_hot = int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
-        self._channels_last = (
-            is_image_space(observation_space) and observation_space.shape[-1] < observation_space.shape[0]
+        self.encoder_arch = encoder_arch or (
+            "cnn" if isinstance(encoder, EvolvableCNN) else "simba" if isinstance(encoder, EvolvableSimBa) else "mlp"
         )
+        self.extra_in = int(extra_in)
+        self.detach_encoder = detach_encoder
+        self._one_hot = int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
+        self._channels_last = is_image_space(observation_space) and is_channels_last(observation_space)
 
     @classmethod
     def from_spec(
@@ -699,49 +795,51 @@ class EvolvableNetwork(nn.Module):
         observation_space: spaces.Space[Any],
         out_dim: int,
         *,
-        encoder: EvolvableMLP | EvolvableCNN | None = None,
+        encoder: nn.Module | None = None,
         normalize_images: bool = True,
         output_activation: str | None = None,
         output_vanish: bool | None = None,
+        extra_in: int = 0,
+        detach_encoder: bool = False,
     ) -> EvolvableNetwork:
         """Build from a manifest ``network`` section (``None``: :func:`default_network_spec`).
 
         Pass ``encoder`` to share an existing encoder (e.g. PPO's actor and critic).
         ``output_activation`` overrides the head's (e.g. ``Tanh`` for deterministic actors).
+        ``extra_in`` widens the head's input (see the class).
         """
-        spec = spec or default_network_spec()
-        latent = spec.latent_dim
+        arch: str | None = None
         if encoder is None:
-            enc_cfg = spec.encoder_config
-            if is_image_space(observation_space):
-                cnn = enc_cfg if isinstance(enc_cfg, CnnSpec) else CnnSpec()
-                shape = observation_space.shape
-                chw = (shape[2], shape[0], shape[1]) if shape[-1] < shape[0] else tuple(shape)
-                encoder = EvolvableCNN.from_spec(cnn, chw, latent)
-            else:
-                if enc_cfg is not None and not isinstance(enc_cfg, MlpSpec):
-                    raise TypeError(
-                        f"network.encoder_config.arch {enc_cfg.arch!r} needs image observations; "
-                        f"{observation_space} is a vector space: use arch: mlp"
-                    )
-                mlp = enc_cfg or MlpSpec(layer_norm=False)
-                # The encoder's output is a hidden representation: activate it like a hidden layer.
-                encoder = EvolvableMLP.from_spec(
-                    mlp, obs_dim(observation_space), latent, output_activation=mlp.activation, output_vanish=False
-                )
-        head_cfg = spec.head_config or MlpSpec(hidden_size=[], layer_norm=False)
+            arch, encoder = build_encoder(spec, observation_space, normalize_images=normalize_images)
+        elif spec is not None or not isinstance(encoder, (EvolvableMLP, EvolvableCNN, EvolvableSimBa)):
+            arch = encoder_kind(spec, observation_space)
+        net = spec or default_network_spec()
+        head_cfg = net.head_config or MlpSpec(hidden_size=[], layer_norm=False)
         overrides: dict[str, Any] = {"min_hidden_layers": min(head_cfg.min_hidden_layers, len(head_cfg.hidden_size))}
         if output_activation is not None:
             overrides["output_activation"] = output_activation
         if output_vanish is not None:
             overrides["output_vanish"] = output_vanish
-        head = EvolvableMLP.from_spec(head_cfg, latent, out_dim, **overrides)
-        return cls(encoder, head, observation_space, normalize_images=normalize_images, latent_range=latent_range(spec))
+        # A shared encoder may have mutated its latent size: the head reads what it gives.
+        latent = int(getattr(encoder, "out_dim", net.latent_dim))
+        head = EvolvableMLP.from_spec(head_cfg, latent + int(extra_in), out_dim, **overrides)
+        return cls(
+            encoder,
+            head,
+            observation_space,
+            normalize_images=normalize_images,
+            latent_range=latent_range(net),
+            encoder_arch=arch,
+            extra_in=extra_in,
+            detach_encoder=detach_encoder,
+        )
 
-    def preprocess(self, obs: torch.Tensor) -> torch.Tensor:
+    def preprocess(self, obs: Any) -> Any:
         """Observation batch as the encoder wants it (float, one-hot, channels-first)."""
         if self._one_hot:
             return nn.functional.one_hot(obs.long().flatten(), self._one_hot).float()
+        if self.encoder_arch == "multiinput":  # per part, inside the encoder
+            return obs
         if self.encoder_arch == "cnn":
             x = obs.float()
             if self._channels_last:
@@ -749,18 +847,25 @@ class EvolvableNetwork(nn.Module):
             return x / 255.0 if self.normalize_images else x
         return obs.float().flatten(1) if obs.dim() > 2 else obs.float()
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.preprocess(obs)))
+    def forward(self, obs: Any, extra: torch.Tensor | None = None) -> torch.Tensor:
+        z = self.latent(obs)
+        if extra is not None:
+            z = torch.cat([z, extra], dim=-1)
+        return self.head(z)
 
-    def latent(self, obs: torch.Tensor) -> torch.Tensor:
+    def latent(self, obs: Any) -> torch.Tensor:
+        if self.detach_encoder:
+            with torch.no_grad():
+                return self.encoder(self.preprocess(obs))
         return self.encoder(self.preprocess(obs))
 
     # --- evolution -----------------------------------------------------------------------------
     def mutation_methods(self) -> list[str]:
         """Names accepted by :meth:`apply_mutation`, e.g. ``"encoder.add_node"``; ``"latent.add_node"``
         and ``"latent.remove_node"`` when a latent range is set and both parts can be resized."""
-        methods = [f"encoder.{m}" for m in _ENCODER_METHODS.get(self.encoder_arch, ())]
-        methods += [f"head.{m}" for m in _HEAD_METHODS]
+        own = getattr(self.encoder, "mutation_names", None)
+        encoder = list(own()) if callable(own) else list(_ENCODER_METHODS.get(self.encoder_arch, ()))
+        methods = [f"encoder.{m}" for m in encoder] + [f"head.{m}" for m in _HEAD_METHODS]
         resizable = hasattr(self.encoder, "resize_output") and hasattr(self.head, "resize_input")
         return methods + (["latent.add_node", "latent.remove_node"] if self.latent_range and resizable else [])
 
@@ -771,9 +876,10 @@ class EvolvableNetwork(nn.Module):
 
     def set_latent_dim(self, latent_dim: int) -> bool:
         """Resize the encoder output and the head input to ``latent_dim`` (weights kept where the
-        shapes overlap; new head inputs start at zero weight). Returns whether anything changed."""
+        shapes overlap; new head inputs start at zero weight; the ``extra_in`` inputs after the latent,
+        e.g. a critic's action, keep theirs). Returns whether anything changed."""
         changed = bool(self.encoder.resize_output(latent_dim)) if self.encoder.out_dim != latent_dim else False
-        return bool(self.head.resize_input(latent_dim)) or changed
+        return bool(self.head.resize_input(latent_dim + self.extra_in, keep_tail=self.extra_in)) or changed
 
     @property
     def activation(self) -> str | None:
@@ -802,7 +908,7 @@ class EvolvableNetwork(nn.Module):
             return self.set_latent_dim(min(max(target, lo), hi))
         module = self.encoder if part == "encoder" else self.head
         fn = getattr(module, name)
-        return bool(fn() if name in _LAYER_METHODS else fn(rng=rng))
+        return bool(fn(rng=rng) if "rng" in inspect.signature(fn).parameters else fn())
 
     def sample_mutation(self, rng: random.Random, new_layer_prob: float) -> str:
         """Pick a method: layer-level with probability ``new_layer_prob``, else node-level."""
@@ -812,11 +918,13 @@ class EvolvableNetwork(nn.Module):
         return rng.choice(layer if rng.random() < new_layer_prob else node)
 
     def arch(self) -> dict[str, Any]:
-        return {"encoder": self.encoder.arch(), "head": self.head.arch()}
+        encoder: Any = self.encoder  # every encoder kind has arch() / set_arch()
+        return {"encoder": encoder.arch(), "head": self.head.arch()}
 
     def set_arch(self, arch: dict[str, Any]) -> None:
-        if arch["encoder"] != self.encoder.arch():
-            self.encoder.set_arch(arch["encoder"])
+        encoder: Any = self.encoder
+        if arch["encoder"] != encoder.arch():
+            encoder.set_arch(arch["encoder"])
         if arch["head"] != self.head.arch():
             self.head.set_arch(arch["head"])
 

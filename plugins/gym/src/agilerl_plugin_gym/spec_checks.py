@@ -2,7 +2,9 @@
 
 They turn what a run would need and this plugin cannot give into one problem naming the missing
 feature or package, before anything is built: network kinds our evolvable networks lack (LSTM,
-CNN-LSTM, SimBa, multi-input) and gymnasium ids whose package is missing.
+CNN-LSTM) and gymnasium ids whose package is missing. Whether an encoder fits the env's
+observation space is checked where the env is made
+(:func:`agilerl_plugin_gym.encoder_rules.check_network_for_space`).
 """
 
 from __future__ import annotations
@@ -42,21 +44,42 @@ ACTIVATION_NAMES: frozenset[str] = frozenset(
 UNSUPPORTED_ENCODERS: dict[str, str] = {
     "lstm": "LSTM encoders (arch: lstm, recurrent policies) are not supported yet; use an mlp encoder",
     "cnn_lstm": "CNN-LSTM encoders (arch: cnn_lstm) are not supported yet; use a cnn encoder",
-    "simba": "SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
-    "multiinput": "multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
 }
+#: Refused by the multi-agent algorithms: their PettingZoo vector env flattens Dict/Tuple observations.
+MULTI_AGENT_MULTI_INPUT = (
+    "multi-input encoders (arch: multiinput) are supported by the single-agent algorithms only; the multi-agent "
+    "vector env flattens Dict/Tuple observations into vectors: use an mlp encoder"
+)
 
 
-def network_problems(manifest: TrainingManifest, supported_mutations: frozenset[str]) -> list[Problem]:
-    """What the ``network`` section asks for that this plugin's networks cannot do."""
+def network_problems(
+    manifest: TrainingManifest, supported_mutations: frozenset[str], *, multi_input: bool = True
+) -> list[Problem]:
+    """What the ``network`` section asks for that this plugin's networks cannot do
+    (``multi_input``: whether the algorithm takes multi-input encoders)."""
     net = manifest.network
     if net is None:
         return []
-    if net.simba:
-        return [Problem("network.simba", UNSUPPORTED_ENCODERS["simba"])]
     enc = net.encoder_config
     if enc is not None and enc.arch in UNSUPPORTED_ENCODERS:
         return [Problem("network.encoder_config", UNSUPPORTED_ENCODERS[enc.arch])]
+    cnn_norm = getattr(enc, "layer_norm", False) if enc is not None and enc.arch == "cnn" else False
+    cnn_norm = cnn_norm or bool(getattr(getattr(enc, "cnn_config", None), "layer_norm", False))
+    if cnn_norm:
+        return [Problem(
+            "network.encoder_config" + (".cnn_config" if enc is not None and enc.arch == "multiinput" else ""),
+            "layer_norm: true is not supported yet for CNN encoders (AgileRL normalises between conv layers); "
+            "set layer_norm: false",
+        )]  # fmt: skip
+    if enc is not None and enc.arch == "multiinput":
+        if not multi_input:
+            return [Problem("network.encoder_config", MULTI_AGENT_MULTI_INPUT)]
+        if getattr(enc, "lstm_config", None) is not None:
+            return [Problem(
+                "network.encoder_config.lstm_config",
+                "LSTM parts of a multi-input encoder are not supported yet (AgileRL uses them for 2-D Box parts "
+                "of recurrent policies; here those parts are flattened into the vector input): remove it",
+            )]  # fmt: skip
     if net.random_seed is not None:
         return [Problem("network.random_seed", "not supported yet; seed the whole run with training.seed")]
     # min_latent_dim / max_latent_dim: architecture mutation resizes the latent within them

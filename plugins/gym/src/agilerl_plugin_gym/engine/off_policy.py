@@ -64,8 +64,11 @@ class TargetSync:
         """Re-gather the parameter lists (after networks were replaced or reshaped)."""
         self.target, self.online = [], []
         for target, source in self.target_of.items():
-            self.target += list(self.nets[target].parameters())
-            self.online += list(self.nets[source].parameters())
+            # (before copy_online the two may differ in shape: the lists are gathered again after it)
+            for t, o in zip(self.nets[target].parameters(), self.nets[source].parameters(), strict=False):
+                if t is not o:  # a module both read (a shared encoder) needs no averaging
+                    self.target.append(t)
+                    self.online.append(o)
 
     def copy_online(self) -> None:
         """(Re)create every target as a frozen deep copy of its online network, then rebuild."""

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from agilerl_plugin_gym.observations import rows
+
 __all__ = ["PPOSettings", "clipped_surrogate", "gae", "ppo_update", "rollout_plan"]
 
 
@@ -161,7 +163,7 @@ def ppo_update(
         perm = torch.randperm(n, device=s.device)
         for start in range(0, n - batch_size + 1, batch_size):
             idx = perm[start : start + batch_size]
-            mb = {k: v[idx] for k, v in data.items()}
+            mb = {k: rows(v, idx) for k, v in data.items()}  # an obs of Dict/Tuple parts too
             new_lp, entropy, value = forward(mb["obs"], mb["actions"])
             loss, pg, vl, ent, ratio, log_ratio = clipped_surrogate(new_lp, entropy, value, mb, s)
             optimizer.zero_grad(set_to_none=True)

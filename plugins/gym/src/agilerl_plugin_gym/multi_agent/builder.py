@@ -98,7 +98,7 @@ def resolve_networks(
                 f"network for agent {a!r}: encoder arch 'cnn' needs image (H x W x C) observations, but its "
                 f"observation space is {obs_space}; use arch: mlp for this agent (net_config per agent)."
             )
-        if enc is not None and enc.arch not in ("mlp", "cnn"):
+        if enc is not None and enc.arch not in ("mlp", "cnn", "simba"):
             raise MultiAgentConfigError(f"network for agent {a!r}: encoder arch {enc.arch!r} is not supported here")
     return keys, net_specs
 

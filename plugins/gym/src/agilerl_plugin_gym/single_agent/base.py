@@ -23,6 +23,7 @@ from agilerl.models import AlgorithmSpec, NetworkSpec
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
+from agilerl_plugin_gym.observations import as_tensors, is_structured
 from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
     UnsupportedSpaceError,
@@ -103,8 +104,11 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         """Create ``self.optimizers`` for the current networks (called after any rebuild)."""
         raise NotImplementedError
 
-    def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        """A batch of observations as a tensor, without copying on CPU."""
+    def obs_tensor(self, obs: Any) -> Any:
+        """A batch of observations as a tensor (a dict of them for Dict/Tuple spaces), without
+        copying on CPU."""
+        if is_structured(obs):
+            return as_tensors(obs, self.device)
         return torch.as_tensor(obs, device=self.device)
 
     # --- hyperparameters --------------------------------------------------------------------------

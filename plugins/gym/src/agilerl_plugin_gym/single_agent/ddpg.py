@@ -2,7 +2,7 @@
 
 Hyperparameters are documented where they are declared: :class:`agilerl_plugin_gym.single_agent.specs.DDPGSpec`.
 
-* Continuous (1-D Box) actions; Box vector or Discrete observations.
+* Continuous (1-D Box) actions; vector, image (CNN) and Dict/Tuple (multi-input) observations.
 * The actor outputs ``tanh`` actions in [-1, 1]; they are stored and fed to the critic in that
   range and rescaled to the env's ``[low, high]`` only when stepping the env.
 * Exploration: Ornstein-Uhlenbeck noise (``O_U_noise: true``; ``theta``, ``dt``, ``mean_noise``,
@@ -10,7 +10,15 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
   ``N(mean_noise, expl_noise)``. Before ``training.learning_delay`` steps actions are uniform.
 * Delayed policy updates: the actor and the targets update every ``policy_freq`` critic updates.
 
-The critic reads the observation and the action concatenated; :class:`TD3` extends this class.
+* Critic input: for vector observations the critic's encoder reads the observation and the action
+  concatenated. For images and Dict/Tuple observations, and with ``share_encoders``, the critic
+  encodes the observation alone and its head reads ``[latent, action]`` (AgileRL's
+  ``ContinuousQNetwork``).
+* ``share_encoders: true`` (AgileRL's meaning): the critics (and their targets) read the actor's
+  encoder without gradient: the encoder is trained by the actor loss only, the critic loss trains
+  the critics' heads. Architecture mutation changes the one encoder for all of them.
+
+:class:`TD3` extends this class.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ import torch
 from gymnasium import spaces
 
 from agilerl.models import TrainingSpec
+from agilerl_plugin_gym.encoder_rules import is_image_space, is_structured_space
 from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
 from agilerl_plugin_gym.networks import obs_dim
+from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DDPGSpec
@@ -56,18 +66,39 @@ class DDPG(GymAlgorithm):
         self.act_dim = int(action_space.shape[0])
         self.low = np.asarray(action_space.low, dtype=np.float32)
         self.high = np.asarray(action_space.high, dtype=np.float32)
-        # The critic sees [obs, action] as one vector.
-        critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
-        self.nets = {"actor": self.build_network(self.act_dim, output_activation="Tanh")}
+        self.share_encoders = spec.share_encoders
+        vector = not (is_image_space(observation_space) or is_structured_space(observation_space))
+        #: The critic's head reads [latent, action] (else its encoder reads [obs, action]).
+        self.action_in_head = self.share_encoders or not vector
+        actor = self.build_network(self.act_dim, output_activation="Tanh")
+        self.nets = {"actor": actor}
         for critic in self.critic_names:
-            self.nets[critic] = self.build_network(1, space=critic_space)
+            if self.action_in_head:
+                shared = actor.encoder if self.share_encoders else None
+                self.nets[critic] = self.build_network(
+                    1, encoder=shared, extra_in=self.act_dim, detach_encoder=self.share_encoders
+                )
+            else:  # the critic sees [obs, action] as one vector
+                critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
+                self.nets[critic] = self.build_network(1, space=critic_space)
         self.sync_targets()
         self.build_optimizers()
         self.noise = ExplorationNoise(self.act_dim)
         self.critic_updates = 0
 
+    def sync_targets(self) -> None:
+        """Target copies; with ``share_encoders`` the critic targets read the actor's encoder too."""
+        super().sync_targets()
+        if getattr(self, "share_encoders", False):
+            encoder = self.nets["actor"].encoder
+            for target, online in self.target_of.items():
+                if online in self.critic_names:
+                    self.nets[target].encoder = encoder
+            self.targets.rebuild()
+
     def build_optimizers(self) -> None:
-        critic_params = [p for c in self.critic_names for p in self.nets[c].parameters()]
+        shared = {id(p) for p in self.nets["actor"].encoder.parameters()} if self.share_encoders else set()
+        critic_params = [p for c in self.critic_names for p in self.nets[c].parameters() if id(p) not in shared]
         self.optimizers = {
             "actor": self.make_optimizer(self.nets["actor"].parameters(), self.lr_actor),
             "critic": self.make_optimizer(critic_params, self.lr_critic),
@@ -100,7 +131,7 @@ class DDPG(GymAlgorithm):
         self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """(action in [-1, 1] to store, scaled action for the env)."""
-        n = obs.shape[0]
+        n = batch_size(obs)
         if warmup:
             action = rng.uniform(-1.0, 1.0, (n, self.act_dim))
         else:
@@ -116,19 +147,25 @@ class DDPG(GymAlgorithm):
         return {}
 
     # --- learning ---------------------------------------------------------------------------------
-    def _target_q(self, reward: torch.Tensor, next_obs: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    def q(self, name: str, obs: Any, action: torch.Tensor) -> torch.Tensor:
+        """``Q(obs, action)`` of critic ``name``, shape ``(batch,)``."""
+        net = self.nets[name]
+        out = net(obs, action) if self.action_in_head else net(torch.cat([obs, action], 1))
+        return out.squeeze(1)
+
+    def _target_q(self, reward: torch.Tensor, next_obs: Any, done: torch.Tensor) -> torch.Tensor:
         next_a = self.nets["actor_target"](next_obs)
-        q_next = self.nets["critic_target"](torch.cat([next_obs, next_a], 1)).squeeze(1)
-        return reward + self.gamma * (1.0 - done) * q_next
+        return reward + self.gamma * (1.0 - done) * self.q("critic_target", next_obs, next_a)
 
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One critic step; every ``policy_freq`` critic steps, one actor step and target updates."""
-        obs, next_obs = batch["obs"].float(), batch["next_obs"].float()
+        obs, next_obs = batch["obs"], batch["next_obs"]
+        if not self.action_in_head:  # a vector, concatenated with the action
+            obs, next_obs = obs.float(), next_obs.float()
         action = batch["action"].float()
         with torch.no_grad():
             y = self._target_q(batch["reward"].float(), next_obs, batch["done"].float())
-        sa = torch.cat([obs, action], 1)
-        critic_loss = sum((self.nets[c](sa).squeeze(1) - y).pow(2).mean() for c in self.critic_names)
+        critic_loss = sum((self.q(c, obs, action) - y).pow(2).mean() for c in self.critic_names)
         opt = self.optimizers["critic"]
         opt.zero_grad(set_to_none=True)
         critic_loss.backward()  # type: ignore[union-attr]
@@ -136,10 +173,12 @@ class DDPG(GymAlgorithm):
         self.critic_updates += 1
         stats = {"critic_loss": critic_loss.detach()}  # type: ignore[union-attr]
         if self.critic_updates % self.policy_freq == 0:
+            # The actor loss must not leave gradients in the critic (a shared encoder is the actor's).
             critic = self.nets[self.critic_names[0]]
-            critic.requires_grad_(False)  # the actor loss must not leave gradients in the critic
-            actor_loss = -critic(torch.cat([obs, self.nets["actor"](obs)], 1)).mean()
-            critic.requires_grad_(True)
+            frozen = critic.head if self.share_encoders else critic
+            frozen.requires_grad_(False)
+            actor_loss = -self.q(self.critic_names[0], obs, self.nets["actor"](obs)).mean()
+            frozen.requires_grad_(True)
             opt = self.optimizers["actor"]
             opt.zero_grad(set_to_none=True)
             actor_loss.backward()

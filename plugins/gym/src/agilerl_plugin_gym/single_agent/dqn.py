@@ -4,7 +4,7 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 the epsilon schedule (``eps_start``, ``eps_end``, ``eps_decay``) and ``learning_delay`` come from
 the manifest's ``training`` section, the buffer from ``replay_buffer``.
 
-* Discrete actions only; Box vector, Discrete and image observations.
+* Discrete actions only; vector, image (CNN) and Dict/Tuple (multi-input) observations.
 * The target network tracks the online one by Polyak averaging every update (``tau``).
 * Epsilon decays multiplicatively once per vector step: ``eps = max(eps_end, eps * eps_decay)``.
 * Loss: Huber (smooth L1) on the TD error, which keeps early large errors from blowing up updates.
@@ -20,6 +20,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.models import TrainingSpec
+from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
@@ -72,7 +73,7 @@ class DQN(GymAlgorithm):
         self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """Epsilon-greedy actions for a batch: (action to store, action for the env)."""
-        n = obs.shape[0]
+        n = batch_size(obs)
         eps = 1.0 if self.epsilon is None else self.epsilon
         if warmup or eps >= 1.0:
             action = rng.integers(0, self.n_actions, size=n)

@@ -5,7 +5,7 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 * Actions: Discrete (categorical), MultiDiscrete (one categorical per dimension) and Box (diagonal
   Gaussian with a learned, state-independent log-std starting at ``action_std_init``; sampled
   actions are clipped to the bounds only when sent to the env).
-* Observations: Box vectors, Discrete (one-hot) and H x W x C images (CNN encoder).
+* Observations: vectors, Discrete (one-hot), images (CNN encoder) and Dict/Tuple spaces (multi-input encoder).
 * ``share_encoders``: actor and critic heads read one encoder (one forward pass per step).
 
 The rollout loop lives in :class:`agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`;

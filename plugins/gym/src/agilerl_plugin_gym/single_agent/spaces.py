@@ -2,7 +2,7 @@
 
 The algorithms check their spaces when they are built, and the specs run the same check at
 validation time (``agilerl validate``) on one env made from the manifest, so a wrong combination
-(continuous actions for DQN, images for DDPG) fails before anything trains.
+(continuous actions for DQN, discrete ones for DDPG) fails before anything trains.
 """
 
 from __future__ import annotations
@@ -49,17 +49,25 @@ def is_image_space(space: spaces.Space[Any]) -> TypeGuard[spaces.Box]:
     return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
+def _supported_observation(space: spaces.Space[Any], images: bool) -> bool:
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        parts = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
+        return all(_supported_observation(s, images) for s in parts)
+    if isinstance(space, (spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)):
+        return True
+    return isinstance(space, spaces.Box) and (len(space.shape) <= 2 or (images and is_image_space(space)))
+
+
 def check_observation_space(algo: str, space: spaces.Space[Any], *, images: bool = True) -> None:
-    """Box vectors and Discrete for every algorithm; H x W x C images where ``images``."""
-    ok = isinstance(space, (spaces.Discrete, spaces.MultiBinary)) or (
-        isinstance(space, spaces.Box) and (len(space.shape) <= 1 or (images and is_image_space(space)))
-    )
-    if not ok:
+    """Box vectors (rank <= 2, flattened), Discrete, MultiDiscrete, MultiBinary, H x W x C or C x H x W
+    images where ``images``, and Dict/Tuple spaces of these (multi-input encoders)."""
+    if not _supported_observation(space, images):
         what = "image (H x W x C Box) observations" if is_image_space(space) else f"observation space {space}"
         raise UnsupportedSpaceError(
-            f"environment: {algo} does not support {what}. Supported: Box vectors, Discrete"
-            + (", H x W x C images" if images else "")
-            + ". Wrap the env (environment.env_wrappers) to flatten or convert it."
+            f"environment: {algo} does not support {what}. Supported: Box vectors, Discrete, MultiDiscrete, "
+            "MultiBinary"
+            + (", images (H x W x C or C x H x W)" if images else "")
+            + " and Dict/Tuple spaces of these. Wrap the env (environment.env_wrappers) to flatten or convert it."
         )
 
 
@@ -79,7 +87,7 @@ def check_spaces(algo: str, observation_space: spaces.Space[Any], action_space: 
                 f"environment: {algo} needs continuous actions (a 1-D Box), but this env's actions are "
                 f"{action_space}. Use DQN or PPO for discrete actions."
             )
-        check_observation_space(algo, observation_space, images=False)
+        check_observation_space(algo, observation_space)
     elif rules == "PPO":
         check_observation_space(algo, observation_space)
         discrete = isinstance(action_space, spaces.Discrete) or (

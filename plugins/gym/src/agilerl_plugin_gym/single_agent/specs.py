@@ -77,15 +77,16 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
             if missing is not None:
                 problems.append(Problem("environment.name", missing))
         if not problems:
-            problems += _space_problems(self.name, env)
+            problems += _space_problems(self.name, env, manifest)
         from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 
         problems += batch_problems(self, manifest)
         return problems or make_and_check(manifest, multi_agent=False)
 
 
-def _space_problems(algo: str, env: GymEnvSpec) -> list[Problem]:
-    """Make one env as the run will (wrappers included) and check the algorithm takes its spaces.
+def _space_problems(algo: str, env: GymEnvSpec, manifest: TrainingManifest | None = None) -> list[Problem]:
+    """Make one env as the run will (wrappers included) and check the algorithm takes its spaces,
+    and that the ``network`` section's encoder fits the observation space.
 
     An env that cannot be made is reported when it is ``GymEnvError`` (a bad entrypoint, factory or
     wrapper path); anything else the env's own code raises is left for the run to report in full.
@@ -102,10 +103,17 @@ def _space_problems(algo: str, env: GymEnvSpec) -> list[Problem]:
         return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
     except Exception:  # the env's own failure: the run reports it with its traceback
         return []
+    from agilerl_plugin_gym.encoder_rules import EncoderSpaceError, check_network_for_space
+
     try:
         check_spaces(algo, made.observation_space, made.action_space)
+        if manifest is not None:
+            check_network_for_space(manifest.network, made.observation_space)
     except UnsupportedSpaceError as exc:
         return [Problem("environment", str(exc).removeprefix("environment: "))]
+    except EncoderSpaceError as exc:
+        path, sep, message = str(exc).partition(": ")
+        return [Problem(path, message) if sep and path.startswith("network") else Problem("network", str(exc))]
     finally:
         made.close()
     return []
@@ -227,7 +235,7 @@ class DDPGSpec(GymAlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
     upstream_notes: ClassVar[dict[str, str]] = {
-        "share_encoders": "Only false (a shared actor-critic encoder is not supported yet).",
+        "share_encoders": "AgileRL's meaning: the critics read the actor's encoder without gradient.",
         "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
     }
 
@@ -241,17 +249,14 @@ class DDPGSpec(GymAlgorithmSpec):
     mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
     theta: Annotated[float, Field(ge=0, description="OU mean-reversion rate.")] = 0.15
     dt: Annotated[float, Field(gt=0, description="OU time step.")] = 0.01
-    share_encoders: bool = Field(default=False, description="Actor and critic encoders: separate only (false).")
+    share_encoders: bool = Field(
+        default=False,
+        description="The critics (and their targets) read the actor's encoder, without gradient: the actor "
+        "loss trains it, the critic loss the critics' heads (AgileRL's meaning).",
+    )
     vect_noise_dim: Annotated[
         int, Field(ge=1, description="Noise vectors: one per env always (1 or environment.num_envs accepted).")
     ] = 1
-
-    @field_validator("share_encoders")
-    @classmethod
-    def _no_shared_encoders(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("a shared actor-critic encoder (share_encoders: true) is not supported yet here")
-        return value
 
 
 class TD3Spec(DDPGSpec):

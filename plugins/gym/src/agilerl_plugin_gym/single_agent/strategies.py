@@ -36,6 +36,7 @@ from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.engine.on_policy import rollout_plan
 from agilerl_plugin_gym.envs import make_gym_env
+from agilerl_plugin_gym.observations import field_layout
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -89,18 +90,18 @@ class OnPolicyStrategy(GymStrategy):
         #: Rollout buffers by layout; every rollout rewrites all of a buffer, so agents share them.
         self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
 
-    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: np.ndarray) -> RolloutBuffer:
+    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any) -> RolloutBuffer:
         layout = agent.rollout_layout()
-        obs = np.asarray(obs)
-        key = (steps, n, obs.shape[1:], obs.dtype.str, layout, str(agent.device))
+        obs_shape, obs_dtype = field_layout("obs", obs)  # mappings for Dict/Tuple observations
+        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device))
         buf = self.buffers.get(key)
         if buf is None:
             buf = RolloutBuffer(
                 steps,
                 n,
-                tuple(obs.shape[1:]),
+                obs_shape,
                 layout.action_shape,
-                obs_dtype=obs.dtype,
+                obs_dtype=obs_dtype,
                 action_dtype=layout.action_dtype,
                 device=agent.device,
             )

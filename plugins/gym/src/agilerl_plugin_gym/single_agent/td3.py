@@ -10,7 +10,7 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -31,11 +31,10 @@ class TD3(DDPG):
     policy_noise: float
     noise_clip: float
 
-    def _target_q(self, reward: torch.Tensor, next_obs: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    def _target_q(self, reward: torch.Tensor, next_obs: Any, done: torch.Tensor) -> torch.Tensor:
         next_a = self.nets["actor_target"](next_obs)
         smoothing = (torch.randn_like(next_a) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
         next_a = (next_a + smoothing).clamp(-1.0, 1.0)
-        sa = torch.cat([next_obs, next_a], 1)
-        q1 = self.nets["critic_1_target"](sa)
-        q2 = self.nets["critic_2_target"](sa)
-        return reward + self.gamma * (1.0 - done) * torch.min(q1, q2).squeeze(1)
+        q1 = self.q("critic_1_target", next_obs, next_a)
+        q2 = self.q("critic_2_target", next_obs, next_a)
+        return reward + self.gamma * (1.0 - done) * torch.min(q1, q2)
