@@ -6,7 +6,7 @@ optimizer step's rows are cut into one contiguous shard per process, each proces
 its shard's part of the step's loss (normalised by the *whole* step's units), and the gradients are
 summed across processes before the step. So N processes take the same optimizer steps as one
 process at the same global batch (up to float summation order), with the forward/backward work
-divided by N. Only rank 0 writes metrics.
+divided by N. Only rank 0 writes metrics and checkpoints (the core does that for any launch).
 
 The process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``): gloo on CPU, nccl on CUDA. One process (no launcher) is the default and costs nothing.
@@ -15,7 +15,7 @@ The process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE`
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -82,27 +82,89 @@ def merge_stats(totals: dict[str, float], counts: dict[str, int]) -> tuple[dict[
     return out_t, out_c
 
 
-class _Silent:
-    """A metrics logger for ranks other than 0 (rank 0 writes the run's metrics)."""
+def agree_any(flag: bool) -> bool:
+    """Whether ``flag`` is true on any process (one tiny all-reduce; every process must call it)."""
+    _, world = context()
+    if world <= 1:
+        return flag
+    import torch.distributed as dist
 
-    def log(self, row: dict[str, Any]) -> None:
-        pass
-
-    def log_population(self, summary: dict[str, Any]) -> None:
-        pass
-
-    def read_jsonl(self) -> list[dict[str, Any]]:
-        return []
-
-    def close(self) -> None:
-        pass
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
-def quiet_other_ranks(run: Any) -> None:
-    """On ranks other than 0, drop metric rows (every rank computes the same ones)."""
-    rank, world = context()
-    if world > 1 and rank != 0:
-        run.logger = _Silent()
+def launch_problems(env: dict[str, str] | None = None) -> list[str]:
+    """What a launcher asked for that this data parallelism does not do (checked before any model loads).
+
+    Each process keeps a whole replica of the model and optimizer and the gradients are summed:
+    plain data parallelism. Accelerate's DeepSpeed ZeRO and FSDP sharding and its mixed precision
+    are not applied by this plugin, so a launch asking for them is refused rather than silently run
+    unsharded; so is an ``accelerate launch --cpu --num_processes N`` that started one process
+    (accelerate runs multi-CPU only under mpirun).
+    """
+    env = dict(os.environ) if env is None else env
+    problems = []
+    if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        problems.append(
+            "accelerate launch with DeepSpeed (--use_deepspeed, distributed_type: DEEPSPEED): ZeRO sharding is "
+            "not implemented by agilerl-plugin-llm (it needs CUDA, and each process here keeps a full model "
+            "replica); launch with --multi_gpu for plain data parallelism"
+        )
+    if env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        problems.append(
+            "accelerate launch with FSDP (--use_fsdp, distributed_type: FSDP): FSDP sharding is not implemented "
+            "by agilerl-plugin-llm (each process here keeps a full model replica); launch with --multi_gpu for "
+            "plain data parallelism"
+        )
+    precision = env.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+    if precision not in ("no", ""):
+        problems.append(
+            f"accelerate launch --mixed_precision {precision}: accelerate's autocast is not applied by "
+            "agilerl-plugin-llm (the model trains in the dtype it loads in); launch with --mixed_precision no"
+        )
+    mpi = next((env[k] for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE") if k in env), None)
+    if "WORLD_SIZE" not in env and mpi is not None and int(mpi) > 1:
+        problems.append(
+            f"started by mpirun ({mpi} processes): MPI launches are not supported; use agilerl train "
+            "--num-processes N, torchrun, or accelerate launch --multi_gpu --num_processes N"
+        )
+    elif "WORLD_SIZE" not in env and "MASTER_ADDR" in env and "ACCELERATE_USE_CPU" in env:
+        problems.append(
+            "accelerate launch --num_processes N started one process: without --multi_gpu (or with --cpu) "
+            "accelerate runs several CPU processes only under mpirun. On one machine use agilerl train "
+            "--num-processes N, or accelerate launch --multi_gpu --num_processes N (without CUDA its "
+            "processes use gloo on the CPU)"
+        )
+    return problems
 
 
-__all__ = ["context", "merge_stats", "quiet_other_ranks", "shard", "sum_gradients", "world_size"]
+def check_launch() -> None:
+    """Raise a clear error for a launch :func:`launch_problems` refuses."""
+    problems = launch_problems()
+    if problems:
+        from agilerl.errors import AgileRLError
+
+        raise AgileRLError("this launch cannot run here:\n  - " + "\n  - ".join(problems))
+
+
+class DataParallelStrategy:
+    """Mixin for the LLM strategies: every process of a launch runs them in lock step (see the module)."""
+
+    multi_process: ClassVar[bool] = True
+
+    def agree_to_stop(self, run: Any, requested: bool) -> bool:
+        return agree_any(requested)  # Ctrl-C: all ranks stop at the same point
+
+
+__all__ = [
+    "DataParallelStrategy",
+    "agree_any",
+    "check_launch",
+    "context",
+    "launch_problems",
+    "merge_stats",
+    "shard",
+    "sum_gradients",
+    "world_size",
+]
