@@ -243,3 +243,51 @@ def test_the_fsdp_field_is_refused_by_name(
     data["algorithm"]["fsdp"] = {"fsdp_version": 2}  # AgileRL's field (its fsdp_config)
     code, _, err = run_cli("validate", str(write_manifest(data)))
     assert code == 1 and "fsdp: FSDP sharding is not implemented" in err, err
+
+
+SUM_SCRIPT = """
+import json, sys, torch
+import torch.distributed as dist
+from agilerl_plugin_llm.distributed import context, sum_gradients
+rank, world = context()
+p = torch.nn.Parameter(torch.zeros(3))
+p.grad = torch.full((3,), float(rank + 1))
+same = sum_gradients([p], ({"loss": 1.0 + rank}, {"loss": 1}))
+odd = {"loss": 2.0} if rank == 0 else {"loss": 3.0, "kl": 0.5}  # a key only rank 1 has: the slow path
+p.grad = torch.ones(3)
+other = sum_gradients([p], (odd, dict.fromkeys(odd, 1)))
+if rank == 0:
+    json.dump({"grad": p.grad.tolist(), "same": same, "other": other}, open(sys.argv[1], "w"))
+"""
+
+
+def test_stats_ride_in_the_gradient_all_reduce_and_differing_keys_fall_back(tmp_path: Path) -> None:
+    script, out = tmp_path / "sum.py", tmp_path / "out.json"
+    script.write_text(SUM_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(free_port()), str(script), str(out)],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(out.read_text())
+    assert got["grad"] == [2.0, 2.0, 2.0]  # summed over both processes
+    assert got["same"] == [{"loss": 3.0}, {"loss": 2}]  # totals and counts of both processes
+    assert got["other"] == [{"loss": 5.0, "kl": 0.5}, {"loss": 2, "kl": 1}]
+
+
+@pytest.mark.parametrize(("rows", "mini"), [(10, None), (10, 4), (3, 2), (1, None)])
+def test_local_rows_are_the_rows_optimize_trains_each_process_on(rows: int, mini: int | None) -> None:
+    from agilerl_plugin_llm.distributed import local_rows, shard
+
+    step = min(mini or rows, rows)
+    for world in (1, 2, 3):
+        ranges = [local_rows(rows, mini, r, world) for r in range(world)]
+        covered = sorted(i for rs in ranges for lo, hi in rs for i in range(lo, hi))
+        assert covered == list(range(rows))  # every row once, over all processes
+        for r in range(world):  # optimize: each step's rows, split with shard()
+            expected = []
+            for start in range(0, rows, step):
+                lo, hi = shard(min(start + step, rows) - start, r, world)
+                expected += [(start + lo, start + hi)] if hi > lo else []
+            assert ranges[r] == expected
