@@ -1,12 +1,13 @@
 """Data parallelism, 2 processes vs 1 (gloo, CPU, 1 torch thread each): SFT and GRPO at the same
 global batch, on the tiny test model and on a wider one (``--sizes``: hidden size x layers). Reports
-wall and CPU seconds (summed over the processes) per training iteration, from runs of ``steps`` and
-``2 * steps`` iterations differenced (start-up, model loading and evaluation cancel), the speed-up,
+wall seconds per training iteration (``train/iteration_s``, rank 0) and CPU seconds per iteration
+summed over the processes (runs of ``steps`` and ``2 * steps`` iterations differenced, so start-up,
+model loading and evaluation cancel), the speed-up,
 and the machine's load (``os.getloadavg``) around each pair. On a machine loaded beyond its cores,
 two processes also get two shares of the scheduler, so the wall ratio flatters them: read it with
 the CPU seconds and the load.
 
-    python benchmarks/llm/bench_data_parallel.py [--steps 10] [--sizes 64x2,256x4] [--out results.json]
+    python benchmarks/llm/bench_data_parallel.py [--sizes 64x2:60,256x4:10] [--out results.json]
 
 1 process is ``agilerl train --num-processes 1`` (the plain path); 2 are ``--num-processes 2``.
 """
@@ -47,31 +48,32 @@ def manifest(algo: str, model: Path, run_dir: Path, steps: int) -> dict[str, Any
 
 
 def run(algo: str, procs: int, model: Path, work: Path, steps: int) -> tuple[float, float]:
-    """Wall and CPU seconds (all processes) of one whole ``agilerl train`` of ``steps`` iterations."""
+    """(seconds per iteration on rank 0, CPU seconds of all processes) of one ``agilerl train``."""
     run_dir = work / f"{algo}-{model.name}-{procs}-{steps}"
     path = work / f"{algo}-{model.name}-{procs}-{steps}.yaml"
     path.write_text(yaml.safe_dump(manifest(algo, model, run_dir, steps)))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "AGILERL_DIST_BACKEND": "gloo"}
     cmd = [sys.executable, "-m", "agilerl", "train", str(path), "--num-processes", str(procs)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, capture_output=True)
-    wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the launcher and its ranks, all waited for
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (row,) = [r for r in rows if r.get("generation", -1) >= 0]  # one generation: the mean of its iterations
+    return float(row["train/iteration_s"]), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def per_iteration(algo: str, procs: int, model: Path, work: Path, steps: int) -> tuple[float, float]:
-    """(wall, CPU) seconds per iteration: runs of ``steps`` and ``2 * steps`` iterations differenced,
+    """(wall, CPU) seconds per iteration: wall from the ``2 * steps`` run's ``train/iteration_s``
+    (rank 0); CPU of all processes from runs of ``steps`` and ``2 * steps`` iterations differenced,
     so process start-up, model loading and the evaluations cancel."""
     short, long = run(algo, procs, model, work, steps), run(algo, procs, model, work, 2 * steps)
-    return (long[0] - short[0]) / steps, (long[1] - short[1]) / steps
+    return long[0], (long[1] - short[1]) / steps
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--sizes", default="64x2,256x4", help="models as HIDDENxLAYERS (64x2: the test model)")
+    p.add_argument("--sizes", default="64x2:60,256x4:10",
+                   help="models as HIDDENxLAYERS:STEPS (64x2: the test model; runs of STEPS and 2 x STEPS)")  # fmt: skip
     p.add_argument("--algorithms", default="SFT,GRPO")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -81,13 +83,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for size in args.sizes.split(","):
-            hidden, layers = (int(x) for x in size.split("x"))
+            shape, _, steps_text = size.partition(":")
+            steps = int(steps_text or 10)
+            hidden, layers = (int(x) for x in shape.split("x"))
+            size = shape
             model = build_tiny_model(work / f"model-{size}", hidden_size=hidden, num_hidden_layers=layers)
             for algo in args.algorithms.split(","):
                 load = os.getloadavg()[0]
                 t0 = time.perf_counter()
-                one, one_cpu = per_iteration(algo, 1, model, work, args.steps)
-                two, two_cpu = per_iteration(algo, 2, model, work, args.steps)
+                one, one_cpu = per_iteration(algo, 1, model, work, steps)
+                two, two_cpu = per_iteration(algo, 2, model, work, steps)
                 results[f"{algo} {size}"] = {
                     "one_process_s": one, "two_processes_s": two, "speedup": one / two,
                     "one_process_cpu_s": one_cpu, "two_processes_cpu_s": two_cpu, "load_1min": load,
