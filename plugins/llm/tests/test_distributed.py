@@ -291,3 +291,22 @@ def test_local_rows_are_the_rows_optimize_trains_each_process_on(rows: int, mini
                 lo, hi = shard(min(start + step, rows) - start, r, world)
                 expected += [(start + lo, start + hi)] if hi > lo else []
             assert ranges[r] == expected
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_stops_the_others_and_its_error_is_shown(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    data = manifest("GRPO", tiny_model_dir, tmp_path, tmp_path / "run")
+    rubric = Path(data["environment"]["rubric_file_path"])
+    rubric.write_text('import os\nif os.environ.get("RANK") == "1":\n    raise RuntimeError("rank 1 cannot load it")\n'
+                      + rubric.read_text())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agilerl", "train", str(write_manifest(data)), "--num-processes", "2"],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    # Rank 0 waits for rank 1 at the rendezvous until the launcher stops it; the exit code is rank 1's.
+    assert done.returncode not in (0, -15), done.stdout + done.stderr
+    assert "rank 1 of 2 exited with" in done.stderr and "rank 1 cannot load it" in done.stderr, done.stderr
+    assert "stopping the other ranks" in done.stderr
+    assert not (tmp_path / "run" / "elite.pt").exists()

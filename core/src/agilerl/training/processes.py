@@ -111,6 +111,8 @@ def launch(argv: Sequence[str], processes: int) -> int:
                 with contextlib.suppress(ProcessLookupError):
                     p.send_signal(signal.SIGINT)
 
+    failed_at: float | None = None
+    first_failure: int | None = None  # the exit code of the first rank that failed by itself
     previous = signal.signal(signal.SIGINT, forward)
     try:
         for r in range(processes):
@@ -127,12 +129,14 @@ def launch(argv: Sequence[str], processes: int) -> int:
                     stderr=log,
                 )
             )
-        failed_at: float | None = None
         while any(p.poll() is None for p in procs):
             codes = [p.poll() for p in procs]
             if failed_at is None and any(c not in (None, 0) for c in codes):
                 failed_at = time.monotonic()
+                first_failure = next(c for c in codes if c not in (None, 0))
             if failed_at is not None and time.monotonic() - failed_at > FAILURE_GRACE_S:
+                # The others wait for it in a collective (or at the rendezvous): stop them.
+                print(f"a rank exited with {first_failure}; stopping the other ranks", file=sys.stderr)
                 for p in procs:
                     if p.poll() is None:
                         p.terminate()
@@ -152,6 +156,8 @@ def launch(argv: Sequence[str], processes: int) -> int:
             print(f"rank {r} of {processes} exited with {code}:", *tail, sep="\n  ", file=sys.stderr)
         if log is not None:
             log.close()
+    if first_failure is not None and failed_at == float("inf"):
+        return first_failure  # the rank that failed, not the ones stopped because of it
     return codes[0] or next((c for c in codes if c), 0)
 
 
