@@ -124,14 +124,31 @@ def cmd_train(args: argparse.Namespace) -> int:
     for busy in (args.run_dir, args.resume if args.resume and Path(args.resume).is_dir() else None):
         if busy:  # refuse at once, before a checkpoint another run may be rotating is read
             check_not_in_use(Path(busy))
+    from agilerl.training import processes
+
+    if args.num_processes < 1:
+        raise AgileRLError(f"--num-processes must be at least 1, got {args.num_processes}")
+    launching = args.num_processes > 1 and "WORLD_SIZE" not in os.environ  # not yet inside a launch
+    if not processes.is_main_process():
+        kwargs["progress"] = False  # rank 0 owns the terminal
     if args.resume:
-        trainer = _resume_trainer(args, kwargs)
+        trainer = _resume_trainer(args, kwargs, quiet=launching)
     elif args.manifest:
         manifest = _load(args.manifest, args.set or ())
         trainer = LocalTrainer(manifest, **kwargs)
     else:
         raise AgileRLError("agilerl train needs a manifest path, or --resume CHECKPOINT")
+    if launching:  # validated here, before any process starts; each process validates again
+        processes.require_multi_process(trainer.strategy, trainer.manifest.algorithm.name, args.num_processes)
+        return processes.launch(args.argv, args.num_processes)
+    if args.num_processes > 1 and processes.world_size() != args.num_processes:
+        raise AgileRLError(
+            f"--num-processes {args.num_processes} inside a launch of {processes.world_size()} processes "
+            "(WORLD_SIZE is set: torchrun or accelerate launch started this one); drop --num-processes"
+        )
     result = trainer.train()
+    if not processes.is_main_process():
+        return 0
     best = result.population[0]
     print(
         f"done: {result.generations} generation(s), stopped by {result.stopped_by}; "
@@ -153,7 +170,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any]) -> Any:
+def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: bool = False) -> Any:
     """``--resume``: the manifest file given (or the checkpoint's own, if it names no code or is
     trusted), with ``--set`` applied; prints which fields differ from the stored manifest."""
     from agilerl import checkpoint
@@ -165,7 +182,8 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any]) -> Any:
         from agilerl.training.rundir import latest_checkpoint
 
         args.resume = str(latest_checkpoint(Path(args.resume)))
-        print(f"resuming from {args.resume}", file=sys.stderr)
+        if not quiet:
+            print(f"resuming from {args.resume}", file=sys.stderr)
     payload = checkpoint.load(args.resume)
     stored = payload.get("manifest") or {}
     if args.manifest:
@@ -177,7 +195,8 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any]) -> Any:
     if args.set:
         data = _merge(data, _parse_set(args.set))
     manifest = validate_manifest(data, source=source)
-    print(describe_diff(manifest_diff(stored, manifest.to_dict())), file=sys.stderr)
+    if not quiet:  # (a launcher's processes print it)
+        print(describe_diff(manifest_diff(stored, manifest.to_dict())), file=sys.stderr)
     return LocalTrainer(manifest, resume_from=args.resume, resume_payload=payload, **kwargs)
 
 
@@ -315,6 +334,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE", help="override a manifest field")
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --run-dir")
+    p.add_argument(
+        "--num-processes", type=int, default=1, metavar="N",
+        help="train in N local processes that split each step's work (algorithms whose strategy supports it)",
+    )  # fmt: skip
     p.add_argument(
         "--trust-checkpoint",
         action="store_true",
@@ -477,6 +500,7 @@ def _main(argv: list[str]) -> int:
         if first is None or first not in core_commands | {"-h", "--help", "--version"} or first in {"-h", "--help"}:
             _add_plugin_commands(parser)
         args = parser.parse_args(argv)
+        args.argv = list(argv)  # `agilerl train --num-processes N` starts the same command N times
         if not getattr(args, "handler", None):
             parser.print_help()
             return 2

@@ -38,6 +38,10 @@ class TrainingStrategy:
     #: parallel (``training.backend: ray`` fans them out over workers; otherwise one worker runs
     #: them in order, with :meth:`state_dict` sent there and back).
     independent_members: ClassVar[bool] = False
+    #: True when every process of a multi-process launch (``agilerl train --num-processes N``,
+    #: torchrun, accelerate launch) runs this strategy in lock step and the processes split its work;
+    #: False refuses such a launch (N copies would only repeat one run).
+    multi_process: ClassVar[bool] = False
 
     # --- seed API ----------------------------------------------------------------------------
     def get_training_loop(self, spec: AlgorithmSpec) -> TrainingLoop:
@@ -84,6 +88,13 @@ class TrainingStrategy:
         """Fitness of ``agent``: its mean return over ``training.eval_loop`` episodes."""
         t = run.manifest.training
         return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+
+    def agree_to_stop(self, run: Run, requested: bool) -> bool:
+        """Whether the run stops at this point, given whether this process was asked to (Ctrl-C).
+
+        Called at the same points in every process of a multi-process run; a ``multi_process``
+        strategy makes the processes agree (any asked: all stop), so they stop at the same point."""
+        return requested
 
     def after_selection(self, run: Run, population: list[Any]) -> None:
         """Called after selection and mutation replaced the population (release old resources)."""

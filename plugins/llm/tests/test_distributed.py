@@ -1,21 +1,32 @@
-"""Data parallelism: GRPO, SFT and DPO on 2 CPU processes (``torchrun``, gloo) take the same optimizer
-steps as 1 process at the same global batch, within float tolerance; only rank 0 writes metrics."""
+"""Data parallelism: GRPO, SFT and DPO on 2 CPU processes (gloo) take the same optimizer steps as 1
+process (plain ``agilerl train``) at the same global batch, within float tolerance, whichever launcher
+starts them: ``torchrun``, ``agilerl train --num-processes 2`` or ``accelerate launch``; only rank 0
+writes metrics, checkpoints and output. Ctrl-C under ``agilerl train --num-processes 2`` leaves a
+checkpoint that resumes in 2 processes; launches this data parallelism cannot honour are refused
+clearly before any model loads (DeepSpeed, FSDP, accelerate's autocast, a ``--cpu`` launch that
+started one process, paradigms that train in one process)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import yaml
+
+from agilerl_plugin_llm.distributed import launch_problems
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "llm"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "AGILERL_DIST_BACKEND": "gloo"}
 
 
 def manifest(algo: str, model_dir: Path, tmp_path: Path, run_dir: Path) -> dict[str, Any]:
@@ -49,22 +60,64 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def launch(launcher: str, procs: int, path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``agilerl train PATH`` in ``procs`` processes started by ``launcher`` (1 process: plain ``agilerl train``)."""
+    port = ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
+    cmd = {
+        "plain": [sys.executable, "-m", "agilerl", "train", str(path)],
+        "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs), *port,
+                     "-m", "agilerl", "train", str(path)],
+        "num-processes": [sys.executable, "-m", "agilerl", "train", str(path), "--num-processes", str(procs)],
+        # On a machine without CUDA, --multi_gpu runs torch.distributed.run; the processes use gloo.
+        "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                       str(procs), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                       "--main_process_port", str(free_port()), "-m", "agilerl", "train", str(path)],
+    }[launcher if procs > 1 else "plain"]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+
+
+SLOW = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The run directory of a plain 1-process ``agilerl train`` of ``algo`` (run once per module)."""
+    runs: dict[str, Path] = {}
+
+    def get(algo: str) -> Path:
+        if algo not in runs:
+            work = tmp_path_factory.mktemp(f"one-{algo}")
+            path = work / "one.yaml"
+            path.write_text(yaml.safe_dump(manifest(algo, tiny_model_dir, work, work / "one")), encoding="utf-8")
+            done = launch("plain", 1, path, ENV)
+            assert done.returncode == 0, done.stdout + done.stderr
+            runs[algo] = work / "one"
+        return runs[algo]
+
+    return get
+
+
 @pytest.mark.parametrize(
-    "algo", ["SFT", pytest.param("DPO", marks=pytest.mark.slow), pytest.param("GRPO", marks=pytest.mark.slow)]
-)
+    ("algo", "launcher"),
+    [("SFT", "torchrun"), ("SFT", "num-processes"), pytest.param("SFT", "accelerate", marks=SLOW),
+     pytest.param("DPO", "torchrun", marks=SLOW), pytest.param("GRPO", "torchrun", marks=SLOW),
+     pytest.param("GRPO", "num-processes", marks=SLOW), pytest.param("DPO", "accelerate", marks=SLOW)],
+)  # fmt: skip
 def test_two_processes_match_one_at_the_same_global_batch(
-    algo: str, tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+    algo: str,
+    launcher: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    write_manifest: Callable[..., Path],
+    one_process: Callable[[str], Path],
 ) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "AGILERL_DIST_BACKEND": "gloo"}
-    for procs, run_dir in ((1, one), (2, two)):
-        path = write_manifest(manifest(algo, tiny_model_dir, tmp_path, run_dir), f"{run_dir.name}.yaml")
-        done = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs), "--master_addr",
-             "127.0.0.1", "--master_port", str(free_port()), "-m", "agilerl", "train", str(path)],
-            capture_output=True, text=True, env=env, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
+    one, two = one_process(algo), tmp_path / "two"
+    path = write_manifest(manifest(algo, tiny_model_dir, tmp_path, two), "two.yaml")
+    done = launch(launcher, 2, path, ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Rank 0 alone reports (a launcher that prefixes or repeats the ranks' lines would show it twice).
+    assert done.stdout.count("done: 1 generation(s)") == 1, done.stdout
+    assert len(list((two / "tensorboard").iterdir())) == 1  # one event file: rank 1 wrote none
     a = torch.load(one / "elite.pt", weights_only=True)["agents"][0]
     b = torch.load(two / "elite.pt", weights_only=True)["agents"][0]
     assert a["steps"] == b["steps"] == 3
@@ -82,3 +135,178 @@ def test_two_processes_match_one_at_the_same_global_batch(
         for key in evals:
             if key in r1:
                 assert r2[key] == pytest.approx(r1[key], rel=1e-4, abs=1e-5), key
+
+
+# --- launching: Ctrl-C and resume, refused launches ------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_and_the_checkpoint_resumes_in_two_processes(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    run_dir = tmp_path / "run"
+    data = manifest("SFT", tiny_model_dir, tmp_path, run_dir)
+    data["training"].update(max_steps=100_000, evo_steps=1)  # runs until interrupted
+    path = write_manifest(data)
+    cmd = [sys.executable, "-m", "agilerl", "train", str(path), "--num-processes", "2"]
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while len(rows(run_dir)) < 4 and proc.poll() is None:  # the step-0 row and 3 generations
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher
+    out, err = proc.communicate()
+    assert proc.returncode == 130, out + err
+    assert "interrupted; checkpoint written to" in err and "--num-processes 2" in err, err
+    ckpt = run_dir / "checkpoint_interrupted.pt"
+    stopped = torch.load(ckpt, weights_only=True)["agents"][0]["steps"]
+    assert stopped >= 3
+    resumed = subprocess.run(
+        [sys.executable, "-m", "agilerl", "train", "--resume", str(ckpt), "--num-processes", "2",
+         "--set", f"training.max_steps={stopped + 2}"],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert torch.load(run_dir / "elite.pt", weights_only=True)["agents"][0]["steps"] == stopped + 2
+    generations = [r["generation"] for r in rows(run_dir)]
+    assert generations == sorted(generations) and len(set(generations)) == len(generations)  # none twice
+
+
+def test_a_paradigm_that_trains_in_one_process_is_refused_before_any_process_starts(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    code, _, err = run_cli("train", str(ROOT / "examples" / "dqn_cartpole.yaml"), "--num-processes", "2",
+                           "--run-dir", str(tmp_path / "run"))  # fmt: skip
+    assert code == 1
+    assert "DQN trains in one process" in err and "--num-processes 1" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_torchrun_starting_a_one_process_paradigm_is_refused(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun / accelerate launch set in each process
+    code, _, err = run_cli("train", str(ROOT / "examples" / "dqn_cartpole.yaml"), "--run-dir", str(tmp_path / "r"))
+    assert code == 1 and "DQN trains in one process" in err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({"ACCELERATE_USE_DEEPSPEED": "true"}, "ZeRO sharding is not implemented"),
+     ({"ACCELERATE_USE_FSDP": "true"}, "FSDP sharding is not implemented"),
+     ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "--mixed_precision bf16"),
+     ({"OMPI_COMM_WORLD_SIZE": "2"}, "MPI launches are not supported"),
+     ({"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1"}, "started one process")],
+)  # fmt: skip
+def test_launch_problems_name_what_is_not_done(env: dict[str, str], expected: str) -> None:
+    problems = launch_problems(env)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_plain_launches_have_no_problems() -> None:
+    assert launch_problems({}) == []
+    assert launch_problems({"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                            "ACCELERATE_MIXED_PRECISION": "no"}) == []  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--cpu", "--num_processes", "2"], ["--use_fsdp", "--num_processes", "2"]],
+)
+def test_accelerate_launches_that_cannot_run_stop_before_the_model_loads(
+    flags: list[str], tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    run_dir = tmp_path / "run"
+    path = write_manifest(manifest("SFT", tiny_model_dir, tmp_path, run_dir))
+    done = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", *flags, "--num_machines", "1", "--mixed_precision",
+         "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()), "-m", "agilerl", "train", str(path)],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    expected = "started one process" if "--cpu" in flags else "FSDP sharding is not implemented"
+    assert "error: this launch cannot run here" in done.stderr and expected in done.stderr, done.stderr
+    assert not (run_dir / "elite.pt").exists()
+
+
+def test_the_fsdp_field_is_refused_by_name(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    data = manifest("SFT", tiny_model_dir, tmp_path, tmp_path / "run")
+    data["algorithm"]["fsdp"] = {"fsdp_version": 2}  # AgileRL's field (its fsdp_config)
+    code, _, err = run_cli("validate", str(write_manifest(data)))
+    assert code == 1 and "fsdp: FSDP sharding is not implemented" in err, err
+
+
+SUM_SCRIPT = """
+import json, sys, torch
+import torch.distributed as dist
+from agilerl_plugin_llm.distributed import context, sum_gradients
+rank, world = context()
+p = torch.nn.Parameter(torch.zeros(3))
+p.grad = torch.full((3,), float(rank + 1))
+same = sum_gradients([p], ({"loss": 1.0 + rank}, {"loss": 1}))
+odd = {"loss": 2.0} if rank == 0 else {"loss": 3.0, "kl": 0.5}  # a key only rank 1 has: the slow path
+p.grad = torch.ones(3)
+other = sum_gradients([p], (odd, dict.fromkeys(odd, 1)))
+if rank == 0:
+    json.dump({"grad": p.grad.tolist(), "same": same, "other": other}, open(sys.argv[1], "w"))
+"""
+
+
+def test_stats_ride_in_the_gradient_all_reduce_and_differing_keys_fall_back(tmp_path: Path) -> None:
+    script, out = tmp_path / "sum.py", tmp_path / "out.json"
+    script.write_text(SUM_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(free_port()), str(script), str(out)],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(out.read_text())
+    assert got["grad"] == [2.0, 2.0, 2.0]  # summed over both processes
+    assert got["same"] == [{"loss": 3.0}, {"loss": 2}]  # totals and counts of both processes
+    assert got["other"] == [{"loss": 5.0, "kl": 0.5}, {"loss": 2, "kl": 1}]
+
+
+@pytest.mark.parametrize(("rows", "mini"), [(10, None), (10, 4), (3, 2), (1, None)])
+def test_local_rows_are_the_rows_optimize_trains_each_process_on(rows: int, mini: int | None) -> None:
+    from agilerl_plugin_llm.distributed import local_rows, shard
+
+    step = min(mini or rows, rows)
+    for world in (1, 2, 3):
+        ranges = [local_rows(rows, mini, r, world) for r in range(world)]
+        covered = sorted(i for rs in ranges for lo, hi in rs for i in range(lo, hi))
+        assert covered == list(range(rows))  # every row once, over all processes
+        for r in range(world):  # optimize: each step's rows, split with shard()
+            expected = []
+            for start in range(0, rows, step):
+                lo, hi = shard(min(start + step, rows) - start, r, world)
+                expected += [(start + lo, start + hi)] if hi > lo else []
+            assert ranges[r] == expected
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_stops_the_others_and_its_error_is_shown(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    data = manifest("GRPO", tiny_model_dir, tmp_path, tmp_path / "run")
+    rubric = Path(data["environment"]["rubric_file_path"])
+    rubric.write_text('import os\nif os.environ.get("RANK") == "1":\n    raise RuntimeError("rank 1 cannot load it")\n'
+                      + rubric.read_text())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agilerl", "train", str(write_manifest(data)), "--num-processes", "2"],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    # Rank 0 waits for rank 1 at the rendezvous until the launcher stops it; the exit code is rank 1's.
+    assert done.returncode not in (0, -15), done.stdout + done.stderr
+    assert "rank 1 of 2 exited with" in done.stderr and "rank 1 cannot load it" in done.stderr, done.stderr
+    assert "stopping the other ranks" in done.stderr
+    assert not (tmp_path / "run" / "elite.pt").exists()

@@ -14,6 +14,7 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from agilerl.errors import AgileRLError, TrainingInterrupted
 from agilerl.hpo.selection import last_fitness
 from agilerl.training.backend import LocalBackend, MemberFailedError
 from agilerl.training.metrics import Progress, population_summary
+from agilerl.training.processes import is_main_process, world_size
 
 if TYPE_CHECKING:
     from agilerl.strategies import TrainingStrategy
@@ -106,7 +108,10 @@ def restore_rng(run: Run, state: dict[str, Any]) -> None:
 def write_checkpoint(
     run: Run, strategy: TrainingStrategy, path: Path, *, phase: str, extra: dict[str, Any] | None = None
 ) -> Path:
-    """Write the whole population and run state atomically to ``path``."""
+    """Write the whole population and run state atomically to ``path`` (rank 0 alone in a
+    multi-process run: every rank holds the same state)."""
+    if not is_main_process():
+        return path
     payload = {
         **(extra or {}),
         "run_dir": str(run.run_dir),
@@ -160,7 +165,8 @@ class _DeferredInterrupt:
     written then, so none written before can be damaged. Installed only in the main thread.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, agree: Callable[[bool], bool] = bool) -> None:
+        self.agree = agree  # every process of a multi-process run stops at the same check
         self.requested = False
         self.forced = False
         self.previous: Any = None
@@ -175,7 +181,8 @@ class _DeferredInterrupt:
         self.requested = True
 
     def check(self) -> None:
-        if self.requested:
+        if self.agree(self.requested):
+            self.requested = True
             raise KeyboardInterrupt
 
     def restore(self) -> None:
@@ -218,7 +225,7 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
     backend = run.backend if run.backend is not None else LocalBackend()
     stage = "evaluated" if resume_phase == "evaluated" else "learn"  # "evaluated": next is evolution
     local = isinstance(backend, LocalBackend)
-    interrupt = _DeferredInterrupt()
+    interrupt = _DeferredInterrupt(lambda requested: strategy.agree_to_stop(run, requested))
     try:
         while True:
             interrupt.check()
@@ -432,7 +439,7 @@ def _prune(run: Run, newest: Path) -> None:
 
     t = run.manifest.training
     keep = getattr(t, "keep_checkpoints", None)
-    if not t.overwrite_checkpoints and keep:
+    if not t.overwrite_checkpoints and keep and is_main_process():
         prune_checkpoints(newest.with_name(_checkpoint_file(run, final=True).stem), keep, protect=newest)
 
 
@@ -441,6 +448,8 @@ def resume_command(run: Run, path: Path) -> str:
     from agilerl.training.resume import code_references
 
     cmd = f"agilerl train --resume {path}"
+    if world_size() > 1:
+        cmd += f" --num-processes {world_size()}"
     if code_references(run.manifest.to_dict()):
         cmd += " --trust-checkpoint"
     return cmd

@@ -188,6 +188,26 @@ class MetricsLogger:
             self._wandb = None
 
 
+class SilentMetricsLogger(MetricsLogger):
+    """The logger of ranks other than 0 in a multi-process run: rank 0 writes the run's metrics
+    (every rank computes the same rows), so these write no file, TensorBoard event or W&B run."""
+
+    def __init__(self) -> None:  # no run directory, no sinks
+        self._tb = self._wandb = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        pass
+
+    def log_population(self, summary: dict[str, Any]) -> None:
+        pass
+
+    def read_jsonl(self) -> list[dict[str, Any]]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
 def _start_wandb(run_dir: Path, config: dict[str, Any]) -> Any:
     try:
         import wandb

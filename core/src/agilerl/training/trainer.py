@@ -21,7 +21,8 @@ from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import select_strategy
 from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
-from agilerl.training.metrics import MetricsLogger, ensure_console_logging
+from agilerl.training.metrics import MetricsLogger, SilentMetricsLogger, ensure_console_logging
+from agilerl.training.processes import is_main_process, require_multi_process, world_size
 from agilerl.training.run import Run
 
 
@@ -104,6 +105,9 @@ class LocalTrainer:
         self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
+        # Started in several processes (torchrun, accelerate launch, agilerl train --num-processes):
+        # only a strategy that splits its work may run so.
+        require_multi_process(self.strategy, manifest.algorithm.name, world_size())
 
     @classmethod
     def from_manifest(
@@ -222,7 +226,11 @@ class LocalTrainer:
         wandb = None
         if sinks is not None and sinks.wandb is not None:
             wandb = {**sinks.wandb.model_dump(exclude_none=True), "config": manifest.to_dict()}
-        logger = MetricsLogger(self.run_dir, tensorboard=sinks is None or sinks.tensorboard, wandb=wandb)
+        logger = (
+            MetricsLogger(self.run_dir, tensorboard=sinks is None or sinks.tensorboard, wandb=wandb)
+            if is_main_process()
+            else SilentMetricsLogger()  # rank 0 writes the metrics of a multi-process run
+        )
         run = Run(
             manifest=manifest,
             population=population,

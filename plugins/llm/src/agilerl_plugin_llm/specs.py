@@ -316,7 +316,8 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "use_sequence_packing": "sequence packing is not supported yet",
     "lora_target_scope": "lora_target_scope is not supported yet; use network.lora_config.target_modules",
     "chunk_rows": "chunked rows are not supported yet",
-    "fsdp": "FSDP needs torchrun, which this plugin does not drive yet",
+    "fsdp": "FSDP sharding is not implemented: multi-process runs here (agilerl train --num-processes N, torchrun, "
+    "accelerate launch --multi_gpu) are plain data parallel, each process keeping a whole model; remove it",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
     "use_liger_loss": "Liger's fused loss is not supported yet (the loss here is computed unfused, to the "

@@ -302,6 +302,7 @@ class LLMAlgorithm(AlgorithmBase):
         micro = min(self.micro_batch_size_per_gpu or mini, mini)
         totals: dict[str, float] = {}
         counts: dict[str, int] = {}
+        norms: list[float] = []  # grad norms: the same on every process (after the sum)
         steps = 0
         for start in range(0, n, mini):
             mini_batch = slice_batch(batch, start, min(start + mini, n))
@@ -315,20 +316,19 @@ class LLMAlgorithm(AlgorithmBase):
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
-            if world > 1:
-                distributed.sum_gradients(params)
+            if world > 1:  # the last step's all-reduce also sums every process's stats
+                last = start + mini >= n
+                merged = distributed.sum_gradients(params, (totals, counts) if last else None)
+                if merged is not None:
+                    totals, counts = merged
             if self.max_grad_norm and self.max_grad_norm > 0:
                 norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(norm)
-                counts["grad_norm"] = counts.get("grad_norm", 0) + 1
+                norms.append(float(norm))
             self.optimizer.step()
             steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        if world > 1:
-            grad_norm = (totals.pop("grad_norm", None), counts.pop("grad_norm", None))  # the same on every rank
-            totals, counts = distributed.merge_stats(totals, counts)
-            if grad_norm[0] is not None and grad_norm[1] is not None:
-                totals["grad_norm"], counts["grad_norm"] = grad_norm[0], grad_norm[1]
+        if norms:
+            totals["grad_norm"], counts["grad_norm"] = sum(norms), len(norms)
         out = {k: totals[k] / counts[k] for k in totals}
         out["optimizer_steps"] = float(steps)
         return out

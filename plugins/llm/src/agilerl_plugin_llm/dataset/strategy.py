@@ -17,11 +17,12 @@ from agilerl.models import TrainingManifest
 from agilerl.strategies import TrainingStrategy
 from agilerl.training.run import Run
 from agilerl_plugin_llm.dataset.env import DatasetEnv, make_llm_env
+from agilerl_plugin_llm.distributed import DataParallelStrategy, check_launch
 from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
 from agilerl_plugin_llm.model import load_tokenizer
 
 
-class LLMDatasetStrategy(TrainingStrategy):
+class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
     """Teacher-forced fine-tuning over dataset rows (DPO and SFT)."""
 
     paradigm = "llm"
@@ -32,6 +33,7 @@ class LLMDatasetStrategy(TrainingStrategy):
         self._learn_stats: dict[int, dict[str, float]] = {}
 
     def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> DatasetEnv:
+        check_launch()  # a launch asking for what is not done here stops before any model loads
         algo = manifest.algorithm
         env_spec: Any = manifest.environment
         tokenizer = load_tokenizer(algo.pretrained_model_name_or_path, chat_template_path=env_spec.chat_template_path)  # type: ignore[attr-defined]
@@ -85,9 +87,6 @@ class LLMDatasetStrategy(TrainingStrategy):
         return {"env": env.state_dict()} if env is not None else {}
 
     def setup(self, run: Run) -> None:
-        from agilerl_plugin_llm.distributed import quiet_other_ranks
-
-        quiet_other_ranks(run)  # under torchrun / accelerate launch, rank 0 writes the metrics
         self._env = run.env
         if run.resume is None:
             # A baseline row: the held-out metrics before any training, so a run shows how far it moved.

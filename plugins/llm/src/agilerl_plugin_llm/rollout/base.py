@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from agilerl_plugin_llm import distributed
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
 from agilerl_plugin_llm.envs import EnvAtCapacity
 from agilerl_plugin_llm.rollout.generation import (
@@ -377,10 +378,12 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         n = len(batch["input_ids"])
         size = self.micro_batch_size_per_gpu or n
         out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
-        for start in range(0, n, size):
-            part = self.to_device(trim_padding(slice_batch(batch, start, start + size)))
-            lp = self.logprobs(part, reference=reference, temperature=self._logit_temperature())
-            out[start : start + size, : lp.shape[1]] = lp.cpu()
+        rank, world = distributed.context()  # several processes: only the rows this one trains on
+        for lo, hi in distributed.local_rows(n, self.mini_batch_size, rank, world) if world > 1 else [(0, n)]:
+            for start in range(lo, hi, size):
+                part = self.to_device(trim_padding(slice_batch(batch, start, min(start + size, hi))))
+                lp = self.logprobs(part, reference=reference, temperature=self._logit_temperature())
+                out[start : min(start + size, hi), : lp.shape[1]] = lp.cpu()
         if toggle:
             self.model.train()
         return out

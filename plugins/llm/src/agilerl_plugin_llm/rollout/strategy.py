@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agilerl.strategies import TrainingStrategy
+from agilerl_plugin_llm.distributed import DataParallelStrategy, check_launch
 from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from agilerl.training.run import Run
 
 
-class LLMRolloutStrategy(TrainingStrategy):
+class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
     """Generative rollout fine-tuning (GRPO, LLMREINFORCE). One loop for every rollout regime:
     single-turn reasoning is ``max_turns = 1``."""
 
@@ -31,6 +32,7 @@ class LLMRolloutStrategy(TrainingStrategy):
     step_unit: ClassVar[str] = "iteration"
 
     def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> Any:
+        check_launch()  # a launch asking for what is not done here stops before any model loads
         from agilerl_plugin_llm.model import load_tokenizer
         from agilerl_plugin_llm.rollout.env import make_rollout_envs
 
@@ -65,9 +67,6 @@ class LLMRolloutStrategy(TrainingStrategy):
         return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
 
     def setup(self, run: Run) -> None:
-        from agilerl_plugin_llm.distributed import quiet_other_ranks
-
-        quiet_other_ranks(run)  # under torchrun / accelerate launch, rank 0 writes the metrics
         if run.resume is None:
             # The step-0 point: held-out reward before any training, so a run shows how far it moved.
             for agent in run.population:
