@@ -872,13 +872,15 @@ class EvolvableNetwork(nn.Module):
     @property
     def latent_dim(self) -> int:
         """Width of the encoder output the head reads."""
-        return int(self.encoder.out_dim)
+        encoder: Any = self.encoder  # every encoder kind has out_dim
+        return int(encoder.out_dim)
 
     def set_latent_dim(self, latent_dim: int) -> bool:
         """Resize the encoder output and the head input to ``latent_dim`` (weights kept where the
         shapes overlap; new head inputs start at zero weight; the ``extra_in`` inputs after the latent,
         e.g. a critic's action, keep theirs). Returns whether anything changed."""
-        changed = bool(self.encoder.resize_output(latent_dim)) if self.encoder.out_dim != latent_dim else False
+        encoder: Any = self.encoder  # only encoders with resize_output offer latent.* mutations
+        changed = bool(encoder.resize_output(latent_dim)) if encoder.out_dim != latent_dim else False
         return bool(self.head.resize_input(latent_dim + self.extra_in, keep_tail=self.extra_in)) or changed
 
     @property
