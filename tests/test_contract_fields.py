@@ -61,7 +61,7 @@ def test_encoder_kind_is_inferred_from_its_keys_like_agilerl() -> None:
     [
         (
             {"encoder_config": {"hidden_state_size": 64}},
-            "LSTM encoders (arch: lstm, recurrent policies) are not supported yet",
+            "LSTM encoders (arch: lstm) are for recurrent policies: only PPO with recurrent: true",
         ),
         ({"arch": "simba", "encoder_config": {"hidden_size": 64}}, "SimBa encoders"),
         ({"simba": True}, "SimBa encoders"),

@@ -77,7 +77,7 @@ class LstmSpec(Spec):
     """An LSTM encoder, as AgileRL's ``arch: lstm``."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
+        "arch": "The gym plugin's recurrent PPO (recurrent: true) takes it; other algorithms refuse it."
     }
 
     arch: Literal["lstm"] = "lstm"

@@ -43,7 +43,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
+from agilerl.models import CnnSpec, LstmSpec, MlpSpec, NetworkSpec
+from agilerl_plugin_gym.networks_lstm import EvolvableLSTM
 from agilerl_plugin_gym.single_agent.spaces import is_image_space
 
 __all__ = [
@@ -538,6 +539,7 @@ class EvolvableCNN(nn.Module):
 _ENCODER_METHODS = {
     "mlp": ("add_layer", "remove_layer", "add_node", "remove_node"),
     "cnn": ("add_layer", "remove_layer", "add_channel", "remove_channel"),
+    "lstm": ("add_layer", "remove_layer", "add_node", "remove_node"),
 }
 _HEAD_METHODS = ("add_layer", "remove_layer", "add_node", "remove_node")
 _LAYER_METHODS = {"add_layer", "remove_layer"}
@@ -566,7 +568,7 @@ class EvolvableNetwork(nn.Module):
 
     def __init__(
         self,
-        encoder: EvolvableMLP | EvolvableCNN,
+        encoder: EvolvableMLP | EvolvableCNN | EvolvableLSTM,
         head: EvolvableMLP,
         observation_space: spaces.Space[Any],
         *,
@@ -577,7 +579,7 @@ class EvolvableNetwork(nn.Module):
         self.head = head
         self.observation_space = observation_space
         self.normalize_images = normalize_images
-        self.encoder_arch = "cnn" if isinstance(encoder, EvolvableCNN) else "mlp"
+        self.encoder_arch = getattr(encoder, "arch_name", "cnn" if isinstance(encoder, EvolvableCNN) else "mlp")
         self._one_hot = int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
         self._channels_last = (
             is_image_space(observation_space) and observation_space.shape[-1] < observation_space.shape[0]
@@ -590,7 +592,7 @@ class EvolvableNetwork(nn.Module):
         observation_space: spaces.Space[Any],
         out_dim: int,
         *,
-        encoder: EvolvableMLP | EvolvableCNN | None = None,
+        encoder: EvolvableMLP | EvolvableCNN | EvolvableLSTM | None = None,
         normalize_images: bool = True,
         output_activation: str | None = None,
         output_vanish: bool | None = None,
@@ -609,6 +611,8 @@ class EvolvableNetwork(nn.Module):
                 shape = observation_space.shape
                 chw = (shape[2], shape[0], shape[1]) if shape[-1] < shape[0] else tuple(shape)
                 encoder = EvolvableCNN.from_spec(cnn, chw, latent)
+            elif isinstance(enc_cfg, LstmSpec):  # recurrent policies (networks_lstm)
+                encoder = EvolvableLSTM.from_spec(enc_cfg, obs_dim(observation_space), latent)
             else:
                 if enc_cfg is not None and not isinstance(enc_cfg, MlpSpec):
                     raise TypeError(

@@ -35,7 +35,8 @@ RL_SYNONYMS: dict[str, str] = {
 
 #: Encoder kinds AgileRL has and this plugin's networks do not, with what to write instead.
 UNSUPPORTED_ENCODERS: dict[str, str] = {
-    "lstm": "LSTM encoders (arch: lstm, recurrent policies) are not supported yet; use an mlp encoder",
+    "lstm": "LSTM encoders (arch: lstm) are for recurrent policies: only PPO with recurrent: true takes one; "
+    "use an mlp encoder",
     "cnn_lstm": "CNN-LSTM encoders (arch: cnn_lstm) are not supported yet; use a cnn encoder",
     "simba": "SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "multiinput": "multi-input encoders (arch: multiinput, for Dict/Tuple observations) are not supported yet",
@@ -50,7 +51,8 @@ def network_problems(manifest: TrainingManifest, supported_mutations: frozenset[
     if net.simba:
         return [Problem("network.simba", UNSUPPORTED_ENCODERS["simba"])]
     enc = net.encoder_config
-    if enc is not None and enc.arch in UNSUPPORTED_ENCODERS:
+    recurrent_lstm = enc is not None and enc.arch == "lstm" and getattr(manifest.algorithm, "recurrent", False)
+    if enc is not None and enc.arch in UNSUPPORTED_ENCODERS and not recurrent_lstm:
         return [Problem("network.encoder_config", UNSUPPORTED_ENCODERS[enc.arch])]
     if net.random_seed is not None:
         return [Problem("network.random_seed", "not supported yet; seed the whole run with training.seed")]

@@ -35,12 +35,13 @@ from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
 from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.engine.on_policy import rollout_plan
+from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
 from agilerl_plugin_gym.envs import make_gym_env
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
     from agilerl.training.run import Run
-    from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm
+    from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm, RecurrentOnPolicyAlgorithm
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +93,15 @@ class OnPolicyStrategy(GymStrategy):
     def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: np.ndarray) -> RolloutBuffer:
         layout = agent.rollout_layout()
         obs = np.asarray(obs)
-        key = (steps, n, obs.shape[1:], obs.dtype.str, layout, str(agent.device))
+        rec = recurrent(agent)
+        state_size = rec.state_size if rec is not None else 0
+        key = (steps, n, obs.shape[1:], obs.dtype.str, layout, str(agent.device), state_size)
         buf = self.buffers.get(key)
         if buf is None:
-            buf = RolloutBuffer(
-                steps,
-                n,
-                tuple(obs.shape[1:]),
-                layout.action_shape,
-                obs_dtype=obs.dtype,
-                action_dtype=layout.action_dtype,
-                device=agent.device,
+            args = (steps, n, tuple(obs.shape[1:]), layout.action_shape)
+            kw: dict[str, Any] = {"obs_dtype": obs.dtype, "action_dtype": layout.action_dtype, "device": agent.device}
+            buf = (
+                RecurrentRolloutBuffer(*args, state_size=state_size, **kw) if state_size else RolloutBuffer(*args, **kw)
             )
             self.buffers[key] = buf
         return buf
@@ -114,10 +113,20 @@ class OnPolicyStrategy(GymStrategy):
         valid = np.ones(n, dtype=bool)
         episodes = EpisodeReturns(n)
         stats: dict[str, float] = {}
+        # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
+        rec = recurrent(agent)
+        state = rec.initial_hidden_state(n) if rec is not None else None
         for steps in rollout_plan(num_steps, agent.learn_step, n):
             buf = self.rollout_buffer(agent, steps, n, obs)
             for t in range(steps):
-                action, log_prob, value = agent.act(agent.obs_tensor(obs))
+                if rec is None:
+                    action, log_prob, value = agent.act(agent.obs_tensor(obs))
+                else:
+                    assert state is not None
+                    buf.hidden[t] = state.cpu().numpy()  # type: ignore[attr-defined]  # the state it acts from
+                    action, log_prob, value, state = rec.act_recurrent(agent.obs_tensor(obs), state)
+                    # An auto-reset step returns the next episode's first observation: start it from zero.
+                    state = reset_rows(state, ~valid)
                 buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
                 obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
                 done = terminated | truncated
@@ -126,12 +135,20 @@ class OnPolicyStrategy(GymStrategy):
                 buf.dones[t] = done
                 episodes.step(reward, done, valid)
                 valid = ~done  # a finished sub-env spends its next step auto-resetting
-            last_value = agent.value(agent.obs_tensor(obs))
+            obs_t = agent.obs_tensor(obs)
+            last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
             buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
             stats = dict(agent.learn(buf))
             agent.steps += steps * n
             agent.vec_steps += steps
+            if rec is not None:
+                rec.hidden_state = state
         return {**stats, **episodes.row()}
+
+
+def recurrent(agent: OnPolicyAlgorithm) -> RecurrentOnPolicyAlgorithm | None:
+    """``agent`` if its policy carries a hidden state (recurrent PPO), else None."""
+    return agent if getattr(agent, "recurrent", False) else None  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------------------
