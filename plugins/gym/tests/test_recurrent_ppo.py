@@ -207,7 +207,7 @@ def test_recurrent_manifest_validation() -> None:
     with pytest.raises(ManifestError, match="recurrent: true needs an LSTM encoder"):
         load_manifest({"algorithm": {"name": "PPO", "recurrent": True}, "environment": {"name": "CartPole-v1"},
                        "network": {"encoder_config": {"arch": "mlp", "hidden_size": [8]}}})  # fmt: skip
-    with pytest.raises(ManifestError, match="max_seq_len is a recurrent PPO field"):
+    with pytest.raises(ManifestError, match=r"max_seq_len: a recurrent PPO field"):
         load_manifest({"algorithm": {"name": "PPO", "max_seq_len": 8}, "environment": {"name": "CartPole-v1"}})
     with pytest.raises(ManifestError, match="only PPO with recurrent: true"):
         load_manifest({"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},

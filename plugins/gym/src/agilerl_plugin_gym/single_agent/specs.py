@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
@@ -183,13 +183,12 @@ class PPOSpec(GymAlgorithmSpec):
             raise ValueError("not supported yet (AgileRL's rollout buffer options); remove it")
         return value
 
-    @model_validator(mode="after")
-    def _recurrent_fields(self) -> PPOSpec:
-        if not self.recurrent and self.max_seq_len is not None:
-            raise ValueError("max_seq_len is a recurrent PPO field: set recurrent: true or remove it")
-        if not self.recurrent and self.bptt_sequence_type != "chunked":
-            raise ValueError("bptt_sequence_type is a recurrent PPO field: set recurrent: true or remove it")
-        return self
+    @field_validator("max_seq_len", "bptt_sequence_type")
+    @classmethod
+    def _recurrent_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if not info.data.get("recurrent") and value not in (None, "chunked"):
+            raise ValueError("a recurrent PPO field: set recurrent: true or remove it")
+        return value
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         net = manifest.network
