@@ -115,24 +115,20 @@ class EvolvableLSTM(nn.Module):
     # --- forward ---------------------------------------------------------------------------------
     def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """One time step: ``x (B, in_dim)``, flat ``state (B, state_size)`` -> ``(latent, state)``."""
-        H = self.hidden_state_size
+        H, L = self.hidden_state_size, self.num_layers
+        # nn.LSTM's own flat weight list (w_ih, w_hh, b_ih, b_hh per layer), kept current by torch.
+        w = self.lstm._flat_weights
         hs, cs = [], []
         inp = x
-        for layer in range(self.num_layers):
+        for layer in range(L):
             h0 = state[:, layer * H : (layer + 1) * H]
-            c0 = state[:, (self.num_layers + layer) * H : (self.num_layers + layer + 1) * H]
-            h, c = torch.lstm_cell(
-                inp,
-                (h0, c0),
-                getattr(self.lstm, f"weight_ih_l{layer}"),
-                getattr(self.lstm, f"weight_hh_l{layer}"),
-                getattr(self.lstm, f"bias_ih_l{layer}"),
-                getattr(self.lstm, f"bias_hh_l{layer}"),
-            )
+            c0 = state[:, (L + layer) * H : (L + layer + 1) * H]
+            h, c = torch.lstm_cell(inp, (h0, c0), *w[4 * layer : 4 * layer + 4])
             hs.append(h)
             cs.append(c)
             inp = h
-        return torch.relu(self.output(inp)), torch.cat([*hs, *cs], dim=1)
+        latent = torch.relu(nn.functional.linear(inp, self.output.weight, self.output.bias))
+        return latent, torch.cat([*hs, *cs], dim=1)
 
     def sequence(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x (B, T, in_dim)`` from flat initial states ``(B, state_size)`` -> ``(latent (B, T, out), state)``."""
