@@ -66,9 +66,10 @@ class SolveClock:
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
-        self.start = time.perf_counter()
-        self.paused = 0.0
+        self.start, self.start_cpu = time.perf_counter(), time.process_time()
+        self.paused = self.paused_cpu = 0.0
         self.solved_at: float | None = None
+        self.solved_cpu: float | None = None
         self.solved_steps: int | None = None
         self.next = EVAL_EVERY
 
@@ -81,7 +82,7 @@ class SolveClock:
         import numpy as np
 
         self.next += EVAL_EVERY
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         env = gym.vector.SyncVectorEnv([masked_cartpole for _ in range(EVAL_EPISODES)])
         obs, _ = env.reset(seed=10_000 + self.seed)
         total, done, state = np.zeros(EVAL_EPISODES), np.zeros(EVAL_EPISODES, bool), None
@@ -92,8 +93,10 @@ class SolveClock:
             done |= term | trunc
         env.close()
         self.paused += time.perf_counter() - t0
+        self.paused_cpu += time.process_time() - c0
         if total.mean() >= THRESHOLD:
             self.solved_at = time.perf_counter() - self.start - self.paused
+            self.solved_cpu = time.process_time() - self.start_cpu - self.paused_cpu
             self.solved_steps = steps
         return self.solved_at is not None
 
@@ -231,9 +234,10 @@ def worker(side: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
     else:
         done = run_agilerl(steps, seed, clock)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    out: dict[str, Any] = {"steps": done, "wall_s": wall, "cpu_s": cpu, "steps_per_s": done / wall}
+    out: dict[str, Any] = {"steps": done, "wall_s": wall, "cpu_s": cpu, "steps_per_s": done / wall,
+                           "steps_per_cpu_s": done / cpu}  # fmt: skip
     if clock is not None:
-        out.update(solve_s=clock.solved_at, solve_steps=clock.solved_steps)
+        out.update(solve_s=clock.solved_at, solve_cpu_s=clock.solved_cpu, solve_steps=clock.solved_steps)
     return out
 
 
@@ -271,31 +275,40 @@ def main() -> None:
     print(f"[bench] uptime before: {os.popen('uptime').read().strip()}", flush=True)
     tmp = tempfile.mkdtemp(prefix="agilerl-bench-rec-")
     tp: dict[str, list[float]] = {s: [] for s in sides}
+    tpc: dict[str, list[float]] = {s: [] for s in sides}
     for rep in range(args.throughput_repeats):
         for side in sides if rep % 2 == 0 else sides[::-1]:  # alternate the order against load drift
             r = spawn(side, "throughput", rep, tmp, upstream)
             tp[side].append(r["steps_per_s"])
-            print(f"  throughput {side:8s} {r['steps_per_s']:7.0f} env-steps/s ({r['cpu_s']:.1f} CPU-s)", flush=True)
-    med = {s: statistics.median(v) for s, v in tp.items()}
+            tpc[side].append(r["steps_per_cpu_s"])
+            print(f"  throughput {side:8s} {r['steps_per_s']:7.0f} env-steps/s {r['steps_per_cpu_s']:7.0f} per CPU-s",
+                  flush=True)  # fmt: skip
     peers = [s for s in sides if s != "ours"]
-    print("  -> env-steps/s (median): " + ", ".join(f"{s} {med[s]:.0f}" for s in sides))
-    if "ours" in sides and peers:
-        fastest = max(peers, key=lambda s: med[s])
-        print(f"  -> ours / fastest peer ({fastest}) = {med['ours'] / med[fastest]:.2f}x")
-    report: dict[str, Any] = {"throughput": med}
+    report: dict[str, Any] = {}
+    for label, data in (("env-steps/s", tp), ("env-steps per CPU second", tpc)):
+        med = {s: statistics.median(v) for s, v in data.items()}
+        report[label] = med
+        print(f"  -> {label} (median): " + ", ".join(f"{s} {med[s]:.0f}" for s in sides))
+        if "ours" in sides and peers:
+            fastest = max(peers, key=lambda s: med[s])
+            print(f"  -> ours / fastest peer ({fastest}) = {med['ours'] / med[fastest]:.2f}x")
     if not args.skip_solve:
         solve: dict[str, list[float]] = {s: [] for s in sides}
+        solve_cpu: dict[str, list[float]] = {s: [] for s in sides}
         for seed in range(args.seeds):
-            for side in sides:
+            for side in sides if seed % 2 == 0 else sides[::-1]:
                 r = spawn(side, "solve", seed, tmp, upstream)
                 s = float("inf") if r["solve_s"] is None else r["solve_s"]
+                c = float("inf") if r["solve_cpu_s"] is None else r["solve_cpu_s"]
                 solve[side].append(s)
-                print(f"  solve seed {seed} {side:8s} {s:7.1f} s ({r['solve_steps']} steps)", flush=True)
-        meds = {s: statistics.median(v) for s, v in solve.items()}
-        print(f"  -> median training seconds to a greedy mean return of {THRESHOLD:.0f} "
-              f"(inf: not within {SOLVE_BUDGET} steps): " + ", ".join(f"{s} {meds[s]:.1f}" for s in sides))  # fmt: skip
-        report["solve_median_s"] = meds
-        report["solve_all_s"] = solve
+                solve_cpu[side].append(c)
+                print(f"  solve seed {seed} {side:8s} {s:7.1f} s {c:7.1f} CPU-s ({r['solve_steps']} steps)", flush=True)
+        for label, data in (("seconds", solve), ("CPU seconds", solve_cpu)):
+            meds = {s: statistics.median(v) for s, v in data.items()}
+            print(f"  -> median training {label} to a greedy mean return of {THRESHOLD:.0f} "
+                  f"(inf: not within {SOLVE_BUDGET} steps): " + ", ".join(f"{s} {meds[s]:.1f}" for s in sides))  # fmt: skip
+            report[f"solve_median_{label}"] = meds
+        report["solve_all_s"], report["solve_all_cpu_s"] = solve, solve_cpu
     print(f"[bench] uptime after: {os.popen('uptime').read().strip()}", flush=True)
     print(json.dumps(report, indent=1, default=str))
 

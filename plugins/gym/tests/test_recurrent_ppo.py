@@ -198,6 +198,31 @@ def test_predict_carries_the_state_and_episode_start_resets_it() -> None:
         agent.policy_module()
 
 
+def test_run_episodes_carries_the_state_and_images_are_refused() -> None:
+    agent, _ = _recurrent_agent()
+    env_spec = load_manifest(
+        {"algorithm": {"name": "PPO", "recurrent": True},
+         "environment": {"name": "CartPole-v1", "env_wrappers": MASKED}}
+    ).environment  # fmt: skip
+    calls: list[Any] = []
+    predict = agent.predict
+
+    def recording(obs: Any, state: Any = None, *args: Any) -> Any:
+        calls.append(state)
+        return predict(obs, state, *args)
+
+    agent.predict = recording
+    episodes = agent.run_episodes(env_spec, episodes=2, seed=0)
+    assert len(episodes) == 2 and all(e.length >= 1 for e in episodes)
+    # Each episode starts from None and then passes back what the previous step returned.
+    starts = [i for i, s in enumerate(calls) if s is None]
+    assert starts == [0, episodes[0].length] and all(isinstance(s, torch.Tensor) for s in calls[1 : starts[1]])
+    manifest = load_manifest({"algorithm": {"name": "PPO", "recurrent": True}, "environment": {"name": "CartPole-v1"}})
+    image = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    with pytest.raises(AgileRLError, match="CNN-LSTM"):
+        SingleAgentBuilder.build(manifest.algorithm, image, gym.spaces.Discrete(2), runtime=AlgorithmBuildRuntime())
+
+
 def test_recurrent_manifest_validation() -> None:
     ok = load_manifest(
         {"algorithm": {"name": "PPO", "recurrent": True, "max_seq_len": 8, "bptt_sequence_type": "maximum"},

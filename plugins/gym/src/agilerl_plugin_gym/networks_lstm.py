@@ -123,7 +123,8 @@ class EvolvableLSTM(nn.Module):
         for layer in range(L):
             h0 = state[:, layer * H : (layer + 1) * H]
             c0 = state[:, (L + layer) * H : (L + layer + 1) * H]
-            h, c = torch.lstm_cell(inp, (h0, c0), *w[4 * layer : 4 * layer + 4])
+            w_ih, w_hh, b_ih, b_hh = w[4 * layer : 4 * layer + 4]
+            h, c = torch.lstm_cell(inp, (h0, c0), w_ih, w_hh, b_ih, b_hh)  # type: ignore[arg-type]
             hs.append(h)
             cs.append(c)
             inp = h
