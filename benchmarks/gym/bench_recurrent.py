@@ -11,11 +11,11 @@ of :mod:`benchmarks.agilerl_venv` (``$AGILERL_VENV``); every run is its own subp
 
 Matched settings on every side: 8 envs (sync vector env, Gymnasium's next-step autoreset),
 1 torch thread, rollouts of 128 steps x 8 envs, 4 epochs, lr 1e-3, gamma .99, GAE .95, clip .2, no
-entropy bonus, vf .5, grad-norm .5; one 64-unit LSTM shared by actor and critic, then 64-64 ReLU
-layers before each output. Minibatches: 16 sequences of 16 steps (ours and AgileRL:
-``batch_size: 16, max_seq_len: 16``; SB3 has no sequence length: ``batch_size=256`` steps, its
-sequences are each env's whole rollout piece). SB3 with ``shared_lstm=True`` does not send the
-critic's gradient into the LSTM (its design); ours and AgileRL do.
+entropy bonus, vf .5, grad-norm .5; actor and critic each with their own 64-unit LSTM (SB3's
+default; ``share_encoders: false``), then 64-64 ReLU layers before each output. Minibatches: 16
+sequences of 16 steps (ours and AgileRL: ``batch_size: 16, max_seq_len: 16``; SB3 has no sequence
+length: ``batch_size=256`` steps, its sequences are each env's whole rollout piece). Evaluation is
+greedy on every side (AgileRL: argmax of its actor's logits, carrying the actor's LSTM state).
 
 Reports: env-steps/s over a fixed budget (no evaluation; the clock starts after imports and covers
 building envs and model, and training), and the median over seeds of training seconds until a
@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 SIDES = ("ours", "sb3", "agilerl")
 THRESHOLD = 300.0
 THROUGHPUT_STEPS = 32_768
-SOLVE_BUDGET = 200_000
+SOLVE_BUDGET = 150_000
 EVAL_EVERY = 8_192
 EVAL_EPISODES = 10
 N_ENVS, N_STEPS, LR, SEQ_LEN, SEQS = 8, 128, 1e-3, 16, 16
@@ -112,7 +112,7 @@ def run_ours(steps: int, seed: int, clock: SolveClock | None, run_dir: str) -> i
     manifest = {
         "algorithm": {"name": "PPO", "recurrent": True, "learn_step": N_ENVS * N_STEPS, "batch_size": SEQS,
                       "max_seq_len": SEQ_LEN, "update_epochs": 4, "lr": LR, "gamma": 0.99, "gae_lambda": 0.95,
-                      "clip_coef": 0.2, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5, "share_encoders": True},
+                      "clip_coef": 0.2, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5, "share_encoders": False},
         "environment": {"name": "CartPole-v1", "num_envs": N_ENVS, "sync": True,
                         "env_wrappers": ["agilerl_plugin_gym.pomdp.MaskVelocity"]},
         "network": {"latent_dim": 64, "encoder_config": {"hidden_state_size": 64, "num_layers": 1},
@@ -144,7 +144,7 @@ def run_sb3(steps: int, seed: int, clock: SolveClock | None) -> int:
     model = RecurrentPPO(
         "MlpLstmPolicy", env, n_steps=N_STEPS, batch_size=SEQ_LEN * SEQS, n_epochs=4, learning_rate=LR, gamma=0.99,
         gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, seed=seed, device="cpu",
-        policy_kwargs={"lstm_hidden_size": 64, "n_lstm_layers": 1, "shared_lstm": True, "enable_critic_lstm": False,
+        policy_kwargs={"lstm_hidden_size": 64, "n_lstm_layers": 1, "shared_lstm": False, "enable_critic_lstm": True,
                        "net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": torch.nn.ReLU},
     )  # fmt: skip
 
@@ -182,17 +182,16 @@ def run_agilerl(steps: int, seed: int, clock: SolveClock | None) -> int:
         env.single_observation_space, env.single_action_space, net_config=net_config, recurrent=True,
         num_envs=N_ENVS, learn_step=N_ENVS * N_STEPS, batch_size=SEQS, max_seq_len=SEQ_LEN, update_epochs=4,
         lr=LR, gamma=0.99, gae_lambda=0.95, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
-        share_encoders=True,
+        share_encoders=False,
     )  # fmt: skip
 
     def policy(obs: Any, state: Any) -> Any:
         if state is None:
-            state = agent.get_initial_hidden_state(len(obs))
+            state = agent._extract_hidden_state(agent.get_initial_hidden_state(len(obs)), "actor_encoder")
         with torch.no_grad():
-            action, _, _, _, state = agent._get_action_and_values(
-                agent.preprocess_observation(obs), None, state, sample=False
-            )
-        return action.cpu().numpy(), state
+            latent, state = agent.actor.extract_features(agent.preprocess_observation(obs), hidden_state=state)
+            logits = agent.actor.head_net.wrapped(latent)
+        return logits.argmax(-1).cpu().numpy(), state
 
     done, last = 0, {}
     while done < steps:
