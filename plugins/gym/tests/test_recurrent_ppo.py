@@ -39,8 +39,9 @@ def _manifest(recurrent: bool, max_steps: int, seed: int = 0, **algo: Any) -> di
                       "lr": 1e-3, "gamma": 0.99, "gae_lambda": 0.95, "clip_coef": 0.2, "ent_coef": 0.0,
                       "recurrent": recurrent, **({"max_seq_len": 16} if recurrent else {}), **algo},
         "environment": {"name": "CartPole-v1", "num_envs": 8, "sync": True, "env_wrappers": MASKED},
-        "network": {"latent_dim": 64, "encoder_config": encoder,
-                    "head_config": {"hidden_size": [64], "layer_norm": False}},
+        # The head keeps MlpSpec's default layer norm: with one LSTM shared by actor and critic and
+        # no head layer norm, this budget was not enough (the value loss dominates the shared LSTM).
+        "network": {"latent_dim": 64, "encoder_config": encoder, "head_config": {"hidden_size": [64]}},
         "training": {"max_steps": max_steps, "evo_steps": 8192, "pop_size": 1, "seed": seed, "progress": False,
                      "save_elite": False},
     }  # fmt: skip
@@ -246,7 +247,8 @@ def test_recurrent_manifest_validation() -> None:
 
 @pytest.mark.slow
 def test_recurrent_ppo_solves_masked_cartpole_where_feedforward_ppo_cannot(train, read_metrics) -> None:  # type: ignore[no-untyped-def]
-    budget = 120_000
+    # Seeds 0-6 first reached 300 after 8k-57k steps: 100k leaves a margin of ~1.75x.
+    budget = 100_000
     rec = _manifest(True, budget)
     rec["training"]["target_score"] = 300
     code, run_dir, out = train(rec, name="recurrent")
