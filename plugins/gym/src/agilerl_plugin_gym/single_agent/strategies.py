@@ -12,6 +12,9 @@ evolution are the core's. Here is the part that touches the env:
 * Gymnasium 1.x vector envs auto-reset on the *next* step: after a sub-env's episode ends, its next
   ``step`` ignores the action and returns the reset observation with reward 0. On-policy rollouts
   mark that step invalid (masked out of GAE and the loss); off-policy collection does not store it.
+* A recurrent policy (recurrent PPO) carries one hidden state per sub-env through the rollout,
+  stores it with each step (:class:`~agilerl_plugin_gym.engine.recurrent.RecurrentRolloutBuffer`)
+  and zeroes it once the sub-env has auto-reset; the algorithm trains on sequences (truncated BPTT).
 * Off-policy runs keep one replay buffer for the whole population (AgileRL's experience sharing);
   it and the exploration RNG are in the strategy's ``state_dict``
   (:class:`~agilerl_plugin_gym.engine.off_policy.ReplayState`), so resume continues with the same
