@@ -61,7 +61,7 @@ def test_encoder_kind_is_inferred_from_its_keys_like_agilerl() -> None:
     [
         (
             {"encoder_config": {"hidden_state_size": 64}},
-            "LSTM encoders (arch: lstm, recurrent policies) are not supported yet",
+            "LSTM encoders (arch: lstm) are for recurrent policies: only PPO with recurrent: true",
         ),
         ({"encoder_config": {"mlp_config": {"hidden_size": [8]}}}, "arch: multiinput needs Dict or Tuple observations"),
         ({"random_seed": 3}, "network.random_seed: not supported yet"),
@@ -153,9 +153,9 @@ def test_replay_variants_we_lack_are_refused_at_validation(algo: str) -> None:
 @pytest.mark.parametrize(
     ("algo", "env", "fields", "needle"),
     [
-        ("PPO", "CartPole-v1", {"max_seq_len": 8}, "algorithm.max_seq_len: not supported yet"),
+        ("PPO", "CartPole-v1", {"max_seq_len": 8}, "algorithm.max_seq_len: a recurrent PPO field"),
         ("PPO", "CartPole-v1", {"rollout_buffer_config": {"x": 1}}, "algorithm.rollout_buffer_config: not supported"),
-        ("PPO", "CartPole-v1", {"bptt_sequence_type": "maximum"}, "algorithm.bptt_sequence_type: not supported"),
+        ("PPO", "CartPole-v1", {"bptt_sequence_type": "maximum"}, "algorithm.bptt_sequence_type: a recurrent PPO"),
         ("DDPG", "Pendulum-v1", {"vect_noise_dim": 3}, "algorithm.vect_noise_dim: exploration noise has one vector"),
         ("IPPO", "mpe2.simple_speaker_listener_v4", {"action_batch_size": 4}, "algorithm.action_batch_size: not"),
         ("IPPO", "mpe2.simple_speaker_listener_v4", {"torch_compiler": "default"}, "torch.compile"),

@@ -116,7 +116,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ppo/ppo.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_image.yaml": _ALE,
     "configs/training/ppo/ppo_mfpbt.yaml": needs_box2d("LunarLander-v3"),
-    "configs/training/ppo/ppo_recurrent.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
+    "configs/training/ppo/ppo_recurrent.yaml": VALID,
     "configs/training/sft.yaml": VALID,
     "configs/training/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
     "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
@@ -134,7 +134,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "tests/manifests/neural_ucb.yaml": VALID,
     "tests/manifests/ppo.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/ppo_cnn.yaml": f"environment.name: 'DummyImage-v0' is not a registered gymnasium environment{_ALE_HINT} For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
-    "tests/manifests/ppo_lstm.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
+    "tests/manifests/ppo_lstm.yaml": VALID,
     "tests/manifests/rainbow_dqn.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
     "tests/manifests/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
 }

@@ -40,3 +40,18 @@ def test_trains_on_the_given_device(algo: str, device: str, tmp_path: Path) -> N
         assert agent.device.type == device
         weights = _weights(agent)
         assert weights and all(t.device.type == device for t in weights.values() if isinstance(t, torch.Tensor))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_recurrent_ppo_trains_on_the_given_device(device: str, tmp_path: Path) -> None:
+    """Recurrent PPO: the hidden state, the stored states and the BPTT sequences follow the device."""
+    m = tiny_manifest("PPO", tmp_path, max_steps=128)
+    m["algorithm"].update(recurrent=True, max_seq_len=8, batch_size=4)
+    m["network"] = {"latent_dim": 16, "encoder_config": {"hidden_state_size": 16}}
+    m["training"].update(evo_steps=64, checkpoint_steps=None, device=device)
+    result = LocalTrainer.from_manifest(m, run_dir=tmp_path / "run").train()
+    assert all(a.steps == 128 for a in result.population)
+    assert all(f == f for f in result.fitnesses)
+    for agent in result.population:
+        assert agent.hidden_state.device.type == device
+        assert all(v.device.type == device for v in _weights(agent).values() if isinstance(v, torch.Tensor))

@@ -69,6 +69,22 @@ def test_resumed_run_ends_exactly_like_the_uninterrupted_one(algo: str, tmp_path
     assert [r["fitness"] for r in resumed.history] == [r["fitness"] for r in full.history if r["generation"] == 1]
 
 
+def test_recurrent_ppo_resumes_exactly_with_its_hidden_state(tmp_path: Path) -> None:
+    """Recurrent PPO (LSTM encoder, architecture mutation of the LSTM on): the checkpoint holds each
+    agent's hidden state, and the resumed run ends exactly like the uninterrupted one."""
+    torch.set_num_threads(1)
+    m = tiny_manifest("PPO", tmp_path)
+    m["algorithm"].update(recurrent=True, max_seq_len=8, batch_size=4)
+    m["network"] = {"latent_dim": 16, "encoder_config": {"hidden_state_size": 16, "max_hidden_state_size": 64}}
+    full = LocalTrainer.from_manifest(m, run_dir=tmp_path / "full").train()
+    ckpt = tmp_path / f"ckpt_{EVO}.pt"
+    saved = checkpoint.load(ckpt)["agents"]
+    assert all(a["extra"]["hidden_state"].shape[0] == m["environment"]["num_envs"] for a in saved)
+    resumed = LocalTrainer.from_manifest(m, run_dir=tmp_path / "resumed", resume_from=ckpt).train()
+    assert resumed.fitnesses == full.fitnesses
+    assert_same_state(_population(resumed), _population(full))
+
+
 def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))

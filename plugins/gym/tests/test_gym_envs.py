@@ -201,13 +201,6 @@ def test_a_wrapper_that_changes_the_action_space_is_taken_into_account() -> None
     vec.close()
 
 
-def test_recurrent_ppo_rejected_at_validation() -> None:
-    from agilerl.errors import ManifestError
-
-    with pytest.raises(ManifestError, match=r"algorithm\.recurrent"):
-        load_manifest({"algorithm": {"name": "PPO", "recurrent": True}, "environment": {"name": "CartPole-v1"}})
-
-
 def test_seed_api_names_resolve() -> None:
     from agilerl.builders import select_builder
     from agilerl.models import DQNSpec, PPOSpec, TD3Spec

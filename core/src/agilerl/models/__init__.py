@@ -34,6 +34,7 @@ from agilerl.models.manifest import (
 )
 from agilerl.models.sections import (
     CnnSpec,
+    LstmSpec,
     MlpSpec,
     MultiFrequencySelectionSpec,
     MutationProbabilities,
@@ -89,6 +90,7 @@ __all__ = [
     "AlgorithmSpec",
     "CnnSpec",
     "EnvSpec",
+    "LstmSpec",
     "MlpSpec",
     "MultiFrequencySelectionSpec",
     "MutationProbabilities",

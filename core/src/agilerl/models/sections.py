@@ -77,7 +77,7 @@ class LstmSpec(Spec):
     """An LSTM encoder, as AgileRL's ``arch: lstm``."""
 
     upstream_notes: ClassVar[dict[str, str]] = {
-        "arch": "Validated here; every plugin we ship refuses it (not supported yet)."
+        "arch": "Which algorithms take it is up to each plugin (policies with memory); the others refuse it."
     }
 
     arch: Literal["lstm"] = "lstm"

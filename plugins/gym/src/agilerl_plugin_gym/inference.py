@@ -12,7 +12,8 @@ the spaces, ``nets``):
   (one env's, or the vector env's batch) and ``run_episodes`` on a PettingZoo ``ParallelEnv``.
 
 ``predict`` follows Stable-Baselines3's ``model.predict(obs, state, episode_start, deterministic)``
-and returns ``(action, state)``; ``state`` is passed through (no recurrent policies here). One
+and returns ``(action, state)``; ``state`` is passed through, except by recurrent PPO, which takes
+and returns its LSTM state (:mod:`agilerl_plugin_gym.single_agent.ppo_recurrent`). One
 difference: ``deterministic`` defaults to ``True`` (the greedy policy, as evaluation uses).
 ``deterministic=False`` samples from PPO's and IPPO's stochastic policies; DQN, DDPG, TD3, MADDPG
 and MATD3 policies are deterministic (their exploration noise belongs to training), so they return
@@ -230,8 +231,9 @@ class SingleAgentInference:
             for i in range(episodes):
                 obs, _ = env.reset(seed=None if seed is None else seed + i)
                 total, length, done = 0.0, 0, False
+                state = None  # a recurrent policy's state (recurrent PPO), from each episode's start
                 while not done:
-                    action, _ = self.predict(obs)
+                    action, state = self.predict(obs, state)
                     obs, reward, terminated, truncated, _ = env.step(action)
                     total += float(reward)
                     length += 1

@@ -49,7 +49,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
+from agilerl.models import CnnSpec, LstmSpec, MlpSpec, NetworkSpec
 from agilerl.models.sections import MultiInputSpec, SimbaSpec
 from agilerl_plugin_gym.encoder_rules import (
     EncoderSpaceError,
@@ -57,6 +57,7 @@ from agilerl_plugin_gym.encoder_rules import (
     encoder_kind,
     is_channels_last,
 )
+from agilerl_plugin_gym.networks_lstm import EvolvableLSTM
 from agilerl_plugin_gym.networks_simba import EvolvableSimBa
 from agilerl_plugin_gym.single_agent.spaces import is_image_space
 
@@ -655,6 +656,7 @@ _ENCODER_METHODS = {
     "mlp": ("add_layer", "remove_layer", "add_node", "remove_node"),
     "cnn": ("add_layer", "remove_layer", "add_channel", "remove_channel"),
     "simba": ("add_block", "remove_block", "add_node", "remove_node"),
+    "lstm": ("add_layer", "remove_layer", "add_node", "remove_node"),
 }
 _HEAD_METHODS = ("add_layer", "remove_layer", "add_node", "remove_node")
 _LAYER_METHODS = {"add_layer", "remove_layer", "add_block", "remove_block"}
@@ -709,6 +711,11 @@ def _build_simba(cfg: Any, space: spaces.Space[Any], latent: int, normalize_imag
     return EvolvableSimBa.from_spec(cfg if isinstance(cfg, SimbaSpec) else SimbaSpec(), obs_dim(space), latent)
 
 
+def _build_lstm(cfg: Any, space: spaces.Space[Any], latent: int, normalize_images: bool) -> nn.Module:
+    # Recurrent policies (networks_lstm): an image space is refused before this (no CNN-LSTM yet).
+    return EvolvableLSTM.from_spec(cfg if isinstance(cfg, LstmSpec) else LstmSpec(), obs_dim(space), latent)
+
+
 def _build_multi_input(cfg: Any, space: spaces.Space[Any], latent: int, normalize_images: bool) -> nn.Module:
     from agilerl_plugin_gym.networks_multi import EvolvableMultiInput
 
@@ -722,6 +729,7 @@ ENCODER_BUILDERS: dict[str, EncoderBuilder] = {
     "mlp": _build_mlp,
     "cnn": _build_cnn,
     "simba": _build_simba,
+    "lstm": _build_lstm,
     "multiinput": _build_multi_input,
 }
 
@@ -780,8 +788,16 @@ class EvolvableNetwork(nn.Module):
         self.normalize_images = normalize_images
         #: ``(min, max)`` latent size that ``latent.*`` mutations keep to (None: the latent size is fixed).
         self.latent_range = latent_range
-        self.encoder_arch = encoder_arch or (
-            "cnn" if isinstance(encoder, EvolvableCNN) else "simba" if isinstance(encoder, EvolvableSimBa) else "mlp"
+        self.encoder_arch = (
+            encoder_arch
+            or getattr(encoder, "arch_name", None)
+            or (
+                "cnn"
+                if isinstance(encoder, EvolvableCNN)
+                else "simba"
+                if isinstance(encoder, EvolvableSimBa)
+                else "mlp"
+            )
         )
         self.extra_in = int(extra_in)
         self.detach_encoder = detach_encoder

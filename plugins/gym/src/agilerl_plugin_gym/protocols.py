@@ -87,6 +87,24 @@ class OnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
         ...
 
 
+class RecurrentOnPolicyAlgorithm(OnPolicyAlgorithm, Protocol):
+    """An on-policy algorithm whose policy keeps a hidden state per env (recurrent PPO; ``recurrent`` True)."""
+
+    recurrent: bool
+    #: Width of one env's flat hidden state (the rollout buffer stores one per step).
+    state_size: int
+    #: The state the last rollout ended with (checkpointed).
+    hidden_state: Any
+
+    def initial_hidden_state(self, n: int) -> Any: ...
+
+    def act_recurrent(self, obs: Any, state: Any) -> tuple[Any, Any, Any, Any]:
+        """``(action, log_prob, value, next_state)`` for a batch."""
+        ...
+
+    def value_recurrent(self, obs: Any, state: Any) -> Any: ...
+
+
 @runtime_checkable
 class OffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """Single-agent off-policy (DQN, DDPG, TD3): act, store, learn from sampled batches."""

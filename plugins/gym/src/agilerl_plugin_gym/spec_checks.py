@@ -42,7 +42,8 @@ ACTIVATION_NAMES: frozenset[str] = frozenset(
 
 #: Encoder kinds AgileRL has and this plugin's networks do not, with what to write instead.
 UNSUPPORTED_ENCODERS: dict[str, str] = {
-    "lstm": "LSTM encoders (arch: lstm, recurrent policies) are not supported yet; use an mlp encoder",
+    "lstm": "LSTM encoders (arch: lstm) are for recurrent policies: only PPO with recurrent: true takes one; "
+    "use an mlp encoder",
     "cnn_lstm": "CNN-LSTM encoders (arch: cnn_lstm) are not supported yet; use a cnn encoder",
 }
 #: Refused by the multi-agent algorithms: their PettingZoo vector env flattens Dict/Tuple observations.
@@ -61,7 +62,8 @@ def network_problems(
     if net is None:
         return []
     enc = net.encoder_config
-    if enc is not None and enc.arch in UNSUPPORTED_ENCODERS:
+    recurrent_lstm = enc is not None and enc.arch == "lstm" and getattr(manifest.algorithm, "recurrent", False)
+    if enc is not None and enc.arch in UNSUPPORTED_ENCODERS and not recurrent_lstm:
         return [Problem("network.encoder_config", UNSUPPORTED_ENCODERS[enc.arch])]
     cnn_norm = getattr(enc, "layer_norm", False) if enc is not None and enc.arch == "cnn" else False
     cnn_norm = cnn_norm or bool(getattr(getattr(enc, "cnn_config", None), "layer_norm", False))

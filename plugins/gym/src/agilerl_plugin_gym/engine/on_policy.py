@@ -126,6 +126,9 @@ def clipped_surrogate(
 
 
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: A recurrent policy's forward over a minibatch of padded sequences (engine.recurrent): (S, T) outputs.
+SequenceForward = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+_TARGETS = ("log_probs", "values", "advantages", "returns")
 
 
 class Optimizer(Protocol):
@@ -138,10 +141,12 @@ class Optimizer(Protocol):
 
 def ppo_update(
     data: Mapping[str, torch.Tensor],
-    forward: Forward,
+    forward: Forward | None,
     optimizer: Optimizer,
     params: Sequence[nn.Parameter],
     s: PPOSettings,
+    *,
+    seq_forward: SequenceForward | None = None,
 ) -> dict[str, float]:
     """``update_epochs`` passes of clipped-PPO minibatch steps over a flattened rollout.
 
@@ -150,6 +155,12 @@ def ppo_update(
     returns the policy's ``(log_prob, entropy, value)`` for a minibatch. Minibatches are
     ``min(batch_size, rows)`` rows (a remainder smaller than that is skipped in the epoch); an epoch
     that ends with an approximate KL above ``target_kl`` ends the update.
+
+    Recurrent policies pass ``seq_forward`` and the padded sequences of
+    :meth:`agilerl_plugin_gym.engine.recurrent.RecurrentRolloutBuffer.sequences`: a row is then a
+    sequence (``batch_size`` counts sequences, as in AgileRL), ``seq_forward(minibatch)`` runs the
+    policy through time from each sequence's stored initial state, and only the steps in ``mask``
+    enter the loss.
     """
     n = int(data["advantages"].shape[0])
     if n == 0:
@@ -164,7 +175,13 @@ def ppo_update(
         for start in range(0, n - batch_size + 1, batch_size):
             idx = perm[start : start + batch_size]
             mb = {k: rows(v, idx) for k, v in data.items()}  # an obs of Dict/Tuple parts too
-            new_lp, entropy, value = forward(mb["obs"], mb["actions"])
+            if seq_forward is None:
+                assert forward is not None
+                new_lp, entropy, value = forward(mb["obs"], mb["actions"])
+            else:  # truncated BPTT: (S, T) outputs, padding masked out
+                m = mb["mask"]
+                new_lp, entropy, value = (x[m] for x in seq_forward(mb))
+                mb = {k: mb[k][m] for k in _TARGETS}
             loss, pg, vl, ent, ratio, log_ratio = clipped_surrogate(new_lp, entropy, value, mb, s)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

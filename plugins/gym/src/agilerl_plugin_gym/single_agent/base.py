@@ -224,6 +224,14 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         """The deterministic action for a batch of observations, ready for ``env.step``."""
         raise NotImplementedError
 
+    def initial_policy_state(self, n: int) -> Any:
+        """The state a policy starts ``n`` episodes from (``None``: a stateless policy; recurrent PPO's LSTM state)."""
+        return None
+
+    def policy_step(self, obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
+        """The greedy action for a batch, and the policy state after it."""
+        return self.greedy_action(obs), state
+
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         """Mean return of the greedy policy over ``loop`` rounds of one episode per sub-env.
 
@@ -237,8 +245,10 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             total = np.zeros(n)
             finished = np.zeros(n, dtype=bool)
             steps = 0
+            state = self.initial_policy_state(n)
             while not finished.all():
-                obs, reward, terminated, truncated, _ = env.step(self.greedy_action(obs))
+                action, state = self.policy_step(obs, state)
+                obs, reward, terminated, truncated, _ = env.step(action)
                 total += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated
                 steps += 1

@@ -7,6 +7,8 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
   actions are clipped to the bounds only when sent to the env).
 * Observations: vectors, Discrete (one-hot), images (CNN encoder) and Dict/Tuple spaces (multi-input encoder).
 * ``share_encoders``: actor and critic heads read one encoder (one forward pass per step).
+* ``recurrent: true``: an LSTM encoder whose hidden state is carried through rollouts, with
+  truncated BPTT in the update (:mod:`agilerl_plugin_gym.single_agent.ppo_recurrent`).
 
 The rollout loop lives in :class:`agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`;
 GAE, the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.engine.on_policy`
@@ -27,13 +29,14 @@ from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.engine.on_policy import PPOSettings, ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
+from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPOMixin
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import PPOSpec
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class PPO(GymAlgorithm, PPOSettings):
+class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
     """PPO with GAE, clipped surrogate, optional value clipping, entropy bonus and ``target_kl``."""
 
     policy_name = "actor"
@@ -59,6 +62,7 @@ class PPO(GymAlgorithm, PPOSettings):
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
         else:  # check_spaces allows nothing else
             raise AssertionError(action_space)
+        self.init_recurrent(spec)  # recurrent: true -> an LSTM encoder (ppo_recurrent)
         actor = self.build_network(out_dim, output_vanish=True)
         shared = actor.encoder if spec.share_encoders else None
         critic = self.build_network(1, encoder=shared, output_vanish=False)
@@ -131,7 +135,10 @@ class PPO(GymAlgorithm, PPOSettings):
     @torch.inference_mode()
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for a batch: (action, log-prob, value)."""
-        out, value = self._heads(obs)
+        return self._act_from(*self._heads(obs))
+
+    def _act_from(self, out: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, log-prob, value) sampled from the policy head's output."""
         if self.kind == "discrete":  # the hot path: skip the entropy the rollout does not need
             logp = torch.log_softmax(out, -1)
             # Inverse-CDF sampling: one uniform per row, much cheaper than torch.multinomial.
@@ -155,7 +162,10 @@ class PPO(GymAlgorithm, PPOSettings):
 
     @torch.inference_mode()
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        out = self.nets["actor"](self.obs_tensor(obs))
+        return self._greedy_from(self.nets["actor"](self.obs_tensor(obs)))
+
+    def _greedy_from(self, out: torch.Tensor) -> np.ndarray:
+        """The env action of the policy head's mode."""
         if self.kind == "discrete":
             return out.argmax(-1).cpu().numpy()
         if self.kind == "multidiscrete":
@@ -173,4 +183,6 @@ class PPO(GymAlgorithm, PPOSettings):
 
     def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
         """``update_epochs`` passes of minibatch PPO over a rollout whose GAE is computed."""
+        if self.recurrent:  # truncated BPTT over sequences (ppo_recurrent)
+            return self.learn_sequences(buffer)
         return ppo_update(buffer.flat(), self.evaluate_actions, self.optimizers["optimizer"], self.parameters(), self)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
@@ -139,10 +139,11 @@ class PPOSpec(GymAlgorithmSpec):
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     upstream_notes: ClassVar[dict[str, str]] = {
         "action_std_init": "AgileRL's meaning (initial log-std, any float); default -0.51 (std 0.6).",
-        "recurrent": "Only false (recurrent PPO is not supported yet).",
+        "recurrent": "AgileRL's meaning: an LSTM encoder, hidden state through rollouts, truncated BPTT.",
         "rollout_buffer_config": "Refused when given (not supported yet).",
-        "max_seq_len": "Refused when given (recurrent only).",
-        "bptt_sequence_type": "Only chunked (recurrent only).",
+        "max_seq_len": "AgileRL's meaning (None: whole episode pieces); with recurrent: true only.",
+        "bptt_sequence_type": "AgileRL's three kinds; chunked keeps each piece's short tail (AgileRL drops it), "
+        "fifty_percent_overlap adds a window ending at the tail; non-chunked with recurrent: true only.",
     }
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
@@ -165,35 +166,48 @@ class PPOSpec(GymAlgorithmSpec):
     share_encoders: bool = Field(default=True, description="Actor and critic share one encoder.")
     normalize_advantages: bool = Field(default=True, description="Normalise advantages per minibatch.")
     clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
-    recurrent: bool = Field(default=False, description="Recurrent PPO (not supported here: must be false).")
+    recurrent: bool = Field(
+        default=False,
+        description="Recurrent PPO: an LSTM encoder (network.encoder_config LSTM keys; default 64 units, 1 layer) "
+        "whose hidden state is carried through rollouts and reset per env at episode end; truncated BPTT update.",
+    )
     rollout_buffer_config: dict[str, Any] | None = Field(
         default=None, description="AgileRL's rollout buffer options: not supported yet (must be empty)."
     )
-    max_seq_len: int | None = Field(default=None, description="Recurrent PPO only: not supported yet.")
+    max_seq_len: Annotated[int | None, Field(ge=1)] = Field(
+        default=None,
+        description="Recurrent PPO: steps per BPTT training sequence (None: each episode piece of a rollout whole).",
+    )
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
-        default="chunked", description="Recurrent PPO only: not supported yet (must stay chunked)."
+        default="chunked",
+        description="Recurrent PPO: how episode pieces are cut into max_seq_len sequences (consecutive chunks, "
+        "a window at every step, or windows every max_seq_len // 2 steps).",
     )
 
-    @field_validator("recurrent")
+    @field_validator("rollout_buffer_config")
     @classmethod
-    def _no_recurrent(cls, value: bool) -> bool:
+    def _no_rollout_buffer_config(cls, value: Any) -> Any:
         if value:
-            raise ValueError("recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false")
+            raise ValueError("not supported yet (AgileRL's rollout buffer options); remove it")
         return value
 
-    @field_validator("rollout_buffer_config", "max_seq_len")
+    @field_validator("max_seq_len", "bptt_sequence_type")
     @classmethod
-    def _recurrent_only(cls, value: Any) -> Any:
-        if value:
-            raise ValueError("not supported yet (AgileRL's recurrent rollout buffer options); remove it")
+    def _recurrent_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if not info.data.get("recurrent") and value not in (None, "chunked"):
+            raise ValueError("a recurrent PPO field: set recurrent: true or remove it")
         return value
 
-    @field_validator("bptt_sequence_type")
-    @classmethod
-    def _bptt_chunked(cls, value: str) -> str:
-        if value != "chunked":
-            raise ValueError("not supported yet (recurrent PPO only); remove it")
-        return value
+    def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        net = manifest.network
+        enc = net.encoder_config if net is not None else None
+        if self.recurrent and enc is not None and enc.arch != "lstm":
+            return [Problem(
+                "network.encoder_config",
+                f"recurrent: true needs an LSTM encoder (arch: lstm, or AgileRL's hidden_state_size/num_layers "
+                f"keys); got arch: {enc.arch}",
+            )]  # fmt: skip
+        return super().manifest_problems(manifest)
 
 
 class DQNSpec(GymAlgorithmSpec):
