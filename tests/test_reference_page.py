@@ -21,7 +21,7 @@ def test_the_page_lists_every_field_of_every_registered_spec_and_the_refused_nam
         assert f"### `{name}`" in page
         for field in cls.model_fields:
             assert f"| `{field}`" in page, f"{name}.{field} missing from the reference page"
-    assert "| `RainbowDQN` | RainbowDQN is not supported yet" in page
+    assert "| `CQN` | CQN is not supported yet" in page
 
 
 def test_cli_writes_the_page(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """AgileRL's own published manifests (``../shared/agilerl-manifests``: 53 files, unchanged) against our
 validator: each one either validates or fails with exactly the problem(s) in :data:`EXPECTED`.
 
-A refusal names the feature we lack ("RainbowDQN is not supported yet") or the package to install;
+A refusal names the feature we lack ("CQN is not supported yet") or the package to install;
 never an unknown-field error for a field AgileRL defines, nor a raw pydantic message. One row per
 file, so a change in outcome is a one-line edit here (and in docs/user-guide.md's count).
 Rows for the LLM plugin's manifests record what this branch produces; the LLM plugin's work changes them.
@@ -48,7 +48,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ddpg/ddpg_simba.yaml": "network.simba: SimBa encoders (arch: simba / simba: true) are not supported yet; use an mlp encoder",
     "configs/training/dqn/dqn.yaml": "mutation.probabilities: DQN does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/dqn/dqn_mfpbt.yaml": "mutation.probabilities: DQN does not support activation mutation (act_mut) yet; set act_mut: 0",
-    "configs/training/dqn/dqn_rainbow.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
+    "configs/training/dqn/dqn_rainbow.yaml": "mutation.probabilities: RainbowDQN does not support activation mutation (act_mut) yet; set act_mut: 0",
     "configs/training/llm_finetuning/cispo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
     "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": [
         "algorithm: strip_multimodal_towers is not supported; remove it (got {'tensor_parallel_size': 1, 'gpu_memory_utilization': 0.9...)",
@@ -105,7 +105,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "tests/manifests/ppo.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/ppo_cnn.yaml": "environment.name: 'DummyImage-v0' is not a registered gymnasium environment. For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
     "tests/manifests/ppo_lstm.yaml": "algorithm.recurrent: recurrent PPO is not supported by agilerl-plugin-gym yet; set recurrent: false (got True)",
-    "tests/manifests/rainbow_dqn.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
+    "tests/manifests/rainbow_dqn.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
 }
 
@@ -181,6 +181,7 @@ _TOURNAMENT = {"selection_strategy": {"tournament_size": 2, "elitism": True}}
 #: valid, or only the env package left to install.
 DOCUMENTED_EDITS: dict[str, tuple[dict[str, object], str]] = {
     "configs/training/dqn/dqn.yaml": ({"mutation.probabilities.act_mut": 0}, needs_box2d("LunarLander-v3")),
+    "configs/training/dqn/dqn_rainbow.yaml": ({"mutation.probabilities.act_mut": 0}, needs_box2d("LunarLander-v3")),
     "configs/training/ppo/ppo_image.yaml": ({"network.min_latent_dim": None, "network.max_latent_dim": None}, _ALE),
     "configs/training/ddpg/ddpg.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),
     "configs/training/td3.yaml": ({"algorithm.share_encoders": False}, needs_box2d("LunarLanderContinuous-v3")),

@@ -11,6 +11,7 @@ MPE = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 4, "sync": True, "
 ENVS = {
     "PPO": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "DQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+    "RainbowDQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "DDPG": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "TD3": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "IPPO": MPE,
@@ -20,7 +21,7 @@ ENVS = {
 
 
 def tiny_manifest(algo: str, tmp: Path, max_steps: int = 2 * TINY_EVO) -> dict[str, Any]:
-    single = algo in ("PPO", "DQN", "DDPG", "TD3")
+    single = algo in ("PPO", "DQN", "DDPG", "TD3", "RainbowDQN")
     on_policy = algo in ("PPO", "IPPO")
     probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3 if single else 0.0,
                      "new_layer": 0.5, "act_mut": 0.0}  # fmt: skip

@@ -592,8 +592,10 @@ class ReplayBufferSpec(Spec):
     upstream_notes: ClassVar[dict[str, str]] = {
         "standard_buffer": "Only true.",
         "kind": "Only classic (AgileRL's other buffer kind is not supported yet).",
-        "n_step_buffer": "Refused by every plugin we ship (not supported yet).",
-        "per_buffer": "Refused by every plugin we ship (not supported yet).",
+        "n_step_buffer": "DQN and RainbowDQN (gym plugin); other algorithms refuse it. RainbowDQN always uses "
+        "n-step returns of its own algorithm.n_step.",
+        "per_buffer": "DQN and RainbowDQN (gym plugin; AgileRL: RainbowDQN only); other algorithms refuse it. "
+        "RainbowDQN always uses prioritised replay.",
     }
 
     kind: str = Field(default="classic", description="Only classic (experience replay) is supported.")

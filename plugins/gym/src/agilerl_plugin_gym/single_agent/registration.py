@@ -19,8 +19,8 @@ def register_algorithms(register: Any) -> None:
     register(DQNSpec, algorithm=f"{_PKG}.dqn:DQN")
     register(DDPGSpec, algorithm=f"{_PKG}.ddpg:DDPG")
     register(TD3Spec, algorithm=f"{_PKG}.td3:TD3")
+    register(RainbowDQNSpec, algorithm=f"{_PKG}.rainbow:RainbowDQN")
     # AgileRL names we cannot train yet: a manifest naming one fails with one "not supported" error.
-    register(RainbowDQNSpec)
     register(CQNSpec)
 
 
