@@ -231,16 +231,10 @@ def project_distribution(
     atom is clamped to ``[v_min, v_max]`` and its probability split between its two neighbouring
     atoms in proportion to closeness (all of it to one atom when it lands exactly on it).
     """
-    atoms = support.numel()
     v_min, v_max = float(support[0]), float(support[-1])
-    dz = (v_max - v_min) / max(atoms - 1, 1)
-    tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
-    b = (tz - v_min) / dz
-    lower = b.floor().long().clamp(0, atoms - 1)
-    upper = b.ceil().long().clamp(0, atoms - 1)
-    w_upper = b - lower.float()
-    w_lower = 1.0 - w_upper  # upper == lower: the whole mass stays on that atom
-    out = torch.zeros_like(next_dist)
-    out.scatter_add_(1, lower, next_dist * w_lower)
-    out.scatter_add_(1, upper, next_dist * w_upper)
-    return out
+    dz = (v_max - v_min) / max(support.numel() - 1, 1)
+    tz = torch.addcmul(reward.unsqueeze(1), discount.unsqueeze(1), support.unsqueeze(0)).clamp_(v_min, v_max)
+    # Atom i receives from shifted atom j the weight max(0, 1 - |tz_j - z_i| / dz): the linear split
+    # between the two neighbours (1 when tz_j lands on z_i). One (batch, atoms, atoms) kernel.
+    weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs_().mul_(1.0 / dz)).clamp_(min=0.0)
+    return torch.bmm(weight, next_dist.unsqueeze(2)).squeeze(2)
