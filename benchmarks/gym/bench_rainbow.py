@@ -202,6 +202,7 @@ def main() -> None:
     ap.add_argument("--throughput-repeats", type=int, default=2)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-solve", action="store_true")
+    ap.add_argument("--parallel", type=int, default=1, help="solve runs at once (CPU seconds stay comparable)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "rainbow.json")
     args = ap.parse_args()
     if args.worker:
@@ -212,7 +213,7 @@ def main() -> None:
 
     pythons = {"ours": sys.executable, "qrdqn": sys.executable, "agilerl": str(ensure_agilerl_venv())}
     tmp = tempfile.mkdtemp(prefix="agilerl-bench-rainbow-")
-    report: dict[str, Any] = {"load_before": _uptime()}
+    report: dict[str, Any] = {"load_before": _uptime(), "args": {k: str(v) for k, v in vars(args).items()}}
     print(f"[bench] {report['load_before']}", flush=True)
     tp: dict[str, list[dict[str, Any]]] = {fw: [] for fw in FRAMEWORKS}
     for rep in range(0 if args.skip_throughput else args.throughput_repeats):
@@ -230,13 +231,18 @@ def main() -> None:
               + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
         report["throughput"] = {"median_steps_per_s": med, "median_steps_per_cpu_s": medc, "runs": tp}
     if not args.skip_solve:
+        from concurrent.futures import ThreadPoolExecutor
+
         solve: dict[str, list[dict[str, Any]]] = {fw: [] for fw in FRAMEWORKS}
-        for seed in range(args.seeds):
-            for fw in FRAMEWORKS:
-                r = spawn(pythons[fw], fw, "solve", args.budget, seed, tmp)
+        jobs = [(seed, fw) for seed in range(args.seeds) for fw in FRAMEWORKS]
+        with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+            futures = [pool.submit(spawn, pythons[fw], fw, "solve", args.budget, seed, tmp) for seed, fw in jobs]
+            for (seed, fw), future in zip(jobs, futures, strict=True):
+                r = future.result()
                 solve[fw].append(r)
                 s = "inf" if r["solve_s"] is None else f"{r['solve_s']:.1f}"
-                print(f"  solve seed {seed} {fw:8s} {s:>6s} s ({r['solve_steps']} steps)", flush=True)
+                c = "inf" if r["solve_cpu_s"] is None else f"{r['solve_cpu_s']:.1f}"
+                print(f"  solve seed {seed} {fw:8s} {s:>6s} s {c:>6s} CPU-s ({r['solve_steps']} steps)", flush=True)
         inf = float("inf")
         meds = {fw: statistics.median(inf if r["solve_s"] is None else r["solve_s"] for r in v)
                 for fw, v in solve.items()}  # fmt: skip
