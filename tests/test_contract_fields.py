@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import torch
 from gymnasium import spaces
 
 from agilerl.errors import ManifestError
-from agilerl.models import validate_manifest
+from agilerl.models import AlgorithmSpec, validate_manifest
 
 
 def _ppo(action_std_init: float) -> object:
@@ -91,15 +93,36 @@ def test_latent_range_validates_with_architecture_mutation_and_must_hold_latent_
         validate_manifest({**base, "network": {"latent_dim": 8, "min_latent_dim": 16}})
 
 
-def test_unsupported_agilerl_algorithms_are_one_problem_and_not_listed() -> None:
+class _RefusedSpec(AlgorithmSpec):
+    """A name a plugin knows but cannot train: how a plugin refuses an AgileRL algorithm it lacks."""
+
+    paradigm: ClassVar[str] = "gym"
+    regime: ClassVar[str] = "online"
+    not_supported: ClassVar[str] = "FutureAlgo is not supported yet: use DQN instead"
+
+
+@pytest.fixture
+def refused_name() -> Iterator[str]:
     from agilerl.registry import MANIFEST_REGISTRY
 
-    for name in ("RainbowDQN",):
-        with pytest.raises(ManifestError) as info:
-            validate_manifest({"algorithm": {"name": name, "anything": 1}, "environment": {"minari_dataset_id": "x"}})
-        assert [str(p) for p in info.value.problems] == [f"algorithm.name: {MANIFEST_REGISTRY.get(name).not_supported}"]
-        assert str(info.value.problems[0]).startswith(f"algorithm.name: {name} is not supported yet")
-        assert name not in MANIFEST_REGISTRY.names()
+    MANIFEST_REGISTRY.add("FutureAlgo", _RefusedSpec)
+    try:
+        yield "FutureAlgo"
+    finally:
+        MANIFEST_REGISTRY.remove("FutureAlgo")
+
+
+def test_unsupported_agilerl_algorithms_are_one_problem_and_not_listed(refused_name: str) -> None:
+    from agilerl.registry import MANIFEST_REGISTRY
+
+    with pytest.raises(ManifestError) as info:
+        validate_manifest(
+            {"algorithm": {"name": refused_name, "anything": 1}, "environment": {"minari_dataset_id": "x"}}
+        )
+    assert [str(p) for p in info.value.problems] == [f"algorithm.name: {_RefusedSpec.not_supported}"]
+    assert refused_name not in MANIFEST_REGISTRY.names()
+    # Every AgileRL algorithm the gym plugin once refused now trains, so is listed.
+    assert {"CQN", "RainbowDQN"} <= set(MANIFEST_REGISTRY.names())
 
 
 def test_an_unknown_algorithm_is_one_problem_not_two() -> None:
@@ -142,9 +165,9 @@ def test_bandit_eval_steps_gives_agilerls_fitness_scale(tmp_path: Path) -> None:
                            "training": {"eval_loop": 3}})  # fmt: skip
 
 
-@pytest.mark.parametrize("algo", ["DQN", "MADDPG", "NeuralUCB"])
+@pytest.mark.parametrize("algo", ["DDPG", "MADDPG", "NeuralUCB"])
 def test_replay_variants_we_lack_are_refused_at_validation(algo: str) -> None:
-    env = {"DQN": {"name": "CartPole-v1"}, "MADDPG": {"name": "mpe2.simple_speaker_listener_v4"},
+    env = {"DDPG": {"name": "Pendulum-v1"}, "MADDPG": {"name": "mpe2.simple_speaker_listener_v4"},
            "NeuralUCB": {"env_type": "bandit", "name": "iris"}}[algo]  # fmt: skip
     with pytest.raises(ManifestError, match=r"replay_buffer.per_buffer: .*not supported yet"):
         validate_manifest({"algorithm": algo, "environment": env, "replay_buffer": {"per_buffer": True}})
@@ -186,12 +209,12 @@ def test_bandit_network_is_encoder_latent_head_like_agilerl() -> None:
     assert network_config(m.algorithm, m) == ([16], "ReLU")  # type: ignore[arg-type]
 
 
-def test_refused_names_are_not_listed_as_algorithms(capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_names_are_not_listed_as_algorithms(refused_name: str, capsys: pytest.CaptureFixture[str]) -> None:
     from agilerl.cli import main
 
     assert main(["algorithms"]) == 0
     listed = capsys.readouterr().out
-    assert "PPO" in listed and "CQN" in listed and "RainbowDQN" not in listed
+    assert "PPO" in listed and "CQN" in listed and "RainbowDQN" in listed and refused_name not in listed
 
 
 @pytest.mark.parametrize(

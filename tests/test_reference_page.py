@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
+from agilerl.models import AlgorithmSpec
 from agilerl.registry import MANIFEST_REGISTRY
 from agilerl.schema import manifest_markdown
 
@@ -21,7 +23,23 @@ def test_the_page_lists_every_field_of_every_registered_spec_and_the_refused_nam
         assert f"### `{name}`" in page
         for field in cls.model_fields:
             assert f"| `{field}`" in page, f"{name}.{field} missing from the reference page"
-    assert "| `RainbowDQN` | RainbowDQN is not supported yet" in page
+    assert "Known but not supported yet" not in page  # every name the plugins know trains today
+
+
+class _RefusedSpec(AlgorithmSpec):
+    paradigm: ClassVar[str] = "gym"
+    regime: ClassVar[str] = "online"
+    not_supported: ClassVar[str] = "FutureAlgo is not supported yet: use DQN"
+
+
+def test_a_refused_name_gets_its_own_table_with_the_validation_message() -> None:
+    MANIFEST_REGISTRY.add("FutureAlgo", _RefusedSpec)
+    try:
+        page = manifest_markdown()
+    finally:
+        MANIFEST_REGISTRY.remove("FutureAlgo")
+    assert "| `FutureAlgo` | FutureAlgo is not supported yet: use DQN |" in page
+    assert "### `FutureAlgo`" not in page
 
 
 def test_cli_writes_the_page(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """AgileRL's own published manifests (``../shared/agilerl-manifests``: 53 files, unchanged) against our
 validator: each one either validates or fails with exactly the problem(s) in :data:`EXPECTED`.
 
-A refusal names the feature we lack ("RainbowDQN is not supported yet") or the package to install;
+A refusal names the feature we lack or the package to install;
 never an unknown-field error for a field AgileRL defines, nor a raw pydantic message. One row per
 file, so a change in outcome is a one-line edit here (and in docs/user-guide.md's count).
 Rows for the LLM plugin's manifests record what this branch produces; the LLM plugin's work changes them.
@@ -78,7 +78,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ddpg/ddpg_simba.yaml": needs_mujoco("HalfCheetah-v4"),
     "configs/training/dqn/dqn.yaml": VALID,
     "configs/training/dqn/dqn_mfpbt.yaml": VALID,
-    "configs/training/dqn/dqn_rainbow.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
+    "configs/training/dqn/dqn_rainbow.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/llm_finetuning/cispo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
     "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": [
         "algorithm: strip_multimodal_towers is not supported; remove it (got {'tensor_parallel_size': 1, 'gpu_memory_utilization': 0.9...)",
@@ -135,7 +135,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "tests/manifests/ppo.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/ppo_cnn.yaml": f"environment.name: 'DummyImage-v0' is not a registered gymnasium environment{_ALE_HINT} For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
     "tests/manifests/ppo_lstm.yaml": VALID,
-    "tests/manifests/rainbow_dqn.yaml": "algorithm.name: RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN",
+    "tests/manifests/rainbow_dqn.yaml": needs_box2d("LunarLander-v3"),
     "tests/manifests/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
 }
 

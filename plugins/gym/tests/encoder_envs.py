@@ -60,14 +60,20 @@ class PixelChase(gym.Env):  # type: ignore[type-arg]
 class DictReach(gym.Env):  # type: ignore[type-arg]
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, as_tuple: bool = False, max_steps: int = 20) -> None:
+    #: ``discrete``: four actions (right, left, up, down) instead of a 2-D move.
+    MOVES = np.array([[1, 0], [-1, 0], [0, 1], [0, -1]], np.float32)
+
+    def __init__(self, as_tuple: bool = False, max_steps: int = 20, discrete: bool = False) -> None:
         self.as_tuple = as_tuple
         self.max_steps = max_steps
+        self.discrete = discrete
         box = spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.observation_space = (
             spaces.Tuple((box, box)) if as_tuple else spaces.Dict({"pos": box, "goal": box})  # type: ignore[assignment]
         )
-        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = (
+            spaces.Discrete(4) if discrete else spaces.Box(-1.0, 1.0, (2,), np.float32)  # type: ignore[assignment]
+        )
         self.pos = np.zeros(2, np.float32)
         self.goal = np.zeros(2, np.float32)
         self.t = 0
@@ -84,7 +90,8 @@ class DictReach(gym.Env):  # type: ignore[type-arg]
         return self._obs(), {}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        move = np.clip(np.asarray(action, np.float32), -1.0, 1.0) * 0.2
+        raw = self.MOVES[int(action)] if self.discrete else np.asarray(action, np.float32)
+        move = np.clip(raw, -1.0, 1.0) * 0.2
         self.pos = np.clip(self.pos + move, -1.0, 1.0).astype(np.float32)
         self.t += 1
         reward = -float(np.linalg.norm(self.goal - self.pos))

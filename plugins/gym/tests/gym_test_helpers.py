@@ -11,6 +11,7 @@ MPE = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 4, "sync": True, "
 ENVS = {
     "PPO": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "DQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+    "RainbowDQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "DDPG": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "TD3": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "IPPO": MPE,

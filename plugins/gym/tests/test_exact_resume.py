@@ -1,7 +1,8 @@
-"""Exact resume for all eight gym algorithms, with evolutionary HPO on.
+"""Exact resume for all nine gym algorithms, with evolutionary HPO on.
 
-For each of PPO, DQN, DDPG, TD3, IPPO, MADDPG, MATD3 and CQN (offline, on a dataset file), and the
-CNN, multi-input and SimBa encoders (with DDPG/TD3's shared encoder): a population of 2 trains for two
+For each of PPO, DQN, DDPG, TD3, RainbowDQN, IPPO, MADDPG, MATD3 and CQN (offline, on a dataset
+file), DQN with prioritized n-step replay, and the CNN, multi-input and SimBa encoders (with DDPG/TD3's
+shared encoder): a population of 2 trains for two
 generations with tournament selection and mutation (hyperparameters, parameter noise, and
 architecture and activation) between them, writing a checkpoint after the first. A run
 resumed from that checkpoint must end with the very same parameters, optimizer state and evaluation
@@ -34,7 +35,7 @@ from agilerl.training.trainer import LocalTrainer
 
 HERE = Path(__file__).resolve().parent
 EVO = TINY_EVO
-ALGOS = ["PPO", "DQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3", "CQN"]
+ALGOS = ["PPO", "DQN", "DDPG", "TD3", "RainbowDQN", "IPPO", "MADDPG", "MATD3", "CQN"]
 
 
 def assert_same_state(a: Any, b: Any) -> None:
@@ -52,10 +53,15 @@ def _population(result: Any) -> list[dict[str, Any]]:
     return [a.state_dict() for a in sorted(result.population, key=lambda a: a.index)]
 
 
-@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("algo", [*ALGOS, "DQN+PER+n-step"])
 def test_resumed_run_ends_exactly_like_the_uninterrupted_one(algo: str, tmp_path: Path) -> None:
+    """RainbowDQN (and DQN with both replay options) also carry the sum tree and its max priority
+    in the buffer's state; n-step windows end with each learn call, so none is open at a checkpoint."""
     torch.set_num_threads(1)
-    m = tiny_manifest(algo, tmp_path)
+    name, _, replay = algo.partition("+")
+    m = tiny_manifest(name, tmp_path)
+    if replay:
+        m["replay_buffer"].update(per_buffer=True, n_step_buffer=True, n_step_buffer_args={"n_step": 3})
     full = LocalTrainer.from_manifest(m, run_dir=tmp_path / "full").train()
     assert all(a.steps == m["training"]["max_steps"] for a in full.population)
     assert full.generations == 2
@@ -98,7 +104,7 @@ def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subproce
 @pytest.mark.parametrize(
     "algo,after,learned",
     [("PPO", 10, [0]), ("DQN", 40, [0, 1]), ("TD3", 10, [0]), ("DDPG", 40, [0, 1]),
-     ("IPPO", 10, [0]), ("MADDPG", 40, [0, 1]), ("MATD3", 10, [0])],
+     ("RainbowDQN", 40, [0, 1]), ("IPPO", 10, [0]), ("MADDPG", 40, [0, 1]), ("MATD3", 10, [0])],
 )  # fmt: skip
 def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: list[int], tmp_path: Path) -> None:
     """A sub-env steps 32 times per learn call: the signal comes in agent 0's first learn (after
@@ -110,7 +116,7 @@ def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: l
     reference = checkpoint.load(tmp_path / f"ckpt_{m['training']['max_steps']}.pt")
     (tmp_path / f"ckpt_{m['training']['max_steps']}.pt").unlink()
 
-    single = algo in ("PPO", "DQN", "DDPG", "TD3")  # gym wrappers: module.attr; PettingZoo: module:attr
+    single = algo in ("PPO", "DQN", "DDPG", "TD3", "RainbowDQN")  # gym wrappers: module.attr; PettingZoo: module:attr
     wrapper, sep = ("SigintAfter", ".") if single else ("SigintAfterParallel", ":")
     wrapped = {**m, "environment": {**m["environment"], "path": str(HERE),
                                     "env_wrappers": [[f"gym_test_wrappers{sep}{wrapper}", {"steps": after}]]}}  # fmt: skip

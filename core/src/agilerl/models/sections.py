@@ -605,8 +605,10 @@ class ReplayBufferSpec(Spec):
     upstream_notes: ClassVar[dict[str, str]] = {
         "standard_buffer": "Only true.",
         "kind": "Only classic (AgileRL's other buffer kind is not supported yet).",
-        "n_step_buffer": "Refused by every plugin we ship (not supported yet).",
-        "per_buffer": "Refused by every plugin we ship (not supported yet).",
+        "n_step_buffer": "Honoured by the algorithms whose plugin implements n-step returns (see the "
+        "plugin's docs); every other algorithm refuses it by name.",
+        "per_buffer": "Honoured by the algorithms whose plugin implements prioritised replay (see the "
+        "plugin's docs); every other algorithm refuses it by name.",
     }
 
     kind: str = Field(default="classic", description="Only classic (experience replay) is supported.")

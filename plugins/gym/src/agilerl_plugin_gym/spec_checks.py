@@ -89,16 +89,39 @@ def network_problems(
     return []
 
 
-def buffer_problems(manifest: TrainingManifest) -> list[Problem]:
-    """Replay-buffer variants this plugin's buffers do not implement."""
+def buffer_problems(
+    manifest: TrainingManifest, algo: str = "", features: frozenset[str] = frozenset(), n_step: int | None = None
+) -> list[Problem]:
+    """Replay-buffer variants the algorithm (``features``: "per", "n_step") does not learn from.
+
+    ``n_step`` is set for an algorithm with its own n-step field (RainbowDQN), which always uses
+    prioritized replay and its n-step returns: switching either off there, or a second n-step
+    length in the buffer section, is refused rather than ignored.
+    """
     rb = manifest.replay_buffer
     if rb is None:
         return []
+    who = f" by {algo}" if algo else ""
     problems = []
-    if rb.per_buffer:
-        problems.append(Problem("replay_buffer.per_buffer", "prioritised experience replay is not supported yet"))
-    if rb.n_step_buffer:
-        problems.append(Problem("replay_buffer.n_step_buffer", "n-step replay is not supported yet"))
+    if rb.per_buffer and "per" not in features:
+        problems.append(Problem("replay_buffer.per_buffer", f"prioritised experience replay is not supported yet{who}; "
+                                "DQN and RainbowDQN have it"))  # fmt: skip
+    if rb.n_step_buffer and "n_step" not in features:
+        problems.append(Problem("replay_buffer.n_step_buffer", f"n-step replay is not supported yet{who}; "
+                                "DQN and RainbowDQN have it"))  # fmt: skip
+    if n_step is not None:
+        given = rb.model_fields_set
+        if "per_buffer" in given and not rb.per_buffer:
+            problems.append(Problem("replay_buffer.per_buffer", f"{algo} always uses prioritised replay here; "
+                                    "remove per_buffer: false (per_buffer_args.alpha: 0 samples uniformly)"))  # fmt: skip
+        if "n_step_buffer" in given and not rb.n_step_buffer:
+            problems.append(Problem("replay_buffer.n_step_buffer", f"{algo} always uses its n-step returns here; "
+                                    "remove n_step_buffer: false and set algorithm.n_step: 1 for one-step returns"))  # fmt: skip
+        buffer_n = rb.n_step_buffer_args.n_step
+        if "n_step_buffer_args" in given and buffer_n != n_step:
+            problems.append(Problem("replay_buffer.n_step_buffer_args.n_step",
+                                    f"{buffer_n} differs from algorithm.n_step ({n_step}), which {algo} uses; "
+                                    "remove it or make them equal"))  # fmt: skip
     return problems
 
 

@@ -26,6 +26,7 @@ from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
 
 EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
+PER_PRIOR_EPS = 1e-6  # with replay_buffer.per_buffer: RainbowDQN's default prior_eps
 
 
 class DQN(GymAlgorithm):
@@ -43,7 +44,7 @@ class DQN(GymAlgorithm):
         super().__init__(spec, observation_space, action_space, **kwargs)
         check_spaces("DQN", observation_space, action_space)
         assert isinstance(action_space, spaces.Discrete)
-        self.double = spec.double
+        self.double = bool(getattr(spec, "double", True))
         self.n_actions = int(action_space.n)
         self.nets = {"actor": self.build_network(self.n_actions)}
         self.sync_targets()
@@ -104,14 +105,21 @@ class DQN(GymAlgorithm):
                 q_next = target(next_obs).gather(1, next_a).squeeze(1)
             else:
                 q_next = target(next_obs).max(1).values
-        y = batch["reward"] + self.gamma * (1.0 - batch["done"]) * q_next
-        loss = nn.functional.smooth_l1_loss(q, y)
+        nsteps = batch.get("nsteps")  # n-step replay: bootstrap with gamma^k after a k-step return
+        gamma = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
+        y = batch["reward"] + gamma * (1.0 - batch["done"]) * q_next
+        weights = batch.get("weights")  # prioritized replay: importance-weighted per-sample loss
+        loss_i = nn.functional.smooth_l1_loss(q, y, reduction="none" if weights is not None else "mean")
+        loss = (loss_i * weights).mean() if weights is not None else loss_i
         opt = self.optimizers["optimizer"]
         opt.zero_grad()
         loss.backward()
         opt.step()
         self.soft_update()  # the off-policy engine's fused Polyak update (agilerl_plugin_gym.engine)
-        return {"loss": loss.detach(), "q": q.detach().mean()}
+        out = {"loss": loss.detach(), "q": q.detach().mean()}
+        if weights is not None:  # new priorities: |TD error| (+ a floor so none is zero)
+            out["priorities"] = (q - y).detach().abs() + PER_PRIOR_EPS
+        return out
 
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}

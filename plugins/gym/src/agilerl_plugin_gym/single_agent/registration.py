@@ -21,8 +21,7 @@ def register_algorithms(register: Any) -> None:
     register(DDPGSpec, algorithm=f"{_PKG}.ddpg:DDPG")
     register(TD3Spec, algorithm=f"{_PKG}.td3:TD3")
     register(CQNSpec, algorithm="agilerl_plugin_gym.offline.cqn:CQN")
-    # AgileRL names we cannot train yet: a manifest naming one fails with one "not supported" error.
-    register(RainbowDQNSpec)
+    register(RainbowDQNSpec, algorithm=f"{_PKG}.rainbow:RainbowDQN")
 
 
 def register_env_types(register: Any) -> None:

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 #: Algorithm name -> the built-in rule set it follows (PPO, DQN, DDPG or TD3).
-_RULES: dict[str, str] = {"PPO": "PPO", "DQN": "DQN", "DDPG": "DDPG", "TD3": "TD3", "CQN": "DQN"}
+_RULES: dict[str, str] = {"PPO": "PPO", "DQN": "DQN", "DDPG": "DDPG", "TD3": "TD3", "CQN": "DQN", "RainbowDQN": "DQN"}
 #: The algorithms :func:`check_spaces` has rules for (grows with :func:`declare_space_rules`).
 ALGORITHMS: set[str] = set(_RULES)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
@@ -42,6 +42,8 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
     field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     # Every operator, act_mut included (AgileRL skips act_mut for PPO, DDPG and TD3: docs/hpo.md).
     activation_choices: ClassVar[frozenset[str] | None] = ACTIVATION_NAMES
+    #: Replay variants the algorithm learns from: "per" (replay_buffer.per_buffer), "n_step" (n_step_buffer).
+    replay_features: ClassVar[frozenset[str]] = frozenset()
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         problems: list[Problem] = []
@@ -51,7 +53,8 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "false is not supported yet: an off-policy population shares one replay buffer; "
                 "remove the field or set it to true",
             ))  # fmt: skip
-        problems += network_problems(manifest, type(self).supported_mutations) + buffer_problems(manifest)
+        problems += network_problems(manifest, type(self).supported_mutations)
+        problems += buffer_problems(manifest, self.name, type(self).replay_features, getattr(self, "n_step", None))
         problems += compat_problems(self, manifest)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
             return problems
@@ -220,6 +223,7 @@ class DQNSpec(GymAlgorithmSpec):
     training_fields: ClassVar[frozenset[str]] = frozenset(
         {"learning_delay", "eps_start", "eps_end", "eps_decay", "experience_sharing"}
     )
+    replay_features: ClassVar[frozenset[str]] = frozenset({"per", "n_step"})
 
     learn_step: Annotated[
         int,
@@ -281,14 +285,46 @@ class TD3Spec(DDPGSpec):
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
 
 
-class _NotSupportedSpec(GymAlgorithmSpec):
-    """An AgileRL algorithm name this plugin knows but cannot train yet (see ``not_supported``)."""
+class RainbowDQNSpec(GymAlgorithmSpec):
+    """Rainbow DQN: prioritized replay, n-step returns, noisy dueling C51 network; discrete actions."""
 
-    model_config = ConfigDict(extra="allow")
-
-
-class RainbowDQNSpec(_NotSupportedSpec):
+    paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
-    not_supported: ClassVar[str] = (
-        "RainbowDQN is not supported yet (no distributional, noisy or dueling networks here); use DQN"
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
+    replay_features: ClassVar[frozenset[str]] = frozenset({"per", "n_step"})
+    upstream_notes: ClassVar[dict[str, str]] = {
+        "n_step": "Always applied here (n_step: 1 for one-step returns); AgileRL applies it only with "
+        "replay_buffer.n_step_buffer: true.",
+        "beta": "Annealed linearly to 1 over training.max_steps; prioritized replay is always on here "
+        "(AgileRL: only with replay_buffer.per_buffer: true); alpha is replay_buffer.per_buffer_args.alpha.",
+    }
+
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    beta: Annotated[
+        float,
+        Field(ge=0, le=1, description="Initial importance-sampling exponent of prioritized replay; "
+              "annealed linearly to 1 over training.max_steps."),
+    ] = 0.4  # fmt: skip
+    prior_eps: Annotated[
+        float, Field(gt=0, description="Added to each new priority (the sample's loss) so none is zero.")
+    ] = 1e-6
+    num_atoms: Annotated[int, Field(ge=2, description="Atoms of the C51 return distribution.")] = 51
+    v_min: float = Field(default=-10.0, description="Smallest return on the distribution's support.")
+    v_max: float = Field(default=10.0, description="Largest return on the distribution's support.")
+    noise_std: Annotated[
+        float, Field(ge=0, description="Initial std of the noisy layers' factorised Gaussian noise.")
+    ] = 0.5
+    n_step: Annotated[int, Field(ge=1, description="Steps of reward in each stored return (1: one-step).")] = 3
+    combined_reward: bool = Field(
+        default=False, description="Add the one-step loss to the n-step loss (both drive the priorities)."
     )
+
+    @model_validator(mode="after")
+    def _support_range(self) -> RainbowDQNSpec:
+        if self.v_min >= self.v_max:
+            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
+        return self

@@ -28,17 +28,23 @@ GAE, the PPO update, the update schedule, target updates and noise are the engin
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agilerl.errors import AgileRLError
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
 from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.engine.on_policy import rollout_plan
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.engine.replay_per import (
+    PrioritizedReplayBuffer,
+    ReplaySettings,
+    annealed_beta,
+    with_priority_update,
+)
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.observations import field_layout
 
@@ -175,12 +181,11 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
         rb = m.replay_buffer
         if rb is None:
             log.info("no replay_buffer section: using a 100,000-transition buffer")
-        elif rb.per_buffer or rb.n_step_buffer:
-            raise AgileRLError("replay_buffer: per_buffer and n_step_buffer are not supported by this plugin yet")
         max_size = rb.max_size if rb is not None else 100_000
         # Rewards and done flags are stored as float32 so a sampled batch needs no conversion.
         dtypes = {"reward": np.float32, "done": np.float32}
-        self.init_replay(ReplayBuffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes), run.seed)
+        self.replay = ReplaySettings.from_manifest(m)  # prioritized replay / n-step returns
+        self.init_replay(self.replay.make_buffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes), run.seed)
         run.extras["memory"] = self.memory
         t = m.training
         for agent in run.population:
@@ -200,11 +205,19 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)
         stats: dict[str, Any] = {}
+        nstep = self.replay.collector(agent.gamma)
+        per = isinstance(buf, PrioritizedReplayBuffer)
+        max_steps = run.manifest.training.max_steps
         for _ in range(max(1, -(-num_steps // n))):
             stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
             next_obs, reward, terminated, truncated, _ = env.step(env_action)
             keep = ~fresh
-            buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
+            if nstep is None:
+                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
+            else:
+                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
+                if rows is not None:
+                    buf.add(**rows)
             done = terminated | truncated
             episodes.step(reward, done, keep)
             agent.end_step(done)
@@ -214,5 +227,15 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
             agent.vec_steps += 1
             due = schedule.due(agent.vec_steps, agent.steps, len(buf))
             if due:
-                stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
+                if per:  # one batch at a time (priorities change after every step); beta from the step count
+                    beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
+                    sample = partial(buf.sample, beta=beta)
+                    learn = with_priority_update(agent.learn, buf)
+                    stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
+                else:
+                    stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
+        if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
+            rows = nstep.flush(obs)
+            if rows is not None:
+                buf.add(**rows)
         return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}

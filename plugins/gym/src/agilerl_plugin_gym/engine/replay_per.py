@@ -1,0 +1,333 @@
+"""Prioritized experience replay and n-step returns for the off-policy engine (RainbowDQN, DQN).
+
+* :class:`SumTree` — a binary tree over ``capacity`` leaf priorities whose internal nodes hold the
+  sum of their children. Updating a batch of leaves and
+  finding the leaves at a batch of prefix sums are ``log2(capacity)`` vectorised numpy passes.
+* :class:`PrioritizedReplayBuffer` — :class:`~agilerl_plugin_gym.buffers.ReplayBuffer` whose
+  :meth:`~PrioritizedReplayBuffer.sample` draws transition ``i`` with probability
+  ``p_i^alpha / sum_k p_k^alpha`` (stratified: one draw per equal slice of the total) and returns
+  the importance weights ``(N P(i))^-beta / max_k (N P(k))^-beta`` and the sampled indices; new
+  transitions get the largest priority seen so far, so each is sampled at least once soon after it
+  arrives. The tree is part of the buffer's ``state_dict`` (exact resume).
+* :class:`NStepCollector` — turns one-step vector-env transitions into n-step ones, per sub-env:
+  ``(s_t, a_t, sum_{i<k} gamma^i r_{t+i}, s_{t+k}, terminated, k)`` with ``k = n`` inside an episode
+  and ``k < n`` for the transitions an episode end (termination or truncation) cuts short. The
+  bootstrap of a stored transition is ``gamma^k`` (``nsteps`` field), none after termination.
+* :func:`annealed_beta` — the importance-sampling exponent, moved linearly from the algorithm's
+  ``beta`` to 1 over the run's ``max_steps`` (computed from the agent's step count: nothing to save).
+* :class:`ReplaySettings` — which of these a run uses, from its manifest.
+* :func:`with_priority_update` — wraps an algorithm's ``learn`` so the TD errors it returns as
+  ``priorities`` are written back to the tree after each gradient step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from agilerl_plugin_gym.buffers import ReplayBuffer
+from agilerl_plugin_gym.observations import flatten_fields, is_structured, regroup_fields
+
+__all__ = [
+    "NStepCollector",
+    "PrioritizedReplayBuffer",
+    "ReplaySettings",
+    "SumTree",
+    "annealed_beta",
+    "with_priority_update",
+]
+
+
+class SumTree:
+    """A sum tree over ``capacity`` non-negative leaf values (a power of two is used inside).
+
+    Leaves live at ``[size, 2 * size)`` of ``sums``, node ``i``'s children at ``2i, 2i + 1`` (row
+    ``i`` of ``sums`` viewed as pairs); unused leaves hold 0.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self.size = 1 << max(0, (self.capacity - 1).bit_length())
+        self.sums = np.zeros(2 * self.size, dtype=np.float64)
+        self._pairs = self.sums.reshape(-1, 2)  # a view: _pairs[i] are node i's children
+        self.depth = self.size.bit_length() - 1
+
+    @property
+    def total(self) -> float:
+        return float(self.sums[1])
+
+    @property
+    def leaves(self) -> np.ndarray:
+        """The leaf values (a view)."""
+        return self.sums[self.size : self.size + self.capacity]
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        return self.sums[self.size + np.asarray(idx)]  # type: ignore[no-any-return]
+
+    def update(self, idx: np.ndarray, values: np.ndarray) -> None:
+        """Set leaves ``idx`` to ``values`` (a repeated index keeps its last value) and refresh parents."""
+        nodes = np.asarray(idx, dtype=np.int64) + self.size
+        self.sums[nodes] = values
+        # Level by level up to the root; a parent listed twice gets the same value twice.
+        for _ in range(self.depth):
+            nodes >>= 1
+            self.sums[nodes] = self._pairs[nodes].sum(1)
+
+    def find(self, prefix: np.ndarray) -> np.ndarray:
+        """For each prefix sum in ``[0, total)``: the leaf ``i`` with ``sum(leaves[:i]) <= prefix < sum(leaves[:i+1])``."""
+        value = np.array(prefix, dtype=np.float64)
+        nodes = np.ones(value.shape, dtype=np.int64)
+        for _ in range(self.depth):
+            left_sum = self._pairs[nodes, 0]
+            right = value >= left_sum
+            value -= left_sum * right
+            nodes = 2 * nodes + right
+        return nodes - self.size
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"capacity": self.capacity, "leaves": torch.from_numpy(self.leaves.copy())}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.__init__(int(state["capacity"]))  # type: ignore[misc]
+        leaves = state["leaves"].cpu().numpy()
+        used = np.flatnonzero(leaves > 0)
+        if used.size:
+            self.update(used, leaves[used])
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al. 2016) on the preallocated ring buffer.
+
+    :param alpha: how strongly priorities shape sampling (0: uniform, 1: proportional to the TD error).
+    Other parameters as :class:`~agilerl_plugin_gym.buffers.ReplayBuffer`.
+    """
+
+    def __init__(self, max_size: int, *, alpha: float = 0.6, **kwargs: Any) -> None:
+        super().__init__(max_size, **kwargs)
+        self.alpha = float(alpha)
+        self.tree = SumTree(self.max_size)
+        self.max_priority = 1.0
+
+    def add(self, mask: np.ndarray | None = None, **fields: Any) -> int:
+        start = self.pos
+        n = super().add(mask, **fields)
+        if n:
+            idx = (start + np.arange(n)) % self.max_size
+            self.tree.update(idx, np.full(n, self.max_priority**self.alpha))
+        return n
+
+    def sample(self, batch_size: int, beta: float = 0.4) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        """A batch drawn by priority, with ``weights`` (importance weights, max 1) and ``idxs``."""
+        if self.size == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        total = self.tree.total
+        bounds = np.arange(batch_size) * (total / batch_size)
+        prefix = bounds + self.rng.random(batch_size) * (total / batch_size)
+        idx = np.minimum(self.tree.find(np.minimum(prefix, np.nextafter(total, 0))), self.size - 1)
+        probs = self.tree[idx] / total
+        # Normalised by the largest possible weight (from the smallest stored priority) so weights are <= 1.
+        max_weight = (self.size * self.tree.leaves[: self.size].min() / total) ** (-beta)
+        weights = ((self.size * probs) ** (-beta) / max_weight).astype(np.float32)
+        batch = self._grouped(
+            {k: torch.from_numpy(v[idx]).to(self.device, non_blocking=True) for k, v in self.data.items()}
+        )
+        batch["weights"] = torch.from_numpy(weights).to(self.device)
+        batch["idxs"] = torch.from_numpy(idx)
+        return batch
+
+    def update_priorities(self, idxs: Any, priorities: Any) -> None:
+        """Set the priorities (TD errors, > 0) of sampled transitions."""
+        idx = np.asarray(idxs.cpu() if isinstance(idxs, torch.Tensor) else idxs, dtype=np.int64)
+        pri = priorities.detach().cpu().numpy() if isinstance(priorities, torch.Tensor) else np.asarray(priorities)
+        pri = pri.astype(np.float64)
+        self.max_priority = max(self.max_priority, float(pri.max()))
+        self.tree.update(idx, pri**self.alpha)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "alpha": self.alpha, "max_priority": self.max_priority,
+                "tree": self.tree.state_dict()}  # fmt: skip
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.alpha = float(state["alpha"])
+        self.max_priority = float(state["max_priority"])
+        self.tree.load_state_dict(state["tree"])
+
+
+def annealed_beta(beta: float, steps: int, max_steps: int | None) -> float:
+    """``beta`` moved linearly to 1 as ``steps`` goes from 0 to ``max_steps`` (1 afterwards)."""
+    if not max_steps:
+        return float(beta)
+    return float(beta + (1.0 - beta) * min(1.0, steps / max_steps))
+
+
+def with_priority_update(
+    learn: Callable[[Any], Mapping[str, Any]], memory: PrioritizedReplayBuffer
+) -> Callable[[Any], Mapping[str, Any]]:
+    """``learn`` that writes the ``priorities`` it returns back to ``memory`` (and drops them from the stats)."""
+
+    def step(batch: Any) -> Mapping[str, Any]:
+        stats = dict(learn(batch))
+        memory.update_priorities(batch["idxs"], stats.pop("priorities"))
+        return stats
+
+    return step
+
+
+class NStepCollector:
+    """n-step transitions from a vector env's one-step ones (one window per sub-env).
+
+    :param n: steps per return (``n = 1`` passes one-step transitions through, with ``nsteps = 1``).
+    :param gamma: discount inside the return.
+    :param one_step: also emit each transition's one-step fields (``reward_1``, ``next_obs_1``,
+        ``done_1``), for RainbowDQN's ``combined_reward``.
+
+    :meth:`step` takes one vector step (``valid`` False for a sub-env spending the step
+    auto-resetting: it is skipped) and returns the transitions completed by it: the oldest of every
+    full window, and every pending transition of a sub-env whose episode ended (shorter returns,
+    ``done`` = terminated). :meth:`flush` ends every window as truncated (bootstrapped): the strategy
+    calls it at the end of each ``learn`` call, since the next one starts fresh episodes, so no
+    window outlives a call (nothing to checkpoint).
+    """
+
+    def __init__(self, n: int, gamma: float, *, one_step: bool = False) -> None:
+        self.n, self.gamma, self.one_step = int(n), float(gamma), one_step
+        self.t = 0
+        self.count: np.ndarray = np.zeros(0, dtype=np.int64)
+        #: One window per observation array (a Dict/Tuple observation is stored part by part,
+        #: keyed as :func:`~agilerl_plugin_gym.observations.flatten_fields` names them).
+        self.obs: dict[str, np.ndarray] = {}
+        self.structured = False
+        self.action: np.ndarray = np.zeros(0)
+        self.reward: np.ndarray = np.zeros(0)
+
+    def _allocate(self, obs: dict[str, np.ndarray], action: np.ndarray) -> None:
+        e = action.shape[0]
+        self.count = np.zeros(e, dtype=np.int64)
+        self.obs = {k: np.zeros((self.n, *v.shape), dtype=v.dtype) for k, v in obs.items()}
+        self.action = np.zeros((self.n, *action.shape), dtype=action.dtype)
+        self.reward = np.zeros((self.n, e), dtype=np.float64)
+
+    def _parts(self, obs: Any) -> dict[str, np.ndarray]:
+        self.structured = is_structured(obs)
+        return {k: np.asarray(v) for k, v in flatten_fields("obs", obs).items()}
+
+    def _grouped(self, parts: dict[str, np.ndarray]) -> Any:
+        return regroup_fields(parts)["obs"] if self.structured else parts["obs"]
+
+    def step(
+        self,
+        obs: Any,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: Any,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        valid: np.ndarray,
+    ) -> dict[str, Any] | None:
+        """One vector step (``obs``/``next_obs``: arrays, or Dict/Tuple batches)."""
+        parts, action = self._parts(obs), np.asarray(action)
+        if self.count.shape[0] != action.shape[0] or parts.keys() != self.obs.keys():
+            self._allocate(parts, action)
+        slot = self.t % self.n
+        for k, v in parts.items():
+            self.obs[k][slot] = v
+        self.action[slot], self.reward[slot] = action, reward
+        self.count += valid
+        done = (terminated | truncated) & valid
+        # Ages (0 = this step) to emit per sub-env: all pending at an episode end, else the oldest of a full window.
+        ages = np.arange(self.n)[:, None]
+        emit = np.where(done, ages < self.count, (ages == self.n - 1) & (self.count == self.n) & valid)
+        out = self._emit(emit, next_obs, np.asarray(terminated) & done)
+        self.count[done] = 0
+        self.count = np.minimum(self.count, self.n - 1)
+        self.t += 1
+        return out
+
+    def flush(self, next_obs: Any) -> dict[str, Any] | None:
+        """Emit every pending transition as cut off (bootstrapped from ``next_obs``); empty the windows."""
+        if self.count.size == 0 or not self.count.any():
+            return None
+        # The last step written is t - 1: shift time back so that age 0 is that step.
+        self.t -= 1
+        emit = np.arange(self.n)[:, None] < self.count
+        out = self._emit(emit, next_obs, np.zeros(self.count.shape[0], dtype=bool))
+        self.t += 1
+        self.count[:] = 0
+        return out
+
+    def _emit(self, emit: np.ndarray, next_obs: Any, terminated: np.ndarray) -> dict[str, Any] | None:
+        if not emit.any():
+            return None
+        n, t = self.n, self.t
+        # ret[a] = sum_{j<=a} gamma^(a-j) r_(t-j): the return from the step of age a to now.
+        ret = np.zeros_like(self.reward)
+        acc = np.zeros(self.reward.shape[1])
+        for a in range(n):
+            acc = self.reward[(t - a) % n] + self.gamma * acc
+            ret[a] = acc
+        age, env = np.nonzero(emit)
+        slots = (t - age) % n
+        next_parts = {k: np.asarray(v)[env] for k, v in flatten_fields("obs", next_obs).items()}
+        done = terminated[env].astype(np.float32)
+        out: dict[str, Any] = {
+            "obs": self._grouped({k: v[slots, env] for k, v in self.obs.items()}),
+            "action": self.action[slots, env],
+            "reward": ret[age, env].astype(np.float32),
+            "next_obs": self._grouped(next_parts),
+            "done": done,
+            "nsteps": (age + 1).astype(np.float32),
+        }
+        if self.one_step:
+            # The one-step successor of the step of age a >= 1 is the observation of age a - 1.
+            first = age == 0
+            later = {}
+            for k, v in self.obs.items():
+                part = v[(t - age + 1) % n, env]
+                later[k] = np.where(first.reshape(-1, *[1] * (part.ndim - 1)), next_parts[k], part)
+            out["reward_1"] = self.reward[slots, env].astype(np.float32)
+            out["next_obs_1"] = self._grouped(later)
+            out["done_1"] = np.where(first, done, 0.0).astype(np.float32)
+        return out
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """Which replay an off-policy run uses, read from its manifest.
+
+    RainbowDQN (an algorithm with its own ``n_step``) always uses prioritized replay with
+    ``replay_buffer.per_buffer_args.alpha`` and its ``n_step`` returns; other algorithms use what
+    ``replay_buffer.per_buffer`` / ``n_step_buffer`` (``n_step_buffer_args.n_step``) switch on.
+    """
+
+    per: bool = False
+    alpha: float = 0.5
+    n_step: int = 1
+    one_step: bool = False
+
+    @classmethod
+    def from_manifest(cls, manifest: Any) -> ReplaySettings:
+        spec, rb = manifest.algorithm, manifest.replay_buffer
+        alpha = float(rb.per_buffer_args.alpha) if rb is not None else cls.alpha
+        own_n = getattr(spec, "n_step", None)
+        if isinstance(own_n, int):
+            return cls(True, alpha, own_n, bool(getattr(spec, "combined_reward", False)))
+        if rb is None:
+            return cls()
+        return cls(bool(rb.per_buffer), alpha, int(rb.n_step_buffer_args.n_step) if rb.n_step_buffer else 1)
+
+    def make_buffer(self, max_size: int, **kwargs: Any) -> ReplayBuffer:
+        """The population's replay buffer (``kwargs`` as :class:`ReplayBuffer`)."""
+        if self.per:
+            return PrioritizedReplayBuffer(max_size, alpha=self.alpha, **kwargs)
+        return ReplayBuffer(max_size, **kwargs)
+
+    def collector(self, gamma: float) -> NStepCollector | None:
+        """A fresh n-step collector for one ``learn`` call (None: store one-step transitions as they come)."""
+        if self.n_step == 1 and not self.one_step:
+            return None
+        return NStepCollector(self.n_step, gamma, one_step=self.one_step)

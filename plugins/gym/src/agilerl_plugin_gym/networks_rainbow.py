@@ -1,0 +1,254 @@
+"""RainbowDQN's network: noisy linear layers, a dueling head and a C51 value distribution.
+
+* :class:`NoisyLinear` — factorised-Gaussian NoisyNet layer (Fortunato et al. 2018):
+  ``y = (mu_w + sigma_w * eps_w) x + mu_b + sigma_b * eps_b`` with ``eps_w = f(eps_out) f(eps_in)^T``
+  and ``f(x) = sign(x) sqrt(|x|)``; ``sigma`` starts at ``noise_std / sqrt(fan_in)``. In eval mode
+  (greedy evaluation), or with ``forward(x, noisy=False)``, the noise is off. ``weight``/``bias`` are the means, so the evolvable MLP's
+  mutations (which copy ``weight`` and ``bias``) keep them; a rebuilt layer's sigmas start afresh.
+* :class:`NoisyMLP` — :class:`~agilerl_plugin_gym.networks.EvolvableMLP` with noisy layers.
+* :class:`RainbowNetwork` — MLP/CNN encoder, then two noisy streams (Wang et al. 2016): value
+  ``V`` (``num_atoms`` outputs) and advantage ``A`` (``actions x num_atoms``), combined as
+  ``V + A - mean_a A`` per atom, soft-maxed over atoms into a distribution on a fixed support
+  ``linspace(v_min, v_max, num_atoms)`` (Bellemare et al. 2017). ``forward`` gives Q-values
+  (expectations); :meth:`RainbowNetwork.dist` the distributions. Architecture mutation of the head
+  changes both streams alike, as do activation mutation and a latent resize.
+* :func:`project_distribution` — C51's projection of ``r + discount * z`` back onto the support.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from agilerl.models import NetworkSpec
+from agilerl_plugin_gym.networks import EvolvableMLP, EvolvableNetwork
+
+__all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution"]
+
+
+class NoisyLinear(nn.Linear):
+    """A linear layer with learned factorised Gaussian noise on its weights and bias."""
+
+    weight_eps: torch.Tensor
+    bias_eps: torch.Tensor
+
+    def __init__(self, in_features: int, out_features: int, noise_std: float = 0.5) -> None:
+        self.noise_std = float(noise_std)
+        super().__init__(in_features, out_features)
+        self.weight_sigma = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias_sigma = nn.Parameter(torch.empty(out_features))
+        self.register_buffer("weight_eps", torch.zeros(out_features, in_features))
+        self.register_buffer("bias_eps", torch.zeros(out_features))
+        self.reset_sigma()
+        self.reset_noise()
+
+    def reset_parameters(self) -> None:
+        bound = 1.0 / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def reset_sigma(self) -> None:
+        with torch.no_grad():
+            self.weight_sigma.fill_(self.noise_std / math.sqrt(self.in_features))
+            self.bias_sigma.fill_(self.noise_std / math.sqrt(self.out_features))
+
+    def reset_noise(self, eps: torch.Tensor | None = None) -> None:
+        """Draw fresh noise (torch's global generator: checkpointed with the run).
+
+        ``eps``: ``in_features + out_features`` already scaled standard normals to use instead.
+        """
+        with torch.no_grad():
+            if eps is None:
+                eps = _scaled_noise(self.in_features + self.out_features, self.weight.device)
+            eps_in, eps_out = eps[: self.in_features], eps[self.in_features :]
+            torch.outer(eps_out, eps_in, out=self.weight_eps)
+            self.bias_eps.copy_(eps_out)
+
+    def forward(self, x: torch.Tensor, noisy: bool | None = None) -> torch.Tensor:
+        if not (self.training if noisy is None else noisy):
+            return nn.functional.linear(x, self.weight, self.bias)
+        weight = torch.addcmul(self.weight, self.weight_sigma, self.weight_eps)
+        bias = torch.addcmul(self.bias, self.bias_sigma, self.bias_eps)
+        return nn.functional.linear(x, weight, bias)
+
+
+def _scaled_noise(size: int, device: torch.device) -> torch.Tensor:
+    x = torch.randn(size).to(device)
+    return x.sign() * x.abs().sqrt()
+
+
+class NoisyMLP(EvolvableMLP):
+    """An evolvable MLP whose linear layers (hidden and output) are :class:`NoisyLinear`."""
+
+    def __init__(self, *args: Any, noise_std: float = 0.5, **kwargs: Any) -> None:
+        self.noise_std = float(noise_std)
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def like(cls, mlp: EvolvableMLP, noise_std: float) -> NoisyMLP:
+        """A noisy MLP with ``mlp``'s shape, activations and mutation bounds (fresh weights)."""
+        return cls(
+            mlp.in_dim, mlp.out_dim, mlp.hidden_size, activation=mlp.activation,
+            output_activation=mlp.output_activation, layer_norm=mlp.layer_norm, init_layers=False,
+            min_hidden_layers=mlp.min_hidden_layers, max_hidden_layers=mlp.max_hidden_layers,
+            min_mlp_nodes=mlp.min_mlp_nodes, max_mlp_nodes=mlp.max_mlp_nodes, noise_std=noise_std,
+        )  # fmt: skip
+
+    def _build(self) -> None:
+        super()._build()
+        std = self.noise_std
+        self.linears = nn.ModuleList(NoisyLinear(lin.in_features, lin.out_features, std) for lin in self._layers()[:-1])
+        self.output = NoisyLinear(self.output.in_features, self.output.out_features, std)
+        self._refresh_forward()
+
+    def forward(self, x: torch.Tensor, noisy: bool | None = None) -> torch.Tensor:
+        """As the plain MLP; ``noisy`` (default: train mode) switches the layers' noise on or off."""
+        noisy = self.training if noisy is None else noisy
+        for module in self._chain:
+            x = module.forward(x, noisy) if module.__class__ is NoisyLinear else module.forward(x)
+        return x
+
+    def reset_noise(self) -> None:
+        """Fresh noise for every layer, from one draw."""
+        layers = self._layers()
+        with torch.no_grad():
+            eps = _scaled_noise(sum(lin.in_features + lin.out_features for lin in layers), self.output.weight.device)
+            start = 0
+            for layer in layers:
+                assert isinstance(layer, NoisyLinear)
+                size = layer.in_features + layer.out_features
+                layer.reset_noise(eps[start : start + size])
+                start += size
+
+
+class RainbowNetwork(EvolvableNetwork):
+    """Encoder + dueling noisy distributional head (see module docstring).
+
+    :param support: the atoms' values, shape ``(num_atoms,)``.
+    """
+
+    head: NoisyMLP
+    value_head: NoisyMLP
+    support: torch.Tensor
+
+    def __init__(
+        self,
+        encoder: Any,
+        head: NoisyMLP,
+        value_head: NoisyMLP,
+        observation_space: spaces.Space[Any],
+        *,
+        n_actions: int,
+        support: torch.Tensor,
+        normalize_images: bool = True,
+        latent_range: tuple[int, int] | None = None,
+        encoder_arch: str | None = None,
+    ) -> None:
+        super().__init__(encoder, head, observation_space, normalize_images=normalize_images,
+                         latent_range=latent_range, encoder_arch=encoder_arch)  # fmt: skip
+        self.value_head = value_head
+        self.n_actions = int(n_actions)
+        self.num_atoms = int(support.numel())
+        self.register_buffer("support", support.clone())
+        #: Noisy layers on (acting, learning) or off (greedy evaluation); ``train``/``eval`` set it too.
+        self.noisy = True
+
+    def train(self, mode: bool = True) -> RainbowNetwork:
+        super().train(mode)
+        self.noisy = mode
+        return self
+
+    @classmethod
+    def build(
+        cls,
+        spec: NetworkSpec | None,
+        observation_space: spaces.Space[Any],
+        n_actions: int,
+        *,
+        support: torch.Tensor,
+        noise_std: float,
+        normalize_images: bool = True,
+    ) -> RainbowNetwork:
+        atoms = int(support.numel())
+        base = EvolvableNetwork.from_spec(spec, observation_space, n_actions * atoms, normalize_images=normalize_images)
+        advantage = NoisyMLP.like(base.head, noise_std)
+        value = NoisyMLP.like(base.head, noise_std)
+        value.out_dim = atoms
+        value._build()
+        return cls(base.encoder, advantage, value, observation_space, n_actions=n_actions, support=support,
+                   normalize_images=normalize_images, latent_range=base.latent_range,
+                   encoder_arch=base.encoder_arch)  # fmt: skip
+
+    def logits(self, obs: Any) -> torch.Tensor:
+        """Per-action, per-atom logits ``(batch, actions, atoms)`` (dueling combination)."""
+        z = self.encoder(self.preprocess(obs))
+        adv = self.head(z, self.noisy).view(-1, self.n_actions, self.num_atoms)
+        value = self.value_head(z, self.noisy).view(-1, 1, self.num_atoms)
+        return value + adv - adv.mean(1, keepdim=True)
+
+    def dist(self, obs: Any, *, log: bool = False) -> torch.Tensor:
+        """Return distributions ``(batch, actions, atoms)`` (log-probabilities with ``log``)."""
+        logits = self.logits(obs)
+        return logits.log_softmax(-1) if log else logits.softmax(-1)
+
+    def forward(self, obs: Any, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """Q-values ``(batch, actions)``: the expectations of the distributions (no ``extra`` inputs)."""
+        if extra is not None:
+            raise ValueError("RainbowNetwork reads observations only (no extra head inputs)")
+        return (self.dist(obs) * self.support).sum(-1)
+
+    def reset_noise(self) -> None:
+        self.head.reset_noise()
+        self.value_head.reset_noise()
+
+    # --- evolution: the value stream follows every head mutation --------------------------------
+    def apply_mutation(self, method: str, rng: random.Random | None = None) -> bool:
+        part = method.partition(".")[0]
+        if part != "head":
+            return super().apply_mutation(method, rng)
+        seed = (rng or random.Random()).getrandbits(32)
+        changed = super().apply_mutation(method, random.Random(seed))
+        name = method.partition(".")[2]
+        fn = getattr(self.value_head, name)
+        changed |= bool(fn() if name in ("add_layer", "remove_layer") else fn(rng=random.Random(seed)))
+        return changed
+
+    def set_activation(self, name: str) -> bool:
+        changed = super().set_activation(name)
+        return bool(self.value_head.set_activation(name)) or changed
+
+    def set_latent_dim(self, latent_dim: int) -> bool:
+        changed = super().set_latent_dim(latent_dim)
+        return bool(self.value_head.resize_input(latent_dim)) or changed
+
+    def arch(self) -> dict[str, Any]:
+        return {**super().arch(), "value_head": self.value_head.arch()}
+
+    def set_arch(self, arch: dict[str, Any]) -> None:
+        super().set_arch(arch)
+        if arch["value_head"] != self.value_head.arch():
+            self.value_head.set_arch(arch["value_head"])
+
+
+def project_distribution(
+    next_dist: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """C51's target: the distribution of ``reward + discount * Z`` projected onto ``support``.
+
+    ``next_dist`` is ``(batch, atoms)`` (the target distribution of the next state's chosen action),
+    ``reward`` and ``discount`` are ``(batch,)`` (``discount`` is 0 after termination). Each shifted
+    atom is clamped to ``[v_min, v_max]`` and its probability split between its two neighbouring
+    atoms in proportion to closeness (all of it to one atom when it lands exactly on it).
+    """
+    v_min, v_max = float(support[0]), float(support[-1])
+    dz = (v_max - v_min) / max(support.numel() - 1, 1)
+    tz = torch.addcmul(reward.unsqueeze(1), discount.unsqueeze(1), support.unsqueeze(0)).clamp_(v_min, v_max)
+    # Atom i receives from shifted atom j the weight max(0, 1 - |tz_j - z_i| / dz): the linear split
+    # between the two neighbours (1 when tz_j lands on z_i). One (batch, atoms, atoms) kernel.
+    weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs_().mul_(1.0 / dz)).clamp_(min=0.0)
+    return torch.bmm(weight, next_dist.unsqueeze(2)).squeeze(2)

@@ -1,0 +1,143 @@
+"""Rainbow DQN (Hessel et al. 2018) with AgileRL's hyperparameter names.
+
+Hyperparameters are documented where they are declared
+(:class:`agilerl_plugin_gym.single_agent.specs.RainbowDQNSpec`). The parts:
+
+* Prioritized replay and n-step returns come from the off-policy engine
+  (:mod:`agilerl_plugin_gym.engine.replay_per`): the strategy stores n-step transitions in a
+  sum-tree buffer, anneals ``beta`` to 1 over ``max_steps`` and writes back the priorities
+  (the per-sample loss + ``prior_eps``) this ``learn`` returns.
+* Exploration is NoisyNet's (no epsilon): noisy layers act with their current noise, which is
+  redrawn after every gradient step; evaluation uses the mean weights.
+* The network is dueling and distributional (C51):
+  :class:`agilerl_plugin_gym.networks_rainbow.RainbowNetwork`. The target is double-DQN's (the online
+  network picks the next action, the target network gives its distribution), projected onto the
+  support; the loss is the cross-entropy to it, weighted by the importance weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from agilerl.models import TrainingSpec
+from agilerl_plugin_gym.networks_rainbow import RainbowNetwork, project_distribution
+from agilerl_plugin_gym.observations import batch_size
+from agilerl_plugin_gym.single_agent.dqn import DQN
+from agilerl_plugin_gym.single_agent.specs import RainbowDQNSpec
+
+#: Global gradient-norm clip of each update (AgileRL's value).
+MAX_GRAD_NORM = 10.0
+
+
+class RainbowDQN(DQN):
+    """Distributional dueling double DQN with noisy exploration, PER and n-step returns."""
+
+    beta: float
+    prior_eps: float
+
+    def __init__(self, spec: RainbowDQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
+        self.num_atoms, self.v_min, self.v_max = spec.num_atoms, spec.v_min, spec.v_max
+        self.noise_std, self.n_step, self.combined_reward = spec.noise_std, spec.n_step, spec.combined_reward
+        super().__init__(spec, observation_space, action_space, **kwargs)
+        self.epsilon = 0.0
+
+    def build_network(self, out_dim: int, **kwargs: Any) -> RainbowNetwork:  # type: ignore[override]
+        support = torch.linspace(self.v_min, self.v_max, self.num_atoms)
+        net = RainbowNetwork.build(
+            self.net_spec, self.observation_space, out_dim, support=support, noise_std=self.noise_std,
+            normalize_images=bool(getattr(self.spec, "normalize_images", True)),
+        )  # fmt: skip
+        return net.to(self.device)
+
+    def build_optimizers(self) -> None:
+        super().build_optimizers()
+        self._params = list(self.nets["actor"].parameters())  # for the gradient clip (no module walk per step)
+
+    def _noise(self, on: bool) -> None:
+        """Noisy layers on (acting, learning) or off (greedy evaluation)."""
+        self.nets["actor"].noisy = on
+
+    # --- acting: noisy networks explore, no epsilon ----------------------------------------------
+    def init_exploration(self, training: TrainingSpec) -> None:
+        """No epsilon schedule: NoisyNet layers explore."""
+
+    def end_step(self, done: np.ndarray) -> None:
+        """Nothing decays per step."""
+
+    def exploration_stats(self) -> dict[str, float]:
+        return {}
+
+    @torch.inference_mode()
+    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+        self._noise(False)
+        return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+
+    @torch.inference_mode()
+    def explore(
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Random actions while warming up, then the greedy action of the noisy network."""
+        if warmup:
+            action = rng.integers(0, self.n_actions, size=batch_size(obs))
+        else:
+            self._noise(True)
+            action = self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+        return action, action
+
+    # --- learning ---------------------------------------------------------------------------------
+    def _elementwise_loss(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        next_obs: torch.Tensor,
+        discount: torch.Tensor,
+    ) -> torch.Tensor:
+        net, target = self.nets["actor"], self.nets["actor_target"]
+        rows = torch.arange(action.shape[0], device=action.device)
+        # Soft-max over the taken action's atoms only: the others get no gradient anyway.
+        log_p = net.logits(obs)[rows, action].log_softmax(-1)
+        with torch.no_grad():  # double DQN: the online net picks a', the target net gives its distribution
+            next_a = net(next_obs).argmax(1)
+            next_dist = target.logits(next_obs)[rows, next_a].softmax(-1)
+            proj = project_distribution(next_dist, reward, discount, net.support)
+        return -(proj * log_p).sum(1)
+
+    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One gradient step on a (prioritized, n-step) batch; soft target update; fresh noise."""
+        self._noise(True)
+        self.nets["actor_target"].noisy = True
+        action = batch["action"].long().view(-1)
+        nsteps = batch.get("nsteps")
+        gamma_n = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
+        loss_i = self._elementwise_loss(
+            batch["obs"], action, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"])
+        )
+        if self.combined_reward and "reward_1" in batch:
+            loss_i = loss_i + self._elementwise_loss(
+                batch["obs"], action, batch["reward_1"], batch["next_obs_1"], self.gamma * (1.0 - batch["done_1"])
+            )
+        weights = batch.get("weights")
+        loss = (loss_i * weights).mean() if weights is not None else loss_i.mean()
+        opt = self.optimizers["optimizer"]
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(self._params, MAX_GRAD_NORM, foreach=True)
+        opt.step()
+        self.soft_update()
+        self.nets["actor"].reset_noise()
+        self.nets["actor_target"].reset_noise()
+        out = {"loss": loss.detach()}
+        if weights is not None:
+            out["priorities"] = loss_i.detach() + self.prior_eps
+        return out
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Noise buffers ride in the networks' state dicts."""
