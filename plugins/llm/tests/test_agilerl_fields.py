@@ -636,3 +636,25 @@ def test_grpo_agents_use_their_ratio_level_and_advantage_granularity(tiny_model_
         agent.model.load_state_dict(token.model.state_dict())
         losses[level] = float(agent.loss(dict(batch))[0].detach())
     assert len({round(v, 6) for v in losses.values()}) == 3, losses
+
+
+def test_a_clone_trains_with_its_own_adamw_moments(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Optimizer.load_state_dict keeps the tensors it is given: a clone must copy its parent's moments,
+    or stepping one agent would move the other's (selection clones the elite every generation)."""
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    m = load_manifest(rollout_manifest(tiny_model_dir, tmp_path, beta=0.0))
+    envs = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=envs, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+    agent.learn_iteration(envs)
+    twin = agent.clone(index=1)
+    moments = {id(p): agent.optimizer.state[p]["exp_avg"].clone() for p in agent.trainable_parameters()}
+    assert moments
+    twin.learn_iteration(envs)
+    assert all(torch.equal(agent.optimizer.state[p]["exp_avg"], moments[id(p)]) for p in agent.trainable_parameters())
+    pairs = zip(agent.trainable_parameters(), twin.trainable_parameters(), strict=True)
+    assert all(twin.optimizer.state[q]["exp_avg"].data_ptr() != agent.optimizer.state[p]["exp_avg"].data_ptr()
+               for p, q in pairs)  # fmt: skip

@@ -3,8 +3,10 @@ process (plain ``agilerl train``) at the same global batch, within float toleran
 starts them: ``torchrun``, ``agilerl train --num-processes 2`` or ``accelerate launch``; only rank 0
 writes metrics, checkpoints and output. Ctrl-C under ``agilerl train --num-processes 2`` leaves a
 checkpoint that resumes in 2 processes; launches this data parallelism cannot honour are refused
-clearly before any model loads (DeepSpeed, FSDP, accelerate's autocast, a ``--cpu`` launch that
-started one process, paradigms that train in one process)."""
+clearly before any model loads (DeepSpeed, FSDP1 and FSDP settings not implemented, accelerate's
+autocast, a ``--cpu`` launch that started one process, paradigms that train in one process).
+FSDP2 sharding (the ``fsdp`` field, ``accelerate launch --use_fsdp --fsdp_version 2``) takes the same
+steps as one process too, and its checkpoints resume in one process."""
 
 from __future__ import annotations
 
@@ -77,6 +79,9 @@ def launch(launcher: str, procs: int, path: Path, env: dict[str, str]) -> subpro
 
 
 SLOW = pytest.mark.slow
+#: AgileRL's FSDPConfig in float32 (its default param_dtype is bfloat16, refused here).
+FSDP_F32 = {"param_dtype": "float32", "reduce_dtype": "float32"}
+LORA = {"lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +89,19 @@ def one_process(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     """The run directory of a plain 1-process ``agilerl train`` of ``algo`` (run once per module)."""
     runs: dict[str, Path] = {}
 
-    def get(algo: str) -> Path:
-        if algo not in runs:
-            work = tmp_path_factory.mktemp(f"one-{algo}")
+    def get(algo: str, lora: bool = False) -> Path:
+        key = f"{algo}-lora" if lora else algo
+        if key not in runs:
+            work = tmp_path_factory.mktemp(f"one-{key}")
             path = work / "one.yaml"
-            path.write_text(yaml.safe_dump(manifest(algo, tiny_model_dir, work, work / "one")), encoding="utf-8")
+            data = manifest(algo, tiny_model_dir, work, work / "one")
+            if lora:
+                data["network"]["lora_config"] = LORA
+            path.write_text(yaml.safe_dump(data), encoding="utf-8")
             done = launch("plain", 1, path, ENV)
             assert done.returncode == 0, done.stdout + done.stderr
-            runs[algo] = work / "one"
-        return runs[algo]
+            runs[key] = work / "one"
+        return runs[key]
 
     return get
 
@@ -200,7 +209,12 @@ def test_torchrun_starting_a_one_process_paradigm_is_refused(
 @pytest.mark.parametrize(
     ("env", "expected"),
     [({"ACCELERATE_USE_DEEPSPEED": "true"}, "ZeRO sharding is not implemented"),
-     ({"ACCELERATE_USE_FSDP": "true"}, "FSDP sharding is not implemented"),
+     ({"ACCELERATE_USE_FSDP": "true"}, "FSDP1 (FullyShardedDataParallel) is not implemented"),
+     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_OFFLOAD_PARAMS": "true"}, "--fsdp_offload_params"),
+     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "SIZE_BASED_WRAP"},
+      "--fsdp_auto_wrap_policy SIZE_BASED_WRAP"),
+     ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_STATE_DICT_TYPE": "SHARDED_STATE_DICT"},
+      "always hold full tensors"),
      ({"ACCELERATE_MIXED_PRECISION": "bf16"}, "--mixed_precision bf16"),
      ({"OMPI_COMM_WORLD_SIZE": "2"}, "MPI launches are not supported"),
      ({"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1"}, "started one process")],
@@ -214,6 +228,12 @@ def test_plain_launches_have_no_problems() -> None:
     assert launch_problems({}) == []
     assert launch_problems({"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1",
                             "ACCELERATE_MIXED_PRECISION": "no"}) == []  # fmt: skip
+    # What accelerate launch --use_fsdp --fsdp_version 2 sets by default (FSDP1-only settings unused).
+    assert launch_problems({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2", "FSDP_SHARDING_STRATEGY": "FULL_SHARD",
+                            "FSDP_RESHARD_AFTER_FORWARD": "true", "FSDP_OFFLOAD_PARAMS": "false",
+                            "FSDP_USE_ORIG_PARAMS": "true", "FSDP_SYNC_MODULE_STATES": "true",
+                            "FSDP_CPU_RAM_EFFICIENT_LOADING": "true", "FSDP_ACTIVATION_CHECKPOINTING": "false",
+                            "FSDP_FORWARD_PREFETCH": "false"}) == []  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -231,18 +251,29 @@ def test_accelerate_launches_that_cannot_run_stop_before_the_model_loads(
         env=ENV, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode != 0
-    expected = "started one process" if "--cpu" in flags else "FSDP sharding is not implemented"
+    expected = "started one process" if "--cpu" in flags else "FSDP1 (FullyShardedDataParallel) is not implemented"
     assert "error: this launch cannot run here" in done.stderr and expected in done.stderr, done.stderr
     assert not (run_dir / "elite.pt").exists()
 
 
-def test_the_fsdp_field_is_refused_by_name(
-    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
-) -> None:
+@pytest.mark.parametrize(
+    ("fsdp", "expected"),
+    [({"fsdp_version": 2}, "fsdp.fsdp_version: not an FSDPConfig field"),
+     (True, "fsdp.param_dtype: 'bfloat16' (AgileRL's default; set it explicitly) cannot run here"),
+     ({**FSDP_F32, "tp": 2}, "fsdp.tp: 2 cannot run here: tensor parallelism is not implemented"),
+     ({**FSDP_F32, "cpu_offload": True}, "fsdp.cpu_offload: True cannot run here")],
+)  # fmt: skip
+def test_fsdp_settings_not_implemented_are_refused_by_name(
+    fsdp: Any, expected: str, tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],
+    run_cli: Callable[..., Any],
+) -> None:  # fmt: skip
     data = manifest("SFT", tiny_model_dir, tmp_path, tmp_path / "run")
-    data["algorithm"]["fsdp"] = {"fsdp_version": 2}  # AgileRL's field (its fsdp_config)
+    data["algorithm"]["fsdp"] = fsdp  # AgileRL's field (its FSDPConfig)
     code, _, err = run_cli("validate", str(write_manifest(data)))
-    assert code == 1 and "fsdp: FSDP sharding is not implemented" in err, err
+    assert code == 1 and expected in err, err
+    data["algorithm"]["fsdp"] = FSDP_F32
+    code, _, err = run_cli("validate", str(write_manifest(data)))
+    assert code == 0, err
 
 
 SUM_SCRIPT = """
@@ -310,3 +341,139 @@ def test_a_rank_that_fails_stops_the_others_and_its_error_is_shown(
     assert "rank 1 of 2 exited with" in done.stderr and "rank 1 cannot load it" in done.stderr, done.stderr
     assert "stopping the other ranks" in done.stderr
     assert not (tmp_path / "run" / "elite.pt").exists()
+
+
+# --- FSDP2 sharding ------------------------------------------------------------------------------
+
+FSDP_SCRIPT = """
+import json, sys, torch
+from torch.distributed.tensor import DTensor
+from agilerl_plugin_llm.algorithms.sft import SFT
+from agilerl_plugin_llm.distributed import context
+from agilerl_plugin_llm.fsdp import full
+from agilerl_plugin_llm.model import load_tokenizer
+from agilerl_plugin_llm.specs import SFTSpec
+rank, world = context()
+local = lambda t: t.to_local() if isinstance(t, DTensor) else t
+spec = SFTSpec(pretrained_model_name_or_path=sys.argv[1], batch_size=3, lr=0.01, gradient_checkpointing=False,
+               micro_batch_size_per_gpu=1, max_grad_norm=0.5,
+               fsdp={"param_dtype": "float32", "reduce_dtype": "float32", "param_persistence_threshold": 0})
+agent = SFT(spec, tokenizer=load_tokenizer(sys.argv[1]))
+params = dict(agent.model.named_parameters())
+torch.manual_seed(0)
+ids = torch.randint(3, 50, (3, 7))  # rank 0 trains 2 rows (2 micro-batches), rank 1 one (and a zero-weight pass)
+stats = agent.learn({"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.ones_like(ids)})
+twin = agent.clone(index=1)
+state = agent.state_dict()
+pairs = zip(agent.optimizer.param_groups[0]["params"], twin.optimizer.param_groups[0]["params"], strict=True)
+out = {
+    "sharded": [agent.sharded, twin.sharded],
+    "local_share": sum(local(p).numel() for p in params.values()) / sum(p.numel() for p in params.values()),
+    "full_shapes": all(tuple(state["weights"][n].shape) == tuple(p.shape) for n, p in params.items()),
+    "plain": all(type(t) is torch.Tensor for t in state["weights"].values()),
+    "twin_equal": all(torch.equal(full(a), full(b)) for a, b in zip(agent.model.parameters(), twin.model.parameters())),
+    "own_moments": all(local(twin.optimizer.state[q]["exp_avg"]).data_ptr()
+                       != local(agent.optimizer.state[p]["exp_avg"]).data_ptr() for p, q in pairs),
+    "stats": stats, "weights": {n: t.tolist() for n, t in state["weights"].items()},
+}
+if rank == 0:
+    json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+def test_fsdp_shards_the_policy_and_a_step_equals_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    script, two, one = tmp_path / "fsdp.py", tmp_path / "two.json", tmp_path / "one.json"
+    script.write_text(FSDP_SCRIPT)
+    for cmd in (
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(free_port()), str(script), str(tiny_model_dir), str(two)],
+        [sys.executable, str(script), str(tiny_model_dir), str(one)],  # one process: nothing to shard
+    ):  # fmt: skip
+        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    a, b = json.loads(two.read_text()), json.loads(one.read_text())
+    assert a["sharded"] == [True, True] and b["sharded"] == [False, False]
+    assert a["local_share"] == pytest.approx(0.5, abs=0.01) and b["local_share"] == 1.0  # half the weights each
+    assert a["full_shapes"] and a["plain"]  # the checkpoint holds whole plain tensors
+    assert a["twin_equal"] and a["own_moments"]  # a clone: the same weights, its own AdamW moments
+    assert a["stats"] == pytest.approx(b["stats"], rel=1e-5)  # loss, clipped grad norm (clipping at 0.5)
+    for name, values in b["weights"].items():
+        assert torch.allclose(torch.tensor(a["weights"][name]), torch.tensor(values), atol=1e-6), name
+
+
+@pytest.mark.parametrize(
+    ("algo", "lora", "launcher"),
+    [("SFT", False, "num-processes"), pytest.param("GRPO", True, "num-processes", marks=SLOW),
+     pytest.param("DPO", False, "torchrun", marks=SLOW), pytest.param("SFT", False, "accelerate-fsdp", marks=SLOW)],
+)  # fmt: skip
+def test_fsdp_over_two_processes_matches_one_and_its_checkpoint_resumes_in_one(
+    algo: str,
+    lora: bool,
+    launcher: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    write_manifest: Callable[..., Path],
+    one_process: Callable[..., Path],
+) -> None:
+    one, two = one_process(algo, lora), tmp_path / "two"
+    data = manifest(algo, tiny_model_dir, tmp_path, two)
+    if lora:  # the adapters (256 elements) stay whole, the base's weights are sharded: both paths at once
+        data["network"]["lora_config"] = LORA
+        data["algorithm"]["fsdp"] = {**FSDP_F32, "param_persistence_threshold": 1000}
+    elif launcher != "accelerate-fsdp":
+        data["algorithm"]["fsdp"] = {**FSDP_F32, "param_persistence_threshold": 0}
+    path = write_manifest(data, "two.yaml")
+    if launcher == "accelerate-fsdp":
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--use_fsdp", "--fsdp_version", "2",
+               "--fsdp_reshard_after_forward", "true", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+               "-m", "agilerl", "train", str(path)]  # fmt: skip
+        done = subprocess.run(cmd, capture_output=True, text=True, env=ENV, check=False)
+    else:
+        done = launch(launcher, 2, path, ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    a = torch.load(one / "elite.pt", weights_only=True)["agents"][0]
+    b = torch.load(two / "elite.pt", weights_only=True)["agents"][0]
+    assert a["steps"] == b["steps"] == 3
+    atol = 1e-3 if algo == "GRPO" else 1e-5  # as in the unsharded test above
+    for name, tensor in a["weights"].items():
+        assert type(b["weights"][name]) is torch.Tensor  # whole tensors, not shards
+        assert torch.allclose(tensor, b["weights"][name], atol=atol, rtol=1e-4), name
+    if launcher != "num-processes" or lora:
+        return
+    # The checkpoint is an unsharded run's: it resumes in one process and exports.
+    resumed = subprocess.run(
+        [sys.executable, "-m", "agilerl", "train", "--resume", str(two / "last.pt"), "--set", "training.max_steps=5"],
+        env=ENV, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert torch.load(two / "elite.pt", weights_only=True)["agents"][0]["steps"] == 5
+    exported = subprocess.run([sys.executable, "-m", "agilerl", "export", str(two), str(tmp_path / "hf")],
+                              env=ENV, capture_output=True, text=True, check=False)  # fmt: skip
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert (tmp_path / "hf" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_an_fsdp_population_evolves_as_in_one_process(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    """Members built from agent 0 and clones made by selection: each a fresh sharded policy with a copy
+    of the weights and its own AdamW moments, so selection, mutation (lr) and training match one process."""
+    runs = {}
+    for procs in (1, 2):
+        data = manifest("SFT", tiny_model_dir, tmp_path, tmp_path / f"run{procs}")
+        data["network"]["lora_config"] = LORA
+        data["algorithm"]["fsdp"] = {**FSDP_F32, "param_persistence_threshold": 1000}
+        data["training"].update(pop_size=2, evo_steps=1, max_steps=3)
+        data["tournament_selection"] = {"tournament_size": 2, "elitism": True}
+        data["mutation"] = {"probabilities": {"no_mut": 0.5, "rl_hp_mut": 0.5}, "mutation_sd": 0.1,
+                            "rl_hp_selection": {"lr": {"min": 0.001, "max": 0.1}}}  # fmt: skip
+        done = launch("num-processes", procs, write_manifest(data, f"pop{procs}.yaml"), ENV)
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs[procs] = torch.load(tmp_path / f"run{procs}" / "last.pt", weights_only=True)["agents"]
+    assert len(runs[1]) == len(runs[2]) == 2
+    for a, b in zip(runs[1], runs[2], strict=True):
+        assert a["index"] == b["index"] and a["steps"] == b["steps"]
+        for name, tensor in a["weights"].items():
+            assert torch.allclose(tensor, b["weights"][name], atol=1e-5, rtol=1e-4), name

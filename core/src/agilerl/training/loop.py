@@ -111,6 +111,9 @@ def write_checkpoint(
     """Write the whole population and run state atomically to ``path`` (rank 0 alone in a
     multi-process run: every rank holds the same state)."""
     if not is_main_process():
+        for agent in run.population:
+            if getattr(agent, "state_dict_is_collective", False):
+                agent.state_dict()  # a sharded agent gathers its weights with every process's help
         return path
     payload = {
         **(extra or {}),

@@ -37,10 +37,11 @@ class LLMBuilder(AlgorithmBuilder):
         """Build population member ``runtime.index`` for a run on ``env`` (which carries the tokenizer)."""
         ref = getattr(env, _FIRST_AGENT, None) if env is not None else None
         first = ref() if ref is not None else None
-        if first is not None and runtime.index > 0 and first.spec is spec:
+        if first is not None and runtime.index > 0 and first.spec is spec and not getattr(first, "sharded", False):
             # Agent 0 was loaded from disk; the others start from a copy of its policy that shares
             # every frozen tensor (as AgileRL clones the actor), so a population costs one base model.
             # Each is still constructed normally, so per-agent state (seeds, optimizer) is its own.
+            # (An FSDP-sharded policy cannot be copied: then each member loads and shards its own.)
             return cls.build(
                 spec,
                 tokenizer=first.tokenizer,
@@ -49,6 +50,14 @@ class LLMBuilder(AlgorithmBuilder):
                 reference_model=getattr(first, "reference_model", None),
                 rollout_mode=manifest.training.rollout_mode if manifest else "",
             )
+        if first is not None and runtime.index > 0 and first.spec is spec:  # an FSDP-sharded agent 0
+            import torch
+
+            with torch.random.fork_rng(devices=[]):  # as the copy above: the run's RNG does not move
+                agent = cls.build(spec, tokenizer=first.tokenizer, runtime=runtime,
+                                  rollout_mode=manifest.training.rollout_mode if manifest else "")  # fmt: skip
+            agent.copy_policy_from(first)  # every member starts from agent 0's policy (its LoRA init)
+            return agent
         tokenizer = getattr(env, "tokenizer", None)
         if tokenizer is None:
             if not spec.pretrained_model_name_or_path:

@@ -172,10 +172,11 @@ def agree_any(flag: bool) -> bool:
 def launch_problems(env: dict[str, str] | None = None) -> list[str]:
     """What a launcher asked for that this data parallelism does not do (checked before any model loads).
 
-    Each process keeps a whole replica of the model and optimizer and the gradients are summed:
-    plain data parallelism. Accelerate's DeepSpeed ZeRO and FSDP sharding and its mixed precision
-    are not applied by this plugin, so a launch asking for them is refused rather than silently run
-    unsharded; so is an ``accelerate launch --cpu --num_processes N`` that started one process
+    Plain data parallelism keeps a whole replica of the model and optimizer in each process and sums
+    the gradients; ``--use_fsdp --fsdp_version 2`` shards them instead (:mod:`agilerl_plugin_llm.fsdp`,
+    whose settings it does not implement are refused by name). DeepSpeed ZeRO and accelerate's mixed
+    precision are not applied by this plugin, so a launch asking for them is refused rather than
+    silently run without; so is an ``accelerate launch --cpu --num_processes N`` that started one process
     (accelerate runs multi-CPU only under mpirun).
     """
     env = dict(os.environ) if env is None else env
@@ -183,15 +184,13 @@ def launch_problems(env: dict[str, str] | None = None) -> list[str]:
     if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         problems.append(
             "accelerate launch with DeepSpeed (--use_deepspeed, distributed_type: DEEPSPEED): ZeRO sharding is "
-            "not implemented by agilerl-plugin-llm (it needs CUDA, and each process here keeps a full model "
-            "replica); launch with --multi_gpu for plain data parallelism"
+            "not implemented by agilerl-plugin-llm (its training loop does not run through a DeepSpeed engine); "
+            "shard with FSDP2 instead (accelerate launch --use_fsdp --fsdp_version 2, or the algorithm's fsdp "
+            "field), or launch with --multi_gpu for plain data parallelism"
         )
-    if env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-        problems.append(
-            "accelerate launch with FSDP (--use_fsdp, distributed_type: FSDP): FSDP sharding is not implemented "
-            "by agilerl-plugin-llm (each process here keeps a full model replica); launch with --multi_gpu for "
-            "plain data parallelism"
-        )
+    from agilerl_plugin_llm.fsdp import env_problems
+
+    problems.extend(env_problems(env))  # --use_fsdp: FSDP2 sharding (agilerl_plugin_llm.fsdp)
     precision = env.get("ACCELERATE_MIXED_PRECISION", "no").lower()
     if precision not in ("no", ""):
         problems.append(

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from agilerl.errors import AgileRLError
+from agilerl_plugin_llm.fsdp import full, like
 
 log = logging.getLogger(__name__)
 
@@ -318,8 +319,9 @@ def export_merged(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> P
 
 
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
-    """The trainable weights (LoRA actor adapter, or every weight without LoRA) as CPU copies."""
-    return {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
+    """The trainable weights (LoRA actor adapter, or every weight without LoRA) as CPU copies (whole
+    tensors: under FSDP every process must call it, as it gathers the shards)."""
+    return {n: full(p.detach()).to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
 
 
 def load_weights(model: Any, weights: Mapping[str, torch.Tensor], *, what: str = "weights") -> None:
@@ -333,7 +335,7 @@ def load_weights(model: Any, weights: Mapping[str, torch.Tensor], *, what: str =
         )
     with torch.no_grad():
         for name, tensor in weights.items():
-            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+            params[name].copy_(like(tensor, params[name]))  # a whole tensor, or its shard under FSDP
 
 
 __all__ = [

@@ -316,8 +316,6 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "use_sequence_packing": "sequence packing is not supported yet",
     "lora_target_scope": "lora_target_scope is not supported yet; use network.lora_config.target_modules",
     "chunk_rows": "chunked rows are not supported yet",
-    "fsdp": "FSDP sharding is not implemented: multi-process runs here (agilerl train --num-processes N, torchrun, "
-    "accelerate launch --multi_gpu) are plain data parallel, each process keeping a whole model; remove it",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
     "use_liger_loss": "Liger's fused loss is not supported yet (the loss here is computed unfused, to the "
@@ -366,6 +364,10 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
+    if "fsdp" in spec.model_fields_set:
+        from agilerl_plugin_llm.fsdp import field_problems
+
+        problems.extend(field_problems(spec.fsdp))
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
     if micro is not None and mini is not None and mini % micro:
         problems.append(f"mini_batch_size ({mini}) must be a multiple of micro_batch_size_per_gpu ({micro})")

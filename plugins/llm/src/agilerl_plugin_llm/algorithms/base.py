@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.errors import AgileRLError
-from agilerl_plugin_llm import distributed
+from agilerl_plugin_llm import distributed, fsdp
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
@@ -37,7 +37,10 @@ LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, float]]]
 
 
 def _decoder(base: Any) -> Any:
-    """The causal LM's decoder stack (what runs before ``lm_head``), or None if not found."""
+    """The causal LM's decoder stack (what runs before ``lm_head``), or None if not found (or the model
+    is sharded: FSDP gathers the root's weights in the model's own forward)."""
+    if getattr(base, "agilerl_fsdp", False):
+        return None
     get = getattr(base, "get_decoder", None)
     try:
         decoder = get() if callable(get) else None
@@ -84,7 +87,8 @@ def sequence_logprobs(
     targets = input_ids[:, 1:]
     select = loss_mask[:, 1:].bool()
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
-    if not bool(select.any()):
+    sharded = bool(getattr(model, "agilerl_fsdp", False))
+    if not bool(select.any()) and not sharded:  # sharded: every process runs every forward (FSDP gathers)
         return out
     base = model.get_base_model() if llm_model.is_peft(model) else model
     decoder = _decoder(base)
@@ -105,6 +109,8 @@ def sequence_logprobs(
     else:
         out_all = model(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra)
         logits = out_all.logits[:, :-1][select]
+        if sharded and not bool(select.any()):
+            return out + 0.0 * out_all.logits.sum()  # a backward through every FSDP unit, of zeros
     if temperature != 1.0:
         logits = logits / temperature
     # cross_entropy = -log_softmax gathered at the target: one fused op, no [N, V] log-prob copy.
@@ -168,27 +174,41 @@ class LLMAlgorithm(AlgorithmBase):
         self.mini_batch_size = spec.mini_batch_size
         if not hasattr(self, "lr"):
             self.lr = float(getattr(spec, "lr", 1e-5))
-        if model is None:
-            if not spec.pretrained_model_name_or_path:
-                raise llm_model.ModelLoadError(
-                    "network.pretrained_model_name_or_path is required (a local model dir or cached HF id)"
-                )
-            model = llm_model.load_model(
-                spec.pretrained_model_name_or_path,
-                lora_config=spec.lora_config,
-                use_separate_reference_adapter=spec.use_separate_reference_adapter and self.needs_reference,
-                gradient_checkpointing=spec.gradient_checkpointing,
-                max_model_len=spec.max_model_len,
-                attn_implementation=spec.attn_implementation,
-                device=self.device,
-                quantization=getattr(spec, "quantization", None),
-            )
-        self.model = model
-        if reference_model is None and self.needs_reference and not llm_model.is_peft(model):
-            # Full fine-tuning: the reference is a frozen snapshot of the starting weights.
-            reference_model = copy.deepcopy(model).requires_grad_(False).eval()
+        self.model = self._load_policy() if model is None else model
+        if reference_model is None and self.needs_reference and not llm_model.is_peft(self.model):
+            # Full fine-tuning: the reference is a frozen snapshot of the starting weights (unsharded).
+            reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.reference_model = reference_model
+        #: FSDP sharding (``fsdp`` field or ``accelerate launch --use_fsdp``); applied over 2+ processes.
+        self.fsdp_config = fsdp.settings(getattr(spec, "fsdp", None))
+        if self.fsdp_config is not None and distributed.context()[1] > 1 and not fsdp.is_sharded(self.model):
+            fsdp.shard(self.model, self.fsdp_config)
         self.optimizer = self._make_optimizer()
+
+    def _load_policy(self) -> Any:
+        spec = self.spec
+        if not spec.pretrained_model_name_or_path:
+            raise llm_model.ModelLoadError(
+                "network.pretrained_model_name_or_path is required (a local model dir or cached HF id)"
+            )
+        return llm_model.load_model(
+            spec.pretrained_model_name_or_path,
+            lora_config=spec.lora_config,
+            use_separate_reference_adapter=spec.use_separate_reference_adapter and self.needs_reference,
+            gradient_checkpointing=spec.gradient_checkpointing,
+            max_model_len=spec.max_model_len,
+            attn_implementation=spec.attn_implementation,
+            device=self.device,
+            quantization=getattr(spec, "quantization", None),
+        )
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the policy is FSDP-sharded (its weights are shards; gathering them takes every process)."""
+        return fsdp.is_sharded(self.model)
+
+    #: Read by the core's checkpoint writer: every process must call ``state_dict`` (it gathers shards).
+    state_dict_is_collective = sharded
 
     # --- parameters and optimizer --------------------------------------------------------------
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -256,6 +276,10 @@ class LLMAlgorithm(AlgorithmBase):
             _rebind(self.model, {n.replace(f".{llm_model.REFERENCE}.", f".{llm_model.ACTOR}."): n
                                  for n, _ in self.model.named_parameters()
                                  if f".{llm_model.REFERENCE}." in n and "lora_" in n})  # fmt: skip
+        elif self.reference_model is not None and self.sharded:
+            ref = copy.deepcopy(self.reference_model)  # unsharded: fill it with the gathered policy
+            ref.load_state_dict({n: fsdp.full(t) for n, t in self.model.state_dict().items()})
+            self.reference_model = ref.requires_grad_(False).eval()
         elif self.reference_model is not None:
             self.reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
         else:
@@ -304,26 +328,44 @@ class LLMAlgorithm(AlgorithmBase):
         counts: dict[str, int] = {}
         norms: list[float] = []  # grad norms: the same on every process (after the sum)
         steps = 0
+        sharded = self.sharded
+        defer = sharded and bool((self.fsdp_config or {}).get("defer_grad_sync", True))
+        # Under FSDP the sharded gradients are reduce-scattered by FSDP; the rest are summed here.
+        plain = [p for p in params if not fsdp.is_dtensor(p)] if sharded else params
         for start in range(0, n, mini):
             mini_batch = slice_batch(batch, start, min(start + mini, n))
             denom = max(units(mini_batch), 1e-8)  # the whole step's units, on every process
             self.optimizer.zero_grad(set_to_none=True)
-            lo, hi = distributed.shard(batch_rows(mini_batch), rank, world)  # this process's rows
-            for m_start in range(lo, hi, micro):
-                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, m_start, min(m_start + micro, hi))))
+            rows = batch_rows(mini_batch)
+            lo, hi = distributed.shard(rows, rank, world)  # this process's rows
+            parts: list[tuple[int, int] | None] = [(m, min(m + micro, hi)) for m in range(lo, hi, micro)]
+            if sharded:  # every process runs as many forwards as the busiest (FSDP's collectives pair up)
+                most = max(-(-(b - a) // micro) for a, b in (distributed.shard(rows, r, world) for r in range(world)))
+                parts += [None] * (most - len(parts))  # a zero-weight pass over the step's first row
+            for i, part in enumerate(parts):
+                a, b = part or (0, 1)
+                micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, a, b)))
+                if defer:  # reduce-scatter once, after the step's last micro-batch
+                    self.model.set_requires_gradient_sync(i == len(parts) - 1)
                 loss_sum, stats = loss_fn(micro_batch)
-                (loss_sum / denom).backward()
+                (loss_sum / denom * (1.0 if part else 0.0)).backward()
+                if part is None:
+                    continue
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                     counts[k] = counts.get(k, 0) + 1
             if world > 1:  # the last step's all-reduce also sums every process's stats
                 last = start + mini >= n
-                merged = distributed.sum_gradients(params, (totals, counts) if last else None)
-                if merged is not None:
-                    totals, counts = merged
+                if plain or last:
+                    merged = distributed.sum_gradients(plain, (totals, counts) if last else None)
+                    if merged is not None:
+                        totals, counts = merged
             if self.max_grad_norm and self.max_grad_norm > 0:
-                norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                norms.append(float(norm))
+                if sharded:
+                    norms.append(fsdp.clip_grad_norm(params, self.max_grad_norm))
+                else:
+                    norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                    norms.append(float(norm))
             self.optimizer.step()
             steps += 1
         self.optimizer.zero_grad(set_to_none=True)
@@ -345,24 +387,44 @@ class LLMAlgorithm(AlgorithmBase):
 
     def clone(self, index: int | None = None) -> LLMAlgorithm:
         memo: dict[int, Any] = {id(obj): obj for obj in self._shared_objects()}
+        sharded = self.sharded
+        if sharded:  # FSDP modules cannot be deep-copied: the twin loads and shards its own policy
+            memo[id(self.model)] = None
         optimizer = self.optimizer
         self.optimizer = None  # type: ignore[assignment]
         try:
             twin = copy.deepcopy(self, memo)
         finally:
             self.optimizer = optimizer
+        if sharded:
+            with torch.random.fork_rng(devices=[]):  # a fresh LoRA init must not move the run's RNG
+                twin.model = fsdp.shard(twin._load_policy(), self.fsdp_config or {})
+            twin.copy_policy_from(self)
         twin.optimizer = twin._make_optimizer()
         twin.optimizer.load_state_dict(optimizer.state_dict())
+        fsdp.own_optimizer_state(twin.optimizer)  # its own copies of the moments, not its parent's
         if index is not None:
             twin.index = int(index)
         return twin
 
+    def copy_policy_from(self, other: LLMAlgorithm) -> None:
+        """Make this agent's policy weights ``other``'s (under FSDP shard to shard: no communication)."""
+        with torch.no_grad():
+            for (name, mine), (theirs_name, theirs) in zip(
+                self.model.named_parameters(), other.model.named_parameters(), strict=True
+            ):
+                if name != theirs_name:
+                    raise AgileRLError(f"cannot copy a policy of another shape ({name!r} vs {theirs_name!r})")
+                mine.copy_(theirs)
+
     # --- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
+        # Whole tensors (under FSDP gathered from every process's shard): a checkpoint is the same
+        # whatever the number of processes that wrote it.
         state["weights"] = llm_model.trainable_state(self.model)
         ref = {
-            n: p.detach().to("cpu", copy=True)
+            n: fsdp.full(p.detach()).to("cpu", copy=True)
             for n, p in self.model.named_parameters()
             if f".{llm_model.REFERENCE}." in n and "lora_" in n
         }
@@ -372,7 +434,8 @@ class LLMAlgorithm(AlgorithmBase):
             # A refreshed full-model reference is no longer the starting weights: it must be saved.
             state["reference_model"] = {n: t.detach().to("cpu", copy=True)
                                         for n, t in self.reference_model.state_dict().items()}  # fmt: skip
-        state["optimizer"] = self.optimizer.state_dict()
+        opt_state = self.optimizer.state_dict()
+        state["optimizer"] = fsdp.full_optimizer_state(opt_state) if self.sharded else opt_state
         state["micro_batch_size_per_gpu"] = self.micro_batch_size_per_gpu
         state["mini_batch_size"] = self.mini_batch_size
         return state
@@ -389,11 +452,15 @@ class LLMAlgorithm(AlgorithmBase):
             _rebind(self.model, {}, tensors=state["reference_weights"])
         self.reference_step = state.get("reference_step")
         if state.get("reference_model") is not None:
-            self.reference_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+            # Under FSDP the reference is the unsharded snapshot (a sharded policy cannot be copied).
+            source = self.reference_model if self.sharded and self.reference_model is not None else self.model
+            self.reference_model = copy.deepcopy(source).requires_grad_(False).eval()
             self.reference_model.load_state_dict(state["reference_model"])
         if state.get("optimizer") is not None:
             self.optimizer = self._make_optimizer()
             self.optimizer.load_state_dict(state["optimizer"])
+            if self.sharded:
+                fsdp.own_optimizer_state(self.optimizer)  # whole moments in the checkpoint: keep the shards
         self.micro_batch_size_per_gpu = state.get("micro_batch_size_per_gpu", self.micro_batch_size_per_gpu)
         self.mini_batch_size = state.get("mini_batch_size", self.mini_batch_size)
 
@@ -416,6 +483,10 @@ def _rebind(model: Any, sources: dict[str, str], *, tensors: Mapping[str, torch.
     for name, value in updates.items():
         owner, _, attr = name.rpartition(".")
         old = params[name]
+        if fsdp.is_dtensor(old):  # FSDP owns its parameters: write the shard (never shared by clones)
+            with torch.no_grad():
+                old.copy_(value if fsdp.is_dtensor(value) else fsdp.like(value, old))
+            continue
         new = torch.nn.Parameter(value.to(old.device, old.dtype).clone(), requires_grad=False)
         setattr(modules[owner], attr, new)
 

@@ -379,7 +379,9 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         size = self.micro_batch_size_per_gpu or n
         out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
         rank, world = distributed.context()  # several processes: only the rows this one trains on
-        for lo, hi in distributed.local_rows(n, self.mini_batch_size, rank, world) if world > 1 else [(0, n)]:
+        # (under FSDP every process runs every forward: all rows)
+        split = world > 1 and not getattr(self.model, "agilerl_fsdp", False)
+        for lo, hi in distributed.local_rows(n, self.mini_batch_size, rank, world) if split else [(0, n)]:
             for start in range(lo, hi, size):
                 part = self.to_device(trim_padding(slice_batch(batch, start, min(start + size, hi))))
                 lp = self.logprobs(part, reference=reference, temperature=self._logit_temperature())

@@ -39,6 +39,8 @@ def supports_shared_prefix(model: Any) -> bool:
         decoder, _ = decoder_and_head(model)
     except TypeError:
         return False
+    if getattr(model, "agilerl_fsdp", False):
+        return False  # FSDP gathers weights in the root's forward: generate through it
     if getattr(decoder, "gradient_checkpointing", False):
         return False  # HF turns the cache off under gradient checkpointing
     config = getattr(decoder, "config", None)
