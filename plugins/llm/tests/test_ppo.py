@@ -78,7 +78,9 @@ def test_llmppo_trains_from_the_upstream_field_names(
 def test_llmppo_learns_to_say_the_word(
     tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
 ) -> None:
-    code, out, err = run_cli("train", write_manifest(ppo_manifest(tiny_model_dir, tmp_path / "run")))
+    # lr_actor 0.005: seeds 0, 1 and 3 reach 1.0 within 40 iterations, seed 2 does not (0.01: seed 0 peaks at 0.71).
+    m = ppo_manifest(tiny_model_dir, tmp_path / "run", lr_actor=0.005)
+    code, out, err = run_cli("train", write_manifest(m))
     assert code == 0, out + err
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     fitness = [r["fitness"] for r in rows]
