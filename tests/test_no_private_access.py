@@ -38,6 +38,7 @@ EXTERNAL = {
     "_getframe",  # sys._getframe
     "_SubParsersAction",  # argparse: the type of add_subparsers()'s result (annotations only)
     "_fused_adam_",  # torch: the fused Adam kernel torch.optim.Adam(fused=True) calls (optim.py)
+    "_no_split_modules",  # transformers: a model's block classes, what accelerate's FSDP auto-wrap reads too
 }
 
 #: (path relative to the repo, attribute) -> count of allowed occurrences, with the owning area.
