@@ -22,6 +22,7 @@ from gymnasium import spaces
 
 from agilerl.errors import ManifestError
 from agilerl.models import NetworkSpec, validate_manifest
+from agilerl.models.sections import MultiInputSpec
 from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.networks_multi import EvolvableMultiInput
@@ -217,6 +218,21 @@ def test_multi_input_mutations_and_their_checkpoint_round_trip() -> None:
     twin.set_arch(net.arch())
     twin.load_state_dict(net.state_dict())
     assert torch.equal(twin(obs), net(obs))
+
+
+def test_a_wider_multi_input_latent_keeps_every_part_on_its_own_weights() -> None:
+    """``final`` reads the parts side by side: after a latent resize each part's weights must follow
+    it to its new columns (the vector part last), so widening keeps the encoder's output."""
+    torch.manual_seed(0)
+    box = spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    for vector_mlp in (False, True):
+        space = spaces.Dict({"a": box, "b": box, "v": spaces.Box(-1.0, 1.0, (4,))})
+        enc = EvolvableMultiInput(space, 32, MultiInputSpec(latent_dim=16, vector_space_mlp=vector_mlp))
+        obs = _batch(space)
+        before = enc(obs)
+        assert enc.add_latent_node(8) and enc.latent_dim == 24
+        assert torch.allclose(enc(obs), before, atol=1e-5), vector_mlp
+        assert enc.remove_latent_node(16) and enc(obs).shape == (5, 32)
 
 
 def test_latent_node_mutation_stays_in_bounds() -> None:

@@ -24,6 +24,7 @@ encoder's own output size never changes, so the heads stay valid.
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -202,8 +203,16 @@ class EvolvableMultiInput(nn.Module):
     def remove_channel(self, *, rng: random.Random | None = None) -> bool:
         return self._apply_to_part("remove_channel", rng)
 
+    def _final_columns(self, latent: int) -> list[tuple[int, int]]:
+        """``(start, width)`` of each part's features in ``final``'s input, in ``forward``'s order."""
+        widths = [latent] * len(self.extractors)
+        if self.vector_keys:
+            widths.append(latent if self.vector_mlp is not None else self.vector_dim)
+        return list(zip(itertools.accumulate([0, *widths[:-1]]), widths, strict=True))
+
     def _resize_latent(self, new: int) -> None:
         old_state = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        old_columns = self._final_columns(self.latent_dim)
         device = self.final.weight.device
         arch = self.arch()
         arch["latent_dim"] = new
@@ -213,6 +222,14 @@ class EvolvableMultiInput(nn.Module):
                 sub["out_dim"] = new
         self.set_arch(arch)
         load_overlapping(self, old_state)
+        # ``final`` reads the parts one after another: each part's surviving columns move to its new
+        # offset, and new features start at zero weight (a wider latent keeps the output).
+        with torch.no_grad():
+            weight, old_weight = self.final.weight, old_state["final.weight"].to(device)
+            weight.zero_()
+            for (a, n_a), (b, n_b) in zip(old_columns, self._final_columns(new), strict=True):
+                k = min(n_a, n_b)
+                weight[:, b : b + k] = old_weight[:, a : a + k]
         self.to(device)
 
     def add_latent_node(self, numb_new_nodes: int | None = None, *, rng: random.Random | None = None) -> bool:
