@@ -39,15 +39,10 @@ class CQN(DQN):
 
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on a batch of dataset transitions; soft-update the target."""
-        net, target = self.nets["actor"], self.nets["actor_target"]
+        net = self.nets["actor"]
         q_all = net(batch["obs"])
         q = q_all.gather(1, batch["action"].long().view(-1, 1)).squeeze(1)
-        with torch.no_grad():
-            next_obs = batch["next_obs"]
-            picker = net if self.double else target
-            next_action = picker(next_obs).argmax(1, keepdim=True)
-            next_q = target(next_obs).gather(1, next_action).squeeze(1)
-            y = batch["reward"] + self.gamma * (1.0 - batch["done"]) * next_q
+        y = batch["reward"] + self.gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
         conservative = (torch.logsumexp(q_all, dim=1) - q_all.mean(dim=1)).mean()
         td = nn.functional.mse_loss(q, y)
         loss = conservative + 0.5 * td

@@ -93,18 +93,23 @@ class DQN(GymAlgorithm):
         return {"epsilon": float(self.epsilon if self.epsilon is not None else EPS_START)}
 
     # --- learning ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def next_q(self, next_obs: Any) -> torch.Tensor:
+        """The bootstrap value of each next observation: the target net's max, or with ``double`` the
+        target net's value of the action the online net picks."""
+        q_target = self.nets["actor_target"](next_obs)
+        if not self.double:
+            return q_target.max(1).values
+        next_a = self.nets["actor"](next_obs).argmax(1, keepdim=True)
+        return q_target.gather(1, next_a).squeeze(1)
+
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on a sampled batch; soft-update the target."""
-        net, target = self.nets["actor"], self.nets["actor_target"]
+        net = self.nets["actor"]
         obs, next_obs = batch["obs"], batch["next_obs"]
         actions = batch["action"].long().view(-1, 1)
         q = net(obs).gather(1, actions).squeeze(1)
-        with torch.no_grad():
-            if self.double:  # the online net picks a', the target net values it
-                next_a = net(next_obs).argmax(1, keepdim=True)
-                q_next = target(next_obs).gather(1, next_a).squeeze(1)
-            else:
-                q_next = target(next_obs).max(1).values
+        q_next = self.next_q(next_obs)
         nsteps = batch.get("nsteps")  # n-step replay: bootstrap with gamma^k after a k-step return
         gamma = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
         y = batch["reward"] + gamma * (1.0 - batch["done"]) * q_next

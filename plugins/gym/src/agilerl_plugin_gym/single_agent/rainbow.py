@@ -90,17 +90,11 @@ class RainbowDQN(DQN):
 
     # --- learning ---------------------------------------------------------------------------------
     def _elementwise_loss(
-        self,
-        obs: torch.Tensor,
-        action: torch.Tensor,
-        reward: torch.Tensor,
-        next_obs: torch.Tensor,
-        discount: torch.Tensor,
+        self, log_p: torch.Tensor, reward: torch.Tensor, next_obs: Any, discount: torch.Tensor
     ) -> torch.Tensor:
+        """Cross-entropy of the taken actions' log-distributions ``log_p`` to the projected target."""
         net, target = self.nets["actor"], self.nets["actor_target"]
-        rows = torch.arange(action.shape[0], device=action.device)
-        # Soft-max over the taken action's atoms only: the others get no gradient anyway.
-        log_p = net.logits(obs)[rows, action].log_softmax(-1)
+        rows = torch.arange(log_p.shape[0], device=log_p.device)
         with torch.no_grad():  # double DQN: the online net picks a', the target net gives its distribution
             next_a = net(next_obs).argmax(1)
             next_dist = target.logits(next_obs)[rows, next_a].softmax(-1)
@@ -114,12 +108,13 @@ class RainbowDQN(DQN):
         action = batch["action"].long().view(-1)
         nsteps = batch.get("nsteps")
         gamma_n = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
-        loss_i = self._elementwise_loss(
-            batch["obs"], action, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"])
-        )
-        if self.combined_reward and "reward_1" in batch:
+        rows = torch.arange(action.shape[0], device=action.device)
+        # Soft-max over the taken action's atoms only: the others get no gradient anyway.
+        log_p = self.nets["actor"].logits(batch["obs"])[rows, action].log_softmax(-1)
+        loss_i = self._elementwise_loss(log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]))
+        if self.combined_reward and "reward_1" in batch:  # the one-step loss on the same forward
             loss_i = loss_i + self._elementwise_loss(
-                batch["obs"], action, batch["reward_1"], batch["next_obs_1"], self.gamma * (1.0 - batch["done_1"])
+                log_p, batch["reward_1"], batch["next_obs_1"], self.gamma * (1.0 - batch["done_1"])
             )
         weights = batch.get("weights")
         loss = (loss_i * weights).mean() if weights is not None else loss_i.mean()
