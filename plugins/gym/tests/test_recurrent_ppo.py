@@ -259,3 +259,14 @@ def test_recurrent_ppo_solves_masked_cartpole_where_feedforward_ppo_cannot(train
     assert code == 0, out
     best_ff = max(r["fitness"] for r in read_metrics(run_dir))
     assert best_ff < 150, f"feedforward PPO reached {best_ff:.1f} without velocities"
+
+
+@pytest.mark.parametrize(("env", "needle"), [("encoder_envs:DictReach", "Dict/Tuple observations"),
+                                             ("encoder_envs:PixelChase", "CNN-LSTM")])  # fmt: skip
+def test_recurrent_ppo_on_dict_or_image_observations_fails_at_validation(env: str, needle: str) -> None:
+    """Not at build time with an error about an encoder the manifest never named."""
+    here = str(Path(__file__).resolve().parent)
+    with pytest.raises(ManifestError, match=needle) as info:
+        load_manifest({"algorithm": {"name": "PPO", "recurrent": True},
+                       "environment": {"name": "Toy", "custom": True, "entrypoint": env, "path": here}})  # fmt: skip
+    assert [p.path for p in info.value.problems] == ["environment"]

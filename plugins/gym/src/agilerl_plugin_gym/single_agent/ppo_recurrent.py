@@ -29,7 +29,7 @@ from agilerl.errors import AgileRLError
 from agilerl.models import LstmSpec, MlpSpec, NetworkSpec
 from agilerl_plugin_gym.engine.on_policy import ppo_update
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
-from agilerl_plugin_gym.single_agent.spaces import UnsupportedSpaceError, is_image_space
+from agilerl_plugin_gym.single_agent.spaces import check_recurrent_observation_space
 
 if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import RolloutBuffer
@@ -69,11 +69,7 @@ class RecurrentPPOMixin:
         self.bptt_sequence_type = str(spec.bptt_sequence_type)
         if not self.recurrent:
             return
-        if is_image_space(self.observation_space):  # type: ignore[attr-defined]
-            raise UnsupportedSpaceError(
-                "environment: recurrent PPO takes vector observations; image observations would need a "
-                "CNN-LSTM encoder (arch: cnn_lstm), which is not supported yet"
-            )
+        check_recurrent_observation_space(self.observation_space)  # type: ignore[attr-defined]
         net = self.net_spec
         if net is None:
             net = NetworkSpec(latent_dim=64, head_config=MlpSpec(hidden_size=[], layer_norm=False))

@@ -17,6 +17,7 @@ __all__ = [
     "ALGORITHMS",
     "UnsupportedSpaceError",
     "check_observation_space",
+    "check_recurrent_observation_space",
     "check_spaces",
     "declare_space_rules",
     "is_image_space",
@@ -68,6 +69,21 @@ def check_observation_space(algo: str, space: spaces.Space[Any], *, images: bool
             "MultiBinary"
             + (", images (H x W x C or C x H x W)" if images else "")
             + " and Dict/Tuple spaces of these. Wrap the env (environment.env_wrappers) to flatten or convert it."
+        )
+
+
+def check_recurrent_observation_space(space: spaces.Space[Any]) -> None:
+    """Recurrent PPO's LSTM encoder reads vector observations: refuse images and Dict/Tuple spaces."""
+    if is_image_space(space):
+        raise UnsupportedSpaceError(
+            "environment: recurrent PPO takes vector observations; image observations would need a "
+            "CNN-LSTM encoder (arch: cnn_lstm), which is not supported yet"
+        )
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        raise UnsupportedSpaceError(
+            "environment: recurrent PPO takes vector observations; Dict/Tuple observations would need a "
+            "multi-input LSTM encoder, which is not supported yet. Flatten them with an env wrapper "
+            "(gymnasium.wrappers.FlattenObservation) or set recurrent: false"
         )
 
 

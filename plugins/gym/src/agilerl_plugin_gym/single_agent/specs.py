@@ -95,7 +95,12 @@ def _space_problems(algo: str, env: GymEnvSpec, manifest: TrainingManifest | Non
     wrapper path); anything else the env's own code raises is left for the run to report in full.
     """
     from agilerl_plugin_gym.envs import GymEnvError, make_single_env
-    from agilerl_plugin_gym.single_agent.spaces import ALGORITHMS, UnsupportedSpaceError, check_spaces
+    from agilerl_plugin_gym.single_agent.spaces import (
+        ALGORITHMS,
+        UnsupportedSpaceError,
+        check_recurrent_observation_space,
+        check_spaces,
+    )
 
     if algo not in ALGORITHMS:
         return []
@@ -110,6 +115,8 @@ def _space_problems(algo: str, env: GymEnvSpec, manifest: TrainingManifest | Non
 
     try:
         check_spaces(algo, made.observation_space, made.action_space)
+        if manifest is not None and getattr(manifest.algorithm, "recurrent", False):
+            check_recurrent_observation_space(made.observation_space)
         if manifest is not None:
             check_network_for_space(manifest.network, made.observation_space)
     except UnsupportedSpaceError as exc:
