@@ -249,3 +249,25 @@ def test_agilerl_train_runs_through_the_server_and_releases_it(tiny_model_dir: P
         assert server.adapters == {}  # the run unloaded its adapter when it ended
     finally:
         server.close()
+
+
+def test_server_mode_is_never_silently_ignored(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``vllm_config.mode: server`` picks the server backend with use_vllm unset too, and contradicting
+    it with use_vllm: false is a validation error, not a run that generates locally."""
+    data = server_manifest(tiny_model_dir, tmp_path, "http://127.0.0.1:9")
+    del data["algorithm"]["use_vllm"]
+    assert load_manifest(data).algorithm.generation_backend == "vllm_server"  # type: ignore[union-attr]
+    data["algorithm"]["use_vllm"] = False
+    with pytest.raises(ManifestError, match=r"vllm_config\.mode: server generates on a vLLM server"):
+        load_manifest(data)
+
+
+def test_server_mode_refuses_several_processes(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agilerl_plugin_llm.rollout.generation import GenerationError, select_backend
+
+    spec = load_manifest(server_manifest(tiny_model_dir, tmp_path, "http://127.0.0.1:9")).algorithm
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what every launcher sets in each of 2 processes
+    with pytest.raises(GenerationError, match="mode: server trains in one process"):
+        select_backend(spec, None, None, stop_ids=[0], device="cpu", lora_rank=None)

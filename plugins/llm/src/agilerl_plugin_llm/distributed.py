@@ -39,11 +39,23 @@ def context() -> tuple[int, int]:
 
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("AGILERL_DIST_BACKEND") != "gloo" else "gloo"
+        if backend == "nccl":  # one GPU per process: "cuda" then means this process's own device
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend)
         # Leave the group before the interpreter exits: a gloo group torn down by exit aborts the
         # process ("terminate called without an active exception") when a peer is still running.
         atexit.register(_leave)
     return int(dist.get_rank()), int(dist.get_world_size())
+
+
+def comm_device() -> torch.device:
+    """Where small buffers of a collective live: the current GPU under nccl (it reduces CUDA tensors
+    only), else the CPU."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _leave() -> None:
@@ -71,11 +83,11 @@ def _keys_tag(keys: list[str]) -> float:
     return float(zlib.crc32("\0".join(keys).encode()) % 1021 + 1)
 
 
-def _pack_stats(stats: Stats) -> torch.Tensor:
+def _pack_stats(stats: Stats, device: torch.device | None = None) -> torch.Tensor:
     """``[totals (STAT_SLOTS), counts (STAT_SLOTS), tag, tag**2, overflow]`` of sorted keys."""
     totals, counts = stats
     keys = sorted(totals)
-    out = torch.zeros(2 * STAT_SLOTS + 3, dtype=torch.float32)
+    out = torch.zeros(2 * STAT_SLOTS + 3, dtype=torch.float32, device=device)
     if len(keys) > STAT_SLOTS or set(counts) != set(keys):
         out[-1] = 1.0  # cannot carry these: every process falls back to merge_stats
         return out
@@ -120,7 +132,7 @@ def sum_gradients(params: list[torch.nn.Parameter], stats: Stats | None = None) 
     fuse = stats is not None and all(g.dtype == torch.float32 for g in grads)  # the same on every process
     parts = [g.reshape(-1) for g in grads]
     if fuse and stats is not None:
-        parts.append(_pack_stats(stats))
+        parts.append(_pack_stats(stats, grads[0].device if grads else comm_device()))
     flat = torch.cat(parts)
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     offset = 0
@@ -164,7 +176,7 @@ def agree_any(flag: bool) -> bool:
         return flag
     import torch.distributed as dist
 
-    value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=comm_device())
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 

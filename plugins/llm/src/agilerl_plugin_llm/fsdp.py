@@ -269,8 +269,11 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     """``clip_grad_norm_`` over sharded and unsharded parameters together (the norm of the whole gradient)."""
     import torch.distributed as dist
 
-    sharded = torch.zeros((), dtype=torch.float32)
-    plain = torch.zeros((), dtype=torch.float32)
+    from agilerl_plugin_llm.distributed import comm_device
+
+    device = next((p.grad.device for p in params if p.grad is not None), comm_device())
+    sharded = torch.zeros((), dtype=torch.float32, device=device)
+    plain = torch.zeros((), dtype=torch.float32, device=device)
     for p in params:
         if p.grad is None:
             continue

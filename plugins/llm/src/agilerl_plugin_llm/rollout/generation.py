@@ -210,6 +210,10 @@ class HFGenerateBackend:
             kwargs["repetition_penalty"] = sampling.repetition_penalty
         if sampling.min_new_tokens > 0:
             kwargs["min_new_tokens"] = sampling.min_new_tokens
+        if getattr(model, "agilerl_fsdp", False):
+            # Sharded weights are gathered in every forward: all processes must run as many decoding
+            # steps, even if one batch finishes earlier (transformers' synced_gpus).
+            kwargs["synced_gpus"] = True
         was_training = model.training
         model.eval()
         try:
@@ -484,7 +488,17 @@ _SERVERS: dict[str, Any] = {}
 
 def _server_backend(spec: Any, *, stop_ids: list[int]) -> Any:
     """One client per server URL, shared by the population (each member syncs its adapter first)."""
+    from agilerl_plugin_llm.distributed import world_size
     from agilerl_plugin_llm.rollout.vllm_server import VLLMServerBackend
+
+    if world_size() > 1:
+        # Each process would load its own adapter versions under the same names, unload the
+        # others' and send every request again: one process talks to the server.
+        raise GenerationError(
+            "vllm_config.mode: server trains in one process: several processes would each sync "
+            "their adapter to the one server and send every request again; use --num-processes 1 "
+            "(or generate with use_vllm: false)"
+        )
 
     url = str(spec.vllm_server_url or "http://127.0.0.1:8000")
     client = _SERVERS.get(url)

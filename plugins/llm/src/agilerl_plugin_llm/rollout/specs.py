@@ -108,7 +108,13 @@ def _fold_vllm_fields(data: Any) -> Any:
         data.setdefault("vllm_gpu_memory_utilization", cfg.gpu_memory_utilization)
         data.setdefault("vllm_sleep_mode", cfg.sleep_mode)
         data["vllm_engine_args"] = {**cfg.engine_args(), **dict(data.get("vllm_engine_args") or {})}
-        if cfg.mode == "server" and data.get("generation_backend") == "vllm":
+        backend = data.get("generation_backend")
+        if cfg.mode == "server" and backend not in (None, "auto", "vllm", "vllm_server"):
+            raise ValueError(
+                f"vllm_config.mode: server generates on a vLLM server, but generation_backend is {backend} "
+                "(use_vllm: false means HF generate); set use_vllm: true, or drop vllm_config"
+            )
+        if cfg.mode == "server":  # with use_vllm unset too: the mode names where generation runs
             data["generation_backend"] = "vllm_server"
             data.setdefault("vllm_server_url", cfg.server_url)
             data.setdefault("vllm_server_timeout", cfg.server_timeout)
