@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.optim import Adam
+from agilerl_plugin_gym.optim import Adam, FlatAdam, FlatParameters
 
 
 def _net() -> nn.Module:
@@ -123,6 +123,100 @@ def test_bad_arguments_and_mismatched_state_are_clear_errors() -> None:
     opt = Adam(_net().parameters())
     with pytest.raises(ValueError, match="does not match"):
         opt.load_state_dict(Adam(nn.Linear(2, 2).parameters()).state_dict())
+
+
+def _flat_agent() -> tuple[nn.Module, FlatAdam]:
+    net = _net()
+    return net, FlatAdam(FlatParameters(net.parameters()), lr=1e-2)
+
+
+def test_flat_adam_is_torch_adam_on_views_of_one_buffer() -> None:
+    ref = _net()
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, fused=True)
+    ours, opt = _flat_agent()
+    for p, view in zip(ours.parameters(), opt.flat.views(opt.flat.data), strict=True):
+        assert p.data_ptr() == view.data_ptr()  # the modules' own parameters, re-seated
+    _train(ref, opt_ref)
+    _train(ours, opt)
+    # One kernel over the whole buffer computes what torch's per-tensor one does (same elementwise maths).
+    for a, b in zip(ref.parameters(), ours.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+    assert opt.flat.intact()
+    opt.param_groups[0]["lr"] = 3e-3  # learning-rate mutation
+    opt_ref.param_groups[0]["lr"] = 3e-3
+    _train(ref, opt_ref, seed=1)
+    _train(ours, opt, seed=1)
+    for a, b in zip(ref.parameters(), ours.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_flat_adam_checkpoints_in_torch_adams_per_parameter_format() -> None:
+    ref = _net()
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, fused=True)
+    ours, opt = _flat_agent()
+    assert opt.state_dict()["state"] == {} == opt_ref.state_dict()["state"]  # nothing before a step
+    _train(ref, opt_ref)
+    _train(ours, opt)
+    sd = opt.state_dict()
+    assert sd["param_groups"] == opt_ref.state_dict()["param_groups"]
+    assert [v["exp_avg"].shape for v in sd["state"].values()] == [p.shape for p in ours.parameters()]
+    # ours -> torch.optim.Adam, and torch's (or the plain Adam's) -> a fresh FlatAdam, continue alike.
+    twin, torch_twin = copy.deepcopy(ours), copy.deepcopy(ours)
+    opt_twin = FlatAdam(FlatParameters(twin.parameters()), lr=1.0)
+    opt_twin.load_state_dict(copy.deepcopy(sd))
+    opt_torch = torch.optim.Adam(torch_twin.parameters(), lr=1.0, fused=True)
+    opt_torch.load_state_dict(copy.deepcopy(sd))
+    for net, o in ((ours, opt), (twin, opt_twin), (torch_twin, opt_torch)):
+        _train(net, o, seed=2)
+    assert _same(ours, twin)
+    for a, b in zip(ours.parameters(), torch_twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # A state where parameters took different step counts has no flat form: a clear error.
+    uneven = copy.deepcopy(sd)
+    uneven["state"][0]["step"] = torch.tensor(1.0)
+    with pytest.raises(ValueError, match="same number of steps"):
+        FlatAdam(FlatParameters(_net().parameters())).load_state_dict(uneven)
+
+
+def test_flat_parameters_heal_after_deepcopy_and_replaced_gradients() -> None:
+    net, opt = _flat_agent()
+    _train(net, opt, steps=2)
+    twin, twin_opt = copy.deepcopy((net, opt))  # population cloning copies both together
+    assert not twin_opt.flat.intact()  # deepcopy gives each parameter its own storage
+    before, twin_before = copy.deepcopy(net), copy.deepcopy(twin)
+    _train(twin, twin_opt, steps=2)
+    assert twin_opt.flat.intact() and _same(net, before) and not _same(twin, twin_before)
+    # The twin carries on exactly as the original does.
+    _train(net, opt, steps=2)
+    assert _same(net, twin)
+    # Something sets the gradients to None: the next zero_grad re-seats them.
+    for p in net.parameters():
+        p.grad = None
+    _train(net, opt, steps=1)
+    assert opt.flat.intact()
+
+
+def test_flat_clip_and_lerp_match_the_per_tensor_operations() -> None:
+    a, b = _net(), _net()
+    fa = FlatParameters(a.parameters())
+    for p in b.parameters():
+        p.data.mul_(3.0)
+    fb = FlatParameters(b.parameters(), grads=False)
+    a(torch.randn(8, 4)).pow(2).sum().mul(100.0).backward()
+    ref = [p.grad.clone() for p in a.parameters()]
+    ref_net = copy.deepcopy(a)
+    for p, g in zip(ref_net.parameters(), ref, strict=True):
+        p.grad = g.clone()
+    norm = nn.utils.clip_grad_norm_(ref_net.parameters(), 1.0)
+    assert fa.clip_grad_norm_(1.0) == pytest.approx(float(norm), rel=1e-6)
+    for p, q in zip(a.parameters(), ref_net.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    target = [p.detach().clone() for p in b.parameters()]
+    torch._foreach_lerp_(target, [p.detach() for p in a.parameters()], 0.01)
+    fb.lerp_(fa, 0.01)
+    assert all(torch.allclose(x, y) for x, y in zip(b.parameters(), target, strict=True))
+    with pytest.raises(ValueError, match="same layout"):
+        fb.lerp_(FlatParameters(nn.Linear(2, 2).parameters()), 0.5)
 
 
 def test_training_the_gym_algorithms_never_imports_torch_dynamo() -> None:

@@ -8,6 +8,7 @@ under architecture mutation, and validation of the manifest fields.
 
 from __future__ import annotations
 
+import copy
 import random
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ def test_sum_tree_totals_and_prefix_search() -> None:
     found = tree.find(np.array([0.0, 0.99, 1.0, 2.99, 3.0, 5.99, 6.0, 9.99, 10.0, 10.49]))
     assert found.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
     tree.update(np.array([1, 3]), np.array([0.0, 10.0]))
-    assert tree.total == pytest.approx(14.5) and tree.sums[tree.size + 5 :].sum() == 0.0
+    assert tree.total == pytest.approx(14.5) and tree.leaves.sum() == pytest.approx(14.5)
     assert tree.find(np.array([1.0, 4.0, 13.9])).tolist() == [2, 3, 3]
     # A repeated index keeps its last value.
     tree.update(np.array([0, 0]), np.array([5.0, 2.0]))
@@ -268,6 +269,49 @@ def test_rainbow_activation_and_latent_mutations_change_both_streams() -> None:
     net.eval()
     assert torch.allclose(net(obs), before, atol=1e-5)  # new latent units start with zero weight
     assert net.set_latent_dim(8) and net.value_head.in_dim == 8 and net(obs).shape == (5, 3)
+
+
+def test_rainbow_noise_resets_every_layer_through_mutation_copy_and_reload() -> None:
+    torch.manual_seed(0)
+    space = spaces.Box(-1, 1, (4,))
+    net = RainbowNetwork.build(default_network_spec(16, (16,), (16,)), space, 3, support=torch.linspace(0, 10, 11),
+                               noise_std=0.5)  # fmt: skip
+
+    def factorised(n: RainbowNetwork) -> None:
+        # Every layer's weight noise is the outer product of its output and input noise, and the
+        # bias noise is the output noise (factorised Gaussian noise).
+        for lin in n.noisy_layers():
+            w, b = lin.weight_eps, lin.bias_eps
+            assert w.shape == (lin.out_features, lin.in_features) and b.shape == (lin.out_features,)
+            rank1 = torch.linalg.matrix_rank(w)
+            assert rank1 == 1 and torch.allclose(w[:, 0] / w[0, 0], b / b[0], atol=1e-4)
+
+    def snapshot(n: RainbowNetwork) -> list[torch.Tensor]:
+        return [t.clone() for lin in n.noisy_layers() for t in (lin.weight_eps, lin.bias_eps)]
+
+    for step in range(4):
+        before = snapshot(net)
+        net.reset_noise()
+        factorised(net)
+        assert all(not torch.equal(a, b) for a, b in zip(before, snapshot(net), strict=True)), step
+        if step == 1:  # new layers (architecture mutation) get noise on the next reset too
+            assert net.apply_mutation("head.add_layer", random.Random(0))
+            assert len(net.noisy_layers()) == 6
+    twin = copy.deepcopy(net)  # a population clone: its resets leave the original alone
+    mine = snapshot(net)
+    twin.reset_noise()
+    assert all(torch.equal(a, b) for a, b in zip(mine, snapshot(net), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(mine, snapshot(twin), strict=True))
+    # A checkpoint round trip carries the current noise, and resets keep working afterwards.
+    again = RainbowNetwork.build(default_network_spec(16, (16,), (16,)), space, 3, support=torch.linspace(0, 10, 11),
+                                 noise_std=0.5)  # fmt: skip
+    again.set_arch(twin.arch())
+    again.load_state_dict(twin.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(twin), snapshot(again), strict=True))
+    loaded = snapshot(again)
+    again.reset_noise()
+    factorised(again)
+    assert all(not torch.equal(a, b) for a, b in zip(loaded, snapshot(again), strict=True))
 
 
 # --- validation ---------------------------------------------------------------------------------------

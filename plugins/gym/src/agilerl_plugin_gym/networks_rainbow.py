@@ -28,7 +28,7 @@ from torch import nn
 from agilerl.models import NetworkSpec
 from agilerl_plugin_gym.networks import EvolvableMLP, EvolvableNetwork
 
-__all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution"]
+__all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution", "scaled_noise"]
 
 
 class NoisyLinear(nn.Linear):
@@ -64,22 +64,26 @@ class NoisyLinear(nn.Linear):
         """
         with torch.no_grad():
             if eps is None:
-                eps = _scaled_noise(self.in_features + self.out_features, self.weight.device)
+                eps = scaled_noise(self.in_features + self.out_features, self.weight.device)
             eps_in, eps_out = eps[: self.in_features], eps[self.in_features :]
             torch.outer(eps_out, eps_in, out=self.weight_eps)
             self.bias_eps.copy_(eps_out)
 
     def forward(self, x: torch.Tensor, noisy: bool | None = None) -> torch.Tensor:
+        # The tensors from Module's own dicts: each ``self.weight`` is a __getattr__ fallback, and
+        # six of them cost about as much as this layer's matmul.
+        p, b = self._parameters, self._buffers
         if not (self.training if noisy is None else noisy):
-            return nn.functional.linear(x, self.weight, self.bias)
-        weight = torch.addcmul(self.weight, self.weight_sigma, self.weight_eps)
-        bias = torch.addcmul(self.bias, self.bias_sigma, self.bias_eps)
+            return nn.functional.linear(x, p["weight"], p["bias"])
+        weight = torch.addcmul(p["weight"], p["weight_sigma"], b["weight_eps"])  # type: ignore[arg-type]
+        bias = torch.addcmul(p["bias"], p["bias_sigma"], b["bias_eps"])  # type: ignore[arg-type]
         return nn.functional.linear(x, weight, bias)
 
 
-def _scaled_noise(size: int, device: torch.device) -> torch.Tensor:
+def scaled_noise(size: int, device: torch.device) -> torch.Tensor:
+    """``f(x) = sign(x) sqrt(|x|)`` of ``size`` standard normals (torch's global generator)."""
     x = torch.randn(size).to(device)
-    return x.sign() * x.abs().sqrt()
+    return x.abs().sqrt_().copysign_(x)
 
 
 class NoisyMLP(EvolvableMLP):
@@ -116,14 +120,13 @@ class NoisyMLP(EvolvableMLP):
     def reset_noise(self) -> None:
         """Fresh noise for every layer, from one draw."""
         layers = self._layers()
-        with torch.no_grad():
-            eps = _scaled_noise(sum(lin.in_features + lin.out_features for lin in layers), self.output.weight.device)
-            start = 0
-            for layer in layers:
-                assert isinstance(layer, NoisyLinear)
-                size = layer.in_features + layer.out_features
-                layer.reset_noise(eps[start : start + size])
-                start += size
+        eps = scaled_noise(sum(lin.in_features + lin.out_features for lin in layers), self.output.weight.device)
+        start = 0
+        for layer in layers:
+            assert isinstance(layer, NoisyLinear)
+            size = layer.in_features + layer.out_features
+            layer.reset_noise(eps[start : start + size])
+            start += size
 
 
 class RainbowNetwork(EvolvableNetwork):
@@ -157,6 +160,7 @@ class RainbowNetwork(EvolvableNetwork):
         self.register_buffer("support", support.clone())
         #: Noisy layers on (acting, learning) or off (greedy evaluation); ``train``/``eval`` set it too.
         self.noisy = True
+        self._noise_plan: tuple[list[NoisyLinear], torch.Tensor, list[Any]] | None = None
 
     def train(self, mode: bool = True) -> RainbowNetwork:
         super().train(mode)
@@ -200,11 +204,54 @@ class RainbowNetwork(EvolvableNetwork):
         """Q-values ``(batch, actions)``: the expectations of the distributions (no ``extra`` inputs)."""
         if extra is not None:
             raise ValueError("RainbowNetwork reads observations only (no extra head inputs)")
-        return (self.dist(obs) * self.support).sum(-1)
+        return self.q_values(self.logits(obs))
+
+    def q_values(self, logits: torch.Tensor) -> torch.Tensor:
+        """Q-values ``(batch, actions)`` from :meth:`logits`."""
+        return torch.matmul(logits.softmax(-1), self.support)
+
+    def noisy_layers(self) -> list[NoisyLinear]:
+        """Every noisy layer, advantage stream first (the order :meth:`reset_noise` fills them in)."""
+        layers = [*self.head.linears, self.head.output, *self.value_head.linears, self.value_head.output]
+        return layers  # type: ignore[return-value]
 
     def reset_noise(self) -> None:
-        self.head.reset_noise()
-        self.value_head.reset_noise()
+        """Fresh noise for every noisy layer of both streams, from one draw.
+
+        The draw fills one vector whose slices are the layers' ``eps_in``/``eps_out`` (each
+        layer's ``bias_eps`` is its ``eps_out`` slice), so a reset is the draw plus one outer
+        product per layer. The layout is rebuilt whenever the layers or their buffers changed
+        (mutation, ``.to()``, a copy), checked on every call.
+        """
+        layers = self.noisy_layers()
+        plan = self._noise_plan
+        if (
+            plan is None
+            or plan[0] != layers
+            or any(
+                lin.weight_eps is not w or lin.bias_eps is not o for lin, (w, o, _) in zip(layers, plan[2], strict=True)
+            )
+        ):
+            plan = self._noise_plan = self._plan_noise(layers)
+        _, eps, outers = plan
+        x = torch.randn(eps.numel())  # on the CPU generator whatever the device, as scaled_noise
+        if eps.device.type == "cpu":
+            torch.copysign(x.abs().sqrt_(), x, out=eps)
+        else:
+            eps.copy_(x.abs().sqrt_().copysign_(x))
+        for weight_eps, eps_out, eps_in in outers:
+            torch.outer(eps_out, eps_in, out=weight_eps)
+
+    def _plan_noise(self, layers: list[NoisyLinear]) -> tuple[list[NoisyLinear], torch.Tensor, list[Any]]:
+        eps = torch.zeros(sum(lin.in_features + lin.out_features for lin in layers), device=self.support.device)
+        outers, start = [], 0
+        for lin in layers:
+            mid, end = start + lin.in_features, start + lin.in_features + lin.out_features
+            eps[mid:end].copy_(lin.bias_eps)
+            lin.bias_eps = eps[mid:end]  # the registered buffer, now a view of the draw
+            outers.append((lin.weight_eps, lin.bias_eps, eps[start:mid]))
+            start = end
+        return layers, eps, outers
 
     # --- evolution: the value stream follows every head mutation --------------------------------
     def apply_mutation(self, method: str, rng: random.Random | None = None) -> bool:
@@ -245,10 +292,21 @@ def project_distribution(
     atom is clamped to ``[v_min, v_max]`` and its probability split between its two neighbouring
     atoms in proportion to closeness (all of it to one atom when it lands exactly on it).
     """
+    n = support.numel()
     v_min, v_max = float(support[0]), float(support[-1])
-    dz = (v_max - v_min) / max(support.numel() - 1, 1)
-    tz = torch.addcmul(reward.unsqueeze(1), discount.unsqueeze(1), support.unsqueeze(0)).clamp_(v_min, v_max)
-    # Atom i receives from shifted atom j the weight max(0, 1 - |tz_j - z_i| / dz): the linear split
-    # between the two neighbours (1 when tz_j lands on z_i). One (batch, atoms, atoms) kernel.
-    weight = (1.0 - (tz.unsqueeze(1) - support.view(1, -1, 1)).abs_().mul_(1.0 / dz)).clamp_(min=0.0)
-    return torch.bmm(weight, next_dist.unsqueeze(2)).squeeze(2)
+    if n == 1:
+        return next_dist.clone()
+    # The shifted atoms' positions in units of atoms: b in [0, n - 1]. Atom floor(b) gets
+    # p * (1 - frac(b)) and the next one p * frac(b) (all of it to floor(b) on an exact landing;
+    # b = n - 1 splits from n - 2 with weight 1 on the last atom). Two scatter-adds on the flat batch:
+    # O(batch x atoms), not the dense (batch, atoms, atoms) split.
+    b = torch.addcmul(reward.unsqueeze(1), discount.unsqueeze(1), support.unsqueeze(0)).clamp_(v_min, v_max)
+    b = b.sub_(v_min).mul_((n - 1) / (v_max - v_min))
+    lower = b.floor().clamp_(max=n - 2)
+    upper_p = next_dist * b.sub_(lower)
+    rows = next_dist.shape[0]
+    index = lower.long().add_(torch.arange(0, rows * n, n, device=lower.device).unsqueeze(1)).view(-1)
+    out = torch.zeros(rows * n, dtype=next_dist.dtype, device=next_dist.device)
+    out.index_add_(0, index, (next_dist - upper_p).view(-1))
+    out.index_add_(0, index + 1, upper_p.view(-1))
+    return out.view(rows, n)

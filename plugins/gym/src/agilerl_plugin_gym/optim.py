@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Adam"]
+__all__ = ["Adam", "FlatAdam", "FlatParameters"]
 
 #: Device types with a fused Adam kernel in torch (``torch.utils._foreach_utils`` lists the same).
 _FUSED_DEVICES = frozenset({"cpu", "cuda", "mps", "xpu", "hpu", "mtia"})
@@ -218,3 +218,161 @@ def _fusable(params: list[torch.Tensor]) -> bool:
         and next(iter(dtypes)) in _FUSED_DTYPES
         and not any(p.is_sparse for p in params)
     )
+
+
+class FlatParameters:
+    """Parameters re-seated as views of one contiguous buffer, their gradients as views of another.
+
+    The parameters keep their identity (the modules still hold them); only their storage moves.
+    Whole-model operations then cost one kernel each instead of one per tensor: the Adam step
+    (:class:`FlatAdam`), the gradient norm and clip (:meth:`clip_grad_norm_`) and a target
+    network's Polyak average (:meth:`lerp_`). For the small networks of RL the per-tensor dispatch
+    is most of those operations' time.
+
+    Anything that gives a parameter new storage (``copy.deepcopy``, ``.to()``, assigning
+    ``.data`` or ``.grad``, ``zero_grad(set_to_none=True)``) breaks the views; :meth:`ensure`
+    notices (a pointer comparison) and re-seats them, copying their current values in.
+
+    :param grads: also hold the gradients (off for target networks, which have none). Autograd
+        accumulates into an existing gradient in place, so the views survive ``backward``; a
+        parameter that got no gradient keeps a zero one (not ``None``).
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], *, grads: bool = True) -> None:
+        self.params = list(params)
+        if not self.params:
+            raise ValueError("FlatParameters got no parameters")
+        first = self.params[0]
+        if any(p.dtype != first.dtype or p.device != first.device or p.is_sparse for p in self.params):
+            raise ValueError("FlatParameters needs dense parameters of one dtype on one device")
+        self.numel = sum(p.numel() for p in self.params)
+        self.data = torch.empty(self.numel, dtype=first.dtype, device=first.device)
+        self.grad = torch.zeros_like(self.data) if grads else None
+        self._ptrs: list[int] = []
+        self._grads: list[torch.Tensor] = []
+        self.seat()
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """``flat`` (this buffer's size) cut into one view per parameter, shaped like it."""
+        out, start = [], 0
+        for p in self.params:
+            out.append(flat[start : start + p.numel()].view_as(p))
+            start += p.numel()
+        return out
+
+    def seat(self) -> None:
+        """Point every parameter (and gradient) at its slice of the buffers, keeping its values."""
+        with torch.no_grad():
+            for p, view in zip(self.params, self.views(self.data), strict=True):
+                if p.data_ptr() != view.data_ptr():
+                    view.copy_(p.data)
+                    p.data = view
+            if self.grad is not None:
+                for p, view in zip(self.params, self.views(self.grad), strict=True):
+                    if p.grad is not view:
+                        if p.grad is None:
+                            view.zero_()
+                        else:
+                            view.copy_(p.grad)
+                        p.grad = view
+                self._grads = [p.grad for p in self.params]  # type: ignore[misc]
+        self._ptrs = [p.data_ptr() for p in self.params]
+
+    def intact(self) -> bool:
+        """Every parameter (and gradient) still lives in the buffers."""
+        if [p.data_ptr() for p in self.params] != self._ptrs:
+            return False
+        return self.grad is None or all(p.grad is g for p, g in zip(self.params, self._grads, strict=True))
+
+    def ensure(self) -> None:
+        """Re-seat the parameters if anything moved them."""
+        if not self.intact():
+            self.seat()
+
+    def zero_grad(self) -> None:
+        self.ensure()
+        assert self.grad is not None
+        self.grad.zero_()
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """``torch.nn.utils.clip_grad_norm_``'s rule on every gradient at once: scale by
+        ``max_norm / (norm + 1e-6)`` when that is below 1. Returns the norm before clipping."""
+        self.ensure()
+        assert self.grad is not None
+        norm = float(torch.linalg.vector_norm(self.grad))
+        if norm + 1e-6 > max_norm:
+            self.grad.mul_(max_norm / (norm + 1e-6))
+        return norm
+
+    @torch.no_grad()
+    def lerp_(self, source: FlatParameters, weight: float) -> None:
+        """``self <- self + weight * (source - self)`` (Polyak averaging; same layout required)."""
+        if source.numel != self.numel:
+            raise ValueError("lerp_ needs two FlatParameters of the same layout")
+        self.ensure()
+        source.ensure()
+        self.data.lerp_(source.data, weight)
+
+
+class FlatAdam(Adam):
+    """:class:`Adam` over the parameters of a :class:`FlatParameters`, one kernel per step.
+
+    The moments live in two flat buffers laid out like the parameters. ``state_dict`` and
+    ``load_state_dict`` still speak ``torch.optim.Adam``'s per-parameter format, so checkpoints of
+    either kind load into the other. Every parameter is updated on every step (one with no
+    gradient counts as a zero gradient, where ``torch.optim`` would skip it); a single group.
+    """
+
+    def __init__(self, flat: FlatParameters, lr: float = 1e-3, **kwargs: Any) -> None:
+        if flat.grad is None:
+            raise ValueError("FlatAdam needs FlatParameters that hold gradients")
+        super().__init__(flat.params, lr=lr, **kwargs)
+        self.flat = flat
+        self.param_groups[0]["fused"] = _fusable([flat.data])
+        self.exp_avg = torch.zeros_like(flat.data)
+        self.exp_avg_sq = torch.zeros_like(flat.data)
+        self.step_count = torch.zeros((), dtype=torch.float32, device=flat.data.device)
+        self.started = False  # no state before the first step (as torch.optim)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the flat gradient in place (``set_to_none`` would break the views: ignored)."""
+        self.flat.zero_grad()
+
+    def step(self) -> None:
+        flat = self.flat
+        flat.ensure()
+        assert flat.grad is not None
+        with torch.no_grad():
+            # _update advances step_count by one, then applies the update to the whole buffer.
+            self._update(self.param_groups[0], [flat.data], [flat.grad], [self.exp_avg], [self.exp_avg_sq],
+                         [self.step_count])  # fmt: skip
+        self.started = True
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.started:
+            self.state = {
+                p: {"step": self.step_count.clone(), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+                for p, m, v in zip(self.flat.params, self.flat.views(self.exp_avg),
+                                   self.flat.views(self.exp_avg_sq), strict=True)
+            }  # fmt: skip
+        out = super().state_dict()
+        self.state = {}
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)  # checks the layout, sets hyperparameters and self.state
+        loaded, self.state = self.state, {}
+        self.exp_avg.zero_()
+        self.exp_avg_sq.zero_()
+        self.step_count.zero_()
+        self.started = bool(loaded)
+        if not loaded:
+            return
+        steps = {float(s["step"]) for s in loaded.values()}
+        if len(loaded) != len(self.flat.params) or len(steps) != 1:
+            raise ValueError("FlatAdam loads only a state in which every parameter took the same number of steps")
+        for p, m, v in zip(self.flat.params, self.flat.views(self.exp_avg), self.flat.views(self.exp_avg_sq),
+                           strict=True):  # fmt: skip
+            m.copy_(loaded[p]["exp_avg"])
+            v.copy_(loaded[p]["exp_avg_sq"])
+        self.step_count.fill_(steps.pop())

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.networks_rainbow import RainbowNetwork, project_distribution
 from agilerl_plugin_gym.observations import batch_size
+from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
 from agilerl_plugin_gym.single_agent.dqn import DQN
 from agilerl_plugin_gym.single_agent.specs import RainbowDQNSpec
 
@@ -54,8 +54,22 @@ class RainbowDQN(DQN):
         return net.to(self.device)
 
     def build_optimizers(self) -> None:
-        super().build_optimizers()
-        self._params = list(self.nets["actor"].parameters())  # for the gradient clip (no module walk per step)
+        # Flat storage: the Adam step, the gradient clip and the soft target update are one kernel
+        # each instead of one per tensor (most of their time for a network this small).
+        self.flat = FlatParameters(self.nets["actor"].parameters())
+        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.lr)}
+        self._flat_target()
+
+    def _flat_target(self) -> FlatParameters:
+        target = self.nets["actor_target"]
+        if getattr(self, "_target_module", None) is not target:  # a new target copy (sync_targets)
+            self.flat_target = FlatParameters(target.parameters(), grads=False)
+            self._target_module = target
+        return self.flat_target
+
+    def soft_update(self, tau: float | None = None) -> None:
+        """Polyak-average the target network towards the online one (one kernel on the flat buffers)."""
+        self._flat_target().lerp_(self.flat, float(self.tau if tau is None else tau))
 
     def _noise(self, on: bool) -> None:
         """Noisy layers on (acting, learning) or off (greedy evaluation)."""
@@ -90,28 +104,41 @@ class RainbowDQN(DQN):
 
     # --- learning ---------------------------------------------------------------------------------
     def _elementwise_loss(
-        self, log_p: torch.Tensor, reward: torch.Tensor, next_obs: Any, discount: torch.Tensor
-    ) -> torch.Tensor:
-        """Cross-entropy of the taken actions' log-distributions ``log_p`` to the projected target."""
+        self, log_p: torch.Tensor, reward: torch.Tensor, next_obs: Any, discount: torch.Tensor,
+        next_a: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """Cross-entropy of the taken actions' log-distributions ``log_p`` to the projected target.
+
+        Double DQN: the online net picks ``next_a`` (given when the caller already has the online
+        logits of ``next_obs``), the target net gives its distribution.
+        """
         net, target = self.nets["actor"], self.nets["actor_target"]
         rows = torch.arange(log_p.shape[0], device=log_p.device)
-        with torch.no_grad():  # double DQN: the online net picks a', the target net gives its distribution
-            next_a = net(next_obs).argmax(1)
+        with torch.no_grad():
+            if next_a is None:
+                next_a = net(next_obs).argmax(1)
             next_dist = target.logits(next_obs)[rows, next_a].softmax(-1)
             proj = project_distribution(next_dist, reward, discount, net.support)
         return -(proj * log_p).sum(1)
 
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on a (prioritized, n-step) batch; soft target update; fresh noise."""
-        self._noise(True)
-        self.nets["actor_target"].noisy = True
+        net, target = self.nets["actor"], self.nets["actor_target"]
+        net.noisy = target.noisy = True
         action = batch["action"].long().view(-1)
+        n = action.shape[0]
         nsteps = batch.get("nsteps")
         gamma_n = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
-        rows = torch.arange(action.shape[0], device=action.device)
-        # Soft-max over the taken action's atoms only: the others get no gradient anyway.
-        log_p = self.nets["actor"].logits(batch["obs"])[rows, action].log_softmax(-1)
-        loss_i = self._elementwise_loss(log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]))
+        rows = torch.arange(n, device=action.device)
+        # One online forward over obs and next_obs (same noise): the first half trains, the second
+        # picks double DQN's next action. Soft-max over the taken action's atoms only: the others get
+        # no gradient anyway.
+        logits = net.logits(_stacked(batch["obs"], batch["next_obs"]))
+        log_p = logits[rows, action].log_softmax(-1)
+        next_a = net.q_values(logits[n:].detach()).argmax(1)
+        loss_i = self._elementwise_loss(
+            log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]), next_a
+        )
         if self.combined_reward and "reward_1" in batch:  # the one-step loss on the same forward
             loss_i = loss_i + self._elementwise_loss(
                 log_p, batch["reward_1"], batch["next_obs_1"], self.gamma * (1.0 - batch["done_1"])
@@ -121,11 +148,11 @@ class RainbowDQN(DQN):
         opt = self.optimizers["optimizer"]
         opt.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(self._params, MAX_GRAD_NORM, foreach=True)
+        self.flat.clip_grad_norm_(MAX_GRAD_NORM)
         opt.step()
         self.soft_update()
-        self.nets["actor"].reset_noise()
-        self.nets["actor_target"].reset_noise()
+        net.reset_noise()
+        target.reset_noise()
         out = {"loss": loss.detach()}
         if weights is not None:
             out["priorities"] = loss_i.detach() + self.prior_eps
@@ -136,3 +163,12 @@ class RainbowDQN(DQN):
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Noise buffers ride in the networks' state dicts."""
+
+
+def _stacked(a: Any, b: Any) -> Any:
+    """Two observation batches as one (per part for Dict/Tuple observations)."""
+    if isinstance(a, dict):
+        return {k: torch.cat([a[k], b[k]]) for k in a}
+    if isinstance(a, (tuple, list)):
+        return type(a)(torch.cat([x, y]) for x, y in zip(a, b, strict=True))
+    return torch.cat([a, b])
