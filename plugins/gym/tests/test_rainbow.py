@@ -79,6 +79,31 @@ def test_importance_weights_and_new_transitions_get_the_max_priority() -> None:
     assert buf.pos == 1 and buf.tree[0] == pytest.approx(4.0)
 
 
+def test_importance_weights_follow_the_smallest_stored_priority_through_every_write() -> None:
+    # The normaliser is kept by the writes (no scan per sample); check it against a scan after
+    # ring overwrites, repeated indices and overwriting the current minimum.
+    rng = np.random.default_rng(0)
+    buf = PrioritizedReplayBuffer(50, alpha=0.7, seed=0)
+    for step in range(300):
+        buf.add(x=np.zeros((int(rng.integers(1, 4)), 1), dtype=np.float32))
+        batch = buf.sample(16, beta=1.0)
+        idx = batch["idxs"].numpy()
+        leaves = buf.tree.leaves[: buf.size]
+        p = buf.tree[idx]
+        np.testing.assert_allclose(batch["weights"].numpy(), (p / leaves.min()) ** -1.0, rtol=1e-6)
+        if step % 7 == 0:  # overwrite the current minimum on purpose
+            idx = np.append(idx, int(leaves.argmin()))
+        if step % 5 == 0:  # a repeated index keeps its last value
+            idx = np.append(idx, [idx[0], idx[0]])
+        buf.update_priorities(idx, rng.random(len(idx)) * 10 + 1e-3)
+    # A restored buffer normalises by the same minimum.
+    twin = PrioritizedReplayBuffer(50, alpha=0.7, seed=0)
+    twin.load_state_dict(buf.state_dict())
+    batch = twin.sample(16, beta=1.0)
+    p = twin.tree[batch["idxs"].numpy()]
+    np.testing.assert_allclose(batch["weights"].numpy(), (p / twin.tree.leaves.min()) ** -1.0, rtol=1e-6)
+
+
 def test_prioritized_buffer_state_round_trip_samples_the_same() -> None:
     buf = PrioritizedReplayBuffer(16, alpha=0.6, seed=3)
     buf.add(x=np.arange(10, dtype=np.float32)[:, None])

@@ -69,15 +69,18 @@ class NoisyLinear(nn.Linear):
             torch.outer(eps_out, eps_in, out=self.weight_eps)
             self.bias_eps.copy_(eps_out)
 
-    def forward(self, x: torch.Tensor, noisy: bool | None = None) -> torch.Tensor:
+    def weights(self, noisy: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weight and bias this layer applies: the means, or with noise the noisy ones."""
         # The tensors from Module's own dicts: each ``self.weight`` is a __getattr__ fallback, and
         # six of them cost about as much as this layer's matmul.
         p, b = self._parameters, self._buffers
         if not (self.training if noisy is None else noisy):
-            return nn.functional.linear(x, p["weight"], p["bias"])
+            return p["weight"], p["bias"]  # type: ignore[return-value]
         weight = torch.addcmul(p["weight"], p["weight_sigma"], b["weight_eps"])  # type: ignore[arg-type]
-        bias = torch.addcmul(p["bias"], p["bias_sigma"], b["bias_eps"])  # type: ignore[arg-type]
-        return nn.functional.linear(x, weight, bias)
+        return weight, torch.addcmul(p["bias"], p["bias_sigma"], b["bias_eps"])  # type: ignore[arg-type]
+
+    def forward(self, x: torch.Tensor, noisy: bool | None = None) -> torch.Tensor:
+        return nn.functional.linear(x, *self.weights(noisy))
 
 
 def scaled_noise(size: int, device: torch.device) -> torch.Tensor:
@@ -116,6 +119,19 @@ class NoisyMLP(EvolvableMLP):
         for module in self._chain:
             x = module.forward(x, noisy) if module.__class__ is NoisyLinear else module.forward(x)
         return x
+
+    def forward_pair(self, x: torch.Tensor, x2: torch.Tensor, noisy: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` of two batches under the same (noisy) weights, built once; the second
+        output carries no gradient (``x2`` must not need one)."""
+        noisy = self.training if noisy is None else noisy
+        linear = nn.functional.linear
+        for module in self._chain:
+            if module.__class__ is NoisyLinear:
+                weight, bias = module.weights(noisy)  # type: ignore[operator]
+                x, x2 = linear(x, weight, bias), linear(x2, weight.detach(), bias.detach())
+            else:
+                x, x2 = module.forward(x), module.forward(x2)
+        return x, x2
 
     def reset_noise(self) -> None:
         """Fresh noise for every layer, from one draw."""
@@ -191,9 +207,24 @@ class RainbowNetwork(EvolvableNetwork):
     def logits(self, obs: Any) -> torch.Tensor:
         """Per-action, per-atom logits ``(batch, actions, atoms)`` (dueling combination)."""
         z = self.encoder(self.preprocess(obs))
-        adv = self.head(z, self.noisy).view(-1, self.n_actions, self.num_atoms)
-        value = self.value_head(z, self.noisy).view(-1, 1, self.num_atoms)
-        return value + adv - adv.mean(1, keepdim=True)
+        return self._dueling(self.head(z, self.noisy), self.value_head(z, self.noisy))
+
+    def logits_pair(self, obs: Any, other: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`logits` of ``obs`` and, without gradient, of ``other`` under the same noise.
+
+        The noisy weights are built once for both (a learn step's online pass over the batch's
+        observations and its next observations).
+        """
+        z = self.encoder(self.preprocess(obs))
+        with torch.no_grad():
+            z2 = self.encoder(self.preprocess(other))
+        adv, adv2 = self.head.forward_pair(z, z2, self.noisy)
+        value, value2 = self.value_head.forward_pair(z, z2, self.noisy)
+        return self._dueling(adv, value), self._dueling(adv2, value2)
+
+    def _dueling(self, adv: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        adv = adv.view(-1, self.n_actions, self.num_atoms)
+        return value.view(-1, 1, self.num_atoms) + adv - adv.mean(1, keepdim=True)
 
     def dist(self, obs: Any, *, log: bool = False) -> torch.Tensor:
         """Return distributions ``(batch, actions, atoms)`` (log-probabilities with ``log``)."""
@@ -293,20 +324,18 @@ def project_distribution(
     atoms in proportion to closeness (all of it to one atom when it lands exactly on it).
     """
     n = support.numel()
-    v_min, v_max = float(support[0]), float(support[-1])
+    v_min, v_max = support[[0, -1]].tolist()
     if n == 1:
         return next_dist.clone()
     # The shifted atoms' positions in units of atoms: b in [0, n - 1]. Atom floor(b) gets
     # p * (1 - frac(b)) and the next one p * frac(b) (all of it to floor(b) on an exact landing;
-    # b = n - 1 splits from n - 2 with weight 1 on the last atom). Two scatter-adds on the flat batch:
-    # O(batch x atoms), not the dense (batch, atoms, atoms) split.
+    # b = n - 1 splits from n - 2 with weight 1 on the last atom). Two scatter-adds along the
+    # atoms: O(batch x atoms), not the dense (batch, atoms, atoms) split.
     b = torch.addcmul(reward.unsqueeze(1), discount.unsqueeze(1), support.unsqueeze(0)).clamp_(v_min, v_max)
     b = b.sub_(v_min).mul_((n - 1) / (v_max - v_min))
     lower = b.floor().clamp_(max=n - 2)
     upper_p = next_dist * b.sub_(lower)
-    rows = next_dist.shape[0]
-    index = lower.long().add_(torch.arange(0, rows * n, n, device=lower.device).unsqueeze(1)).view(-1)
-    out = torch.zeros(rows * n, dtype=next_dist.dtype, device=next_dist.device)
-    out.index_add_(0, index, (next_dist - upper_p).view(-1))
-    out.index_add_(0, index + 1, upper_p.view(-1))
-    return out.view(rows, n)
+    index = lower.long()
+    out = torch.zeros_like(next_dist)
+    out.scatter_add_(1, index, next_dist - upper_p)
+    return out.scatter_add_(1, index + 1, upper_p)

@@ -14,6 +14,7 @@ Only plain Adam: no amsgrad, no maximize, L2 ``weight_decay`` as ``torch.optim.A
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +27,7 @@ _FUSED_DEVICES = frozenset({"cpu", "cuda", "mps", "xpu", "hpu", "mtia"})
 _FUSED_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16})
 #: The hyperparameters a group carries, and the value ``state_dict`` reports for the fixed ones.
 _FIXED = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False}
+_GRAD = operator.attrgetter("grad")
 
 
 class Adam:
@@ -280,9 +282,10 @@ class FlatParameters:
 
     def intact(self) -> bool:
         """Every parameter (and gradient) still lives in the buffers."""
-        if [p.data_ptr() for p in self.params] != self._ptrs:
+        # map() over C-level callables: this runs several times per gradient step.
+        if list(map(torch.Tensor.data_ptr, self.params)) != self._ptrs:
             return False
-        return self.grad is None or all(p.grad is g for p, g in zip(self.params, self._grads, strict=True))
+        return self.grad is None or all(map(operator.is_, map(_GRAD, self.params), self._grads))
 
     def ensure(self) -> None:
         """Re-seat the parameters if anything moved them."""

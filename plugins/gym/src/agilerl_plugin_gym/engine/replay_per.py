@@ -122,41 +122,58 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.alpha = float(alpha)
         self.tree = SumTree(self.max_size)
         self.max_priority = 1.0
+        # The smallest stored tree value and its slot (the importance weights' normaliser), kept
+        # up to date by every write instead of a scan of the whole buffer per sample.
+        self._min_value, self._min_slot = np.inf, -1
 
     def add(self, mask: np.ndarray | None = None, **fields: Any) -> int:
         start = self.pos
         n = super().add(mask, **fields)
         if n:
             idx = (start + np.arange(n)) % self.max_size
-            self.tree.update(idx, np.full(n, self.max_priority**self.alpha))
+            self._write(idx, np.full(n, self.max_priority**self.alpha))
         return n
+
+    def _write(self, idx: np.ndarray, values: np.ndarray) -> None:
+        """Set tree values and keep the running minimum exact."""
+        self.tree.update(idx, values)
+        if (idx == self._min_slot).any():  # the minimum was overwritten: find the new one
+            leaves = self.tree.leaves[: self.size]
+            slot = int(leaves.argmin())
+            self._min_value, self._min_slot = float(leaves[slot]), slot
+            return
+        written = self.tree[idx]  # a repeated index keeps its last value: read back what is stored
+        j = int(written.argmin())
+        if written[j] < self._min_value:
+            self._min_value, self._min_slot = float(written[j]), int(idx[j])
 
     def sample(self, batch_size: int, beta: float = 0.4) -> dict[str, torch.Tensor]:  # type: ignore[override]
         """A batch drawn by priority, with ``weights`` (importance weights, max 1) and ``idxs``."""
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         total = self.tree.total
-        bounds = np.arange(batch_size) * (total / batch_size)
-        prefix = bounds + self.rng.random(batch_size) * (total / batch_size)
+        step = total / batch_size
+        prefix = (np.arange(batch_size) + self.rng.random(batch_size)) * step
         idx = np.minimum(self.tree.find(np.minimum(prefix, np.nextafter(total, 0))), self.size - 1)
-        probs = self.tree[idx] / total
-        # Normalised by the largest possible weight (from the smallest stored priority) so weights are <= 1.
-        max_weight = (self.size * self.tree.leaves[: self.size].min() / total) ** (-beta)
-        weights = ((self.size * probs) ** (-beta) / max_weight).astype(np.float32)
-        batch = self._grouped(
-            {k: torch.from_numpy(v[idx]).to(self.device, non_blocking=True) for k, v in self.data.items()}
-        )
-        batch["weights"] = torch.from_numpy(weights).to(self.device)
+        # (N P(i))^-beta / max_k (N P(k))^-beta = (p_i / p_min)^-beta: weights <= 1, from the
+        # smallest stored priority.
+        weights = ((self.tree[idx] / self._min_value) ** (-beta)).astype(np.float32)
+        cpu = self.device.type == "cpu"
+        batch = self._grouped({
+            k: torch.from_numpy(v[idx]) if cpu else torch.from_numpy(v[idx]).to(self.device, non_blocking=True)
+            for k, v in self.data.items()
+        })  # fmt: skip
+        batch["weights"] = torch.from_numpy(weights) if cpu else torch.from_numpy(weights).to(self.device)
         batch["idxs"] = torch.from_numpy(idx)
         return batch
 
     def update_priorities(self, idxs: Any, priorities: Any) -> None:
         """Set the priorities (TD errors, > 0) of sampled transitions."""
-        idx = np.asarray(idxs.cpu() if isinstance(idxs, torch.Tensor) else idxs, dtype=np.int64)
+        idx = idxs.cpu().numpy() if isinstance(idxs, torch.Tensor) else np.asarray(idxs)
         pri = priorities.detach().cpu().numpy() if isinstance(priorities, torch.Tensor) else np.asarray(priorities)
         pri = pri.astype(np.float64)
         self.max_priority = max(self.max_priority, float(pri.max()))
-        self.tree.update(idx, pri**self.alpha)
+        self._write(idx.astype(np.int64, copy=False), pri**self.alpha)
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "alpha": self.alpha, "max_priority": self.max_priority,
@@ -167,6 +184,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.alpha = float(state["alpha"])
         self.max_priority = float(state["max_priority"])
         self.tree.load_state_dict(state["tree"])
+        self._min_value, self._min_slot = np.inf, -1
+        if self.size:
+            leaves = self.tree.leaves[: self.size]
+            self._min_slot = int(leaves.argmin())
+            self._min_value = float(leaves[self._min_slot])
 
 
 def annealed_beta(beta: float, steps: int, max_steps: int | None) -> float:

@@ -105,7 +105,7 @@ class RainbowDQN(DQN):
     # --- learning ---------------------------------------------------------------------------------
     def _elementwise_loss(
         self, log_p: torch.Tensor, reward: torch.Tensor, next_obs: Any, discount: torch.Tensor,
-        next_a: torch.Tensor | None = None,
+        next_a: torch.Tensor | None = None, rows: torch.Tensor | None = None,
     ) -> torch.Tensor:  # fmt: skip
         """Cross-entropy of the taken actions' log-distributions ``log_p`` to the projected target.
 
@@ -113,7 +113,8 @@ class RainbowDQN(DQN):
         logits of ``next_obs``), the target net gives its distribution.
         """
         net, target = self.nets["actor"], self.nets["actor_target"]
-        rows = torch.arange(log_p.shape[0], device=log_p.device)
+        if rows is None:
+            rows = torch.arange(log_p.shape[0], device=log_p.device)
         with torch.no_grad():
             if next_a is None:
                 next_a = net(next_obs).argmax(1)
@@ -126,18 +127,17 @@ class RainbowDQN(DQN):
         net, target = self.nets["actor"], self.nets["actor_target"]
         net.noisy = target.noisy = True
         action = batch["action"].long().view(-1)
-        n = action.shape[0]
         nsteps = batch.get("nsteps")
         gamma_n = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
-        rows = torch.arange(n, device=action.device)
-        # One online forward over obs and next_obs (same noise): the first half trains, the second
-        # picks double DQN's next action. Soft-max over the taken action's atoms only: the others get
-        # no gradient anyway.
-        logits = net.logits(_stacked(batch["obs"], batch["next_obs"]))
+        rows = torch.arange(action.shape[0], device=action.device)
+        # The online pass over obs (trained) and next_obs (double DQN's next action) under the same
+        # noisy weights, built once. Soft-max over the taken action's atoms only: the others get no
+        # gradient anyway.
+        logits, next_logits = net.logits_pair(batch["obs"], batch["next_obs"])
         log_p = logits[rows, action].log_softmax(-1)
-        next_a = net.q_values(logits[n:].detach()).argmax(1)
+        next_a = net.q_values(next_logits).argmax(1)
         loss_i = self._elementwise_loss(
-            log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]), next_a
+            log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]), next_a, rows
         )
         if self.combined_reward and "reward_1" in batch:  # the one-step loss on the same forward
             loss_i = loss_i + self._elementwise_loss(
@@ -164,11 +164,3 @@ class RainbowDQN(DQN):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Noise buffers ride in the networks' state dicts."""
 
-
-def _stacked(a: Any, b: Any) -> Any:
-    """Two observation batches as one (per part for Dict/Tuple observations)."""
-    if isinstance(a, dict):
-        return {k: torch.cat([a[k], b[k]]) for k in a}
-    if isinstance(a, (tuple, list)):
-        return type(a)(torch.cat([x, y]) for x, y in zip(a, b, strict=True))
-    return torch.cat([a, b])
