@@ -52,6 +52,8 @@ class SumTree:
     """
 
     ARITY = 16
+    #: :meth:`find` binary-searches the cumulative sums of the deepest level this wide or narrower.
+    SEARCH_WIDTH = 4096
 
     def __init__(self, capacity: int) -> None:
         self.capacity = int(capacity)
@@ -62,6 +64,7 @@ class SumTree:
         self.levels = [np.zeros(self.ARITY**d, dtype=np.float64) for d in range(1, depth + 1)]
         # Node i's children at level d + 1, as a view: children[d][i].
         self._children = [level.reshape(-1, self.ARITY) for level in self.levels]
+        self._search_level = max(d for d in range(depth) if self.levels[d].size <= self.SEARCH_WIDTH or d == 0)
 
     @property
     def total(self) -> float:
@@ -87,15 +90,21 @@ class SumTree:
     def find(self, prefix: np.ndarray) -> np.ndarray:
         """For each prefix sum in ``[0, total)``: the leaf ``i`` with ``sum(leaves[:i]) <= prefix < sum(leaves[:i+1])``."""
         value = np.array(prefix, dtype=np.float64).reshape(-1)
-        nodes = np.zeros(value.shape, dtype=np.int64)
+        # Start at the deepest level of at most SEARCH_WIDTH nodes: one cumulative sum and a binary
+        # search over it replace the descents above it. Then one descent per level below.
+        start = self._search_level
+        level = self.levels[start]
+        ends = level.cumsum()
+        nodes = np.minimum(ends.searchsorted(value, side="right"), level.size - 1)
+        value -= ends[nodes] - level[nodes]
         rows = np.arange(value.size)
         last = self.ARITY - 1
-        for d in range(self.depth):
-            children = self.levels[0].reshape(1, -1) if d == 0 else self._children[d][nodes]
+        for d in range(start + 1, self.depth):
+            children = self._children[d][nodes]
             ends = children.cumsum(1)
             # The first child whose running sum passes the value (the last one on rounding overshoot).
             child = np.minimum((ends <= value[:, None]).sum(1), last)
-            value -= ends[rows if d else 0, child] - children[rows if d else 0, child]
+            value -= ends[rows, child] - children[rows, child]
             nodes = nodes * self.ARITY + child
         return nodes.reshape(np.shape(prefix))
 
