@@ -120,7 +120,9 @@ class NoisyMLP(EvolvableMLP):
             x = module.forward(x, noisy) if module.__class__ is NoisyLinear else module.forward(x)
         return x
 
-    def forward_pair(self, x: torch.Tensor, x2: torch.Tensor, noisy: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_pair(
+        self, x: torch.Tensor, x2: torch.Tensor, noisy: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``forward`` of two batches under the same (noisy) weights, built once; the second
         output carries no gradient (``x2`` must not need one)."""
         noisy = self.training if noisy is None else noisy

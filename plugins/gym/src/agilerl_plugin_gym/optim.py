@@ -297,14 +297,17 @@ class FlatParameters:
         assert self.grad is not None
         self.grad.zero_()
 
-    def clip_grad_norm_(self, max_norm: float) -> float:
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """``torch.nn.utils.clip_grad_norm_``'s rule on every gradient at once: scale by
         ``max_norm / (norm + 1e-6)`` when that is below 1. Returns the norm before clipping."""
         self.ensure()
         assert self.grad is not None
-        norm = float(torch.linalg.vector_norm(self.grad))
-        if norm + 1e-6 > max_norm:
-            self.grad.mul_(max_norm / (norm + 1e-6))
+        norm = torch.linalg.vector_norm(self.grad)
+        if self.grad.device.type == "cpu":  # reading the norm is free here: skip the no-op scaling
+            if float(norm) + 1e-6 > max_norm:
+                self.grad.mul_(max_norm / (float(norm) + 1e-6))
+        else:  # no host sync on an accelerator
+            self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
         return norm
 
     @torch.no_grad()

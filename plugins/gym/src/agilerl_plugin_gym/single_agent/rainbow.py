@@ -163,4 +163,3 @@ class RainbowDQN(DQN):
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Noise buffers ride in the networks' state dicts."""
-
