@@ -28,7 +28,7 @@ from torch import nn
 from agilerl.models import NetworkSpec
 from agilerl_plugin_gym.networks import EvolvableMLP, EvolvableNetwork
 
-__all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution", "scaled_noise"]
+__all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution"]
 
 
 class NoisyLinear(nn.Linear):
@@ -57,14 +57,10 @@ class NoisyLinear(nn.Linear):
             self.weight_sigma.fill_(self.noise_std / math.sqrt(self.in_features))
             self.bias_sigma.fill_(self.noise_std / math.sqrt(self.out_features))
 
-    def reset_noise(self, eps: torch.Tensor | None = None) -> None:
-        """Draw fresh noise (torch's global generator: checkpointed with the run).
-
-        ``eps``: ``in_features + out_features`` already scaled standard normals to use instead.
-        """
+    def reset_noise(self) -> None:
+        """Draw fresh noise (torch's global generator: checkpointed with the run)."""
         with torch.no_grad():
-            if eps is None:
-                eps = scaled_noise(self.in_features + self.out_features, self.weight.device)
+            eps = _scaled_noise(self.in_features + self.out_features, self.weight.device)
             eps_in, eps_out = eps[: self.in_features], eps[self.in_features :]
             torch.outer(eps_out, eps_in, out=self.weight_eps)
             self.bias_eps.copy_(eps_out)
@@ -83,7 +79,7 @@ class NoisyLinear(nn.Linear):
         return nn.functional.linear(x, *self.weights(noisy))
 
 
-def scaled_noise(size: int, device: torch.device) -> torch.Tensor:
+def _scaled_noise(size: int, device: torch.device) -> torch.Tensor:
     """``f(x) = sign(x) sqrt(|x|)`` of ``size`` standard normals (torch's global generator)."""
     x = torch.randn(size).to(device)
     return x.abs().sqrt_().copysign_(x)
@@ -134,17 +130,6 @@ class NoisyMLP(EvolvableMLP):
             else:
                 x, x2 = module.forward(x), module.forward(x2)
         return x, x2
-
-    def reset_noise(self) -> None:
-        """Fresh noise for every layer, from one draw."""
-        layers = self._layers()
-        eps = scaled_noise(sum(lin.in_features + lin.out_features for lin in layers), self.output.weight.device)
-        start = 0
-        for layer in layers:
-            assert isinstance(layer, NoisyLinear)
-            size = layer.in_features + layer.out_features
-            layer.reset_noise(eps[start : start + size])
-            start += size
 
 
 class RainbowNetwork(EvolvableNetwork):
@@ -267,11 +252,7 @@ class RainbowNetwork(EvolvableNetwork):
         ):
             plan = self._noise_plan = self._plan_noise(layers)
         _, eps, outers = plan
-        x = torch.randn(eps.numel())  # on the CPU generator whatever the device, as scaled_noise
-        if eps.device.type == "cpu":
-            torch.copysign(x.abs().sqrt_(), x, out=eps)
-        else:
-            eps.copy_(x.abs().sqrt_().copysign_(x))
+        eps.copy_(_scaled_noise(eps.numel(), eps.device))
         for weight_eps, eps_out, eps_in in outers:
             torch.outer(eps_out, eps_in, out=weight_eps)
 

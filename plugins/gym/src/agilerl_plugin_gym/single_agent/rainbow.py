@@ -58,18 +58,14 @@ class RainbowDQN(DQN):
         # each instead of one per tensor (most of their time for a network this small).
         self.flat = FlatParameters(self.nets["actor"].parameters())
         self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.lr)}
-        self._flat_target()
 
-    def _flat_target(self) -> FlatParameters:
-        target = self.nets["actor_target"]
-        if getattr(self, "_target_module", None) is not target:  # a new target copy (sync_targets)
-            self.flat_target = FlatParameters(target.parameters(), grads=False)
-            self._target_module = target
-        return self.flat_target
+    def sync_targets(self) -> None:
+        super().sync_targets()
+        self.flat_target = FlatParameters(self.nets["actor_target"].parameters(), grads=False)
 
     def soft_update(self, tau: float | None = None) -> None:
         """Polyak-average the target network towards the online one (one kernel on the flat buffers)."""
-        self._flat_target().lerp_(self.flat, float(self.tau if tau is None else tau))
+        self.flat_target.lerp_(self.flat, float(self.tau if tau is None else tau))
 
     def _noise(self, on: bool) -> None:
         """Noisy layers on (acting, learning) or off (greedy evaluation)."""
