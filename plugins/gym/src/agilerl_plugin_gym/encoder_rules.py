@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from agilerl.errors import AgileRLError
 from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
 from agilerl.models.sections import MultiInputSpec
+from agilerl_plugin_gym.single_agent.spaces import is_image_space
 
 __all__ = [
     "DEFAULT_PART_CNN",
@@ -48,11 +49,6 @@ _BOOKKEEPING = {"name", "num_outputs", "device"}
 
 class EncoderSpaceError(AgileRLError):
     """The ``network`` section asks for an encoder the observation space cannot take."""
-
-
-def is_image_space(space: spaces.Space[Any]) -> bool:
-    """A Box of rank 3 (H x W x C, or C x H x W) is treated as an image."""
-    return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
 def is_channels_last(space: spaces.Space[Any]) -> bool:

@@ -23,7 +23,6 @@ __all__ = [
     "field_layout",
     "flatten_fields",
     "is_structured",
-    "is_structured_space",
     "map_obs",
     "regroup_fields",
     "rows",
@@ -37,10 +36,6 @@ SEP = "/"
 def is_structured(obs: Any) -> bool:
     """Whether ``obs`` is a Dict/Tuple observation (a mapping or a tuple/list of parts)."""
     return isinstance(obs, (Mapping, tuple, list))
-
-
-def is_structured_space(space: spaces.Space[Any]) -> bool:
-    return isinstance(space, (spaces.Dict, spaces.Tuple))
 
 
 def subspaces(space: spaces.Dict | spaces.Tuple) -> dict[str, spaces.Space[Any]]:
