@@ -104,6 +104,18 @@ def test_importance_weights_follow_the_smallest_stored_priority_through_every_wr
     np.testing.assert_allclose(batch["weights"].numpy(), (p / twin.tree.leaves.min()) ** -1.0, rtol=1e-6)
 
 
+def test_several_prioritized_batches_at_once_are_prioritized_and_weighted() -> None:
+    buf = PrioritizedReplayBuffer(8, alpha=1.0, seed=0)
+    buf.add(x=np.arange(8, dtype=np.float32)[:, None])
+    buf.update_priorities(np.arange(8), np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 93.0]))
+    batches = buf.sample_many(64, 3, beta=1.0)
+    assert len(batches) == 3
+    for batch in batches:
+        idx = batch["idxs"].numpy()
+        assert (idx == 7).mean() > 0.8  # 93% of the mass, not the 1/8 a uniform draw gives
+        np.testing.assert_allclose(batch["weights"].numpy(), (buf.tree[idx] / 1.0) ** -1.0, rtol=1e-6)
+
+
 def test_prioritized_buffer_state_round_trip_samples_the_same() -> None:
     buf = PrioritizedReplayBuffer(16, alpha=0.6, seed=3)
     buf.add(x=np.arange(10, dtype=np.float32)[:, None])

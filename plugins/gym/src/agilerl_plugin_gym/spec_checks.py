@@ -53,9 +53,7 @@ MULTI_AGENT_MULTI_INPUT = (
 )
 
 
-def network_problems(
-    manifest: TrainingManifest, supported_mutations: frozenset[str], *, multi_input: bool = True
-) -> list[Problem]:
+def network_problems(manifest: TrainingManifest, *, multi_input: bool = True) -> list[Problem]:
     """What the ``network`` section asks for that this plugin's networks cannot do
     (``multi_input``: whether the algorithm takes multi-input encoders)."""
     net = manifest.network

@@ -176,6 +176,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         batch["idxs"] = torch.from_numpy(idx)
         return batch
 
+    def sample_many(self, batch_size: int, n: int, beta: float = 0.4) -> list[dict[str, torch.Tensor]]:  # type: ignore[override]
+        """``n`` prioritized batches (each with its weights and indices), drawn from the same priorities.
+
+        The strategy samples one batch per gradient step instead, so each sees the priorities the
+        previous step wrote back; this is for callers that want several at once.
+        """
+        return [self.sample(batch_size, beta) for _ in range(n)]
+
     def update_priorities(self, idxs: Any, priorities: Any) -> None:
         """Set the priorities (TD errors, > 0) of sampled transitions."""
         idx = idxs.cpu().numpy() if isinstance(idxs, torch.Tensor) else np.asarray(idxs)

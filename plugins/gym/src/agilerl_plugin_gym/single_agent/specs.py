@@ -53,7 +53,7 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "false is not supported yet: an off-policy population shares one replay buffer; "
                 "remove the field or set it to true",
             ))  # fmt: skip
-        problems += network_problems(manifest, type(self).supported_mutations)
+        problems += network_problems(manifest)
         problems += buffer_problems(manifest, self.name, type(self).replay_features, getattr(self, "n_step", None))
         problems += compat_problems(self, manifest)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
