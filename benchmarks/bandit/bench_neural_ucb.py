@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agilerl_venv import ensure_agilerl_venv  # noqa: E402
+import benchlib  # noqa: E402
 
 
 def write_iris(tmp: Path) -> tuple[str, str]:
@@ -62,7 +62,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "neural_ucb_iris.json")
     args = parser.parse_args()
-    their_python = ensure_agilerl_venv()
+    record = benchlib.Record("bandit/bench_neural_ucb")
+    their_python = benchlib.agilerl_python()
     base = {"steps": args.steps, "gamma": 1.0, "lamb": 1.0, "reg": 6.25e-4, "lr": 1e-3, "batch_size": 64,
             "hidden_size": [64, 64, 64, 64]}  # fmt: skip
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -76,12 +77,18 @@ def main() -> None:
                     ("agilerl (ours)", sys.executable, "_ours_worker.py"),
                     ("AgileRL 2.58", their_python, "_agilerl_worker.py"),
                 ):
+                    if python is None:
+                        continue
                     r = run(python, worker, cfg)
                     results[setting][name].append(r)
                     print(f"[bench] {setting:8s} seed {seed} {name:15s} {r['steps_per_s']:8.1f} steps/s "
                           f"regret {r['regret']:7.1f} last-500 reward {r['last500']:.3f}", flush=True)  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, "results": results}, indent=2))
+    if not benchlib.SMOKE:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"steps": args.steps, "seeds": args.seeds, "results": results}, indent=2))
+    if their_python is None:
+        record.save({"steps": args.steps, "seeds": args.seeds, "results": results})
+        return
     print(f"\nNeuralUCB on iris, {args.steps} steps, seeds {args.seeds} (medians of steps/s, means of the rest)\n")
     print("| setting | library | steps/s (wall) | steps/s (CPU time) | cumulative regret | last-500 mean reward "
           "| speed ratio (wall / CPU) |")  # fmt: skip
@@ -96,6 +103,13 @@ def main() -> None:
             ratio_cpu = cpu[name] / cpu["AgileRL 2.58"]
             print(f"| {setting} | {name} | {wall[name]:.0f} | {cpu[name]:.0f} | {regret:.1f} | {last:.3f} "
                   f"| {ratio_wall:.1f}x / {ratio_cpu:.1f}x |")  # fmt: skip
+        theirs = statistics.mean(r["regret"] for r in by_lib["AgileRL 2.58"])
+        ours = statistics.mean(r["regret"] for r in by_lib["agilerl (ours)"])
+        record.row(f"neural_ucb_iris_{setting}", what=f"NeuralUCB steps/s, iris ({setting})", against="AgileRL 2.58",
+                   wall=wall["agilerl (ours)"] / wall["AgileRL 2.58"], cpu=cpu["agilerl (ours)"] / cpu["AgileRL 2.58"],
+                   target=">= 1.5x at <= regret", met=cpu["agilerl (ours)"] / cpu["AgileRL 2.58"] >= 1.5 and ours <= theirs,
+                   repeats=len(args.seeds), detail=f"mean regret {ours:.1f} vs {theirs:.1f}")  # fmt: skip
+    record.save({"steps": args.steps, "seeds": args.seeds, "results": results})
 
 
 if __name__ == "__main__":

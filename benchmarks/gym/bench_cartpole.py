@@ -5,6 +5,9 @@ is per run)::
 
     python benchmarks/gym/bench_cartpole.py                    # throughput + time-to-solve, 5 seeds
     python benchmarks/gym/bench_cartpole.py --seeds 3 --algos ppo --envs CartPole-v1
+    python benchmarks/gym/bench_cartpole.py --skip-solve        # throughput and peak RSS, 3 interleaved repeats
+
+Each run writes ``benchmarks/results/gym/bench_cartpole/<UTC time>.json`` (``benchlib.Record``).
 
 Same hyperparameters on every side, 8 envs, 1 torch thread:
 
@@ -30,11 +33,15 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import benchlib  # noqa: E402
+
 FRAMEWORKS = ("agilerl", "sb3", "bare")
 #: Throughput-only reference: env stepping + one no-grad forward per step + the matched update (floor.py).
 FLOOR = "floor"
@@ -42,6 +49,8 @@ TARGETS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0}
 THROUGHPUT_STEPS = {"ppo": 81_920, "dqn": 20_000}
 SOLVE_BUDGET = {"ppo": 300_000, "dqn": 200_000}
 EVAL_EVERY = {"ppo": 10_240, "dqn": 5_000}
+if benchlib.SMOKE:  # tiny budgets still go through the evaluation path
+    EVAL_EVERY = {"ppo": 2_048, "dqn": 1_000}
 EVAL_EPISODES = 10
 
 
@@ -216,12 +225,11 @@ def _warm_imports(framework: str) -> None:
         import bare_rl  # noqa: F401
 
 
-def worker(framework: str, algo: str, env_id: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
+def worker(framework: str, algo: str, env_id: str, mode: str, steps: int, seed: int, run_dir: str) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
     _warm_imports(framework)
-    steps = THROUGHPUT_STEPS[algo] if mode == "throughput" else SOLVE_BUDGET[algo]
     clock = SolveClock(env_id, seed) if mode == "solve" else None
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -259,8 +267,10 @@ def worker(framework: str, algo: str, env_id: str, mode: str, seed: int, run_dir
 # --------------------------------------------------------------------------------------------------
 
 
-def spawn(framework: str, algo: str, env_id: str, mode: str, seed: int, tmp: str) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--worker", framework, algo, env_id, mode, str(seed), tmp]
+def spawn(framework: str, algo: str, env_id: str, mode: str, steps: int, seed: int, tmp: Path) -> dict[str, Any]:
+    # Every run trains in a run directory of its own: a run directory holds one run (its lock).
+    run_dir = tempfile.mkdtemp(prefix=f"{framework}-{algo}-{mode}-{seed}-", dir=tmp)
+    cmd = [sys.executable, __file__, "--worker", framework, algo, env_id, mode, str(steps), str(seed), str(run_dir)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_LOAD_PLUGINS": os.environ.get("AGILERL_LOAD_PLUGINS", "gym")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -270,31 +280,35 @@ def spawn(framework: str, algo: str, env_id: str, mode: str, seed: int, tmp: str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     ap.add_argument("--algos", default="ppo,dqn")
     ap.add_argument("--envs", default="CartPole-v1")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--throughput-repeats", type=int, default=2)
+    ap.add_argument("--throughput-repeats", type=int, default=3)
+    ap.add_argument("--throughput-steps", type=int, default=None, help="env steps per throughput run")
+    ap.add_argument("--budget", type=int, default=None, help="env steps per solve run")
     ap.add_argument("--skip-solve", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     args = ap.parse_args()
     if args.worker:
-        fw, algo, env_id, mode, seed, tmp = args.worker
-        print(json.dumps(worker(fw, algo, env_id, mode, int(seed), tmp)))
+        fw, algo, env_id, mode, steps, seed, run_dir = args.worker
+        print(json.dumps(worker(fw, algo, env_id, mode, int(steps), int(seed), run_dir)))
         return
-    import tempfile
-
-    tmp = tempfile.mkdtemp(prefix="agilerl-bench-")
+    record = benchlib.Record("gym/bench_cartpole")
+    sides = [fw for fw in FRAMEWORKS if fw != "sb3" or benchlib.has_module("stable_baselines3", "Stable-Baselines3")]
+    tmp = benchlib.scratch_dir("agilerl-bench-")
     report: dict[str, Any] = {}
     for algo in args.algos.split(","):
         print(f"\n=== {algo.upper()} (8 envs, 1 torch thread) ===", flush=True)
-        tp: dict[str, list[float]] = {fw: [] for fw in (*FRAMEWORKS, FLOOR)}
-        tpc: dict[str, list[float]] = {fw: [] for fw in (*FRAMEWORKS, FLOOR)}
-        rss: dict[str, list[float]] = {fw: [] for fw in (*FRAMEWORKS, FLOOR)}
-        # Interleave frameworks so machine load drifts hit all of them alike.
+        tp_steps = args.throughput_steps or THROUGHPUT_STEPS[algo]
+        budget = args.budget or SOLVE_BUDGET[algo]
+        tp: dict[str, list[float]] = {fw: [] for fw in (*sides, FLOOR)}
+        tpc: dict[str, list[float]] = {fw: [] for fw in (*sides, FLOOR)}
+        rss: dict[str, list[float]] = {fw: [] for fw in (*sides, FLOOR)}
+        # Interleave frameworks (alternating the order) so machine load drifts hit all of them alike.
         for rep in range(0 if args.skip_throughput else args.throughput_repeats):
-            for fw in (*FRAMEWORKS, FLOOR):
-                r = spawn(fw, algo, "CartPole-v1", "throughput", rep, tmp)
+            for fw in (*sides, FLOOR) if rep % 2 == 0 else (FLOOR, *sides[::-1]):
+                r = spawn(fw, algo, "CartPole-v1", "throughput", tp_steps, rep, tmp)
                 tp[fw].append(r["steps_per_s"])
                 tpc[fw].append(r["steps_per_cpu_s"])
                 rss[fw].append(r["peak_rss_mb"])
@@ -303,50 +317,58 @@ def main() -> None:
                     f"  peak RSS {r['peak_rss_mb']:.0f} MB",
                     flush=True,
                 )
-        report[algo] = {}
+        report[algo] = {"throughput_runs": {"steps_per_s": tp, "steps_per_cpu_s": tpc, "peak_rss_mb": rss}}
         if tp["agilerl"]:
             med = {fw: statistics.median(v) for fw, v in tp.items()}
-            print(f"  -> CartPole-v1 env-steps/s (median of {args.throughput_repeats}): "
-                  + ", ".join(f"{fw} {med[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
-            print(f"  -> agilerl / sb3 = {med['agilerl'] / med['sb3']:.2f}x, "
-                  f"agilerl / bare = {med['agilerl'] / med['bare']:.2f}x")  # fmt: skip
             medc = {fw: statistics.median(v) for fw, v in tpc.items()}
-            print("  -> env-steps per CPU second: " + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in FRAMEWORKS)
-                  + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f}x, agilerl / bare = "
-                  f"{medc['agilerl'] / medc['bare']:.2f}x)")  # fmt: skip
+            print(f"  -> CartPole-v1 env-steps/s (median of {args.throughput_repeats}), wall / per CPU s: "
+                  + ", ".join(f"{fw} {med[fw]:.0f} / {medc[fw]:.0f}" for fw in sides))  # fmt: skip
             print("  -> fraction of the floor reference (env + one no-grad forward per step + the matched update "
                   "alone), wall / CPU: " + ", ".join(f"{fw} {med[fw] / med[FLOOR]:.2f} / {medc[fw] / medc[FLOOR]:.2f}"
-                                                    for fw in FRAMEWORKS))  # fmt: skip
-            report[algo] = {"throughput": med, "throughput_cpu": medc}
-        if args.skip_solve:
-            report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items() if v}
-            continue
-        for env_id in args.envs.split(","):
-            solve: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
-            solve_cpu: dict[str, list[float]] = {fw: [] for fw in FRAMEWORKS}
+                                                    for fw in sides))  # fmt: skip
+            report[algo].update(throughput=med, throughput_cpu=medc)
+            if "sb3" in sides:
+                peak = {fw: statistics.median(rss[fw]) for fw in sides}
+                record.row(f"{algo}_cartpole_throughput", what=f"{algo.upper()} env-steps/s, CartPole, 8 envs",
+                           against="Stable-Baselines3", wall=med["agilerl"] / med["sb3"],
+                           cpu=medc["agilerl"] / medc["sb3"], target="per CPU s >= 2.2x",
+                           met=medc["agilerl"] / medc["sb3"] >= 2.2, repeats=args.throughput_repeats,
+                           detail=f"{medc['agilerl']:,.0f} vs {medc['sb3']:,.0f} steps per CPU s; "
+                                  f"{med['agilerl']:,.0f} vs {med['sb3']:,.0f} per wall s; "
+                                  f"floor fraction {medc['agilerl'] / medc[FLOOR]:.2f} vs "
+                                  f"{medc['sb3'] / medc[FLOOR]:.2f}")  # fmt: skip
+                record.row(f"{algo}_cartpole_rss", what=f"{algo.upper()} peak RSS, CartPole throughput run",
+                           against="Stable-Baselines3", wall=peak["agilerl"] / peak["sb3"], cpu=None,
+                           target="<= 0.8x", met=peak["agilerl"] / peak["sb3"] <= 0.8, repeats=args.throughput_repeats,
+                           detail=f"{peak['agilerl']:.0f} vs {peak['sb3']:.0f} MB (median)")  # fmt: skip
+        for env_id in [] if args.skip_solve else args.envs.split(","):
+            solve: dict[str, list[float]] = {fw: [] for fw in sides}
+            solve_cpu: dict[str, list[float]] = {fw: [] for fw in sides}
             for seed in range(args.seeds):
-                for fw in FRAMEWORKS:
-                    r = spawn(fw, algo, env_id, "solve", seed, tmp)
+                for fw in sides if seed % 2 == 0 else sides[::-1]:
+                    r = spawn(fw, algo, env_id, "solve", budget, seed, tmp)
                     unsolved = r["solve_s"] is None
                     s = float("inf") if unsolved else r["solve_s"]
                     c = float("inf") if unsolved else r["solve_cpu_s"]
                     solve[fw].append(s)
                     solve_cpu[fw].append(c)
-                    rss[fw].append(r["peak_rss_mb"])
                     print(f"  solve {env_id} seed {seed} {fw:8s} {s:7.1f} s {c:7.1f} CPU-s ({r['solve_steps']} steps)"
                           f"  peak RSS {r['peak_rss_mb']:.0f} MB", flush=True)  # fmt: skip
             meds = {fw: statistics.median(v) for fw, v in solve.items()}
             medc = {fw: statistics.median(v) for fw, v in solve_cpu.items()}
             print(f"  -> median seconds to {TARGETS[env_id]} on {env_id}: "
-                  + ", ".join(f"{fw} {meds[fw]:.1f}" for fw in FRAMEWORKS)
-                  + f"  (agilerl / sb3 = {meds['agilerl'] / meds['sb3']:.2f}); CPU seconds: "
-                  + ", ".join(f"{fw} {medc[fw]:.1f}" for fw in FRAMEWORKS)
-                  + f"  (agilerl / sb3 = {medc['agilerl'] / medc['sb3']:.2f})")  # fmt: skip
+                  + ", ".join(f"{fw} {meds[fw]:.1f}" for fw in sides) + "; CPU seconds: "
+                  + ", ".join(f"{fw} {medc[fw]:.1f}" for fw in sides))  # fmt: skip
             report[algo][f"solve_{env_id}"] = {"median_s": meds, "median_cpu_s": medc, "all": solve,
                                                "all_cpu": solve_cpu}  # fmt: skip
-        report[algo]["peak_rss_mb"] = {fw: max(v) for fw, v in rss.items() if v}
-        print("  -> peak RSS MB: " + ", ".join(f"{fw} {v:.0f}" for fw, v in report[algo]["peak_rss_mb"].items()))
-    print("\n" + json.dumps(report, indent=1, default=str))
+            if "sb3" in sides:
+                rw, rc = benchlib.ratio(meds["agilerl"], meds["sb3"]), benchlib.ratio(medc["agilerl"], medc["sb3"])
+                record.row(f"{algo}_{env_id}_solve", what=f"{algo.upper()} median time to {TARGETS[env_id]:g}, "
+                           f"{env_id}, {args.seeds} seeds", against="Stable-Baselines3", wall=rw, cpu=rc,
+                           target="<= 1x", met=rc is not None and rc <= 1.0, repeats=args.seeds,
+                           detail=f"{meds['agilerl']:.1f} vs {meds['sb3']:.1f} s "
+                                  f"({medc['agilerl']:.1f} vs {medc['sb3']:.1f} CPU s)")  # fmt: skip
+    record.save(report)
 
 
 if __name__ == "__main__":

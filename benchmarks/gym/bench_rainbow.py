@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -43,10 +44,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+import benchlib  # noqa: E402
 from bench_cartpole import SolveClock  # noqa: E402  (the shared evaluation protocol and solve clock)
 
 ENV_ID, NUM_ENVS = "CartPole-v1", 4
 THROUGHPUT_STEPS, SOLVE_BUDGET, EVAL_EVERY = 20_000, 80_000, 4_000
+if benchlib.SMOKE:  # tiny budgets still go through the evaluation path
+    EVAL_EVERY = 1_000
 FRAMEWORKS = ("ours", "qrdqn", "agilerl")
 HP: dict[str, Any] = {"batch_size": 64, "lr": 1e-3, "gamma": 0.99, "tau": 0.01, "learn_step": 2, "buffer": 50_000,
                       "learning_delay": 1000, "alpha": 0.6, "beta": 0.4, "prior_eps": 1e-6, "n_step": 3,
@@ -189,35 +193,34 @@ def spawn(python: str, framework: str, mode: str, steps: int, seed: int, tmp: st
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--throughput-steps", type=int, default=THROUGHPUT_STEPS)
     ap.add_argument("--budget", type=int, default=SOLVE_BUDGET, help="env steps per solve run")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--throughput-repeats", type=int, default=2)
+    ap.add_argument("--throughput-repeats", type=int, default=3)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--skip-solve", action="store_true")
     ap.add_argument("--parallel", type=int, default=1, help="solve runs at once (CPU seconds stay comparable)")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "rainbow.json")
     args = ap.parse_args()
     if args.worker:
         fw, mode, steps, seed, tmp = args.worker
         print(json.dumps(worker(fw, mode, int(steps), int(seed), tmp)))
         return
-    from agilerl_venv import ensure_agilerl_venv
-
-    pythons = {"ours": sys.executable, "qrdqn": sys.executable, "agilerl": str(ensure_agilerl_venv())}
+    record = benchlib.Record("gym/bench_rainbow")
+    pythons = {"ours": sys.executable}
+    if benchlib.has_module("sb3_contrib", "sb3-contrib QR-DQN"):
+        pythons["qrdqn"] = sys.executable
+    agilerl_py = benchlib.agilerl_python("AgileRL 2.58 RainbowDQN")
+    if agilerl_py is not None:
+        pythons["agilerl"] = str(agilerl_py)
+    sides = [fw for fw in FRAMEWORKS if fw in pythons]
     tmp = tempfile.mkdtemp(prefix="agilerl-bench-rainbow-")
-    report: dict[str, Any] = {"load_before": _uptime(), "args": {k: str(v) for k, v in vars(args).items()}}
-    print(f"[bench] {report['load_before']}", flush=True)
-    tp: dict[str, list[dict[str, Any]]] = {fw: [] for fw in FRAMEWORKS}
+    report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}}
+    tp: dict[str, list[dict[str, Any]]] = {fw: [] for fw in sides}
     for rep in range(0 if args.skip_throughput else args.throughput_repeats):
-        for fw in FRAMEWORKS:  # interleaved: load drifts hit every side alike
+        for fw in sides if rep % 2 == 0 else sides[::-1]:  # interleaved: load drifts hit every side alike
             r = spawn(pythons[fw], fw, "throughput", args.throughput_steps, rep, tmp)
             tp[fw].append(r)
             print(f"  throughput {fw:8s} {r['steps_per_s']:7.0f} steps/s {r['steps_per_cpu_s']:7.0f} steps/CPU-s",
@@ -225,16 +228,22 @@ def main() -> None:
     if tp["ours"]:
         med = {fw: statistics.median(r["steps_per_s"] for r in v) for fw, v in tp.items()}
         medc = {fw: statistics.median(r["steps_per_cpu_s"] for r in v) for fw, v in tp.items()}
-        best_peer = max(med["qrdqn"], med["agilerl"])
-        print("  -> env-steps/s: " + ", ".join(f"{fw} {med[fw]:.0f}" for fw in FRAMEWORKS)
-              + f"; ours / fastest peer = {med['ours'] / best_peer:.2f}x; per CPU-s: "
-              + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
+        print("  -> env-steps/s: " + ", ".join(f"{fw} {med[fw]:.0f}" for fw in sides) + "; per CPU-s: "
+              + ", ".join(f"{fw} {medc[fw]:.0f}" for fw in sides))  # fmt: skip
         report["throughput"] = {"median_steps_per_s": med, "median_steps_per_cpu_s": medc, "runs": tp}
+        for peer, name, target in (("qrdqn", "sb3-contrib QR-DQN", 1.8), ("agilerl", "AgileRL 2.58 RainbowDQN", None)):
+            if peer in sides:
+                record.row(f"rainbow_cartpole_throughput_{peer}", what="RainbowDQN env-steps/s, CartPole, 4 envs",
+                           against=name, wall=med["ours"] / med[peer], cpu=medc["ours"] / medc[peer],
+                           target="per CPU s >= 1.8x" if target else "faster", repeats=args.throughput_repeats,
+                           met=medc["ours"] / medc[peer] >= (target or 1.0),
+                           detail=f"{medc['ours']:,.0f} vs {medc[peer]:,.0f} steps per CPU s; "
+                                  f"{med['ours']:,.0f} vs {med[peer]:,.0f} per wall s")  # fmt: skip
     if not args.skip_solve:
         from concurrent.futures import ThreadPoolExecutor
 
-        solve: dict[str, list[dict[str, Any]]] = {fw: [] for fw in FRAMEWORKS}
-        jobs = [(seed, fw) for seed in range(args.seeds) for fw in FRAMEWORKS]
+        solve: dict[str, list[dict[str, Any]]] = {fw: [] for fw in sides}
+        jobs = [(seed, fw) for seed in range(args.seeds) for fw in sides]
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             futures = [pool.submit(spawn, pythons[fw], fw, "solve", args.budget, seed, tmp) for seed, fw in jobs]
             for (seed, fw), future in zip(jobs, futures, strict=True):
@@ -250,14 +259,22 @@ def main() -> None:
                 for fw, v in solve.items()}  # fmt: skip
         steps = {fw: statistics.median(inf if r["solve_steps"] is None else r["solve_steps"] for r in v)
                  for fw, v in solve.items()}  # fmt: skip
-        print("  -> median seconds to 475: " + ", ".join(f"{fw} {meds[fw]:.1f}" for fw in FRAMEWORKS)
-              + "; CPU s: " + ", ".join(f"{fw} {medc[fw]:.1f}" for fw in FRAMEWORKS)
-              + "; env steps: " + ", ".join(f"{fw} {steps[fw]:.0f}" for fw in FRAMEWORKS))  # fmt: skip
+        print("  -> median seconds to 475: " + ", ".join(f"{fw} {meds[fw]:.1f}" for fw in sides)
+              + "; CPU s: " + ", ".join(f"{fw} {medc[fw]:.1f}" for fw in sides)
+              + "; env steps: " + ", ".join(f"{fw} {steps[fw]:.0f}" for fw in sides))  # fmt: skip
         report["solve"] = {"median_s": meds, "median_cpu_s": medc, "median_steps": steps, "runs": solve}
-    report["load_after"] = _uptime()
-    print(f"[bench] {report['load_after']}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1, default=str))
+        peers = [fw for fw in sides if fw != "ours" and math.isfinite(meds[fw])]
+        best = min(peers, key=lambda fw: meds[fw]) if peers else None
+        solved = {fw: sum(r["solve_s"] is not None for r in solve[fw]) for fw in sides}
+        record.row("rainbow_cartpole_solve", what=f"RainbowDQN median time to 475, CartPole, {args.seeds} seeds, "
+                   f"{args.budget:,} steps", against="fastest peer to solve" if best is None else
+                   {"qrdqn": "sb3-contrib QR-DQN", "agilerl": "AgileRL 2.58 RainbowDQN"}[best],
+                   wall=benchlib.ratio(meds["ours"], meds[best]) if best else None,
+                   cpu=benchlib.ratio(medc["ours"], medc[best]) if best else None, target="<= best peer",
+                   met=math.isfinite(meds["ours"]) and (best is None or meds["ours"] <= meds[best]),
+                   repeats=args.seeds, detail="; ".join(f"{fw} {meds[fw]:.1f} s, {solved[fw]}/{args.seeds} solved"
+                                                        for fw in sides))  # fmt: skip
+    record.save(report)
 
 
 if __name__ == "__main__":

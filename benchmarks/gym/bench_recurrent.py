@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -36,12 +37,17 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import benchlib  # noqa: E402
+
 SIDES = ("ours", "sb3", "agilerl")
 THRESHOLD = 300.0
 THROUGHPUT_STEPS = 32_768
 SOLVE_BUDGET = 150_000
 EVAL_EVERY = 8_192
 EVAL_EPISODES = 10
+if benchlib.SMOKE:  # tiny budgets still go through the evaluation path
+    EVAL_EVERY = 1_024
 N_ENVS, N_STEPS, LR, SEQ_LEN, SEQS = 8, 128, 1e-3, 16, 16
 
 
@@ -212,7 +218,7 @@ def run_agilerl(steps: int, seed: int, clock: SolveClock | None) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def worker(side: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
+def worker(side: str, mode: str, steps: int, seed: int, run_dir: str) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
@@ -223,7 +229,6 @@ def worker(side: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
         import sb3_contrib  # noqa: F401
     else:
         import agilerl.algorithms  # noqa: F401
-    steps = THROUGHPUT_STEPS if mode == "throughput" else SOLVE_BUDGET
     clock = SolveClock(seed) if mode == "solve" else None
     t0, c0 = time.perf_counter(), time.process_time()
     if side == "ours":
@@ -240,11 +245,12 @@ def worker(side: str, mode: str, seed: int, run_dir: str) -> dict[str, Any]:
     return out
 
 
-def spawn(side: str, mode: str, seed: int, tmp: str, upstream: Path | None) -> dict[str, Any]:
+def spawn(side: str, mode: str, steps: int, seed: int, tmp: str, upstream: Path | None) -> dict[str, Any]:
     python = str(upstream) if side == "agilerl" and upstream else sys.executable
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
            "AGILERL_LOAD_PLUGINS": "gym"}  # fmt: skip
-    cmd = [python, __file__, "--worker", side, mode, str(seed), str(Path(tmp) / f"{side}-{mode}-{seed}")]
+    run_dir = tempfile.mkdtemp(prefix=f"{side}-{mode}-{seed}-", dir=tmp)  # one per run (the run-dir lock)
+    cmd = [python, __file__, "--worker", side, mode, str(steps), str(seed), run_dir]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -254,49 +260,58 @@ def spawn(side: str, mode: str, seed: int, tmp: str, upstream: Path | None) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--throughput-repeats", type=int, default=2)
+    ap.add_argument("--throughput-repeats", type=int, default=3)
+    ap.add_argument("--throughput-steps", type=int, default=THROUGHPUT_STEPS)
+    ap.add_argument("--budget", type=int, default=SOLVE_BUDGET, help="env steps per solve run")
     ap.add_argument("--sides", default=",".join(SIDES))
     ap.add_argument("--skip-solve", action="store_true")
     args = ap.parse_args()
     if args.worker:
-        side, mode, seed, run_dir = args.worker
-        print(json.dumps(worker(side, mode, int(seed), run_dir)))
+        side, mode, steps, seed, run_dir = args.worker
+        print(json.dumps(worker(side, mode, int(steps), int(seed), run_dir)))
         return
+    record = benchlib.Record("gym/bench_recurrent")
     sides = args.sides.split(",")
+    if "sb3" in sides and not benchlib.has_module("sb3_contrib", "sb3-contrib RecurrentPPO"):
+        sides.remove("sb3")
     upstream = None
     if "agilerl" in sides:
-        sys.path.insert(0, str(HERE.parent))
-        from agilerl_venv import ensure_agilerl_venv
-
-        upstream = ensure_agilerl_venv()
-    print(f"[bench] uptime before: {os.popen('uptime').read().strip()}", flush=True)
+        upstream = benchlib.agilerl_python("AgileRL 2.58 recurrent PPO")
+        if upstream is None:
+            sides.remove("agilerl")
     tmp = tempfile.mkdtemp(prefix="agilerl-bench-rec-")
     tp: dict[str, list[float]] = {s: [] for s in sides}
     tpc: dict[str, list[float]] = {s: [] for s in sides}
     for rep in range(args.throughput_repeats):
         for side in sides if rep % 2 == 0 else sides[::-1]:  # alternate the order against load drift
-            r = spawn(side, "throughput", rep, tmp, upstream)
+            r = spawn(side, "throughput", args.throughput_steps, rep, tmp, upstream)
             tp[side].append(r["steps_per_s"])
             tpc[side].append(r["steps_per_cpu_s"])
             print(f"  throughput {side:8s} {r['steps_per_s']:7.0f} env-steps/s {r['steps_per_cpu_s']:7.0f} per CPU-s",
                   flush=True)  # fmt: skip
     peers = [s for s in sides if s != "ours"]
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"throughput_runs": {"steps_per_s": tp, "steps_per_cpu_s": tpc}}
     for label, data in (("env-steps/s", tp), ("env-steps per CPU second", tpc)):
         med = {s: statistics.median(v) for s, v in data.items()}
         report[label] = med
         print(f"  -> {label} (median): " + ", ".join(f"{s} {med[s]:.0f}" for s in sides))
-        if "ours" in sides and peers:
-            fastest = max(peers, key=lambda s: med[s])
-            print(f"  -> ours / fastest peer ({fastest}) = {med['ours'] / med[fastest]:.2f}x")
+    if "ours" in sides and peers and args.throughput_repeats:
+        med, medc = report["env-steps/s"], report["env-steps per CPU second"]
+        fastest = max(peers, key=lambda s: medc[s])
+        names = {"sb3": "sb3-contrib RecurrentPPO", "agilerl": "AgileRL 2.58 recurrent PPO"}
+        record.row("recurrent_ppo_throughput", what="recurrent PPO env-steps/s, masked CartPole, 8 envs",
+                   against=f"fastest peer ({names[fastest]})", wall=med["ours"] / med[fastest],
+                   cpu=medc["ours"] / medc[fastest], target="per CPU s >= 1.5x", met=medc["ours"] / medc[fastest] >= 1.5,
+                   repeats=args.throughput_repeats, detail=", ".join(f"{s} {medc[s]:,.0f}" for s in sides)
+                   + " steps per CPU s")  # fmt: skip
     if not args.skip_solve:
         solve: dict[str, list[float]] = {s: [] for s in sides}
         solve_cpu: dict[str, list[float]] = {s: [] for s in sides}
         for seed in range(args.seeds):
             for side in sides if seed % 2 == 0 else sides[::-1]:
-                r = spawn(side, "solve", seed, tmp, upstream)
+                r = spawn(side, "solve", args.budget, seed, tmp, upstream)
                 s = float("inf") if r["solve_s"] is None else r["solve_s"]
                 c = float("inf") if r["solve_cpu_s"] is None else r["solve_cpu_s"]
                 solve[side].append(s)
@@ -305,11 +320,20 @@ def main() -> None:
         for label, data in (("seconds", solve), ("CPU seconds", solve_cpu)):
             meds = {s: statistics.median(v) for s, v in data.items()}
             print(f"  -> median training {label} to a greedy mean return of {THRESHOLD:.0f} "
-                  f"(inf: not within {SOLVE_BUDGET} steps): " + ", ".join(f"{s} {meds[s]:.1f}" for s in sides))  # fmt: skip
+                  f"(inf: not within {args.budget} steps): " + ", ".join(f"{s} {meds[s]:.1f}" for s in sides))  # fmt: skip
             report[f"solve_median_{label}"] = meds
         report["solve_all_s"], report["solve_all_cpu_s"] = solve, solve_cpu
-    print(f"[bench] uptime after: {os.popen('uptime').read().strip()}", flush=True)
-    print(json.dumps(report, indent=1, default=str))
+        meds = report["solve_median_seconds"]
+        finite = [s for s in peers if math.isfinite(meds[s])]
+        best = min(finite, key=lambda s: meds[s]) if finite else None
+        record.row("recurrent_ppo_solve", what=f"recurrent PPO median time to {THRESHOLD:.0f}, masked CartPole, "
+                   f"{args.seeds} seeds", against="best peer" if best is None else best,
+                   wall=benchlib.ratio(meds["ours"], meds[best]) if best else None,
+                   cpu=benchlib.ratio(report["solve_median_CPU seconds"]["ours"],
+                                      report["solve_median_CPU seconds"][best]) if best else None,
+                   target="<= best peer", met=math.isfinite(meds["ours"]) and (best is None or meds["ours"] <= meds[best]),
+                   repeats=args.seeds, detail=", ".join(f"{s} {meds[s]:.1f} s" for s in sides))  # fmt: skip
+    record.save(report)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib
 
 
 def main() -> None:
@@ -22,6 +27,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
+    record = benchlib.Record("gym/bench_td3")
+    runs = []
     import torch
 
     torch.set_num_threads(1)
@@ -45,8 +52,10 @@ def main() -> None:
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
         steps = result.population[0].steps
-        print(json.dumps({"repeat": rep, "steps": steps, "steps_per_s": round(steps / wall, 1),
-                          "steps_per_cpu_s": round(steps / cpu, 1)}))  # fmt: skip
+        runs.append({"repeat": rep, "steps": steps, "steps_per_s": round(steps / wall, 1),
+                     "steps_per_cpu_s": round(steps / cpu, 1)})  # fmt: skip
+        print(json.dumps(runs[-1]), flush=True)
+    record.save({"runs": runs})
 
 
 if __name__ == "__main__":

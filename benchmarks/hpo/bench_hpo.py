@@ -32,7 +32,7 @@ MANIFEST = HERE.parents[1] / "examples" / "ppo_cartpole_hpo.yaml"
 SOLVED = 475.0
 OURS, THEIRS = "agilerl (ours)", "AgileRL 2.58"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agilerl_venv import ensure_agilerl_venv  # noqa: E402
+import benchlib  # noqa: E402
 
 
 def run(python: Path | str, worker: str, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -60,12 +60,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--max-steps", type=int, default=100_000)
+    parser.add_argument("--evo-steps", type=int, default=None, help="env steps per agent between evolution steps")
     parser.add_argument("--only", choices=["ours", "agilerl"], default=None, help="run one library only")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ppo_cartpole_hpo.json")
     args = parser.parse_args()
-    their_python = ensure_agilerl_venv() if args.only != "ours" else None
+    record = benchlib.Record("hpo/bench_hpo")
+    their_python = benchlib.agilerl_python() if args.only != "ours" else None
     base = yaml.safe_load(MANIFEST.read_text())
     base["training"]["max_steps"] = args.max_steps
+    if args.evo_steps:
+        base["training"]["evo_steps"] = args.evo_steps
+        base["algorithm"]["learn_step"] = min(base["algorithm"]["learn_step"], args.evo_steps)
     results: dict[str, list[dict[str, Any]]] = {OURS: [], THEIRS: []}
     for seed in args.seeds:
         manifest = json.loads(json.dumps(base))
@@ -79,10 +84,11 @@ def main() -> None:
             r = run(python, worker, {"seed": seed, "manifest": manifest})
             s = {"seed": seed, **summarise(r), "per_generation": r["generations"]}
             results[name].append(s)
-            args.out.parent.mkdir(parents=True, exist_ok=True)  # after every run: partial results survive
-            args.out.write_text(
-                json.dumps({"max_steps": args.max_steps, "seeds": args.seeds, "results": results}, indent=2)
-            )
+            if not benchlib.SMOKE:  # after every run: partial results survive
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(
+                    json.dumps({"max_steps": args.max_steps, "seeds": args.seeds, "results": results}, indent=2)
+                )
             print(f"[bench] seed {seed} {name:15s} {s['wall_s']:7.1f} s ({s['s_per_generation']:5.1f} s/gen, "
                   f"{s['generations']} gens) best fitness {s['best_fitness']:6.1f} "
                   f"475 at {s['steps_to_475']} steps/agent", flush=True)  # fmt: skip
@@ -99,6 +105,12 @@ def main() -> None:
         solved = sum(r["steps_to_475"] is not None for r in runs)
         ratio = f"{wall / theirs:.2f}x" if theirs else "-"
         print(f"| {name} | {wall:.1f} | {per_gen:.1f} | {best:.1f} | {solved}/{len(runs)} | {ratio} |")
+        if name == OURS and theirs:
+            record.row("hpo_ppo_cartpole", what=f"evolutionary HPO wall time, PPO CartPole pop 4, "
+                       f"{args.max_steps:,} steps/agent", against="AgileRL 2.58", wall=wall / theirs, cpu=None,
+                       target="<= 0.8x", met=wall / theirs <= 0.8, repeats=len(runs),
+                       detail=f"median best fitness {best:.0f}; {solved}/{len(runs)} reach 475")  # fmt: skip
+    record.save({"max_steps": args.max_steps, "seeds": args.seeds, "results": results})
 
 
 if __name__ == "__main__":

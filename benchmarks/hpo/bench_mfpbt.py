@@ -26,6 +26,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import benchlib  # noqa: E402
 from bench_ray import MANIFEST, run  # noqa: E402
 
 SELECTION: dict[str, dict[str, Any]] = {
@@ -43,10 +45,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="default results/mfpbt_vs_tournament_<env>.json")
     args = parser.parse_args()
     args.out = args.out or HERE / "results" / f"mfpbt_vs_tournament_{args.env}.json"
+    record = benchlib.Record("hpo/bench_mfpbt")
     base = yaml.safe_load(MANIFEST.read_text())
     base["environment"]["name"] = args.env
     base.pop("tournament_selection", None)
     base["training"].update(pop_size=6, max_steps=args.max_steps, evo_steps=args.evo_steps)
+    base["algorithm"]["learn_step"] = min(base["algorithm"]["learn_step"], args.evo_steps)
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in SELECTION}
     for seed in args.seeds:
         for name, selection in SELECTION.items():
@@ -62,6 +66,8 @@ def main() -> None:
             print(f"[bench] seed {seed} {name:10s} final best {s['final_best']:6.1f} mean {s['final_mean']:6.1f} "
                   f"best during run {s['best_during_run']:6.1f} ({s['total_env_steps']} env steps, "
                   f"{s['wall_s']:.0f} s)", flush=True)  # fmt: skip
+            if benchlib.SMOKE:
+                continue
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "results": results},
                                            indent=2))  # fmt: skip
@@ -73,6 +79,7 @@ def main() -> None:
         med = {k: statistics.median(r[k] for r in runs) for k in ("final_best", "final_mean", "best_during_run")}
         print(f"| {name} | {med['final_best']:.1f} | {med['final_mean']:.1f} | {med['best_during_run']:.1f} | "
               f"{runs[0]['total_env_steps']} |")  # fmt: skip
+    record.save({"args": {k: str(v) for k, v in vars(args).items()}, "results": results})
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "llm"
 
@@ -77,6 +80,7 @@ def main() -> int:
     p.add_argument("--algorithms", default="SFT,GRPO")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    record = benchlib.Record("llm/bench_data_parallel")
     from agilerl_plugin_llm.testing import build_tiny_model
 
     results: dict[str, dict[str, float]] = {}
@@ -111,6 +115,7 @@ def main() -> int:
         )
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
+    record.save(results)
     return 0
 
 

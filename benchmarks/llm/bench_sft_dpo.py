@@ -36,6 +36,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib
+
 DATA = Path(__file__).resolve().parents[2] / "examples" / "data" / "llm"
 BATCH = 8
 MAX_LEN = 128
@@ -151,7 +154,7 @@ def main() -> None:
     parser.add_argument("--algorithms", default="sft,dpo")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=1, help="runs per (algorithm, impl); the best median is kept")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per (algorithm, impl), alternating; medians")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algorithm", help=argparse.SUPPRESS)
     parser.add_argument("--impl", help=argparse.SUPPRESS)
@@ -160,42 +163,45 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    import trl
-
+    record = benchlib.Record("llm/bench_sft_dpo")
+    impls = ["ours", "trl"] if benchlib.has_module("trl", "TRL") else ["ours"]
     from agilerl_plugin_llm.testing import build_tiny_model
 
     model_dir = str(build_tiny_model(Path(tempfile.mkdtemp(prefix="tiny-llm-")) / "model"))
-    print(f"tiny model: {model_dir}; trl {trl.__version__}; batch {BATCH}, {args.steps} timed steps after "
-          f"{args.warmup} warm-up, 1 torch thread")  # fmt: skip
-    results: dict[tuple[str, ...], dict[str, Any]] = {}
+    print(f"tiny model: {model_dir}; batch {BATCH}, {args.steps} timed steps after {args.warmup} warm-up, "
+          "1 torch thread")  # fmt: skip
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for algorithm in args.algorithms.split(","):
-        for _ in range(args.repeats):
-            for impl in ("ours", "trl"):
+        runs[algorithm] = {impl: [] for impl in impls}
+        for rep in range(args.repeats):
+            for impl in impls if rep % 2 == 0 else impls[::-1]:  # alternate against load drift
                 cmd = [sys.executable, __file__, "--worker", "--algorithm", algorithm, "--impl", impl,
                        "--model", model_dir, "--steps", str(args.steps), "--warmup", str(args.warmup)]  # fmt: skip
                 out = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
                 if line is None:
                     raise SystemExit(f"{algorithm}/{impl} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-                result = json.loads(line[len("RESULT ") :])
-                best = results.get((algorithm, impl))
-                if best is None or result["median_s"] < best["median_s"]:
-                    results[(algorithm, impl)] = result
-                cpu_best = results.setdefault(("cpu", algorithm, impl), result)
-                if result["cpu_median_s"] < cpu_best["cpu_median_s"]:
-                    results[("cpu", algorithm, impl)] = result
-    print("\n| algorithm | agilerl s/step (median / mean) | TRL s/step (median / mean) | ratio (median) "
+                runs[algorithm][impl].append(json.loads(line[len("RESULT ") :]))
+                print(f"  {algorithm} {impl}: {runs[algorithm][impl][-1]}", flush=True)
+    if len(impls) < 2:
+        record.save(runs)
+        return
+    print("\n| algorithm | agilerl s/step (median) | TRL s/step (median) | ratio (wall) "
           "| CPU s/step agilerl / TRL (ratio) | agilerl peak RSS | TRL peak RSS |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    for algorithm in args.algorithms.split(","):
-        ours, theirs = results[(algorithm, "ours")], results[(algorithm, "trl")]
-        cpu_ours = results[("cpu", algorithm, "ours")]["cpu_median_s"]
-        cpu_theirs = results[("cpu", algorithm, "trl")]["cpu_median_s"]
-        print(f"| {algorithm.upper()} | {ours['median_s'] * 1e3:.1f} / {ours['mean_s'] * 1e3:.1f} ms "
-              f"| {theirs['median_s'] * 1e3:.1f} / {theirs['mean_s'] * 1e3:.1f} ms "
-              f"| {ours['median_s'] / theirs['median_s']:.2f}x "
-              f"| {cpu_ours * 1e3:.1f} / {cpu_theirs * 1e3:.1f} ms ({cpu_ours / cpu_theirs:.2f}x) "
+    for algorithm, by_impl in runs.items():
+        med = {i: {k: statistics.median(r[k] for r in v) for k in ("median_s", "cpu_median_s", "peak_rss_mb")}
+               for i, v in by_impl.items()}  # fmt: skip
+        ours, theirs = med["ours"], med["trl"]
+        wall, cpu = ours["median_s"] / theirs["median_s"], ours["cpu_median_s"] / theirs["cpu_median_s"]
+        print(f"| {algorithm.upper()} | {ours['median_s'] * 1e3:.1f} ms | {theirs['median_s'] * 1e3:.1f} ms "
+              f"| {wall:.2f}x | {ours['cpu_median_s'] * 1e3:.1f} / {theirs['cpu_median_s'] * 1e3:.1f} ms ({cpu:.2f}x) "
               f"| {ours['peak_rss_mb']:.0f} MB | {theirs['peak_rss_mb']:.0f} MB |")  # fmt: skip
+        record.row(f"llm_{algorithm}_step", what=f"{algorithm.upper()} s per optimizer step, tiny model",
+                   against="TRL", wall=wall, cpu=cpu, target="wall <= 0.5x", met=wall <= 0.5, repeats=args.repeats,
+                   detail=f"{ours['median_s'] * 1e3:.1f} vs {theirs['median_s'] * 1e3:.1f} ms; "
+                          f"{ours['cpu_median_s'] * 1e3:.1f} vs {theirs['cpu_median_s'] * 1e3:.1f} CPU ms")  # fmt: skip
+    record.save(runs)
 
 
 if __name__ == "__main__":

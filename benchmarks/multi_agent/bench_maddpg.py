@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agilerl_venv import DEFAULT_VENV, ensure_agilerl_venv  # noqa: E402
+import benchlib  # noqa: E402
 
 
 def run_side(python: Path, worker: str, cfg: dict[str, object]) -> dict[str, object]:
@@ -57,7 +57,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--num-envs", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--venv", type=Path, default=DEFAULT_VENV, help="virtualenv for PyPI agilerl")
     ap.add_argument("--skip-agilerl", action="store_true", help="only run this project")
     ap.add_argument("--with-sync", action="store_true", help="also run this project with sync: true (no workers)")
     args = ap.parse_args()
@@ -77,7 +76,8 @@ def main() -> None:
         "hidden": 64,
         "memory_size": 100_000,
     }
-    agilerl_python = None if args.skip_agilerl else ensure_agilerl_venv(args.venv)
+    record = benchlib.Record("multi_agent/bench_maddpg")
+    agilerl_python = None if args.skip_agilerl else benchlib.agilerl_python()
     results: dict[str, list[dict[str, object]]] = {"ours": [], "ours_sync": [], "agilerl": []}
     with tempfile.TemporaryDirectory(prefix="agilerl-ma-bench-") as tmp:
         for rep in range(args.repeats):
@@ -111,6 +111,16 @@ def main() -> None:
                         float(summary[f"{side}_{unit}_median"]) / float(summary[f"agilerl_{unit}_median"]), 2
                     )
     print(json.dumps(summary, indent=2))
+    for side in ("ours", "ours_sync"):
+        if f"ratio_{side}_over_agilerl_steps_per_s" in summary:
+            wall = float(summary[f"ratio_{side}_over_agilerl_steps_per_s"])  # type: ignore[arg-type]
+            cpu = float(summary[f"ratio_{side}_over_agilerl_steps_per_cpu_s"])  # type: ignore[arg-type]
+            record.row(f"maddpg_speaker_listener_{side}", what="MADDPG env-steps/s, speaker-listener"
+                       + (" (sync: true)" if side == "ours_sync" else " (async default)"), against="AgileRL 2.58",
+                       wall=wall, cpu=cpu, target=">= 1.2x", met=cpu >= 1.2, repeats=args.repeats,
+                       detail=f"{summary[f'{side}_steps_per_cpu_s_median']} vs "
+                              f"{summary['agilerl_steps_per_cpu_s_median']} steps per CPU s")  # fmt: skip
+    record.save({"summary": summary, "runs": results})
 
 
 if __name__ == "__main__":

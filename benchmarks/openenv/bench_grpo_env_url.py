@@ -20,6 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib
+
 REPO = Path(__file__).resolve().parents[2]
 GAME = "examples/openenv/word_game.py:SayWordGame"
 
@@ -46,6 +49,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--turns", type=int, default=1)
     args = parser.parse_args()
+    record = benchlib.Record("openenv/bench_grpo_env_url")
     os.chdir(REPO)
     import torch
 
@@ -85,6 +89,7 @@ def main() -> None:
               f"{float(rows[-1]['train/reward']):.2f} |")  # fmt: skip
     ratio = mean(remote, "train/iteration_s") / mean(local, "train/iteration_s")
     print(f"\noverhead per iteration: {ratio:.2f}x")
+    record.save({"args": vars(args), "ratio": ratio, "local": local, "remote": remote})
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples" / "openenv"))
 
@@ -133,6 +136,8 @@ def main() -> None:
         "--execution", default="auto", choices=["auto", "inline", "thread"], help="serve-env --execution"
     )
     args = parser.parse_args()
+    record = benchlib.Record("openenv/bench_openenv")
+    rows: list[dict[str, Any]] = []
 
     from types import SimpleNamespace
 
@@ -160,6 +165,8 @@ def main() -> None:
                 for n in args.sessions:
                     t_local = timed(local, n, args.episodes, driver, args.repeats)
                     t_remote = timed(remote, n, args.episodes, driver, args.repeats)
+                    rows.append({"step_cost_ms": cost, "driver": driver, "sessions": n, "in_process_s_per_episode":
+                                 t_local, "openenv_s_per_episode": t_remote})  # fmt: skip
                     print(
                         f"| {cost:g} ms | {driver} | {n} | {1 / t_local:,.0f} | {1 / t_remote:,.0f} | "
                         f"{t_local * 1e3:.3f} | {t_remote * 1e3:.3f} | {t_remote / t_local:.2f}x |",
@@ -168,6 +175,7 @@ def main() -> None:
         finally:
             proc.kill()
             proc.wait()
+    record.save({"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

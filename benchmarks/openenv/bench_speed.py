@@ -34,6 +34,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchlib
+
 REPO = Path(__file__).resolve().parents[2]
 GAME = "examples/openenv/word_game.py:SayWordGame"
 COSTLY = "benchmarks/openenv/bench_openenv.py:CostlyWordGame"
@@ -159,6 +162,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--step-cost-ms", type=float, default=2.0)
     args = parser.parse_args()
+    record = benchlib.Record("openenv/bench_speed")
     os.chdir(REPO)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -186,6 +190,17 @@ def main() -> None:
                         ("serial", "8 openenv-core sync clients, one after another")):  # fmt: skip
         print(f"| {label} | {cpu[name] * 1e6:.0f} | {cpu[name] / cpu['pool']:.2f}x |")
     print(f"\nours / serial sync clients: {cpu['ours'] / cpu['serial']:.2f}x (target <= 0.5x)")
+    for i, (label, local, remote) in enumerate(grpo):
+        record.row(f"openenv_grpo_env_url_{i}", what=f"OpenEnv GRPO s/iteration, "
+                   f"{SESSIONS} sessions, env_url: {label}", against="in-process env", wall=remote / local, cpu=None,
+                   target="<= 1.15x", met=remote / local <= 1.15, repeats=args.repeats,
+                   detail=f"{remote:.3f} vs {local:.3f} s/it")  # fmt: skip
+    for peer, label in (("serial", "one after another"), ("pool", "from a thread pool")):
+        record.row(f"openenv_client_cpu_{peer}", what=f"OpenEnv client CPU per env step, {SESSIONS} sessions",
+                   against=f"{SESSIONS} openenv-core sync clients, {label}", wall=None, cpu=cpu["ours"] / cpu[peer],
+                   target="<= 0.5x", met=cpu["ours"] / cpu[peer] <= 0.5, repeats=3,
+                   detail=f"{cpu['ours'] * 1e6:.0f} vs {cpu[peer] * 1e6:.0f} CPU us/step")  # fmt: skip
+    record.save({"grpo": grpo, "client_cpu_s_per_step": cpu, "args": vars(args)})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,148 @@
+"""What every benchmark script shares: peers (installed or skipped with a reason), smoke mode, dated results.
+
+A benchmark script measures both sides of a comparison in one run, interleaved, and hands its raw
+numbers to a :class:`Record`, which writes ``benchmarks/results/<script>/<UTC time>.json`` with the
+date, the load average before and after, the torch / numpy versions, the git commit and the command.
+``benchmarks/summarize.py`` builds the summary table of ``benchmarks/README.md`` from those files.
+
+Smoke mode (``AGILERL_BENCH_SMOKE=1``, set by ``python benchmarks/run.py --smoke``) proves that the
+commands work with tiny budgets: nothing is written under ``benchmarks/`` and no figure is claimed.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.util
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+SMOKE = os.environ.get("AGILERL_BENCH_SMOKE") == "1"
+#: Set (to a reason) where the PyPI AgileRL venv must not be built, e.g. in CI; its sides are skipped.
+NO_AGILERL = os.environ.get("AGILERL_BENCH_SKIP_AGILERL", "")
+PEER_HINT = "pip install -r benchmarks/requirements.txt -r benchmarks/llm/requirements.txt"
+
+
+def skip(side: str, reason: str) -> None:
+    """Say, on one line the smoke runner echoes, that ``side`` is left out and why."""
+    print(f"[bench] SKIP {side}: {reason}", flush=True)
+
+
+def has_module(module: str, side: str) -> bool:
+    """Whether ``module`` imports in this interpreter; prints why the side is skipped when it does not."""
+    if importlib.util.find_spec(module) is not None:
+        return True
+    skip(side, f"`{module}` is not installed ({PEER_HINT})")
+    return False
+
+
+def agilerl_python(side: str = "AgileRL 2.58") -> Path | None:
+    """The PyPI AgileRL venv's python (made on first use), or None with a printed reason."""
+    if NO_AGILERL:
+        skip(side, NO_AGILERL)
+        return None
+    sys.path.insert(0, str(HERE))
+    from agilerl_venv import ensure_agilerl_venv
+
+    try:
+        return ensure_agilerl_venv()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        skip(side, f"the PyPI AgileRL venv could not be installed ({exc})")
+        return None
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A fresh temporary directory: one per run, so no two runs share a run directory (its lock)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _git_commit() -> str | None:
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    versions = {"python": platform.python_version()}
+    for name in ("torch", "numpy", "gymnasium", "stable_baselines3", "sb3_contrib", "transformers", "trl"):
+        try:
+            mod = __import__(name)
+        except ImportError:
+            continue
+        versions[name] = str(getattr(mod, "__version__", "?"))
+    return versions
+
+
+class Record:
+    """One run of one benchmark script: its metadata now, its raw results and summary rows at :meth:`save`.
+
+    A summary row is one ratio, measured side by side in this run::
+
+        record.row("ppo_cartpole_sps", what="PPO env-steps/s, CartPole, 8 envs", against="SB3 2.9.2",
+                   wall=2.05, cpu=2.10, target="per CPU s >= 2.2x", met=False, detail="4,100 vs 2,000 steps/s")
+
+    ``wall`` / ``cpu`` are ours / theirs for that row's quantity (throughput: > 1 is better; time:
+    < 1 is better; the row's ``what`` says which).
+    """
+
+    def __init__(self, script: str) -> None:
+        self.script = script
+        self.started = _dt.datetime.now(_dt.UTC)
+        self.load_before = loadavg()
+        self.command = shlex.join(["python", os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+        self.rows: list[dict[str, Any]] = []
+        print(f"[bench] {self.started:%Y-%m-%d %H:%M} UTC, load average {self.load_before}", flush=True)
+
+    def row(self, key: str, *, what: str, against: str, wall: float | None, cpu: float | None, target: str,
+            met: bool | None, detail: str = "", repeats: int = 1) -> None:  # fmt: skip
+        self.rows.append({"key": key, "what": what, "against": against, "ratio_wall": wall, "ratio_cpu": cpu,
+                          "target": target, "met": met, "detail": detail, "repeats": repeats})  # fmt: skip
+        w = "-" if wall is None else f"{wall:.2f}x"
+        c = "-" if cpu is None else f"{cpu:.2f}x"
+        print(f"[bench] {what} vs {against}: {w} wall, {c} per CPU s (target {target}): {detail}", flush=True)
+
+    def save(self, raw: Any) -> Path | None:
+        """Write the dated result file (not in smoke mode); returns its path."""
+        doc = {
+            "script": self.script,
+            "date": self.started.isoformat(timespec="seconds"),
+            "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "load_before": self.load_before,
+            "load_after": loadavg(),
+            "cpus": os.cpu_count(),
+            "commit": _git_commit(),
+            "command": self.command,
+            "versions": _versions(),
+            "summary": self.rows,
+            "raw": raw,
+        }
+        print(f"[bench] load average after {doc['load_after']}", flush=True)
+        if SMOKE:
+            print("[bench] smoke run: nothing written", flush=True)
+            return None
+        out = RESULTS / self.script / f"{self.started:%Y%m%dT%H%M%SZ}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        print(f"[bench] wrote {out.relative_to(ROOT)}", flush=True)
+        return out
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b``, or None where either side has no finite, non-zero figure (e.g. never solved)."""
+    if a is None or b is None or not math.isfinite(a) or not math.isfinite(b) or b == 0:
+        return None
+    return a / b

@@ -1,0 +1,87 @@
+"""The benchmarks cannot rot unnoticed: every script is run by ``benchmarks/run.py`` (CI runs
+``--smoke``), and the README's summary table is exactly what the dated results give."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import run  # noqa: E402
+import summarize  # noqa: E402
+
+
+def _modules() -> set[str]:
+    return {p.relative_to(BENCH).as_posix() for p in BENCH.rglob("*.py") if not any(
+        part.startswith(".") for part in p.relative_to(BENCH).parts)}  # fmt: skip
+
+
+def test_every_benchmark_script_is_run_by_run_py() -> None:
+    modules = _modules()
+    scripts = {m for m in modules if Path(m).name.startswith("bench_")}
+    assert scripts <= set(run.SCRIPTS), f"not in benchmarks/run.py SCRIPTS: {sorted(scripts - set(run.SCRIPTS))}"
+    uncovered = modules - set(run.SCRIPTS) - set(run.HELPERS)
+    assert not uncovered, f"benchmarks/ modules neither run by run.py nor listed as helpers: {sorted(uncovered)}"
+    missing = (set(run.SCRIPTS) | set(run.HELPERS)) - modules
+    assert not missing, f"run.py names files that do not exist: {sorted(missing)}"
+
+
+def test_every_helper_is_used_by_a_script() -> None:
+    sources = {m: (BENCH / m).read_text() for m in _modules()}
+    for helper in run.HELPERS:
+        if helper in ("run.py", "summarize.py"):
+            continue
+        stem = Path(helper).stem
+        users = [m for m, text in sources.items() if m != helper and stem in text]
+        assert users, f"benchmarks/{helper} is used by no script: delete it or run it from run.py"
+
+
+def test_every_smoke_command_parses() -> None:
+    """Each script accepts its smoke arguments (``--help`` after them: argparse validates, then exits 0)."""
+    for name, script in run.SCRIPTS.items():
+        proc = subprocess.run([sys.executable, str(BENCH / name), *script.smoke, "--help"], capture_output=True,
+                              text=True, check=False)  # fmt: skip
+        assert proc.returncode == 0, f"{name} {script.smoke}: {proc.stderr[-2000:]}"
+        assert "unrecognized arguments" not in proc.stderr
+
+
+def test_readme_summary_table_is_generated_from_results() -> None:
+    assert summarize.main(["--check"]) == 0, "run `python benchmarks/summarize.py` and commit the README"
+
+
+def test_every_result_file_carries_its_metadata() -> None:
+    for doc in summarize.load_results():
+        for field in ("date", "load_before", "load_after", "command", "versions", "summary", "raw"):
+            assert field in doc, f"{doc['_path']} lacks {field}"
+        assert {"torch", "numpy"} <= set(doc["versions"]), doc["_path"]
+        for row in doc["summary"]:
+            assert row["ratio_wall"] is not None or row["ratio_cpu"] is not None or row["met"] is not None
+
+
+def test_summary_takes_the_latest_result_per_row(tmp_path: Path) -> None:
+    def write(name: str, date: str, ratio: float) -> None:
+        row = {"key": "k", "what": "PPO env-steps/s", "against": "SB3", "ratio_wall": ratio, "ratio_cpu": ratio,
+               "target": ">= 2.2x", "met": ratio >= 2.2, "detail": f"{ratio}", "repeats": 3}  # fmt: skip
+        doc = {"script": "gym/bench_cartpole", "date": date, "load_before": [1.0, 1, 1], "load_after": [2.0, 2, 2],
+               "command": "python x", "versions": {"torch": "t", "numpy": "n"}, "summary": [row], "raw": {}}  # fmt: skip
+        (tmp_path / "results" / "gym").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "results" / "gym" / name).write_text(json.dumps(doc))
+
+    write("a.json", "2026-12-01T10:00:00+00:00", 1.5)
+    write("b.json", "2026-12-02T10:00:00+00:00", 2.4)
+    text = summarize.table(summarize.load_results(tmp_path / "results"), ["gym/bench_cartpole.py", "gym/bench_td3.py"])
+    assert "| 2.40x | 2.40x |" in text and "1.50x" not in text
+    assert "| yes |" in text and "1.0 → 2.0" in text
+    assert "`gym/bench_td3.py`" in text  # no result yet: named, not invented
+
+
+@pytest.mark.parametrize("bad", ["no markers here"])
+def test_summarize_refuses_a_readme_without_markers(bad: str) -> None:
+    with pytest.raises(SystemExit, match="markers"):
+        summarize.render(bad, "table")
