@@ -30,13 +30,13 @@ import torch
 from gymnasium import spaces
 
 from agilerl.models import TrainingSpec
-from agilerl_plugin_gym.encoder_rules import is_image_space, is_structured_space
 from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
 from agilerl_plugin_gym.networks import obs_dim
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DDPGSpec
+from agilerl_plugin_gym.space_kinds import is_image_space, is_structured_space
 
 
 class DDPG(GymAlgorithm):

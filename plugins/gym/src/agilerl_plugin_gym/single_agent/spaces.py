@@ -7,11 +7,12 @@ validation time (``agilerl validate``) on one env made from the manifest, so a w
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import Any
 
 from gymnasium import spaces
 
 from agilerl.errors import AgileRLError
+from agilerl_plugin_gym.space_kinds import is_image_space
 
 __all__ = [
     "ALGORITHMS",
@@ -20,7 +21,6 @@ __all__ = [
     "check_recurrent_observation_space",
     "check_spaces",
     "declare_space_rules",
-    "is_image_space",
 ]
 
 #: Algorithm name -> the built-in rule set it follows (PPO, DQN, DDPG or TD3).
@@ -43,11 +43,6 @@ def declare_space_rules(algo: str, *, like: str) -> None:
 
 class UnsupportedSpaceError(AgileRLError):
     """The env's observation or action space is not one the algorithm handles."""
-
-
-def is_image_space(space: spaces.Space[Any]) -> TypeGuard[spaces.Box]:
-    """A Box of rank 3 (H x W x C, or C x H x W) is treated as an image."""
-    return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
 def _supported_observation(space: spaces.Space[Any], images: bool) -> bool:
