@@ -48,6 +48,7 @@ SCRIPTS: dict[str, Script] = {
     "gym/bench_recurrent.py": Script(
         smoke=["--throughput-steps", "1024", "--budget", "2048", "--seeds", "1", "--throughput-repeats", "1"]
     ),
+    "gym/profile_learn.py": Script(smoke=["--algo", "rainbow", "--steps", "1200"]),
     "gym/bench_td3.py": Script(smoke=["--steps", "1200"], full=["--repeats", "3"]),
     "multi_agent/bench_maddpg.py": Script(
         smoke=["--steps", "400", "--repeats", "1", "--num-envs", "2", "--batch-size", "32", "--with-sync"],

@@ -52,6 +52,9 @@ EVAL_EVERY = {"ppo": 10_240, "dqn": 5_000}
 if benchlib.SMOKE:  # tiny budgets still go through the evaluation path
     EVAL_EVERY = {"ppo": 2_048, "dqn": 1_000}
 EVAL_EPISODES = 10
+#: SB3 (and sb3-contrib) write no TensorBoard events unless given ``tensorboard_log``; our runs write
+#: them by default when tensorboard is installed (~16 MB of RSS for its import): off, to match.
+NO_TENSORBOARD = {"tensorboard": False}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -115,6 +118,7 @@ def _agilerl_manifest(algo: str, env_id: str, steps: int, seed: int, evo_steps: 
             "network": {"latent_dim": 64, "encoder_config": {"arch": "mlp", "hidden_size": [64], "layer_norm": False},
                         "head_config": {"hidden_size": [], "layer_norm": False}},
             "training": training,
+            "logging": NO_TENSORBOARD,
         }  # fmt: skip
     return {
         # double: false -- SB3's DQN and the bare script are vanilla DQN; compare like with like.
@@ -125,6 +129,7 @@ def _agilerl_manifest(algo: str, env_id: str, steps: int, seed: int, evo_steps: 
                     "head_config": {"hidden_size": [], "layer_norm": False}},
         "replay_buffer": {"max_size": 50_000},
         "training": {**training, "learning_delay": 1000, "eps_start": 1.0, "eps_end": 0.05, "eps_decay": 0.997},
+        "logging": NO_TENSORBOARD,
     }  # fmt: skip
 
 

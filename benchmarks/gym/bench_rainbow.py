@@ -57,10 +57,9 @@ HP: dict[str, Any] = {"batch_size": 64, "lr": 1e-3, "gamma": 0.99, "tau": 0.01, 
                       "num_atoms": 51, "v_min": 0.0, "v_max": 100.0, "noise_std": 0.5}  # fmt: skip
 
 
-def run_ours(steps: int, seed: int, clock: SolveClock | None, run_dir: str) -> int:
-    from agilerl.training.trainer import LocalTrainer
-
-    manifest = {
+def ours_manifest(steps: int, seed: int, evo_steps: int) -> dict[str, Any]:
+    """Our side's manifest (also profiled by ``profile_learn.py``)."""
+    return {
         "algorithm": {"name": "RainbowDQN", **{k: HP[k] for k in ("batch_size", "lr", "gamma", "tau", "learn_step",
                       "beta", "prior_eps", "n_step", "num_atoms", "v_min", "v_max", "noise_std")}},
         "environment": {"name": ENV_ID, "num_envs": NUM_ENVS, "sync": True},
@@ -68,9 +67,16 @@ def run_ours(steps: int, seed: int, clock: SolveClock | None, run_dir: str) -> i
                     "head_config": {"hidden_size": [64], "layer_norm": False}},
         "replay_buffer": {"max_size": HP["buffer"], "per_buffer": True, "per_buffer_args": {"alpha": HP["alpha"]},
                           "n_step_buffer": True},
-        "training": {"max_steps": steps, "evo_steps": EVAL_EVERY if clock else steps, "seed": seed,
+        "training": {"max_steps": steps, "evo_steps": evo_steps, "seed": seed,
                      "learning_delay": HP["learning_delay"], "progress": False, "save_elite": False},
+        "logging": {"tensorboard": False},  # as SB3: no TensorBoard events (bench_cartpole.NO_TENSORBOARD)
     }  # fmt: skip
+
+
+def run_ours(steps: int, seed: int, clock: SolveClock | None, run_dir: str) -> int:
+    from agilerl.training.trainer import LocalTrainer
+
+    manifest = ours_manifest(steps, seed, EVAL_EVERY if clock else steps)
     trainer = LocalTrainer.from_manifest(manifest, run_dir=tempfile.mkdtemp(dir=run_dir))  # one per run
     if clock is not None:
         trainer.strategy.evaluate = lambda agent, run: float(clock.check(agent.steps, agent.greedy_action))  # type: ignore[method-assign]

@@ -125,6 +125,7 @@ def run_ours(steps: int, seed: int, clock: SolveClock | None, run_dir: str) -> i
                     "head_config": {"hidden_size": [64], "layer_norm": False}},
         "training": {"max_steps": steps, "evo_steps": EVAL_EVERY if clock else steps, "pop_size": 1, "seed": seed,
                      "progress": False, "save_elite": False},
+        "logging": {"tensorboard": False},  # as SB3: no TensorBoard events (bench_cartpole.NO_TENSORBOARD)
     }  # fmt: skip
     trainer = LocalTrainer.from_manifest(manifest, run_dir=run_dir)
 

@@ -81,7 +81,7 @@ def main() -> None:
     results: dict[str, list[dict[str, object]]] = {"ours": [], "ours_sync": [], "agilerl": []}
     with tempfile.TemporaryDirectory(prefix="agilerl-ma-bench-") as tmp:
         for rep in range(args.repeats):
-            run_cfg = {**cfg, "seed": rep, "run_dir": str(Path(tmp) / f"ours-{rep}")}
+            run_cfg = {**cfg, "seed": rep}
             sides = [("ours", Path(sys.executable), "_ours_worker.py", False)]
             if args.with_sync:
                 sides.append(("ours_sync", Path(sys.executable), "_ours_worker.py", True))
@@ -90,7 +90,8 @@ def main() -> None:
             if rep % 2:  # alternate the order so neither side always runs on a warmer machine
                 sides.reverse()
             for side, python, worker, sync in sides:
-                res = run_side(python, worker, {**run_cfg, "sync": sync})
+                # a run directory holds one run (its lock): one per side and repeat
+                res = run_side(python, worker, {**run_cfg, "sync": sync, "run_dir": str(Path(tmp) / f"{side}-{rep}")})
                 results[side].append(res)
                 print(json.dumps({"repeat": rep, **res}), flush=True)
     summary: dict[str, object] = {"config": cfg, "repeats": args.repeats}
