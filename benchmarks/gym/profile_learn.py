@@ -1,42 +1,40 @@
-"""Where a training run's time goes: cProfile over our PPO, DQN or RainbowDQN at the benchmarks' settings.
+"""Where a training run's time goes: our PPO, DQN or RainbowDQN at the benchmarks' settings.
 
     python benchmarks/gym/profile_learn.py --algo ppo      # bench_cartpole.py's PPO manifest, 8 envs
     python benchmarks/gym/profile_learn.py --algo dqn      # bench_cartpole.py's DQN manifest
     python benchmarks/gym/profile_learn.py --algo rainbow  # bench_rainbow.py's manifest, 4 envs
+    python benchmarks/gym/profile_learn.py --algo dqn --top 30   # and cProfile's top functions
 
-Trains through ``LocalTrainer`` (as the benchmarks do, no evaluation) under ``cProfile`` with one
-torch thread, then prints the share of the run spent in the learn step and in acting / env
-stepping, and the functions with the most own time (CPU time, so other jobs on a shared
-machine do not count). cProfile's per-call overhead inflates
-Python-heavy code, so read the shares, not the absolute times.
+Trains through ``LocalTrainer`` (as the benchmarks do, no evaluation) with one torch thread and
+reports the process CPU time spent in each part of the loop (the learn step, acting, the vector
+env's step, the buffer), timed by wrapping those methods; then the aten ops one learn step
+dispatches (``torch.profiler``: the count is what per-op overhead scales with). CPU time, so
+other jobs on a shared machine inflate every part alike. ``--top N`` adds a cProfile listing.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import io
 import pstats
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import benchlib  # noqa: E402
 
-STEPS = {"ppo": 40_960, "dqn": 10_000, "rainbow": 10_000}
-#: (file fragment, function names) whose outermost call's cumulative time is a share of the run.
-PARTS = {
-    "learn step": ("single_agent/{algo}.py", ("learn",)),
-    "acting": ("single_agent/", ("act", "explore")),
-    "env step": ("gymnasium/vector", ("step",)),
-}
+STEPS = {"ppo": 40_960, "dqn": 20_000, "rainbow": 20_000}
 
 
-def manifest(algo: str, steps: int) -> dict:  # type: ignore[type-arg]
+def manifest(algo: str, steps: int) -> dict[str, Any]:
     if algo == "rainbow":
         import bench_rainbow
 
@@ -46,11 +44,76 @@ def manifest(algo: str, steps: int) -> dict:  # type: ignore[type-arg]
     return bench_cartpole._agilerl_manifest(algo, "CartPole-v1", steps, 0, steps)
 
 
+class Timers:
+    """CPU seconds and calls per wrapped method (the outermost call only, so nothing counts twice)."""
+
+    def __init__(self) -> None:
+        self.cpu: collections.Counter[str] = collections.Counter()
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.active = False
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        fn: Callable[..., Any] = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.active:
+                return fn(*args, **kwargs)
+            self.active = True
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.cpu[label] += time.process_time() - c0
+                self.calls[label] += 1
+                self.active = False
+
+        setattr(owner, name, timed)
+
+
+def instrument(algo: str, timers: Timers) -> None:
+    import gymnasium as gym
+
+    from agilerl_plugin_gym import buffers
+
+    timers.wrap(gym.vector.SyncVectorEnv, "step", "env step (8 or 4 CartPoles)")
+    if algo == "ppo":
+        from agilerl_plugin_gym.single_agent.ppo import PPO
+
+        timers.wrap(PPO, "learn", "learn (GAE done; 4 epochs x 16 minibatches)")
+        timers.wrap(PPO, "act", "act (actor + critic forward, sample)")
+        timers.wrap(buffers.RolloutBuffer, "add", "rollout buffer add")
+        timers.wrap(PPO, "obs_tensor", "obs -> tensor")
+        return
+    from agilerl_plugin_gym.single_agent.dqn import DQN
+    from agilerl_plugin_gym.single_agent.rainbow import RainbowDQN
+
+    cls = DQN if algo == "dqn" else RainbowDQN
+    timers.wrap(cls, "learn", "learn (one gradient step)")
+    timers.wrap(cls, "explore", "explore (acting)")
+    timers.wrap(buffers.ReplayBuffer, "add", "replay add")
+    timers.wrap(buffers.ReplayBuffer, "sample_many", "replay sample")
+    timers.wrap(buffers.ReplayBuffer, "sample", "replay sample")
+
+
+def learn_ops(agent: Any, strategy: Any, algo: str) -> dict[str, int]:
+    """aten ops dispatched by one learn call of the trained agent (on a batch from its own buffer)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    buf = getattr(strategy, "buffer", None)
+    if algo == "ppo" or buf is None or len(buf) < agent.batch_size:
+        return {}
+    batch = buf.sample(agent.batch_size, beta=0.4) if algo == "rainbow" else buf.sample(agent.batch_size)
+    agent.learn(batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        agent.learn(batch)
+    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", choices=sorted(STEPS), default="ppo")
     ap.add_argument("--steps", type=int, default=None)
-    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--top", type=int, default=0, help="also print cProfile's top N functions by own time")
     args = ap.parse_args()
     import torch
 
@@ -59,29 +122,39 @@ def main() -> None:
 
     record = benchlib.Record("gym/profile_learn")
     steps = args.steps or STEPS[args.algo]
+    timers = Timers()
+    instrument(args.algo, timers)
     trainer = LocalTrainer.from_manifest(manifest(args.algo, steps), run_dir=tempfile.mkdtemp(prefix="profile-"))
     trainer.strategy.evaluate = lambda agent, run: 0.0  # type: ignore[method-assign]
-    prof = cProfile.Profile(time.process_time)  # CPU time: other jobs on the machine do not count
-    t0, c0 = time.perf_counter(), time.process_time()
-    prof.enable()
-    trainer.train()
-    prof.disable()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    stats = pstats.Stats(prof)
-    total = max(v[3] for v in stats.stats.values())  # type: ignore[attr-defined]
-    shares = {}
-    for part, (where, names) in PARTS.items():
-        # the outermost call (the largest cumulative time), so nested calls do not double count
-        where = where.format(algo=args.algo)
-        cum = [v[3] for (file, _, fn), v in stats.stats.items() if fn in names and where in file]  # type: ignore[attr-defined]
-        shares[part] = max(cum, default=0.0) / total
-    print(f"{args.algo}: {steps} env steps, {wall:.1f} s wall, {cpu:.1f} CPU s under cProfile (CPU-time timer)")
-    print("share of the run: " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
-    print(out.getvalue())
-    record.save({"algo": args.algo, "steps": steps, "wall_s": wall, "cpu_s": cpu, "shares": shares,
-                 "top_tottime": out.getvalue()})  # fmt: skip
+    prof = cProfile.Profile(time.process_time) if args.top else None
+    c0 = time.process_time()
+    if prof is not None:
+        prof.enable()
+    result = trainer.train()
+    if prof is not None:
+        prof.disable()
+    total = time.process_time() - c0
+    print(f"{args.algo}: {steps:,} env steps in {total:.2f} CPU s ({steps / total:,.0f} env steps per CPU s"
+          f"{', under cProfile' if prof else ''}); load average {benchlib.loadavg()}")  # fmt: skip
+    parts = {}
+    for label, cpu in timers.cpu.most_common():
+        calls = timers.calls[label]
+        parts[label] = {"cpu_s": cpu, "share": cpu / total, "calls": calls, "us_per_call": cpu / calls * 1e6}
+        print(f"  {label:46s} {cpu:6.2f} s {cpu / total:6.1%}  {calls:6d} calls  {cpu / calls * 1e6:7.0f} us/call")
+    rest = total - sum(timers.cpu.values())
+    print(f"  {'the rest (strategy loop, bookkeeping)':46s} {rest:6.2f} s {rest / total:6.1%}")
+    ops = learn_ops(result.population[0], trainer.strategy, args.algo)
+    if ops:
+        print(f"  one learn call dispatches {sum(ops.values())} aten ops: "
+              + ", ".join(f"{k.removeprefix('aten::')} {v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:12]))  # fmt: skip
+    top = ""
+    if prof is not None:
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+        top = out.getvalue()
+        print(top)
+    record.save({"algo": args.algo, "steps": steps, "cpu_s": total, "parts": parts, "rest_cpu_s": rest,
+                 "learn_ops": ops, "cprofile_top": top})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from agilerl_plugin_gym.observations import rows
+from agilerl_plugin_gym.optim import FlatParameters
 
 __all__ = ["PPOSettings", "clipped_surrogate", "gae", "ppo_update", "rollout_plan"]
 
@@ -143,7 +144,7 @@ def ppo_update(
     data: Mapping[str, torch.Tensor],
     forward: Forward | None,
     optimizer: Optimizer,
-    params: Sequence[nn.Parameter],
+    params: Sequence[nn.Parameter] | FlatParameters,
     s: PPOSettings,
     *,
     seq_forward: SequenceForward | None = None,
@@ -185,7 +186,10 @@ def ppo_update(
             loss, pg, vl, ent, ratio, log_ratio = clipped_surrogate(new_lp, entropy, value, mb, s)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
+            if isinstance(params, FlatParameters):  # one norm and one scale over all gradients
+                params.clip_grad_norm_(s.max_grad_norm)
+            else:
+                nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
             optimizer.step()
             with torch.no_grad():
                 approx_kl = ((ratio - 1) - log_ratio).mean()

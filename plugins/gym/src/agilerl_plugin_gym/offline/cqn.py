@@ -49,7 +49,7 @@ class CQN(DQN):
         opt = self.optimizers["optimizer"]
         opt.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(net.parameters(), MAX_GRAD_NORM, foreach=True)
+        self.flat.clip_grad_norm_(MAX_GRAD_NORM)
         opt.step()
         self.soft_update()
         return {

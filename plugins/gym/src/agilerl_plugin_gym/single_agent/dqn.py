@@ -21,6 +21,7 @@ from torch import nn
 
 from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.observations import batch_size
+from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
@@ -53,7 +54,18 @@ class DQN(GymAlgorithm):
         self.eps_end, self.eps_decay = EPS_END, EPS_DECAY
 
     def build_optimizers(self) -> None:
-        self.optimizers = {"optimizer": self.make_optimizer(self.nets["actor"].parameters(), self.lr)}
+        # Flat storage: the Adam step and the soft target update are one kernel each instead of one
+        # per tensor (most of their time for a network this small; agilerl_plugin_gym.optim).
+        self.flat = FlatParameters(self.nets["actor"].parameters())
+        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.lr)}
+
+    def sync_targets(self) -> None:
+        super().sync_targets()
+        self.flat_target = FlatParameters(self.nets["actor_target"].parameters(), grads=False)
+
+    def soft_update(self, tau: float | None = None) -> None:
+        """Polyak-average the target network towards the online one (one kernel on the flat buffers)."""
+        self.flat_target.lerp_(self.flat, float(self.tau if tau is None else tau))
 
     # --- acting -----------------------------------------------------------------------------------
     def init_exploration(self, training: TrainingSpec) -> None:
@@ -120,7 +132,7 @@ class DQN(GymAlgorithm):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        self.soft_update()  # the off-policy engine's fused Polyak update (agilerl_plugin_gym.engine)
+        self.soft_update()  # one lerp over the flat buffers
         out = {"loss": loss.detach(), "q": q.detach().mean()}
         if weights is not None:  # new priorities: |TD error| (+ a floor so none is zero)
             out["priorities"] = (q - y).detach().abs() + PER_PRIOR_EPS

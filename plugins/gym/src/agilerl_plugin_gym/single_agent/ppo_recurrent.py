@@ -29,6 +29,7 @@ from agilerl.errors import AgileRLError
 from agilerl.models import LstmSpec, MlpSpec, NetworkSpec
 from agilerl_plugin_gym.engine.on_policy import ppo_update
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.optim import FlatParameters
 from agilerl_plugin_gym.single_agent.spaces import check_recurrent_observation_space
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class RecurrentPPOMixin:
         def parameters(self) -> list[torch.nn.Parameter]: ...
 
         optimizers: dict[str, Any]
+        flat: FlatParameters
 
     def init_recurrent(self, spec: Any) -> None:
         """Read the recurrent fields; give a recurrent policy an LSTM encoder if the manifest named none."""
@@ -202,7 +204,7 @@ class RecurrentPPOMixin:
         if not data:
             return {}
         opt = self.optimizers["optimizer"]
-        return ppo_update(data, None, opt, self.parameters(), self, seq_forward=self.evaluate_sequences)  # type: ignore[arg-type]
+        return ppo_update(data, None, opt, self.flat, self, seq_forward=self.evaluate_sequences)  # type: ignore[arg-type]
 
     # --- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:

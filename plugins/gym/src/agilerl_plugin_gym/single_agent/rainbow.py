@@ -25,7 +25,6 @@ import torch
 from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.networks.rainbow import RainbowNetwork, project_distribution
 from agilerl_plugin_gym.observations import batch_size
-from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
 from agilerl_plugin_gym.single_agent.dqn import DQN
 from agilerl_plugin_gym.single_agent.specs import RainbowDQNSpec
 
@@ -52,20 +51,6 @@ class RainbowDQN(DQN):
             normalize_images=bool(getattr(self.spec, "normalize_images", True)),
         )  # fmt: skip
         return net.to(self.device)
-
-    def build_optimizers(self) -> None:
-        # Flat storage: the Adam step, the gradient clip and the soft target update are one kernel
-        # each instead of one per tensor (most of their time for a network this small).
-        self.flat = FlatParameters(self.nets["actor"].parameters())
-        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.lr)}
-
-    def sync_targets(self) -> None:
-        super().sync_targets()
-        self.flat_target = FlatParameters(self.nets["actor_target"].parameters(), grads=False)
-
-    def soft_update(self, tau: float | None = None) -> None:
-        """Polyak-average the target network towards the online one (one kernel on the flat buffers)."""
-        self.flat_target.lerp_(self.flat, float(self.tau if tau is None else tau))
 
     def _noise(self, on: bool) -> None:
         """Noisy layers on (acting, learning) or off (greedy evaluation)."""

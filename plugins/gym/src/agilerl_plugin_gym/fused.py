@@ -1,0 +1,139 @@
+"""Acting with several small MLP networks that read one observation as a single chain of matmuls.
+
+A policy acts on a handful of observations every env step. For the 64-unit MLPs of classic
+control, most of such a call is per-module dispatch and per-layer kernel launches, not arithmetic;
+PPO pays it twice (actor and critic). :class:`FusedMLP` packs the layers of networks whose encoder
+and head are plain :class:`~agilerl_plugin_gym.networks.mlp.EvolvableMLP` chains (linear layers
+and elementwise activations, no LayerNorm) into one chain: first layers stacked (they read the
+same input), later layers block-diagonal, so the two networks cost about what one does. An
+encoder the networks share is run once.
+
+The packed weights are rebuilt only when a parameter changed, however it changed (an optimizer
+step, loaded weights, a parameter mutation): every call compares the parameters' flat buffer
+(:class:`~agilerl_plugin_gym.optim.FlatParameters`) with a snapshot taken at packing time, one
+``torch.equal`` over a few thousand floats. Between two updates a whole rollout reuses them.
+
+Outputs equal the separate networks' up to float rounding (a block-diagonal product sums the
+same terms plus exact zeros, in the kernel's own order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from agilerl_plugin_gym.networks.mlp import EvolvableMLP
+from agilerl_plugin_gym.networks.network import EvolvableNetwork
+from agilerl_plugin_gym.optim import FlatParameters
+
+__all__ = ["FusedMLP"]
+
+#: (weight, bias, activation module or None) of one linear layer.
+Layer = tuple[torch.Tensor, torch.Tensor, nn.Module | None]
+
+
+def mlp_layers(mlp: nn.Module) -> list[Layer] | None:
+    """An :class:`EvolvableMLP`'s layers, or None when it has anything but linears and activations."""
+    if not isinstance(mlp, EvolvableMLP) or mlp.layer_norm:
+        return None
+    layers: list[Layer] = []
+    for lin, norm, act in zip(mlp.linears, mlp.norms, mlp.acts, strict=True):
+        if not isinstance(norm, nn.Identity):
+            return None
+        layers.append((lin.weight, lin.bias, None if isinstance(act, nn.Identity) else act))
+    out_act = mlp.output_act
+    layers.append((mlp.output.weight, mlp.output.bias, None if isinstance(out_act, nn.Identity) else out_act))
+    return layers
+
+
+def _plain(net: nn.Module) -> bool:
+    """A network whose forward is ``head(encoder(preprocess(obs)))`` with MLP encoder and head."""
+    return (
+        isinstance(net, EvolvableNetwork)
+        and net.encoder_arch == "mlp"
+        and net.extra_in == 0
+        and mlp_layers(net.encoder) is not None
+        and mlp_layers(net.head) is not None
+    )
+
+
+def _same_activations(chains: Sequence[list[Layer]]) -> bool:
+    for layers in zip(*chains, strict=True):
+        acts = [repr(act) for _, _, act in layers]
+        if len(set(acts)) != 1:
+            return False
+    return True
+
+
+def _pack(chains: Sequence[list[Layer]]) -> list[Layer]:
+    """One chain computing every chain's output side by side (they read the same input)."""
+    packed: list[Layer] = []
+    for depth, layers in enumerate(zip(*chains, strict=True)):
+        weights = [w.detach() for w, _, _ in layers]
+        weight = torch.cat(weights, 0) if depth == 0 else torch.block_diag(*weights)
+        packed.append((weight, torch.cat([b.detach() for _, b, _ in layers]), layers[0][2]))
+    return packed
+
+
+class FusedMLP:
+    """Inference forward of ``nets`` (plain-MLP :class:`EvolvableNetwork` s) on one input, packed.
+
+    :param nets: the networks, in the order their outputs are returned.
+    :param flat: the flat buffer holding every parameter of ``nets`` (its version says when to repack).
+
+    :meth:`supports` says whether the nets qualify (same depth and activations, MLP encoders and
+    heads without LayerNorm, and either one shared encoder or none shared); callers fall back to
+    the networks themselves otherwise.
+    """
+
+    def __init__(self, nets: Sequence[nn.Module], flat: FlatParameters) -> None:
+        self.nets = list(nets)
+        self.flat = flat
+        self._snapshot: torch.Tensor | None = None  # flat.data when last packed
+        self._prefix: list[Layer] = []
+        self._packed: list[Layer] = []
+        self._splits = [int(net.head.out_dim) for net in self.nets]  # type: ignore[union-attr]
+
+    @staticmethod
+    def supports(nets: Sequence[nn.Module]) -> bool:
+        if not nets or not all(_plain(n) for n in nets):
+            return False
+        encoders = [n.encoder for n in nets]  # type: ignore[union-attr]
+        shared = all(e is encoders[0] for e in encoders)
+        if not shared and len({id(e) for e in encoders}) != len(encoders):
+            return False  # some but not all share an encoder: not worth a special case
+        chains = [mlp_layers(n.head) for n in nets] if shared else [
+            [*mlp_layers(n.encoder), *mlp_layers(n.head)] for n in nets]  # type: ignore[misc,union-attr]  # fmt: skip
+        return len({len(c) for c in chains}) == 1 and _same_activations(chains)  # type: ignore[arg-type]
+
+    def _repack(self) -> None:
+        nets = self.nets
+        encoders = [n.encoder for n in nets]  # type: ignore[union-attr]
+        if all(e is encoders[0] for e in encoders):
+            self._prefix = [(w.detach(), b.detach(), a) for w, b, a in mlp_layers(encoders[0]) or []]
+            self._packed = _pack([mlp_layers(n.head) or [] for n in nets])  # type: ignore[union-attr]
+        else:
+            self._prefix = []
+            self._packed = _pack([[*(mlp_layers(n.encoder) or []), *(mlp_layers(n.head) or [])] for n in nets])  # type: ignore[union-attr]
+
+    def _current(self) -> None:
+        self.flat.ensure()  # parameters re-seated since (a deepcopy, .to()): back into the buffer
+        data = self.flat.data
+        snap = self._snapshot
+        if snap is None or snap.shape != data.shape or not torch.equal(snap, data):
+            with torch.no_grad():
+                self._repack()
+            self._snapshot = data.clone()
+
+    def __call__(self, obs: Any) -> tuple[torch.Tensor, ...]:
+        """Every network's output for ``obs`` (no gradient)."""
+        self._current()
+        x = self.nets[0].preprocess(obs)  # type: ignore[operator]
+        for weight, bias, act in (*self._prefix, *self._packed):
+            x = nn.functional.linear(x, weight, bias)
+            if act is not None:
+                x = act.forward(x)
+        return x.split(self._splits, dim=-1)
