@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -146,3 +147,13 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or not math.isfinite(a) or not math.isfinite(b) or b == 0:
         return None
     return a / b
+
+
+def paired(ours: list[float], theirs: list[float]) -> tuple[float, list[float]]:
+    """The median over repeats of ours / theirs within each repeat, and the per-repeat ratios.
+
+    The sides of one repeat run back to back, so each repeat's ratio sees one load; a median of
+    each side's own figures would pair a quiet run of one side with a loaded run of the other.
+    """
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    return statistics.median(ratios), ratios

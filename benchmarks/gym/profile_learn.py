@@ -93,6 +93,13 @@ def instrument(algo: str, timers: Timers) -> None:
     timers.wrap(buffers.ReplayBuffer, "add", "replay add")
     timers.wrap(buffers.ReplayBuffer, "sample_many", "replay sample")
     timers.wrap(buffers.ReplayBuffer, "sample", "replay sample")
+    if algo == "rainbow":
+        from agilerl_plugin_gym.engine.replay_per import NStepCollector, PrioritizedReplayBuffer
+
+        timers.wrap(PrioritizedReplayBuffer, "add", "replay add")
+        timers.wrap(PrioritizedReplayBuffer, "sample", "prioritized sample")
+        timers.wrap(PrioritizedReplayBuffer, "update_priorities", "priority update")
+        timers.wrap(NStepCollector, "step", "n-step returns")
 
 
 def learn_ops(agent: Any, strategy: Any, algo: str) -> dict[str, int]:
