@@ -220,8 +220,8 @@ def test_population_members_share_the_frozen_base(tiny_model_dir: Path, tokenize
         "environment": {"env_type": "dataset", "dataset_path": "unused.jsonl"},
     })  # fmt: skip
     env = SimpleNamespace(tokenizer=tokenizer)
-    agents = [LLMBuilder.build_for_run(manifest.algorithm, env=env, manifest=manifest,
-                                       runtime=AlgorithmBuildRuntime(index=i)) for i in range(2)]  # fmt: skip
+    agents = LLMBuilder.build_population(manifest.algorithm, env=env, manifest=manifest,
+                                         runtimes=[AlgorithmBuildRuntime(index=i) for i in range(2)])  # fmt: skip
     first, second = ({id(p): p.requires_grad for p in a.model.parameters()} for a in agents)
     shared = first.keys() & second.keys()
     assert shared and shared == {k for k, trains in first.items() if not trains}
