@@ -67,8 +67,8 @@ class AlgorithmBuilder:
         """Build a run's whole population, one member per runtime, in index order.
 
         The default builds each member on its own with :meth:`build_for_run`. A builder whose
-        members can share something (the LLM builder: one frozen base model under every member's
-        adapters) overrides this; the trainer loads each ``runtime.resume_state`` afterwards.
+        members can share something (one frozen base model under every member's adapters, say)
+        overrides this; the trainer loads each ``runtime.resume_state`` afterwards.
         """
         return [cls.build_for_run(spec, env=env, manifest=manifest, runtime=runtime) for runtime in runtimes]
 

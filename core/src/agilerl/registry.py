@@ -140,7 +140,7 @@ class HookTable(_Table[Any]):
     entry's provider, a duplicate named with both providers, an unknown name with the closest
     match, a refill when plugins change) in one line::
 
-        ROLLOUT_SOURCES = HookTable("agilerl_llm_register_rollout_sources", kind="rollout source")
+        SOURCES = HookTable("myplugin_register_sources", kind="source")
 
     Implementations call ``register(name, value, **extra)``; ``extra`` is kept in
     :attr:`Entry.extra`. A hook that no loaded plugin declares gives an empty table.

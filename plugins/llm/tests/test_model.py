@@ -15,10 +15,10 @@ import torch
 from agilerl.builders import AlgorithmBuildRuntime
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.algorithms.base import sequence_logprobs
-from agilerl_plugin_llm.algorithms.dpo import DPO
-from agilerl_plugin_llm.algorithms.sft import SFT
 from agilerl_plugin_llm.builder import LLMBuilder
-from agilerl_plugin_llm.specs import DPOSpec, SFTSpec
+from agilerl_plugin_llm.dataset.dpo import DPO
+from agilerl_plugin_llm.dataset.sft import SFT
+from agilerl_plugin_llm.dataset.specs import DPOSpec, SFTSpec
 
 LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
 
