@@ -42,6 +42,7 @@ from gymnasium import spaces
 
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
+from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 
 WrapperLike = tuple[Any, dict[str, Any]] | str | Callable[..., Any]
 
@@ -150,7 +151,7 @@ def make_single_pz_env(spec: Any, wrappers: Sequence[WrapperLike] | None = None)
     else:
         where = f"environment.name {name!r}"
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(resolve_module_name(name))
         except ImportError as exc:
             hint = closest(name, _module_candidates(name))
             raise PettingZooEnvError(
