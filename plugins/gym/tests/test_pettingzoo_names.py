@@ -24,7 +24,9 @@ def _problems(env: dict[str, object]) -> list[str]:
 def test_old_mpe_name_is_the_mpe2_env_with_the_same_spaces() -> None:
     import mpe2.simple_spread_v3
 
-    manifest = load_manifest({"algorithm": {"name": "IPPO"}, "environment": {"name": "pettingzoo.mpe.simple_spread_v3"}})
+    manifest = load_manifest(
+        {"algorithm": {"name": "IPPO"}, "environment": {"name": "pettingzoo.mpe.simple_spread_v3"}}
+    )
     ours = make_single_pz_env(manifest.environment)
     theirs = mpe2.simple_spread_v3.parallel_env()
     assert ours.possible_agents == theirs.possible_agents
