@@ -66,6 +66,24 @@ def needs_mujoco(env_id: str) -> str:
     )
 
 
+_HAS_GEM = importlib.util.find_spec("gem") is not None
+
+
+_GEM_MISSING = {
+    "sudoku": "environment: env_name 'game:Sudoku-v0-hard' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:Sudoku-v0-har...)",
+    "guess": "environment: env_name 'game:GuessTheNumber-v0-easy' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:GuessTheNumbe...)",
+}
+
+
+def needs_gem(game: str, *others: str) -> str | list[str]:
+    """A GEM game manifest (``sudoku`` or ``guess``): its other problems, plus the install message where
+    gem-llm (the LLM plugin's gem extra, which scripts/install.sh installs) is missing."""
+    lines = [*others, *([] if _HAS_GEM else [_GEM_MISSING[game]])]
+    if not lines:
+        return VALID
+    return lines[0] if len(lines) == 1 else lines
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": VALID,
@@ -79,32 +97,32 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/dqn/dqn_mfpbt.yaml": VALID,
     "configs/training/dqn/dqn_rainbow.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/llm_finetuning/cispo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
-    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": [
+    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": needs_gem(
+        "sudoku",
         "algorithm: strip_multimodal_towers is not supported; remove it (got {'tensor_parallel_size': 1, 'gpu_memory_utilization': 0.9...)",
-        "environment: env_name 'game:Sudoku-v0-hard' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:Sudoku-v0-har...)",
-    ],
-    "configs/training/llm_finetuning/cispo_quant_bench.yaml": [
-        "algorithm: quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs a CUDA GPU and the bitsandbytes package (pip install 'agilerl-plugin-llm[qlora]' on a CUDA machine); bitsandbytes is not installed here. Remove it (or set quantization: none) to train in full precision; activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
-        "environment: env_name 'game:Sudoku-v0-hard' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:Sudoku-v0-har...)",
-    ],
-    "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": [
-        "algorithm: quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs a CUDA GPU and the bitsandbytes package (pip install 'agilerl-plugin-llm[qlora]' on a CUDA machine); bitsandbytes is not installed here. Remove it (or set quantization: none) to train in full precision; activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
-        "environment: env_name 'game:GuessTheNumber-v0-easy' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:GuessTheNumbe...)",
-    ],
+    ),
+    "configs/training/llm_finetuning/cispo_quant_bench.yaml": needs_gem(
+        "sudoku",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+    ),
+    "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": needs_gem(
+        "guess",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+    ),
     "configs/training/llm_finetuning/dpo.yaml": VALID,
     "configs/training/llm_finetuning/grpo.yaml": VALID,
-    "configs/training/llm_finetuning/grpo_multiturn.yaml": [
+    "configs/training/llm_finetuning/grpo_multiturn.yaml": needs_gem(
+        "guess",
         "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 16, 'group_size': 4, 'lr': 0.0003, 'beta':...)",
-        "environment: env_name 'game:GuessTheNumber-v0-easy' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:GuessTheNumbe...)",
-    ],
+    ),
     "configs/training/llm_finetuning/gspo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
     "configs/training/llm_finetuning/ppo_llm.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_c...)",
     "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": "algorithm: use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false (got {'batch_size': 32, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_...)",
     "configs/training/llm_finetuning/reinforce_llm.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr': 5e-06, 'clip_coef'...)",
-    "configs/training/llm_finetuning/reinforce_quant_bench.yaml": [
+    "configs/training/llm_finetuning/reinforce_quant_bench.yaml": needs_gem(
+        "sudoku",
         "algorithm: lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules (got {'batch_size': 1, 'beta': 0, 'lr': 5e-05, 'clip_coef': 0....)",
-        "environment: env_name 'game:Sudoku-v0-hard' is a GEM env, built with gem.make: install gem-llm (pip install gem-llm), or give entrypoint: module:Class for your own text env (got {'env_type': 'multiturn', 'env_name': 'game:Sudoku-v0-har...)",
-    ],
+    ),
     "configs/training/multi_agent/ippo.yaml": VALID,
     "configs/training/multi_agent/ippo_mfpbt.yaml": VALID,
     "configs/training/multi_agent/ippo_pong.yaml": VALID,
