@@ -65,6 +65,9 @@ REENTRANT = {
     """,
 }
 
+# A third party's A2C under the name the tutorial package once had: installed side by side now.
+THIRD_A2C = {"hooks.py": "# registers nothing: what matters is that it and the tutorial are both installed\n"}
+
 BROKEN = {"hooks.py": "raise ImportError('thirdparty_broken needs libfoo 2, found libfoo 1')\n"}
 
 
@@ -85,6 +88,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pkgs = [
         _package(root, "thirdparty-reentrant", "aaa_reentrant", "thirdparty_reentrant", REENTRANT),
         _package(root, "thirdparty-broken", "aab_broken", "thirdparty_broken", BROKEN),
+        _package(root, "agilerl-plugin-a2c", "a2c", "their_a2c", THIRD_A2C),
     ]
     target = root / "site"
     subprocess.run(
@@ -151,3 +155,10 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(site: Pa
     # strict mode (tests, CI) stops at it instead
     proc = _run(["algorithms"], site, tmp_path, strict=True)
     assert proc.returncode != 0 and "thirdparty-broken 0.3.1" in proc.stderr
+
+
+def test_a_third_party_agilerl_plugin_a2c_does_not_replace_the_tutorial(site: Path, tmp_path: Path) -> None:
+    proc = _run(["plugins", "--json"], site, tmp_path, strict=False)
+    infos = {p["name"]: p for p in json.loads(proc.stdout)}
+    assert infos["a2c"]["distribution"] == "agilerl-plugin-a2c" and infos["a2c"]["error"] is None
+    assert infos["tutorial_a2c"]["distribution"] == "agilerl-tutorial-a2c" and infos["tutorial_a2c"]["error"] is None

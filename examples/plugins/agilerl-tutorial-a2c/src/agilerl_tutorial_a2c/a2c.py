@@ -14,11 +14,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from agilerl_plugin_a2c.specs import A2CSpec
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.spaces import check_spaces
+from agilerl_tutorial_a2c.specs import A2CSpec
 
 
 class A2C(GymAlgorithm):
