@@ -61,8 +61,11 @@ def _load(path: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from agilerl.strategies import check_algorithm
+
     try:
         manifest = _load(args.manifest, args.set or ())
+        check_algorithm(manifest.algorithm)  # imports the algorithm's module: a plugin's missing method
     except ManifestError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [{"path": p.path, "message": p.message} for p in exc.problems]})

@@ -24,6 +24,8 @@ from agilerl_tutorial_a2c.specs import A2CSpec
 class A2C(GymAlgorithm):
     """Synchronous advantage actor-critic for Discrete actions."""
 
+    #: The version of the on-policy protocol (agilerl_plugin_gym.protocols.ON_POLICY) this class implements.
+    protocol_version = 1
     policy_name = "actor"
     eval_names = ("actor", "critic")
     lr_optimizers = {"lr": ("optimizer",)}

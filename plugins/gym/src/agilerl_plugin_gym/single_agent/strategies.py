@@ -47,6 +47,7 @@ from agilerl_plugin_gym.engine.replay_per import (
 )
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.observations import field_layout
+from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -93,6 +94,7 @@ class OnPolicyStrategy(GymStrategy):
     """
 
     regime = "on_policy"
+    algorithm_protocol = ON_POLICY
     #: Every learn() resets the env from a seed of its own and uses no shared buffer.
     independent_members = True
 
@@ -170,6 +172,7 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
     """Act, store in the shared replay buffer, and update every ``learn_step`` env steps."""
 
     regime = "off_policy"
+    algorithm_protocol = OFF_POLICY
 
     @property
     def buffer(self) -> ReplayBuffer | None:
