@@ -117,7 +117,7 @@ def protocol_methods(protocol: type) -> list[str]:
     """The methods ``protocol`` (and the protocols it extends) declares, sorted."""
     names: set[str] = set()
     for base in protocol.__mro__:
-        if base in (object, Protocol) or not getattr(base, "_is_protocol", False):
+        if base in (object, Protocol) or Protocol not in base.__bases__:  # a protocol names Protocol as a base
             continue
         names |= {n for n, v in vars(base).items() if not n.startswith("_") and callable(v)}
     return sorted(names)
