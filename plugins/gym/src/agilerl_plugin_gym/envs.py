@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -31,7 +32,9 @@ import numpy as np
 
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
-from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.env_spec import GymEnvSpec, cpu_cores
+
+log = logging.getLogger("agilerl.gym.envs")  # under "agilerl": the CLI shows it
 
 __all__ = ["GymEnvError", "check_gym_id", "make_env", "make_gym_env", "make_single_env", "resolve_import"]
 
@@ -202,7 +205,7 @@ def make_gym_env(
         manifest's ``env_wrappers``.
     :param wrappers: more wrappers, each ``(class_or_path, kwargs)``, an import path or a callable,
         applied after ``env_wrappers`` and before ``extra_wrappers``.
-    :returns: ``SyncVectorEnv`` when ``spec.sync`` else ``AsyncVectorEnv`` (next-step autoreset).
+    :returns: ``SyncVectorEnv`` when ``spec.use_sync`` else ``AsyncVectorEnv`` (next-step autoreset).
     """
     make_raw = _maker(spec)
     wrapper_list = _wrapper_list(spec.env_wrappers, "environment.env_wrappers")
@@ -218,7 +221,13 @@ def make_gym_env(
     except Exception as exc:
         raise GymEnvError(f"environment {spec.label!r}: creating the env failed: {type(exc).__name__}: {exc}") from exc
     fns = [thunk] * spec.num_envs
-    if spec.sync:
+    if spec.sync is None and spec.use_sync and spec.num_envs > 1:
+        log.info(
+            "environment: %d envs step in one process (SyncVectorEnv): more envs than this machine's %d CPU "
+            "cores; set environment.sync: false for a process per env",
+            spec.num_envs, cpu_cores(),
+        )  # fmt: skip
+    if spec.use_sync:
         # Reuse the probe as the first env instead of throwing it away.
         return gym.vector.SyncVectorEnv([lambda: probe, *fns[1:]])
     probe.close()
