@@ -155,11 +155,38 @@ def _maker(spec: GymEnvSpec) -> Callable[[], gym.Env[Any, Any]]:
     return partial(gym.make, spec.env_id, **cfg)
 
 
+_mujoco_routed = False
+
+
+def _uses_mujoco(spec: GymEnvSpec) -> bool:
+    """Whether the env is a MuJoCo one (its registered entry point, or the import path given)."""
+    target = spec.factory or spec.entrypoint or spec.env_id
+    if ":" not in target and "." not in target:
+        try:
+            target = str(gym.spec(target).entry_point)
+        except Exception:
+            return False
+    return "mujoco" in target.lower()
+
+
+def _route_mujoco_warnings(spec: GymEnvSpec) -> None:
+    """MuJoCo's default warning handler appends to ``MUJOCO_LOG.TXT`` in the working directory (a
+    deprecated XML attribute in a gymnasium model is enough): send its warnings to the log instead."""
+    global _mujoco_routed
+    if _mujoco_routed or not _uses_mujoco(spec) or importlib.util.find_spec("mujoco") is None:
+        return
+    import mujoco
+
+    mujoco.set_mju_user_warning(lambda msg: log.warning("MuJoCo: %s", str(msg).strip()))
+    _mujoco_routed = True
+
+
 def _single(
     spec: GymEnvSpec,
     make_raw: Callable[[], gym.Env[Any, Any]],
     wrappers: list[tuple[Callable[..., Any], dict[str, Any]]],
 ) -> gym.Env[Any, Any]:
+    _route_mujoco_warnings(spec)
     env = make_raw()
     if not isinstance(env, gym.Env):
         raise GymEnvError(
