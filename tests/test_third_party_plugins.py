@@ -58,9 +58,7 @@ REENTRANT = {
 
         @hookimpl
         def agilerl_register_algorithms(register):
-            from agilerl_plugin_gym.single_agent.spaces import declare_space_rules
-
-            declare_space_rules("ThirdDQN", like="DQN")
+            # DQNSpec's space_rules come with the subclass.
             register(ThirdDQNSpec, name="ThirdDQN", algorithm="agilerl_plugin_gym.single_agent.dqn:DQN")
     """,
 }
