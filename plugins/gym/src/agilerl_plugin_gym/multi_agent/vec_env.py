@@ -43,6 +43,7 @@ from gymnasium import spaces
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
 from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
+from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 
 WrapperLike = tuple[Any, dict[str, Any]] | str | Callable[..., Any]
 
@@ -129,7 +130,7 @@ def make_single_pz_env(spec: Any, wrappers: Sequence[WrapperLike] | None = None)
     else:
         where = f"environment.name {name!r}"
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(resolve_module_name(name))
         except ImportError as exc:
             hint = closest(name, _module_candidates(name))
             raise PettingZooEnvError(
