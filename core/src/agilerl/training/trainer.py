@@ -11,7 +11,7 @@ from typing import Any
 from agilerl.builders import select_builder
 from agilerl.errors import AgileRLError
 from agilerl.models.manifest import TrainingManifest, load_manifest
-from agilerl.strategies import select_strategy
+from agilerl.strategies import check_algorithm, select_strategy
 from agilerl.training.assembly import assemble_run, resolve_device
 from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, evolutionary_loop
@@ -59,6 +59,7 @@ class LocalTrainer:
         self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
+        check_algorithm(manifest.algorithm, self.strategy)  # a plugin's missing method, named before anything is built
         # Started in several processes (torchrun, accelerate launch, agilerl train --num-processes):
         # only a strategy that splits its work may run so.
         require_multi_process(self.strategy, manifest.algorithm.name, world_size())
