@@ -188,6 +188,7 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     stored = payload.get("manifest") or {}
     if args.manifest:
         data, source = read_manifest_file(args.manifest), args.manifest
+        checkpoint.check_same_algorithm(args.resume, stored, data)
     else:
         # Checked before validation: validating a custom env imports it.
         require_trust(args.resume, stored, trusted=args.trust_checkpoint)
@@ -212,6 +213,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device=args.device,
         member=args.member,
         which=args.which,
+        trust=args.trust_checkpoint,
+        manifest=args.manifest,
     )
     if args.json:
         _print_json(result.as_dict())
@@ -231,7 +234,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export_policy(args: argparse.Namespace) -> int:
     from agilerl.export import export_policy
 
-    out = export_policy(args.source, format=args.format, output=args.output, member=args.member, which=args.which)
+    out = export_policy(
+        args.source, format=args.format, output=args.output, member=args.member, which=args.which,
+        trust=args.trust_checkpoint, manifest=args.manifest,
+    )  # fmt: skip
     print(f"wrote {out} (input 'observation': a batch of raw observations; output 'action')")
     return 0
 
@@ -384,6 +390,14 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--which", choices=["best", "last", "elite"], default="best",
             help="in a run directory: best.pt (best ever, default), last.pt or elite.pt",
+        )  # fmt: skip
+        q.add_argument(
+            "--manifest", metavar="MANIFEST", help="rebuild the agent from this manifest, not the stored one"
+        )
+        q.add_argument(
+            "--trust-checkpoint", action="store_true",
+            help="import the code the checkpoint's stored manifest names (custom env, wrappers) even if no plugin "
+            "registers it",
         )  # fmt: skip
 
     p = sub.add_parser("eval", help="play evaluation episodes with a trained agent")

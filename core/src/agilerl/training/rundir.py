@@ -54,7 +54,7 @@ def RunDirLock(run_dir: Path) -> Iterator[None]:  # noqa: N802 - used like a cla
         return
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)  # the umask applies
     except OSError as exc:
         raise RunDirError(f"cannot create the run directory {run_dir}: {exc.strerror or exc}") from None
     try:
@@ -106,11 +106,15 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 
 def latest_checkpoint(directory: Path) -> Path:
-    """The newest checkpoint in ``directory`` (numbered, final or interrupted), by modification time."""
+    """The newest intact checkpoint in ``directory`` (numbered, final or interrupted), by modification
+    time: a damaged newer one (truncated, failing its digest) is skipped with a warning naming it."""
+    from agilerl import checkpoint
+
     found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
     if not found:
-        raise RunDirError(f"no checkpoint in {directory} (looked for checkpoint*.pt)")
-    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
+        raise checkpoint.no_checkpoint(directory, "checkpoint*.pt")
+    newest_first = sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+    return checkpoint.newest_intact(newest_first)[0]
 
 
 def remove_stale_temp_files(run_dir: Path) -> list[Path]:

@@ -92,6 +92,9 @@ class LocalTrainer:
         self._resume: dict[str, Any] | None = resume_payload
         if self.resume_from is not None and self._resume is None:
             self._resume = checkpoint.load(self.resume_from)
+        if self._resume is not None:  # a CQN population is no RainbowDQN: say so, not KeyError
+            checkpoint.check_same_algorithm(self.resume_from or "the checkpoint", self._resume.get("manifest"),
+                                            manifest.to_dict())  # fmt: skip
         t = manifest.training
         self.device = resolve_device(device or t.device)
         self.progress = t.progress if progress is None else progress
