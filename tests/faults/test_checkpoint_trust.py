@@ -164,7 +164,7 @@ def test_flipped_bytes_are_detected_and_the_file_named(ppo_run: Path, tmp_path: 
     data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
     bad = tmp_path / src.name
     bad.write_bytes(bytes(data))
-    with pytest.raises(checkpoint.CheckpointCorruptError, match="is damaged|cannot read") as info:
+    with pytest.raises(checkpoint.CheckpointCorruptError, match=r"is damaged|cannot read") as info:
         checkpoint.load(bad)
     assert str(bad) in str(info.value)
 
