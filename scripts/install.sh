@@ -23,8 +23,11 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   "${pip[@]}" install -q "${constraints[@]}" torch
 fi
 packages=(-e "core[ray]")  # the ray extra: the Ray-backend tests run on a fresh machine too
+# A plugin's pyproject.toml may name extras to install with it ([tool.agilerl] install-extras = "a,b").
 for dir in plugins/*/; do
-  [ -f "$dir/pyproject.toml" ] && packages+=(-e "${dir%/}")
+  [ -f "$dir/pyproject.toml" ] || continue
+  extras=$(sed -n 's/^install-extras = "\(.*\)"/\1/p' "$dir/pyproject.toml")
+  packages+=(-e "${dir%/}${extras:+[$extras]}")
 done
 # Example plugins whose pyproject.toml opts in ([tool.agilerl] install-by-default = true): the test
 # suite trains them (e.g. the A2C tutorial plugin); the others are installed by their tests on demand.

@@ -72,6 +72,36 @@ def test_a_broken_plugin_is_reported_and_the_others_still_work(site: Path) -> No
     assert info.error == "RuntimeError: kaboom"
 
 
+def test_a_plugin_whose_hook_raises_is_named_and_skipped(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    hook = "from agilerl import hookimpl\n\n@hookimpl\ndef agilerl_register_algorithms(register):\n    raise KeyError('x')\n"
+    make_distribution(site, "broken-plugin", "broken_plugin", hook, version="0.9")
+    with pytest.warns(
+        plugins.PluginLoadWarning, match=r"'broken_plugin' \(broken-plugin 0.9\) failed in agilerl_register_"
+    ):
+        assert "GoodAlgo" in MANIFEST_REGISTRY.names()
+    info = {i.name: i for i in plugins.plugin_infos()}["broken_plugin"]
+    assert info.error == "agilerl_register_algorithms: KeyError: 'x'"
+    MANIFEST_REGISTRY.invalidate()
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match=r"broken-plugin 0\.9"):
+        MANIFEST_REGISTRY.names()
+
+
+def test_a_plugin_using_lazy_core_names_at_import_loads_once(site: Path) -> None:
+    """Re-entrant loading: the plugin's import asks a registry (via agilerl.models) mid-load."""
+    source = GOOD.replace(
+        "from agilerl.models import AlgorithmSpec", "from agilerl.models import AlgorithmSpec, GoodAlgoSpec as _"
+    )
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "dup-lazy", "dup_lazy", source.replace("GoodAlgoSpec(", "LazyAlgoSpec(")
+                      .replace("register(GoodAlgoSpec)", "register(LazyAlgoSpec)"))  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert {"GoodAlgo", "LazyAlgo"} <= set(MANIFEST_REGISTRY.names())
+    assert all(i.error is None for i in plugins.plugin_infos())
+
+
 def test_strict_mode_reraises(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_distribution(site, "broken-plugin", "broken_plugin", "raise RuntimeError('kaboom')\n")
     monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")

@@ -113,7 +113,7 @@ c("ppo_unknown_gym_id", PPO, {"environment.name": "CartPoel-v1"}, "environment.n
 c("ppo_wrong_api_version", PPO, {"apiVersion": "agilerl.com/v9"}, "apiVersion", "unknown manifest version")
 c("ppo_continuous_actions_for_dqn", DQN, {"environment.name": "Pendulum-v1"}, "environment: DQN needs a Discrete action space", "DQN on a continuous action space")
 c("ppo_encoder_arch_unknown", PPO, {"network": {"encoder_config": {"arch": "transformer"}}}, "network: encoder_config.arch 'transformer' is not an encoder kind", "unknown encoder")
-c("ppo_mlp_ranges", PPO, {"network": {"encoder_config": {"arch": "mlp", "min_mlp_nodes": 512, "max_mlp_nodes": 8}}}, "network.encoder_config.mlp: min_mlp_nodes must be <= max_mlp_nodes", "min above max")
+c("ppo_mlp_ranges", PPO, {"network": {"encoder_config": {"arch": "mlp", "min_mlp_nodes": 512, "max_mlp_nodes": 8}}}, "network.encoder_config: min_mlp_nodes must be <= max_mlp_nodes", "min above max")
 c("ppo_llm_field_on_rl", PPO, {"network": {"pretrained_model_name_or_path": "gpt2"}}, "network.pretrained_model_name_or_path", "an LLM field on PPO")
 c("ppo_evo_epochs_without_num_epochs", PPO, {"training.evo_epochs": 2}, "training: evo_epochs needs num_epochs", "evo_epochs needs num_epochs")
 # --- cross-field ---
@@ -232,6 +232,14 @@ c("cqn_no_dataset", CQN, {"environment.dataset_path": DEL}, "environment: an off
 c("cqn_both_sources", CQN, {"environment.minari_dataset_id": "cartpole/random-v0"}, "environment: give either dataset_path", "two dataset sources")
 c("cqn_gym_env_type", CQN, {"environment.env_type": "gym", "environment.dataset_path": DEL}, "environment.env_type: CQN trains on offline environments", "CQN on an online env")
 c("cqn_continuous_actions", CQN, {"environment.name": "Pendulum-v1"}, "environment: CQN needs a Discrete action space", "CQN on continuous actions")
+# --- run-time needs checked at validation (issue 27) ---
+MFPBT = {"training.pop_size": 6, "mutation": {"probabilities": {"no_mut": 1.0}}}
+c("ppo_pop_size_10000", PPO, {"training.pop_size": 10000}, "training.pop_size: 10000 members is more than a run takes (at most 1024)", "a population no generation would finish (passes the memory floor)")
+c("ppo_mfpbt_strategy_typo", PPO, {**MFPBT, "selection_strategy": {"strategy": "multi_frequncy", "n_subpopulations": 2}}, "selection_strategy.strategy: unknown strategy 'multi_frequncy'; did you mean 'multi_frequency'?", "a typo in the MF-PBT strategy name")
+c("ppo_mfpbt_pop_not_divisible", PPO, {**MFPBT, "training.pop_size": 7, "selection_strategy": {"strategy": "multi_frequency", "n_subpopulations": 2}}, "selection_strategy: training.pop_size (7) must split into 2 sub-populations", "MF-PBT sub-populations that do not divide the population")
+c("ppo_list_for_a_number", PPO, {"algorithm.learn_step": [64]}, "algorithm.learn_step: Input should be a valid integer (got [64]); this field takes one value, not a list", "a list where one number goes (as --set gives it)")
+c("ppo_comma_text_for_a_list", PPO, {"network": {"encoder_config": {"hidden_size": "64,64"}}}, "network.encoder_config.hidden_size: Input should be a valid list (got '64,64'); write a list in brackets", "a comma-separated string where a list goes (--set x=64,64)")
+c("ppo_ray_cpus_per_member_huge", PPO, {"training.backend": "ray", "training.num_cpus_per_member": 100000}, "training.num_cpus_per_member: 100000 CPUs per member, but this machine has", "a Ray worker asking for more CPUs than the machine has (it would wait forever)")
 # fmt: on
 
 written = 0

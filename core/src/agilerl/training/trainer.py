@@ -172,9 +172,9 @@ class LocalTrainer:
         manifest = self.manifest
         t = manifest.training
         seed = t.seed
+        backend = make_backend(t)  # before torch, any env or model: a missing Ray or a dead address fails here
         _seed_everything(seed, t.torch_threads, self.device)
         strategy = self.strategy
-        backend = make_backend(t)  # before any env or model: a missing Ray fails here
         loop = strategy.get_training_loop(manifest.algorithm)
         if backend.name != "local" and loop is not evolutionary_loop:
             raise AgileRLError(

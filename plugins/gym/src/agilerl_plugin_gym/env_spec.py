@@ -6,6 +6,7 @@ or torch. Construction lives in :mod:`agilerl_plugin_gym.envs`.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
@@ -73,9 +74,11 @@ class GymEnvSpec(EnvSpec):
     def env_id(self) -> str:
         """The gymnasium id this spec names (``name`` plus ``-v<version>`` when given)."""
         name = self.name
-        if self.version is not None and "-v" not in name:
-            name = f"{name}-v{self.version}"
-        return name
+        if self.version is None or re.search(r"-v\d+$", name):
+            return name
+        # `version: v1` and `version: 1` both mean "-v1" (highway-env's "merge-v0" style names)
+        version = str(self.version)
+        return f"{name}-v{version[1:] if version[:1] in 'vV' else version}"
 
     @property
     def label(self) -> str:

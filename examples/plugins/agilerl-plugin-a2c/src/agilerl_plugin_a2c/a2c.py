@@ -18,7 +18,7 @@ from agilerl_plugin_a2c.specs import A2CSpec
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
-from agilerl_plugin_gym.single_agent.spaces import check_spaces
+from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
 
 
 class A2C(GymAlgorithm):
@@ -36,7 +36,7 @@ class A2C(GymAlgorithm):
 
     def __init__(self, spec: A2CSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
-        check_spaces("A2C", observation_space, action_space)
+        DISCRETE_ACTIONS.check("A2C", observation_space, action_space)
         self.nets = {
             "actor": self.build_network(int(action_space.n), output_vanish=True),
             "critic": self.build_network(1, output_vanish=False),

@@ -6,11 +6,8 @@ from typing import Any
 
 from agilerl import hookimpl
 from agilerl_plugin_a2c.specs import A2CSpec
-from agilerl_plugin_gym.single_agent.spaces import declare_space_rules
 
 
 @hookimpl
 def agilerl_register_algorithms(register: Any) -> None:
-    # Discrete actions, Box/Discrete/image observations: DQN's space rules (checked at validation).
-    declare_space_rules("A2C", like="DQN")
     register(A2CSpec, algorithm="agilerl_plugin_a2c.a2c:A2C")

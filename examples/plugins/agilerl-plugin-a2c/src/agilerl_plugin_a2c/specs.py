@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 
 from agilerl_plugin_gym.single_agent.specs import GymAlgorithmSpec
+from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS, SpaceRules
 
 
 class A2CSpec(GymAlgorithmSpec):
@@ -19,6 +20,8 @@ class A2CSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "on_policy"
+    # Discrete actions; vector, image and Dict/Tuple observations (checked on one env at validation).
+    space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {"lr": (1e-4, 3e-2), "ent_coef": (0.0, 0.05)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef")

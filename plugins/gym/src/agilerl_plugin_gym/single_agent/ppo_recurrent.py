@@ -1,6 +1,6 @@
 """Recurrent PPO (AgileRL's ``recurrent: true``): the LSTM-policy half of :class:`~.ppo.PPO`.
 
-With ``recurrent: true`` PPO's encoder is an :class:`~agilerl_plugin_gym.networks_lstm.EvolvableLSTM`
+With ``recurrent: true`` PPO's encoder is an :class:`~agilerl_plugin_gym.networks.lstm.EvolvableLSTM`
 (``network.encoder_config`` with AgileRL's LSTM keys, or a 64-unit one-layer LSTM when the manifest
 gives none). Actor and critic share it by default (``share_encoders``); otherwise each has its own
 LSTM and the state holds both.
@@ -34,7 +34,7 @@ from agilerl_plugin_gym.single_agent.spaces import check_recurrent_observation_s
 if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import RolloutBuffer
     from agilerl_plugin_gym.networks import EvolvableNetwork
-    from agilerl_plugin_gym.networks_lstm import EvolvableLSTM
+    from agilerl_plugin_gym.networks.lstm import EvolvableLSTM
 
 
 class RecurrentPPOMixin:

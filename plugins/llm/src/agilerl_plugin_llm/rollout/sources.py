@@ -29,6 +29,7 @@ from agilerl.errors import AgileRLError, DuplicateRegistrationError
 from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
+from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
 
 MakeEnv = Callable[[], TextEnv]
 Build = Callable[..., tuple[MakeEnv, "int | None"]]
@@ -436,6 +437,8 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
     entrypoint = spec.entrypoint
     config = dict(getattr(spec, "env_config", None) or {})
     factory_ref = getattr(spec, "factory", None)
+    if uses_gem(factory_ref) or uses_gem(entrypoint):
+        import_gem()  # before load_object imports it: GEM's import would double every log line
     if factory_ref:
         factory = load_object(factory_ref, "factory")
 

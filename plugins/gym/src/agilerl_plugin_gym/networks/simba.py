@@ -22,20 +22,9 @@ import torch
 from torch import nn
 
 from agilerl.models.sections import SimbaSpec
+from agilerl_plugin_gym.networks.layers import activation_layer, load_overlapping
 
-__all__ = ["EvolvableSimBa", "SimbaBlock", "load_overlapping"]
-
-
-def load_overlapping(module: nn.Module, old_state: dict[str, torch.Tensor]) -> None:
-    """Copy into ``module`` the overlapping slice of each tensor of ``old_state`` with the same name
-    and rank (how a resized network keeps the weights that survive the resize)."""
-    with torch.no_grad():
-        for name, new in module.state_dict().items():
-            prev = old_state.get(name)
-            if prev is None or prev.dim() != new.dim():
-                continue
-            region = tuple(slice(0, min(a, b)) for a, b in zip(prev.shape, new.shape, strict=True))
-            new[region] = prev[region].to(new.device)
+__all__ = ["EvolvableSimBa", "SimbaBlock"]
 
 
 class SimbaBlock(nn.Module):
@@ -104,8 +93,6 @@ class EvolvableSimBa(nn.Module):
         return cls(in_dim, out_dim, spec.hidden_size, spec.num_blocks, **kwargs)
 
     def _build(self) -> None:
-        from agilerl_plugin_gym.networks import activation_layer
-
         h = self.hidden_size
         self.input = nn.Linear(self.in_dim, h)
         nn.init.orthogonal_(self.input.weight)

@@ -26,7 +26,8 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.models import NetworkSpec
-from agilerl_plugin_gym.networks import EvolvableMLP, EvolvableNetwork
+from agilerl_plugin_gym.networks.mlp import EvolvableMLP
+from agilerl_plugin_gym.networks.network import EvolvableNetwork
 
 __all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution"]
 
