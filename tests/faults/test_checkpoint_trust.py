@@ -255,3 +255,22 @@ def test_a_json_checkpoint_with_a_bad_manifest_says_what_is_wrong(
     for args in (("eval", bad), ("train", "--resume", bad), ("export-policy", bad)):
         code, _, err = run_cli(*args)
         assert code == 2 and said in err and "Traceback" not in err, (args, err)
+
+
+def test_which_references_count_as_registered_code() -> None:
+    from agilerl.trust import untrusted_references
+
+    def flagged(env: dict[str, Any]) -> list[str]:
+        return [path for path, _ in untrusted_references({"environment": env})]
+
+    assert flagged({"name": "CartPole-v1", "env_wrappers": MASKED}) == []  # the gym plugin's own
+    assert flagged({"name": "ALE/Pong-v5"}) == []  # a gymnasium id imports nothing by name
+    assert flagged({"name": "mpe2.simple_speaker_listener_v4"}) == []  # an env package the gym plugin declares
+    assert flagged({"name": "this:CartPole-v1"}) == ["environment.name"]  # stdlib `this` is nobody's plugin
+    assert flagged({"name": "this"}) == ["environment.name"]  # a PettingZoo-style module name
+    assert flagged({"name": "antigravity.x"}) == ["environment.name"]
+    assert flagged({"name": "x", "entrypoint": "envs/grid.py:GridEnv"}) == ["environment.entrypoint"]
+    assert flagged({"name": "x", "factory": "numpy:load"}) == ["environment.factory"]  # a dependency's callable
+    assert flagged({"name": "x", "entrypoint": "m:E", "path": "/tmp"}) == ["environment.entrypoint", "environment.path"]
+    assert flagged({"name": "x", "env_wrappers": [["agilerl_plugin_gym.pomdp.MaskVelocity", {}]]}) == []
+    assert flagged({"name": "x", "env_wrappers": ["agilerl_plugin_gym.__main__.X"]}) == ["environment.env_wrappers"]
