@@ -54,7 +54,8 @@ GEM = [] if HAS_GEM else ["gem-llm"]
 
 #: file -> None (validates unchanged) or the substrings the refusal must contain (one per problem).
 UPSTREAM_LLM: dict[str, list[str] | None] = {
-    "configs/training/llm_finetuning/grpo.yaml": None,
+    # its rubric, reward.py, is not among AgileRL's published files
+    "configs/training/llm_finetuning/grpo.yaml": ["environment.rubric_file_path: no such file: reward.py"],
     "configs/training/llm_finetuning/dpo.yaml": None,
     "configs/training/sft.yaml": None,
     "configs/training/llm_finetuning/cispo.yaml": ["use_vllm: true needs vLLM"],

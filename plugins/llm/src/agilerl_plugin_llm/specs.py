@@ -454,15 +454,12 @@ class PluginLLMSpec(LLMAlgorithmSpec):
 
 
 def model_path_problems(name_or_path: str | None) -> list[Problem]:
-    """Validation-time check of ``pretrained_model_name_or_path``: it must be given.
+    """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
+    can load (config, tokenizer, readable weights), read without transformers
+    (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
+    from agilerl_plugin_llm.check_inputs import model_problems
 
-    Whether it exists is checked when the run starts (before any training), not here: example
-    manifests name a directory the user builds first, and ``agilerl validate`` must stay cheap.
-    """
-    if not name_or_path:
-        return [Problem("network.pretrained_model_name_or_path",
-                        "required: the model to fine-tune (a local directory or a model id in the local HF cache)")]  # fmt: skip
-    return []
+    return model_problems(name_or_path)
 
 
 class DatasetLLMSpec(PluginLLMSpec):
