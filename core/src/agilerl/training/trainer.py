@@ -18,7 +18,7 @@ from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
 from agilerl.hpo.selection import TournamentSelection
 from agilerl.models.manifest import TrainingManifest, load_manifest
 from agilerl.models.sections import MultiFrequencySelectionSpec
-from agilerl.strategies import select_strategy
+from agilerl.strategies import check_algorithm, select_strategy
 from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
 from agilerl.training.metrics import MetricsLogger, SilentMetricsLogger, ensure_console_logging
@@ -105,6 +105,7 @@ class LocalTrainer:
         self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
+        check_algorithm(manifest.algorithm, self.strategy)  # a plugin's missing method, named before anything is built
         # Started in several processes (torchrun, accelerate launch, agilerl train --num-processes):
         # only a strategy that splits its work may run so.
         require_multi_process(self.strategy, manifest.algorithm.name, world_size())

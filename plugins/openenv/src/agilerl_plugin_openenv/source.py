@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import json
 import logging
 import threading
 import time

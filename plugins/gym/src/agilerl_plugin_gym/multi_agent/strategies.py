@@ -22,6 +22,7 @@ from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gr
 from agilerl_plugin_gym.engine.on_policy import MultiAgentOnPolicyEngine
 from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError, PettingZooVecEnv, make_pz_env
+from agilerl_plugin_gym.protocols import MULTI_AGENT_OFF_POLICY, MULTI_AGENT_ON_POLICY
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -64,6 +65,7 @@ class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
     """Off-policy multi-agent training (MADDPG, MATD3) with a shared multi-agent replay buffer."""
 
     regime = "off_policy"
+    algorithm_protocol = MULTI_AGENT_OFF_POLICY
 
     def setup(self, run: Run) -> None:
         rb = run.manifest.replay_buffer
@@ -115,6 +117,7 @@ class MultiAgentOnPolicyStrategy(MultiAgentStrategy):
     (:class:`~agilerl_plugin_gym.engine.on_policy.MultiAgentOnPolicyEngine`)."""
 
     regime = "on_policy"
+    algorithm_protocol = MULTI_AGENT_ON_POLICY
 
     def __init__(self) -> None:
         self.engine = MultiAgentOnPolicyEngine()

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agilerl import hookimpl
-from agilerl_plugin_a2c.specs import A2CSpec
+from agilerl_tutorial_a2c.specs import A2CSpec
 
 
 @hookimpl
 def agilerl_register_algorithms(register: Any) -> None:
-    register(A2CSpec, algorithm="agilerl_plugin_a2c.a2c:A2C")
+    register(A2CSpec, algorithm="agilerl_tutorial_a2c.a2c:A2C")

@@ -14,16 +14,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from agilerl_plugin_a2c.specs import A2CSpec
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
+from agilerl_tutorial_a2c.specs import A2CSpec
 
 
 class A2C(GymAlgorithm):
     """Synchronous advantage actor-critic for Discrete actions."""
 
+    #: The version of the on-policy protocol (agilerl_plugin_gym.protocols.ON_POLICY) this class implements.
+    protocol_version = 1
     policy_name = "actor"
     eval_names = ("actor", "critic")
     lr_optimizers = {"lr": ("optimizer",)}
