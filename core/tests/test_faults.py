@@ -205,6 +205,31 @@ def test_a_resume_after_a_full_disk_duplicates_no_row(evolving: dict[str, Any], 
     assert len({(r["generation"], r["agent"]) for r in logged}) == len(logged)
 
 
+@pytest.mark.parametrize("size", [0, 1_000, 120_000, 400_000, 3_000_000])
+def test_a_full_disk_gives_the_clear_message_at_every_size(tmpfs: Path, size: int) -> None:
+    # torch's writer turned ENOSPC into "[enforce fail at inline_container.cc:672] unexpected pos"
+    # when the disk filled up past the file's first record; the message must not depend on where.
+    torch = pytest.importorskip("torch")
+    fd = os.open(tmpfs / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # leave ~100 KiB free (none when size is 0)
+        written = 0
+        while written < (256 * 1024 if size == 0 else 150_000):
+            written += os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    payload = {"format": checkpoint.FORMAT, "manifest": {}, "agents": [{"w": torch.ones(max(size // 4, 1))}]}
+    if size == 1_000:  # fits: written and loaded back
+        checkpoint.save(tmpfs / "c.pt", payload)
+        assert checkpoint.load(tmpfs / "c.pt")["agents"][0]["w"].numel() == 250
+        return
+    with pytest.raises(CheckpointWriteError, match="No space left on device") as info:
+        checkpoint.save(tmpfs / "c.pt", payload)
+    assert str(tmpfs / "c.pt") in str(info.value) and "inline_container" not in str(info.value)
+    assert sorted(p.name for p in tmpfs.iterdir()) == ["filler"]  # no partial file
+
+
 # --- NaN members -------------------------------------------------------------------------------------
 
 

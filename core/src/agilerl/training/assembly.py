@@ -216,13 +216,18 @@ def assemble_run(
     return run, strategy
 
 
-def build_member(manifest: TrainingManifest, state: dict[str, Any], *, device: str) -> Any:
+def build_member(
+    manifest: TrainingManifest, state: dict[str, Any], *, device: str, source: str | Path = "the checkpoint"
+) -> Any:
     """One member from its checkpointed ``state``, for inference (``agilerl eval``, :func:`agilerl.load`).
 
     A builder's ``build_for_inference(spec, *, manifest, runtime)`` builds it without an env;
     otherwise the strategy's evaluation env (or its training env) is made, unseeded, for the build
-    and closed again.
+    and closed again. A state that does not fit the built agent raises
+    :class:`~agilerl.checkpoint.CheckpointMismatchError` naming ``source``.
     """
+    from agilerl.checkpoint import CheckpointMismatchError
+
     builder = select_builder(manifest.algorithm)
     runtime = AlgorithmBuildRuntime(
         index=int(state.get("index", 0)),
@@ -245,7 +250,13 @@ def build_member(manifest: TrainingManifest, state: dict[str, Any], *, device: s
             close = getattr(env, "close", None)
             if callable(close):
                 close()
-    agent.load_state_dict(state)
+    try:
+        agent.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
+        raise CheckpointMismatchError(
+            f"{source}: its saved agent does not fit a {manifest.algorithm.name} built from this manifest "
+            f"({type(exc).__name__}: {exc}); use the manifest it was trained with"
+        ) from exc
     return agent
 
 

@@ -58,7 +58,7 @@ def RunDirLock(run_dir: Path) -> Iterator[None]:  # noqa: N802 - used like a cla
         return
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)  # the umask applies
     except OSError as exc:
         raise RunDirError(f"cannot create the run directory {run_dir}: {exc.strerror or exc}") from None
     try:
@@ -110,20 +110,27 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 
 def latest_checkpoint(directory: Path) -> Path:
-    """The newest checkpoint in ``directory`` (numbered, final or interrupted), by modification time."""
+    """The newest intact checkpoint in ``directory`` (numbered, final or interrupted), by modification
+    time: a damaged newer one (truncated, failing its digest) is skipped with a warning naming it."""
+    return _newest_intact(directory)[0]
+
+
+def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
+    from agilerl import checkpoint
+
     found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
     if not found:
-        raise RunDirError(f"no checkpoint in {directory} (looked for checkpoint*.pt)")
-    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
+        raise checkpoint.no_checkpoint(directory, "checkpoint*.pt")
+    newest_first = sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+    return checkpoint.newest_intact(newest_first)
 
 
 def resume_point(path: Path) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint ``--resume PATH`` continues and its payload: ``PATH`` itself, or the newest
-    checkpoint of the run directory ``PATH`` (the one rule for the CLI and :class:`LocalTrainer`)."""
+    """The checkpoint ``--resume PATH`` continues and its payload: ``PATH`` itself, or the run
+    directory ``PATH``'s newest intact checkpoint (the one rule for the CLI and :class:`LocalTrainer`)."""
     from agilerl import checkpoint
 
-    path = latest_checkpoint(path) if path.is_dir() else path
-    return path, checkpoint.load(path)
+    return _newest_intact(path) if path.is_dir() else (path, checkpoint.load(path))
 
 
 def remove_stale_temp_files(run_dir: Path) -> list[Path]:

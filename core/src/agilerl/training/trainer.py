@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agilerl import checkpoint
 from agilerl.builders import select_builder
 from agilerl.errors import AgileRLError
 from agilerl.models.manifest import TrainingManifest, load_manifest
@@ -46,6 +47,9 @@ class LocalTrainer:
         self._resume: dict[str, Any] | None = resume_payload
         if self.resume_from is not None and self._resume is None:  # a checkpoint, or a run dir's newest
             self.resume_from, self._resume = resume_point(self.resume_from)
+        if self._resume is not None:  # a CQN population is no RainbowDQN: say so, not KeyError
+            checkpoint.check_same_algorithm(self.resume_from or "the checkpoint", self._resume.get("manifest"),
+                                            manifest.to_dict())  # fmt: skip
         t = manifest.training
         self.device = resolve_device(device or t.device)
         self.progress = t.progress if progress is None else progress

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models import EnvSpec, Spec
@@ -193,7 +193,10 @@ class LLMEnvSpec(EnvSpec):
     env_url: str | list[str] | None = None
     mcp_tool: str | None = None
     action_field: str | None = None
-    request_timeout_s: Annotated[float | None, Field(ge=0.0)] = None
+    request_timeout_s: Annotated[
+        float | None,
+        Field(ge=0.0, description="env_url: seconds a request to the server may take (default 30; 0 is refused)."),
+    ] = None
     max_concurrent_resets: Annotated[int | None, Field(ge=1)] = None
     invalid_action_reward: Annotated[
         float,
@@ -232,6 +235,14 @@ class LLMEnvSpec(EnvSpec):
     @classmethod
     def _legacy(cls, data: Any) -> Any:
         return _absolute_paths(_translate_env_type(data))
+
+    @field_validator("request_timeout_s")
+    @classmethod
+    def _positive_timeout(cls, value: float | None) -> float | None:
+        if value == 0:
+            raise ValueError("0 seconds would fail every request at once; give the seconds a request to the "
+                             "server may take (e.g. 10), or remove it for the default (30)")  # fmt: skip
+        return value
 
     @property
     def reward_functions(self) -> list[tuple[str, float]]:

@@ -100,11 +100,17 @@ class RolloutSource:
     def resolve(self) -> Build:
         return resolve(self.build, f"rollout source for {self.field!r}")  # type: ignore[no-any-return]
 
-    def problems(self, spec: Any) -> list[tuple[str, str]]:
-        """What the source's own validation check finds wrong with ``spec`` (nothing is built)."""
+    def problems(self, spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
+        """What the source's own validation check finds wrong with ``spec`` (nothing is built). A check
+        taking a ``manifest`` argument also gets the whole manifest (its ``validation`` section, say)."""
         if self.check is None:
             return []
-        return list(resolve(self.check, f"validation check of rollout source {self.field!r}")(spec))
+        check = resolve(self.check, f"validation check of rollout source {self.field!r}")
+        try:
+            takes_manifest = "manifest" in inspect.signature(check).parameters
+        except (TypeError, ValueError):
+            takes_manifest = False
+        return list(check(spec, manifest=manifest) if takes_manifest else check(spec))
 
 
 #: Every registered rollout source, by the spec field that selects it (core's generic hook table).
