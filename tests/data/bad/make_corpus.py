@@ -275,6 +275,18 @@ c("grpo_rubric_not_callable", GRPO, {"environment.rubric_file_path": f"{R}/not_c
 c("grpo_rubric_wrong_arity", GRPO, {"environment.rubric_file_path": f"{R}/wrong_arity.py"}, "reward_fn(completion) takes 1 argument(s), but the run calls reward_fn(completion, answer, question)", "a reward function of one argument")
 c("grpo_rubric_class_without_call", GRPO, {"environment.rubric_file_path": f"{R}/class_without_call.py"}, "class reward_fn has no __call__", "a rubric class whose instances cannot be called")
 c("grpo_rubric_async", GRPO, {"environment.rubric_file_path": f"{R}/async_reward.py"}, "reward_fn is an async def", "an async reward function")
+# --- env_url (the OpenEnv plugin): each URL checked, then the server asked once (nothing listens on port 9) ---
+OE = {**GRPO, "environment": {"env_type": "rollout", "env_url": "http://127.0.0.1:9", "max_turns": 1}}
+c("openenv_url_file_scheme", OE, {"environment.env_url": "file:///etc/passwd"}, "environment.env_url: 'file:///etc/passwd' is not a usable URL: unsupported scheme 'file'", "a file URL where a server goes")
+c("openenv_url_malformed_scheme", OE, {"environment.env_url": "http:/127.0.0.1:8000"}, "environment.env_url: 'http:/127.0.0.1:8000' is not a usable URL: malformed: a scheme needs '://'", "a scheme missing a slash")
+c("openenv_url_no_host", OE, {"environment.env_url": "http://:8000"}, "environment.env_url: 'http://:8000' is not a usable URL: no host name", "a URL without a host")
+c("openenv_url_port_out_of_range", OE, {"environment.env_url": "http://127.0.0.1:70000"}, "is not a usable URL: bad port: Port out of range 0-65535", "a port above 65535")
+c("openenv_url_unset_variable", OE, {"environment.env_url": "http://${AGILERL_CORPUS_UNSET_HOST}:8000"}, "environment.env_url: uses ${AGILERL_CORPUS_UNSET_HOST}, but the environment variable AGILERL_CORPUS_UNSET_HOST is not set", "a ${VARIABLE} in the URL that is not set")
+c("openenv_header_unset_variable", OE, {"environment.env_url_headers_from_env": {"Authorization": "AGILERL_CORPUS_UNSET_TOKEN"}}, "environment.env_url_headers_from_env.Authorization: reads the environment variable AGILERL_CORPUS_UNSET_TOKEN, which is not set", "a header read from an unset variable")
+c("openenv_replica_list_one_bad", OE, {"environment.env_url": ["http://127.0.0.1:9", "htp://127.0.0.1:8001"]}, "environment.env_url[1]: 'htp://127.0.0.1:8001' is not a usable URL: unsupported scheme 'htp'", "one bad URL in a replica list")
+c("openenv_request_timeout_zero", OE, {"environment.request_timeout_s": 0}, "environment.request_timeout_s: 0 seconds would fail every request at once", "a zero request timeout")
+c("openenv_unreachable", OE, {}, "environment.env_url: the OpenEnv server at http://127.0.0.1:9 is not reachable", "no server at the URL (validation.check_env: false skips asking)")
+c("openenv_no_max_turns", OE, {"environment.max_turns": DEL}, "environment.max_turns: required with env_url", "an env_url without a turn budget")
 # fmt: on
 
 written = 0

@@ -53,7 +53,6 @@ class MultiAgentStrategy(TrainingStrategy):
     def evaluate(self, agent: Any, run: Run) -> float:
         # Seeded per evaluation (not a continuing env stream), so a resumed run evaluates alike.
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
         # Bounded: eval_steps, else the env's own episode limit, else a default cap (said once).
         cap = eval_step_cap(
             t.eval_steps,
@@ -62,7 +61,7 @@ class MultiAgentStrategy(TrainingStrategy):
             said=vars(self).setdefault("eval_cap_said", set()),
         )
         with evaluation_progress(enabled=run.progress, label=f"member {agent.index}"):
-            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=seed))
+            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=run.eval_seed))
 
     def close(self, run: Run) -> None:
         for env in {id(run.env): run.env, id(run.eval_env): run.eval_env}.values():

@@ -77,7 +77,6 @@ class GymStrategy(TrainingStrategy):
 
     def evaluate(self, agent: Any, run: Run) -> float:
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
         # Bounded: eval_steps, else the env's own episode limit, else a default cap (said once).
         cap = eval_step_cap(
             t.eval_steps,
@@ -86,7 +85,7 @@ class GymStrategy(TrainingStrategy):
             said=vars(self).setdefault("eval_cap_said", set()),
         )
         with evaluation_progress(enabled=run.progress, label=f"member {agent.index}"):
-            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=seed))
+            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=run.eval_seed))
 
 
 # --------------------------------------------------------------------------------------------------
