@@ -100,11 +100,11 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/llm_finetuning/cispo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
     "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": needs_gem(
         "sudoku",
-        "algorithm: strip_multimodal_towers is not supported; remove it (got {'tensor_parallel_size': 1, 'gpu_memory_utilization': 0.9...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench.yaml": needs_gem(
         "sudoku",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": needs_gem(
         "guess",
@@ -122,7 +122,7 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/llm_finetuning/reinforce_llm.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr': 5e-06, 'clip_coef'...)",
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": needs_gem(
         "sudoku",
-        "algorithm: lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules (got {'batch_size': 1, 'beta': 0, 'lr': 5e-05, 'clip_coef': 0....)",
+        "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 1, 'beta': 0, 'lr': 5e-05, 'clip_coef': 0....)",
     ),
     "configs/training/multi_agent/ippo.yaml": VALID,
     "configs/training/multi_agent/ippo_mfpbt.yaml": "environment.name: cannot import 'pettingzoo.mpe.simple_speaker_listener_v4': MPE has been moved into its own package: MPE2. Install with `pip install mpe2`. For more information on the MPE2 package, see https://mpe2.farama.org/.",

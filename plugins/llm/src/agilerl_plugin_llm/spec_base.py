@@ -92,7 +92,12 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     activation_offload: bool = False
     moe_lora_recompute: bool | None = None
     use_sequence_packing: bool = False
-    lora_target_scope: str | None = None
+    lora_target_scope: Annotated[
+        str | None,
+        Field(description="LoRA targets only the modules under this path component, e.g. language_model: the "
+                          "text decoder of a multimodal model, not its vision/audio towers. target_modules "
+                          "names projections (q_proj, or q_proj.linear for Gemma's ClippableLinear) or all-linear."),
+    ] = None  # fmt: skip
     chunk_rows: Annotated[int | None, Field(ge=1)] = None
     attn_implementation: str | None = None
     micro_batch_size_per_gpu: Annotated[int | None, Field(ge=1)] = None

@@ -314,7 +314,6 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
-    "lora_target_scope": "lora_target_scope is not supported yet; use network.lora_config.target_modules",
     "chunk_rows": "chunked rows are not supported yet",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
@@ -357,6 +356,9 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
                        "cannot be fine-tuned themselves; add network.lora_config or remove quantization")  # fmt: skip
         if problem:
             problems.append(problem)
+    if spec.lora_target_scope and spec.lora_config is None:
+        problems.append("lora_target_scope: it limits the LoRA adapter's target modules; add network.lora_config "
+                        "or remove it")  # fmt: skip
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
@@ -445,6 +447,13 @@ class PluginLLMSpec(LLMAlgorithmSpec):
         if self.lr_scheduler == "linear":
             return 1.0 - (1.0 - low) * progress
         return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    strip_multimodal_towers: Annotated[
+        bool,
+        Field(description="Drop a multimodal checkpoint's vision/audio towers (and projectors) when the model "
+                          "loads, before training: text-only fine-tuning never runs them. AgileRL's "
+                          "vllm_config.strip_multimodal_towers sets it."),
+    ] = False  # fmt: skip
 
     reduce_memory_peak: Annotated[
         bool,

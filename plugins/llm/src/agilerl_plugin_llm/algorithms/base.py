@@ -200,6 +200,8 @@ class LLMAlgorithm(AlgorithmBase):
             attn_implementation=spec.attn_implementation,
             device=self.device,
             quantization=getattr(spec, "quantization", None),
+            lora_target_scope=spec.lora_target_scope,
+            strip_towers=bool(getattr(spec, "strip_multimodal_towers", False)),
         )
 
     @property
