@@ -100,15 +100,15 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/llm_finetuning/cispo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
     "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": needs_gem(
         "sudoku",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench.yaml": needs_gem(
         "sudoku",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": needs_gem(
         "guess",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/dpo.yaml": VALID,
     "configs/training/llm_finetuning/grpo.yaml": VALID,
@@ -118,7 +118,7 @@ EXPECTED: dict[str, str | list[str]] = {
     ),
     "configs/training/llm_finetuning/gspo.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'group_size': 16, 'beta': 0.001, 'lr': ...)",
     "configs/training/llm_finetuning/ppo_llm.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_c...)",
-    "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": "algorithm: use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false (got {'batch_size': 32, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_...)",
+    "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 32, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_...)",
     "configs/training/llm_finetuning/reinforce_llm.yaml": "algorithm: use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install 'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr': 5e-06, 'clip_coef'...)",
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": needs_gem(
         "sudoku",

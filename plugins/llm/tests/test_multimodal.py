@@ -69,8 +69,7 @@ def test_lora_target_scope_puts_the_adapter_on_the_language_model_only(mm_dir: P
 def grpo_manifest(model_dir: Path, run_dir: Path, **algo: Any) -> dict[str, Any]:
     return {
         "algorithm": {"name": "GRPO", "batch_size": 2, "group_size": 2, "lr": 0.01, "beta": 0.0,
-                      "max_output_tokens": 4, "temperature": 1.0, "gradient_checkpointing": False,
-                      "use_liger_loss": False, **algo},
+                      "max_output_tokens": 4, "temperature": 1.0, "gradient_checkpointing": False, **algo},
         "network": {"pretrained_model_name_or_path": str(model_dir), "max_context_length": 128,
                     "lora_config": {"lora_r": 4, "lora_alpha": 16, "lora_dropout": 0.0,
                                     "target_modules": CLIPPABLE_TARGETS}},

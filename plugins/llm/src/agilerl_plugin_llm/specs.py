@@ -314,11 +314,8 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
-    "chunk_rows": "chunked rows are not supported yet",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
-    "use_liger_loss": "Liger's fused loss is not supported yet (the loss here is computed unfused, to the "
-    "same result); remove it or set it to false",
 }
 #: Values that mean "off" for the fields above (``quantization: none`` is AgileRL's full-precision recipe).
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
