@@ -85,6 +85,13 @@ def needs_gem(game: str, *others: str) -> str | list[str]:
     return lines[0] if len(lines) == 1 else lines
 
 
+def needs_hf_dataset(dataset_id: str, missing: str) -> str:
+    """A catalog env (environment.name: gsm8k): valid where its dataset is in the local HF caches."""
+    from agilerl_plugin_llm.rollout.catalog import cached_locally
+
+    return VALID if cached_locally(dataset_id) else missing
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": "training.episode_steps: not used by NeuralTS (not supported yet); remove it",
@@ -137,7 +144,10 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ppo/ppo_recurrent.yaml": VALID,
     "configs/training/sft.yaml": VALID,
     "configs/training/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
-    "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
+    "docs/_static/examples/gsm8k_grpo.yaml": needs_hf_dataset(
+        "openai/gsm8k",
+        "environment.name: 'gsm8k' is the catalog's grade-school maths word problems (question, answer ending in '#### <number>'): its dataset 'openai/gsm8k' (config 'main') is not in the local Hugging Face caches (HF_DATASETS_CACHE or HF_HUB_CACHE; by default ~/.cache/huggingface/datasets and ~/.cache/huggingface/hub). Nothing is downloaded at run time: fetch it beforehand (python -c \"import datasets; datasets.load_dataset('openai/gsm8k', 'main')\"), or give a local copy as environment.dataset_path (.jsonl, .json, .csv or .parquet with columns question, answer); the catalog's rubric and prompt template still apply",
+    ),
     "docs/_static/examples/merge_ppo.yaml": "environment.name: 'merge-env-vv1' is not a registered gymnasium environment. For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
     "tests/manifests/cqn.yaml": needs_minari("cartpole-v0"),
     "tests/manifests/ddpg.yaml": needs_box2d("LunarLanderContinuous-v3"),

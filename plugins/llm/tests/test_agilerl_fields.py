@@ -67,7 +67,7 @@ UPSTREAM_LLM: dict[str, list[str] | None] = {
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": ["use_vllm: true needs vLLM", *GEM],
     "configs/training/llm_finetuning/ppo_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": ["use_vllm: true needs vLLM"],
-    "docs/_static/examples/gsm8k_grpo.yaml": ["environment: a rollout env needs exactly one source"],
+    "docs/_static/examples/gsm8k_grpo.yaml": ["environment.name: 'gsm8k' is the catalog's"],
 }
 
 

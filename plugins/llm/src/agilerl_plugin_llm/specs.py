@@ -145,6 +145,9 @@ class LLMEnvSpec(EnvSpec):
     hf_dataset_id: Annotated[
         str | None, Field(description="A Hugging Face dataset id, read from the local cache only (no downloads).")
     ] = None
+    hf_dataset_config: Annotated[
+        str | None, Field(description="The configuration (subset) of hf_dataset_id, e.g. main for openai/gsm8k.")
+    ] = None
     columns: Annotated[
         dict[str, str] | None,
         Field(description="Column remapping {expected: actual}, e.g. {prompt: question, response: answer}."),
@@ -182,7 +185,13 @@ class LLMEnvSpec(EnvSpec):
     ] = None  # fmt: skip
     factory: str | None = None
     env_config: dict[str, Any] | None = None
-    name: str | None = None
+    name: Annotated[
+        str | None,
+        Field(
+            description="A label; a name in the env catalog (gsm8k) also stands for its dataset, rubric and "
+            "prompt template (fields given here win; dataset_path replaces the dataset)."
+        ),
+    ] = None
     env_packages: dict[str, Any] | None = None
     max_turns: Annotated[int | None, Field(ge=1)] = None
     segment_prompt_tokens: Annotated[int | None, Field(ge=1)] = None
@@ -233,6 +242,10 @@ class LLMEnvSpec(EnvSpec):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("env_type") in (None, "rollout", "reasoning"):
+            from agilerl_plugin_llm.rollout.catalog import apply_catalog
+
+            data = apply_catalog(data)
         return _absolute_paths(_translate_env_type(data))
 
     @property

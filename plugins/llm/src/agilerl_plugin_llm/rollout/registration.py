@@ -46,5 +46,10 @@ def register_rollout_sources(register: Any) -> None:
     """The built-in rollout sources, through this plugin's own hook (as any other plugin would)."""
     register("dataset", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
     register("dataset_path", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
-    register("hf_dataset_id", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
+    # A catalog name (environment.name: gsm8k) reads its dataset by id: validation checks it is cached.
+    register(
+        "hf_dataset_id",
+        "agilerl_plugin_llm.rollout.sources:build_dataset_source",
+        check="agilerl_plugin_llm.rollout.catalog:missing_dataset",
+    )
     register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")
