@@ -43,6 +43,7 @@ from gymnasium import spaces
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
 from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
+from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 
 WrapperLike = tuple[Any, dict[str, Any]] | str | Callable[..., Any]
 
@@ -129,7 +130,7 @@ def make_single_pz_env(spec: Any, wrappers: Sequence[WrapperLike] | None = None)
     else:
         where = f"environment.name {name!r}"
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(resolve_module_name(name))
         except ImportError as exc:
             hint = closest(name, _module_candidates(name))
             raise PettingZooEnvError(
@@ -580,7 +581,7 @@ def make_pz_env(
     """
     n = int(num_envs if num_envs is not None else getattr(spec, "num_envs", 1) or 1)
     all_wrappers: list[WrapperLike] = [*(extra_wrappers or []), *(wrappers or [])]
-    use_sync = bool(getattr(spec, "sync", False) if sync is None else sync)
+    use_sync = bool(getattr(spec, "use_sync", False) if sync is None else sync)
     if use_sync or n == 1:
         return SyncPettingZooVecEnv([lambda: make_single_pz_env(spec, all_wrappers)] * n)
     return AsyncPettingZooVecEnv(spec, n, wrappers=all_wrappers, context=context)

@@ -10,9 +10,9 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 * ``recurrent: true``: an LSTM encoder whose hidden state is carried through rollouts, with
   truncated BPTT in the update (:mod:`agilerl_plugin_gym.single_agent.ppo_recurrent`).
 
-The rollout loop lives in :class:`agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`;
-GAE, the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.engine.on_policy`
-(shared with IPPO); this module holds the policy.
+The rollout loop and GAE live in the on-policy engine (:mod:`agilerl_plugin_gym.engine.on_policy`);
+the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.ppo_update` (shared with
+IPPO); this module holds the policy.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.engine.on_policy import PPOSettings, ppo_update
+from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPOMixin
