@@ -392,6 +392,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         if "group_id" not in batch or not supports_shared_prefix(self.model):
             return super().logprobs(batch, reference=reference, **kwargs)
         args = (batch["input_ids"], batch["attention_mask"], batch["loss_mask"], batch["prefix_len"], batch["group_id"])
+        kwargs.setdefault("chunk_rows", self.logit_chunk_rows)
         if reference:
             with self.reference() as ref:
                 return shared_prefix_logprobs(ref, *args, **kwargs)

@@ -223,7 +223,11 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
 
         try:
-            ds = load_cached_dataset(hf_id, "environment.hf_dataset_id" if not named else "environment.dataset")
+            ds = load_cached_dataset(
+                hf_id,
+                "environment.hf_dataset_id" if not named else "environment.dataset",
+                config=getattr(spec, "hf_dataset_config", None),
+            )
         except DatasetError as exc:
             raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
