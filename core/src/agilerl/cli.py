@@ -294,9 +294,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
+    width = max([10, *(len(i.name) for i in infos)])
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
-        print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")
+        print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
     return 0
 
 
