@@ -166,6 +166,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not processes.is_main_process():
         return 0
     best = result.population[0]
+    if result.complete:
+        print(f"the run in {result.run_dir} is already complete (stopped by {result.stopped_by}); nothing was trained")
     print(
         f"done: {result.generations} generation(s) in {elapsed(time.perf_counter() - started)}, stopped by "
         f"{result.stopped_by}; best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
@@ -192,15 +194,13 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     from agilerl import checkpoint
     from agilerl.models.manifest import read_manifest_file, validate_manifest
     from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+    from agilerl.training.rundir import resume_point
     from agilerl.training.trainer import LocalTrainer
 
-    if Path(args.resume).is_dir():  # a run directory: resume from its newest checkpoint
-        from agilerl.training.rundir import latest_checkpoint
-
-        args.resume = str(latest_checkpoint(Path(args.resume)))
-        if not quiet:
-            print(f"resuming from {args.resume}", file=sys.stderr)
-    payload = checkpoint.load(args.resume)
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    if path != Path(args.resume) and not quiet:
+        print(f"resuming from {path}", file=sys.stderr)
+    args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
         data, source = read_manifest_file(args.manifest), args.manifest

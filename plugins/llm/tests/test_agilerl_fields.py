@@ -412,7 +412,7 @@ def test_lr_schedule_warms_up_then_decays_over_the_run(
 ) -> None:  # fmt: skip
     import math
 
-    from agilerl_plugin_llm.algorithms.sft import SFT
+    from agilerl_plugin_llm.dataset.sft import SFT
 
     seen: list[float] = []
     original = SFT.learn

@@ -52,8 +52,7 @@ class MultiAgentStrategy(TrainingStrategy):
     def evaluate(self, agent: Any, run: Run) -> float:
         # Seeded per evaluation (not a continuing env stream), so a resumed run evaluates alike.
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
-        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=run.eval_seed))
 
     def close(self, run: Run) -> None:
         for env in {id(run.env): run.env, id(run.eval_env): run.eval_env}.values():

@@ -76,8 +76,7 @@ class GymStrategy(TrainingStrategy):
 
     def evaluate(self, agent: Any, run: Run) -> float:
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
-        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=run.eval_seed))
 
 
 # --------------------------------------------------------------------------------------------------
