@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import warnings
@@ -102,6 +103,20 @@ def test_a_plugin_using_lazy_core_names_at_import_loads_once(site: Path) -> None
     assert all(i.error is None for i in plugins.plugin_infos())
 
 
+def test_a_stale_editable_install_only_warns_even_in_strict_mode(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout that renamed a package leaves its old editable install behind (source gone)."""
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "gone-plugin", "gone_plugin", GOOD, version="0.1")
+    (site / "gone_plugin.py").unlink()
+    url = (site / "moved-away").as_uri()
+    (site / "gone_plugin-0.1.dist-info" / "direct_url.json").write_text(
+        json.dumps({"dir_info": {"editable": True}, "url": url})
+    )
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    with pytest.warns(plugins.PluginLoadWarning, match=r"stale editable install.*pip uninstall gone-plugin"):
+        assert "GoodAlgo" in MANIFEST_REGISTRY.names()
+
+
 def test_strict_mode_reraises(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_distribution(site, "broken-plugin", "broken_plugin", "raise RuntimeError('kaboom')\n")
     monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
@@ -185,6 +200,47 @@ def test_in_process_plugins_and_plugin_defined_hookspecs(register_plugin: Any) -
     got: list[str] = []
     pm.hook.my_register_widgets(register=got.append)
     assert got == ["widget"]
+
+
+def test_a_plugin_defined_hook_fills_a_hook_table_in_one_line(register_plugin: Any) -> None:
+    """``HookTable``: core's registry behaviour (providers, duplicates, refill) for a plugin's own hook."""
+    import types
+
+    from agilerl.errors import DuplicateRegistrationError, UnknownNameError
+    from agilerl.hookspecs import hookspec
+    from agilerl.registry import HookTable
+
+    widgets = HookTable("my_register_gadgets", kind="gadget")  # the one line
+    assert widgets.keys() == []  # no plugin declares the hook yet: an empty table, no error
+    specs = types.ModuleType("gadget_specs")
+
+    def my_register_gadgets(register: Any) -> None:
+        """Plugin-defined hook."""
+
+    specs.my_register_gadgets = hookspec(my_register_gadgets)  # type: ignore[attr-defined]
+
+    class Impl:
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+        @hookimpl
+        def my_register_gadgets(self, register: Any) -> None:
+            register("knob", self.value, colour="red")
+
+    plugins.reset()
+    plugins.load_plugins()
+    plugins.get_plugin_manager().add_hookspecs(specs)
+    register_plugin(Impl("my_pkg:Knob"), name="knobs")  # a registration refills the table
+    entry = widgets.entry("knob")
+    assert (entry.value, entry.provider, entry.extra) == ("my_pkg:Knob", "knobs", {"colour": "red"})
+    with pytest.raises(UnknownNameError, match="gadget"):
+        widgets.entry("knot")
+    register_plugin(Impl("other_pkg:Knob"), name="other-knobs")
+    with pytest.raises(
+        DuplicateRegistrationError,
+        match=r"gadget 'knob' is registered twice: by '(other-)?knobs' and by '(other-)?knobs'",
+    ):
+        widgets.keys()
 
 
 # --- the same failures seen from the CLI: one screen, exit 1 or 2, never a bare traceback ----------

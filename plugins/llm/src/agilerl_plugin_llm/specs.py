@@ -1,5 +1,6 @@
-"""Manifest specs of the LLM plugin: the ``environment`` section (:class:`LLMEnvSpec`) and the dataset
-algorithms (:class:`SFTSpec`, :class:`DPOSpec`).
+"""Manifest specs the LLM plugin's two parts share: the ``environment`` section (:class:`LLMEnvSpec`)
+and the base of its algorithm specs (:class:`PluginLLMSpec`). Each part's own algorithm specs live
+with it: :mod:`agilerl_plugin_llm.dataset.specs` (SFT, DPO) and :mod:`agilerl_plugin_llm.rollout.specs`.
 
 Pure pydantic: importing this module imports neither torch nor transformers, so ``agilerl validate``
 stays fast. Field names follow AgileRL's published ``LLMEnvSpec``; fields we do not implement yet
@@ -12,16 +13,13 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models import EnvSpec, Spec
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
-
-if TYPE_CHECKING:
-    from agilerl.models.manifest import TrainingManifest
 
 # --------------------------------------------------------------------------------------------------
 # Environment
@@ -145,6 +143,9 @@ class LLMEnvSpec(EnvSpec):
     hf_dataset_id: Annotated[
         str | None, Field(description="A Hugging Face dataset id, read from the local cache only (no downloads).")
     ] = None
+    hf_dataset_config: Annotated[
+        str | None, Field(description="The configuration (subset) of hf_dataset_id, e.g. main for openai/gsm8k.")
+    ] = None
     columns: Annotated[
         dict[str, str] | None,
         Field(description="Column remapping {expected: actual}, e.g. {prompt: question, response: answer}."),
@@ -182,7 +183,13 @@ class LLMEnvSpec(EnvSpec):
     ] = None  # fmt: skip
     factory: str | None = None
     env_config: dict[str, Any] | None = None
-    name: str | None = None
+    name: Annotated[
+        str | None,
+        Field(
+            description="A label; a name in the env catalog (gsm8k) also stands for its dataset, rubric and "
+            "prompt template (fields given here win; dataset_path replaces the dataset)."
+        ),
+    ] = None
     env_packages: dict[str, Any] | None = None
     max_turns: Annotated[int | None, Field(ge=1)] = None
     segment_prompt_tokens: Annotated[int | None, Field(ge=1)] = None
@@ -195,7 +202,10 @@ class LLMEnvSpec(EnvSpec):
     env_url: str | list[str] | None = None
     mcp_tool: str | None = None
     action_field: str | None = None
-    request_timeout_s: Annotated[float | None, Field(ge=0.0)] = None
+    request_timeout_s: Annotated[
+        float | None,
+        Field(ge=0.0, description="env_url: seconds a request to the server may take (default 30; 0 is refused)."),
+    ] = None
     max_concurrent_resets: Annotated[int | None, Field(ge=1)] = None
     invalid_action_reward: Annotated[
         float,
@@ -233,7 +243,19 @@ class LLMEnvSpec(EnvSpec):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("env_type") in (None, "rollout", "reasoning"):
+            from agilerl_plugin_llm.rollout.catalog import apply_catalog
+
+            data = apply_catalog(data)
         return _absolute_paths(_translate_env_type(data))
+
+    @field_validator("request_timeout_s")
+    @classmethod
+    def _positive_timeout(cls, value: float | None) -> float | None:
+        if value == 0:
+            raise ValueError("0 seconds would fail every request at once; give the seconds a request to the "
+                             "server may take (e.g. 10), or remove it for the default (30)")  # fmt: skip
+        return value
 
     @property
     def reward_functions(self) -> list[tuple[str, float]]:
@@ -314,12 +336,8 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
-    "lora_target_scope": "lora_target_scope is not supported yet; use network.lora_config.target_modules",
-    "chunk_rows": "chunked rows are not supported yet",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
-    "use_liger_loss": "Liger's fused loss is not supported yet (the loss here is computed unfused, to the "
-    "same result); remove it or set it to false",
 }
 #: Values that mean "off" for the fields above (``quantization: none`` is AgileRL's full-precision recipe).
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
@@ -332,22 +350,18 @@ QUANTIZATION_PRESETS = ("nf4", "fp4", "int8")
 def quantization_problem(value: Any) -> str | None:
     """Why ``quantization: value`` cannot run here (None: it can, or it is off).
 
-    QLoRA loads the base through bitsandbytes, whose 4-/8-bit kernels need a CUDA GPU. torch is only
-    imported when bitsandbytes is installed, so validation stays light on a CPU install.
+    QLoRA loads the base through bitsandbytes, which runs its 4-bit (nf4, fp4) and 8-bit layers on a
+    CUDA GPU and, from 0.48 on, on the CPU too; only its absence is a problem. Nothing is imported.
     """
     if value in _OFF_VALUES:
         return None
     if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
         return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
                 "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
-    need = ("QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs a CUDA GPU and the bitsandbytes "
-            "package (pip install 'agilerl-plugin-llm[qlora]' on a CUDA machine)")  # fmt: skip
     if importlib.util.find_spec("bitsandbytes") is None:
-        return f"quantization: {need}; bitsandbytes is not installed here. Remove it (or set quantization: none) to train in full precision"
-    import torch
-
-    if not torch.cuda.is_available():
-        return f"quantization: {need}; this machine has no CUDA device. Remove it (or set quantization: none) to train in full precision"
+        return ("quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs the "
+                "bitsandbytes package, which is not installed here: pip install 'agilerl-plugin-llm[qlora]'. "
+                "Remove it (or set quantization: none) to train in full precision")  # fmt: skip
     return None
 
 
@@ -361,11 +375,14 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
                        "cannot be fine-tuned themselves; add network.lora_config or remove quantization")  # fmt: skip
         if problem:
             problems.append(problem)
+    if spec.lora_target_scope and spec.lora_config is None:
+        problems.append("lora_target_scope: it limits the LoRA adapter's target modules; add network.lora_config "
+                        "or remove it")  # fmt: skip
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
     if "fsdp" in spec.model_fields_set:
-        from agilerl_plugin_llm.fsdp import field_problems
+        from agilerl_plugin_llm.fsdp_config import field_problems
 
         problems.extend(field_problems(spec.fsdp))
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
@@ -450,6 +467,13 @@ class PluginLLMSpec(LLMAlgorithmSpec):
             return 1.0 - (1.0 - low) * progress
         return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
+    strip_multimodal_towers: Annotated[
+        bool,
+        Field(description="Drop a multimodal checkpoint's vision/audio towers (and projectors) when the model "
+                          "loads, before training: text-only fine-tuning never runs them. AgileRL's "
+                          "vllm_config.strip_multimodal_towers sets it."),
+    ] = False  # fmt: skip
+
     reduce_memory_peak: Annotated[
         bool,
         Field(description="AgileRL's low-memory switch: forward passes one row at a time (a micro-batch of 1 "
@@ -458,119 +482,18 @@ class PluginLLMSpec(LLMAlgorithmSpec):
 
 
 def model_path_problems(name_or_path: str | None) -> list[Problem]:
-    """Validation-time check of ``pretrained_model_name_or_path``: it must be given.
+    """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
+    can load (config, tokenizer, readable weights), read without transformers
+    (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
+    from agilerl_plugin_llm.check_inputs import model_problems
 
-    Whether it exists is checked when the run starts (before any training), not here: example
-    manifests name a directory the user builds first, and ``agilerl validate`` must stay cheap.
-    """
-    if not name_or_path:
-        return [Problem("network.pretrained_model_name_or_path",
-                        "required: the model to fine-tune (a local directory or a model id in the local HF cache)")]  # fmt: skip
-    return []
-
-
-class DatasetLLMSpec(PluginLLMSpec):
-    """Fields every teacher-forced (dataset) LLM algorithm shares.
-
-    ``batch_size`` is the number of rows (SFT) or preference pairs (DPO) per training iteration;
-    ``training.max_steps`` and ``evo_steps`` count those iterations. Each iteration is split into
-    optimizer steps of ``mini_batch_size`` rows (default: all of them), each accumulated over forward
-    passes of ``micro_batch_size_per_gpu`` rows (default: the whole mini-batch).
-    """
-
-    regime: ClassVar[str] = "dataset"
-    default_env_type: ClassVar[str] = "dataset"
-    #: training.num_epochs: the run stops after that many passes over the training rows (or at
-    #: max_steps, whichever comes first), as in AgileRL's finetune_llm_sft / finetune_llm_preference.
-    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"num_epochs"}
-    #: The dataset env objective this algorithm trains on.
-    objective: ClassVar[str] = "sft"
-
-    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration.")] = 16
-
-    @model_validator(mode="after")
-    def _dataset_checks(self) -> DatasetLLMSpec:
-        problems = llm_algorithm_problems(self)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
-        problems: list[Problem] = []
-        env = manifest.environment
-        if getattr(env, "env_type", None) != "dataset":
-            problems.append(Problem("environment.env_type", f"{self.name} trains on env_type: dataset"))
-        elif getattr(env, "objective", None) not in (None, type(self).objective):
-            problems.append(Problem(
-                "environment.objective",
-                f"{self.name} trains with objective {type(self).objective!r}, got {env.objective!r}; "  # type: ignore[attr-defined]
-                f"remove the field or set objective: {type(self).objective}",
-            ))  # fmt: skip
-        else:
-            from agilerl_plugin_llm.check_data import dataset_problems
-
-            problems += dataset_problems(env, type(self).objective)
-        problems += model_path_problems(self.pretrained_model_name_or_path)
-        mutation = manifest.mutation
-        if manifest.training.num_epochs is not None and mutation is not None and mutation.probabilities.rl_hp_mut > 0:
-            from agilerl.hpo import resolve_hp_ranges
-
-            if "batch_size" in resolve_hp_ranges(self, mutation):
-                problems.append(Problem(
-                    "training.num_epochs",
-                    "counts passes in iterations of algorithm.batch_size rows, so batch_size cannot be mutated "
-                    "with it; remove batch_size from mutation.rl_hp_selection or remove num_epochs",
-                ))  # fmt: skip
-        return problems
-
-
-class SFTSpec(DatasetLLMSpec):
-    """Supervised fine-tuning: next-token cross-entropy on the response tokens only."""
-
-    objective: ClassVar[str] = "sft"
-    has_reference: ClassVar[bool] = False
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-    }
-    default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
-
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-5
-    use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
-        False
-    )
-
-
-class DPOSpec(DatasetLLMSpec):
-    """Direct Preference Optimization (Rafailov et al. 2023) with an optional NLL term on chosen."""
-
-    objective: ClassVar[str] = "preference"
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-        "beta": (0.01, 0.5),
-        "nll_alpha": (0.1, 2.0),
-    }
-    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
-
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-6
-    beta: Annotated[
-        float, Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref).")
-    ] = 0.1
-    nll_alpha: Annotated[
-        float, Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style).")
-    ] = 1.0
+    return model_problems(name_or_path)
 
 
 __all__ = [
-    "DPOSpec",
-    "DatasetLLMSpec",
     "LLMEnvSpec",
     "PluginLLMSpec",
     "ROLLOUT_ONLY_FIELDS",
-    "SFTSpec",
     "UNSUPPORTED_ALGORITHM_FIELDS",
     "UNSUPPORTED_ENV_FIELDS",
     "llm_algorithm_problems",

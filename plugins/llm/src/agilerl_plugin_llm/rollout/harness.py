@@ -22,9 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import AgileRLError
-from agilerl_plugin_llm.envs import TextEnv, check_reset, check_step
+from agilerl_plugin_llm.envs import TextEnv, check_reset, check_step, format_observation
 
 _PLACEHOLDER = "\u2063AGILERL_REPLY\u2063"
+
+
+class NoRoomToGenerateError(AgileRLError):
+    """Every prompt of a batch fills the context budget: the policy could write no token."""
+
+
+def no_room_message(prompt_lens: list[int], max_model_len: int, max_output_tokens: int) -> str:
+    longest, shortest = max(prompt_lens), min(prompt_lens)
+    size = f"{longest} tokens" if longest == shortest else f"{shortest} to {longest} tokens"
+    return (
+        f"the prompt leaves no room to generate: it is {size} (system prompt, tools and the env's first "
+        f"message as the chat template renders them) and network.max_context_length is {max_model_len}, so "
+        f"every completion would have 0 tokens. Raise network.max_context_length to at least "
+        f"{longest + max_output_tokens} (prompt + max_output_tokens {max_output_tokens}), or shorten the prompt"
+    )
 
 
 class ChatTemplateError(AgileRLError):
@@ -144,6 +159,8 @@ class RolloutHarness:
         self.terminated = False
         self.truncated = False
         self._ended_with_stop = False
+        #: The prompt alone filled ``max_model_len``: the episode ended before the policy wrote a token.
+        self.no_room = False
         self.info: dict[str, Any] = {}
 
     @property
@@ -194,6 +211,7 @@ class RolloutHarness:
         self._reset_state()
         obs, info = check_reset(reset_result, self.env)
         self.info = dict(info)
+        obs = format_observation(obs, info)
         system = getattr(self.env, "system_prompt", None)
         prefix = getattr(self.env, "assistant_prefix", None)
         if system:
@@ -212,6 +230,7 @@ class RolloutHarness:
         self.prompt_len = len(ids)
         if self.generation_budget() < 1:
             self.truncated = True  # the prompt alone fills the context: nothing to generate
+            self.no_room = True
         return list(ids)
 
     def context(self) -> list[int]:
@@ -254,6 +273,7 @@ class RolloutHarness:
         self.truncated = truncated or (not terminated and self.turn >= self.max_turns)
         if self.done:
             return reward
+        obs = format_observation(obs, info)
         boundary = self._boundary(obs, ended_with_stop=self._ended_with_stop)
         self.messages.append({"role": "user", "content": obs})
         # The next turn must have room for at least one new token; otherwise stop here, cleanly.
