@@ -18,6 +18,7 @@ import argparse
 import collections
 import cProfile
 import io
+import itertools
 import pstats
 import sys
 import tempfile
@@ -116,6 +117,65 @@ def learn_ops(agent: Any, strategy: Any, algo: str) -> dict[str, int]:
     return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
 
 
+def dqn_learn_vs_bare(agent: Any, strategy: Any, iters: int) -> dict[str, float]:
+    """Median CPU us of one DQN learn call against the same update in bare torch (``nn.Sequential``,
+    ``torch.optim.Adam(fused=True)``, ``_foreach_lerp_``) and against its matmuls alone, alternating."""
+    import statistics
+
+    import torch
+    from torch import nn
+
+    batch = strategy.buffer.sample(agent.batch_size)
+    n_obs, n_act = batch["obs"].shape[1], agent.n_actions
+    widths = [n_obs, *agent.nets["actor"].encoder.hidden_size, agent.nets["actor"].encoder.out_dim]
+
+    def mlp() -> nn.Sequential:
+        layers: list[nn.Module] = []
+        for a, b in itertools.pairwise(widths):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        return nn.Sequential(*layers, nn.Linear(widths[-1], n_act))
+
+    q, tq = mlp(), mlp()
+    qp, tp = list(q.parameters()), list(tq.parameters())
+    opt = torch.optim.Adam(qp, lr=1e-3, fused=True)
+    action = batch["action"].long().view(-1, 1)
+
+    def bare() -> None:
+        with torch.no_grad():
+            y = batch["reward"] + 0.99 * (1 - batch["done"]) * tq(batch["next_obs"]).max(1).values
+        loss = nn.functional.smooth_l1_loss(q(batch["obs"]).gather(1, action).squeeze(1), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(tp, qp, 0.005)
+
+    weights = [m.weight.detach() for m in q if isinstance(m, nn.Linear)]
+    grads = [torch.randn(agent.batch_size, w.shape[0]) for w in weights]
+
+    def matmuls() -> None:  # forward (online and target), then the weight and input gradients
+        with torch.no_grad():
+            for x in (batch["obs"], batch["next_obs"]):
+                h = x
+                acts = []
+                for w in weights:
+                    acts.append(h)
+                    h = h @ w.t()
+            for g, w, a in zip(grads, weights, acts, strict=True):
+                g.t() @ a
+                if a is not acts[0]:
+                    g @ w
+
+    calls = {"ours": lambda: agent.learn(batch), "bare torch": bare, "its matmuls alone": matmuls}
+    times: dict[str, list[int]] = {k: [] for k in calls}
+    for i in range(iters):
+        for k in calls if i % 2 else list(calls)[::-1]:
+            c0 = time.process_time_ns()
+            calls[k]()
+            times[k].append(time.process_time_ns() - c0)
+    return {k: statistics.median(v[iters // 10 :]) / 1e3 for k, v in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", choices=sorted(STEPS), default="ppo")
@@ -154,6 +214,10 @@ def main() -> None:
     if ops:
         print(f"  one learn call dispatches {sum(ops.values())} aten ops: "
               + ", ".join(f"{k.removeprefix('aten::')} {v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])[:12]))  # fmt: skip
+    versus: dict[str, float] = {}
+    if args.algo == "dqn":
+        versus = dqn_learn_vs_bare(result.population[0], trainer.strategy, 200 if benchlib.SMOKE else 3000)
+        print("  one learn call, median CPU us (alternating): " + ", ".join(f"{k} {v:.0f}" for k, v in versus.items()))
     top = ""
     if prof is not None:
         out = io.StringIO()
@@ -161,7 +225,8 @@ def main() -> None:
         top = out.getvalue()
         print(top)
     record.save({"algo": args.algo, "steps": steps, "cpu_s": total, "parts": parts, "rest_cpu_s": rest,
-                 "learn_ops": ops, "cprofile_top": top})  # fmt: skip
+                 "learn_ops": ops, "learn_vs_bare_us": versus,
+                 "cprofile_top": top})  # fmt: skip
 
 
 if __name__ == "__main__":
