@@ -300,9 +300,7 @@ def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
                     stopped_by = "target_score"
                     break
                 if done_steps:
-                    if (
-                        max_steps < t.max_steps
-                    ):  # a bound the strategy reads (e.g. num_epochs passes over a training set)
+                    if max_steps < t.max_steps:  # a bound the strategy reads (e.g. passes over a training set)
                         stopped_by = "step_limit"
                     break
                 if out_of_time:
