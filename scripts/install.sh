@@ -34,6 +34,18 @@ done
 for dir in examples/plugins/*/; do
   grep -qs '^install-by-default = true' "$dir/pyproject.toml" && packages+=(-e "${dir%/}")
 done
+# The A2C tutorial used to be the distribution agilerl-plugin-a2c, a name a third party may well
+# pick: drop that old editable install of this checkout (never another package of that name).
+if "$venv/bin/python" -c '
+import importlib.metadata as md, sys
+try:
+    url = md.distribution("agilerl-plugin-a2c").read_text("direct_url.json") or ""
+except md.PackageNotFoundError:
+    url = ""
+sys.exit(0 if "examples/plugins/agilerl-plugin-a2c" in url else 1)'; then
+  echo "[install] removing the old tutorial package agilerl-plugin-a2c (now agilerl-tutorial-a2c)"
+  "${pip[@]}" uninstall -q -y agilerl-plugin-a2c
+fi
 echo "[install] installing: ${packages[*]}"
 "${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" -r requirements-dev.txt
 echo "[install] done: $("$venv/bin/agilerl" --version)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+TUTORIAL = Path(__file__).resolve().parents[1] / "examples/plugins/agilerl-tutorial-a2c"
 AGILERL_CLI = [sys.executable, "-m", "agilerl.cli"]
 
 PYPROJECT = """
@@ -63,7 +65,26 @@ REENTRANT = {
     """,
 }
 
+# A third party's A2C under the name the tutorial package once had: installed side by side now.
+THIRD_A2C = {"hooks.py": "# registers nothing: what matters is that it and the tutorial are both installed\n"}
+
 BROKEN = {"hooks.py": "raise ImportError('thirdparty_broken needs libfoo 2, found libfoo 1')\n"}
+
+
+def _old_a2c() -> dict[str, str]:
+    """The tutorial's A2C as a third party wrote it before ``rollout_layout``: the method removed."""
+    src = TUTORIAL / "src" / "agilerl_tutorial_a2c"
+    a2c = re.sub(r"\n    def rollout_layout\(self\).*?\n\n", "\n", (src / "a2c.py").read_text(), flags=re.S)
+    a2c = re.sub(r"\n    protocol_version = 1\n", "\n", a2c)
+    assert "rollout_layout(self)" not in a2c
+    hooks = (
+        (src / "hooks.py")
+        .read_text()
+        .replace('"A2C"', '"OldA2C"')
+        .replace("register(A2CSpec,", "register(A2CSpec, name='OldA2C',")
+    )
+    return {name: text.replace("agilerl_tutorial_a2c", "old_a2c") for name, text in
+            {"a2c.py": a2c, "hooks.py": hooks, "specs.py": (src / "specs.py").read_text()}.items()}  # fmt: skip
 
 
 def _package(root: Path, dist: str, ep: str, module: str, files: dict[str, str]) -> Path:
@@ -83,6 +104,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pkgs = [
         _package(root, "thirdparty-reentrant", "aaa_reentrant", "thirdparty_reentrant", REENTRANT),
         _package(root, "thirdparty-broken", "aab_broken", "thirdparty_broken", BROKEN),
+        _package(root, "agilerl-plugin-a2c", "a2c", "their_a2c", THIRD_A2C),
+        _package(root, "old-a2c", "old_a2c", "old_a2c", _old_a2c()),
     ]
     target = root / "site"
     subprocess.run(
@@ -149,3 +172,32 @@ def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(site: Pa
     # strict mode (tests, CI) stops at it instead
     proc = _run(["algorithms"], site, tmp_path, strict=True)
     assert proc.returncode != 0 and "thirdparty-broken 0.3.1" in proc.stderr
+
+
+def test_a_third_party_agilerl_plugin_a2c_does_not_replace_the_tutorial(site: Path, tmp_path: Path) -> None:
+    proc = _run(["plugins", "--json"], site, tmp_path, strict=False)
+    infos = {p["name"]: p for p in json.loads(proc.stdout)}
+    assert infos["a2c"]["distribution"] == "agilerl-plugin-a2c" and infos["a2c"]["error"] is None
+    assert infos["tutorial_a2c"]["distribution"] == "agilerl-tutorial-a2c" and infos["tutorial_a2c"]["error"] is None
+
+
+def test_an_out_of_date_plugin_algorithm_is_named_with_what_it_lacks(site: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load((TUTORIAL / "a2c_cartpole.yaml").read_text())
+    data["algorithm"]["name"] = "OldA2C"
+    data["training"].update(max_steps=400, evo_steps=200)
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    expected = (
+        "OldA2C (old_a2c.a2c.A2C) does not implement the single_agent on-policy protocol, version 1 "
+        "(agilerl_plugin_gym.protocols.OnPolicyAlgorithm): it lacks rollout_layout()."
+    )
+    proc = _run(["validate", str(path)], site, tmp_path, strict=False)
+    assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
+    assert 'docs/gym.md, "Protocol versions"' in proc.stderr
+    proc = _run(["train", str(path), "--run-dir", "run", "--no-progress"], site, tmp_path, strict=False)
+    assert proc.returncode == 2 and expected in proc.stderr and "AttributeError" not in proc.stderr, proc.stderr
+    # the tutorial's A2C, which declares the version it implements, passes the same check
+    data["algorithm"]["name"] = "A2C"
+    path.write_text(yaml.safe_dump(data))
+    proc = _run(["validate", str(path)], site, tmp_path, strict=False)
+    assert proc.returncode == 0, proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import warnings
@@ -100,6 +101,20 @@ def test_a_plugin_using_lazy_core_names_at_import_loads_once(site: Path) -> None
         warnings.simplefilter("error")
         assert {"GoodAlgo", "LazyAlgo"} <= set(MANIFEST_REGISTRY.names())
     assert all(i.error is None for i in plugins.plugin_infos())
+
+
+def test_a_stale_editable_install_only_warns_even_in_strict_mode(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout that renamed a package leaves its old editable install behind (source gone)."""
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "gone-plugin", "gone_plugin", GOOD, version="0.1")
+    (site / "gone_plugin.py").unlink()
+    url = (site / "moved-away").as_uri()
+    (site / "gone_plugin-0.1.dist-info" / "direct_url.json").write_text(
+        json.dumps({"dir_info": {"editable": True}, "url": url})
+    )
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    with pytest.warns(plugins.PluginLoadWarning, match=r"stale editable install.*pip uninstall gone-plugin"):
+        assert "GoodAlgo" in MANIFEST_REGISTRY.names()
 
 
 def test_strict_mode_reraises(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,7 +84,7 @@ def resource_problems(manifest: TrainingManifest, available: int | None = None) 
     algo, env, t = manifest.algorithm, manifest.environment, manifest.training
     num_envs = int(getattr(env, "num_envs", None) or 1)
     # an env section declaring `sync: false` runs each env in a worker process
-    per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "sync", True) is False else (
+    per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "use_sync", getattr(env, "sync", True)) is False else (
         FLOORS["env"], "envs")  # fmt: skip
     parts: dict[str, tuple[int, str]] = {
         "training.pop_size": (t.pop_size * FLOORS["agent"], f"{t.pop_size} agents x {_gib(FLOORS['agent'])}"),

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,8 +63,11 @@ def _load(path: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from agilerl.strategies import check_algorithm
+
     try:
         manifest = _load(args.manifest, args.set or ())
+        check_algorithm(manifest.algorithm)  # imports the algorithm's module: a plugin's missing method
     except ManifestError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [{"path": p.path, "message": p.message} for p in exc.problems]})
@@ -81,6 +86,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"{args.manifest}: valid")
     print(describe(manifest))
     return 0
+
+
+def elapsed(seconds: float) -> str:
+    """``"12.3 s"``, ``"4 min 05 s"``, ``"2 h 03 min"``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def describe(manifest: Any) -> str:
@@ -146,13 +161,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"--num-processes {args.num_processes} inside a launch of {processes.world_size()} processes "
             "(WORLD_SIZE is set: torchrun or accelerate launch started this one); drop --num-processes"
         )
+    started = time.perf_counter()
     result = trainer.train()
     if not processes.is_main_process():
         return 0
     best = result.population[0]
+    if result.complete:
+        print(f"the run in {result.run_dir} is already complete (stopped by {result.stopped_by}); nothing was trained")
     print(
-        f"done: {result.generations} generation(s), stopped by {result.stopped_by}; "
-        f"best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
+        f"done: {result.generations} generation(s) in {elapsed(time.perf_counter() - started)}, stopped by "
+        f"{result.stopped_by}; best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
     )
     print(f"run directory: {result.run_dir}")
     if result.best_path and result.best_info:
@@ -176,18 +194,17 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     from agilerl import checkpoint
     from agilerl.models.manifest import read_manifest_file, validate_manifest
     from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+    from agilerl.training.rundir import resume_point
     from agilerl.training.trainer import LocalTrainer
 
-    if Path(args.resume).is_dir():  # a run directory: resume from its newest checkpoint
-        from agilerl.training.rundir import latest_checkpoint
-
-        args.resume = str(latest_checkpoint(Path(args.resume)))
-        if not quiet:
-            print(f"resuming from {args.resume}", file=sys.stderr)
-    payload = checkpoint.load(args.resume)
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    if path != Path(args.resume) and not quiet:
+        print(f"resuming from {path}", file=sys.stderr)
+    args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
         data, source = read_manifest_file(args.manifest), args.manifest
+        checkpoint.check_same_algorithm(args.resume, stored, data)
     else:
         # Checked before validation: validating a custom env imports it.
         require_trust(args.resume, stored, trusted=args.trust_checkpoint)
@@ -212,6 +229,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device=args.device,
         member=args.member,
         which=args.which,
+        trust=args.trust_checkpoint,
+        manifest=args.manifest,
     )
     if args.json:
         _print_json(result.as_dict())
@@ -231,7 +250,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export_policy(args: argparse.Namespace) -> int:
     from agilerl.export import export_policy
 
-    out = export_policy(args.source, format=args.format, output=args.output, member=args.member, which=args.which)
+    out = export_policy(
+        args.source, format=args.format, output=args.output, member=args.member, which=args.which,
+        trust=args.trust_checkpoint, manifest=args.manifest,
+    )  # fmt: skip
     print(f"wrote {out} (input 'observation': a batch of raw observations; output 'action')")
     return 0
 
@@ -385,6 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
             "--which", choices=["best", "last", "elite"], default="best",
             help="in a run directory: best.pt (best ever, default), last.pt or elite.pt",
         )  # fmt: skip
+        q.add_argument(
+            "--manifest", metavar="MANIFEST", help="rebuild the agent from this manifest, not the stored one"
+        )
+        q.add_argument(
+            "--trust-checkpoint", action="store_true",
+            help="import the code the checkpoint's stored manifest names (custom env, wrappers) even if no plugin "
+            "registers it",
+        )  # fmt: skip
 
     p = sub.add_parser("eval", help="play evaluation episodes with a trained agent")
     _pick(p)
@@ -425,7 +455,18 @@ def _show_warning(
 ) -> None:
     from tqdm import tqdm
 
-    tqdm.write(f"warning: {message}", file=sys.stderr)  # above a progress bar, never through it
+    text = str(message)
+    if not sys.stderr.isatty():  # gymnasium colours its warnings; a log file gets plain text
+        text = strip_ansi(text)
+    tqdm.write(f"warning: {text}", file=sys.stderr)  # above a progress bar, never through it
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (colours, cursor moves)."""
+    return _ANSI.sub("", text)
 
 
 def _log_level(argv: Sequence[str]) -> int:

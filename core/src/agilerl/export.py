@@ -40,17 +40,19 @@ def export_policy(
     output: str | os.PathLike[str] | None = None,
     member: int | None = None,
     which: str = "best",
+    trust: bool = False,
+    manifest: Any = None,
 ) -> Path:
     """Write the greedy policy of ``source`` (checkpoint, run directory or loaded agent) to a file.
 
     Beside it, ``<output>.json`` records the input and output names, the observation shape and
-    dtype, and the checkpoint it came from.
+    dtype, and the checkpoint it came from. ``trust`` and ``manifest`` are :func:`agilerl.load`'s.
     """
     fmt = format.lower()
     if fmt not in FORMATS:
         raise AgileRLError(f"--format must be one of {', '.join(FORMATS)}; got {format!r}")
     if isinstance(source, (str, os.PathLike)):
-        agent = load(source, device="cpu", member=member, which=which)
+        agent = load(source, device="cpu", member=member, which=which, trust=trust, manifest=manifest)
         out = Path(output) if output else default_output(source, fmt)
     else:
         agent = source
@@ -58,9 +60,13 @@ def export_policy(
             raise AgileRLError("export_policy(agent) needs output=")
         out = Path(output)
     if not isinstance(agent, PolicyExporter):
+        from agilerl.inference import algorithm_and_plugin
+
+        ckpt = getattr(agent, "checkpoint_path", None) or "CHECKPOINT"
         raise AgileRLError(
-            f"{type(agent).__name__} cannot be exported: its plugin implements no policy_module() "
-            "(its algorithm class must implement agilerl.inference.PolicyExporter)"
+            f"agilerl export-policy cannot write a TorchScript or ONNX file for {algorithm_and_plugin(agent)}. "
+            f"Instead: use the checkpoint itself from Python (agent = agilerl.load('{ckpt}'); "
+            "agent.test(env) plays it); or ask the plugin's author to support export-policy."
         )
     import numpy as np
     import torch

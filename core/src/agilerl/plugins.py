@@ -175,10 +175,38 @@ def _load_one(pm: pluggy.PluginManager, ep: md.EntryPoint) -> None:
         info.error = f"{type(exc).__name__}: {exc}"
         where = f"{dist} {version}" if dist else ep.value
         message = f"agilerl plugin {ep.name!r} ({where}) failed to load: {info.error}"
+        gone = _removed_editable_source(ep) if isinstance(exc, ImportError) else None
+        if gone is not None:
+            # Left behind by a checkout that moved or renamed the package: not a broken plugin, so
+            # strict mode only warns. The fix is the user's one command.
+            info.error = f"stale editable install: its source {gone} no longer exists"
+            message = (
+                f"agilerl plugin {ep.name!r} ({where}) is a stale editable install: its source {gone} no "
+                f"longer exists; run `pip uninstall {dist}` (or scripts/install.sh in a checkout)"
+            )
+            warnings.warn(message, PluginLoadWarning, stacklevel=3)
+            return
         if strict():
             _loaded = True  # don't retry on every call; the error is reported once
             raise PluginError(message) from exc
         warnings.warn(message, PluginLoadWarning, stacklevel=3)
+
+
+def _removed_editable_source(ep: md.EntryPoint) -> str | None:
+    """The source directory of ``ep``'s editable install if that directory is gone, else None."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    try:
+        raw = ep.dist.read_text("direct_url.json") if ep.dist is not None else None
+        data = json.loads(raw) if raw else {}
+    except (OSError, ValueError):
+        return None
+    url = data.get("url", "")
+    if not (data.get("dir_info") or {}).get("editable") or not url.startswith("file://"):
+        return None
+    path = unquote(urlparse(url).path)
+    return None if os.path.isdir(path) else path
 
 
 def report_hook_failure(name: str, hook: str, exc: Exception) -> None:

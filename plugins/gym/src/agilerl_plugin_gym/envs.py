@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -29,7 +30,9 @@ import numpy as np
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
 from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
-from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.env_spec import GymEnvSpec, cpu_cores
+
+log = logging.getLogger("agilerl.gym.envs")  # under "agilerl": the CLI shows it
 
 __all__ = ["GymEnvError", "check_gym_id", "make_env", "make_gym_env", "make_single_env", "resolve_import"]
 
@@ -104,11 +107,38 @@ def _maker(spec: GymEnvSpec) -> Callable[[], gym.Env[Any, Any]]:
     return partial(gym.make, spec.env_id, **cfg)
 
 
+_mujoco_routed = False
+
+
+def _uses_mujoco(spec: GymEnvSpec) -> bool:
+    """Whether the env is a MuJoCo one (its registered entry point, or the import path given)."""
+    target = spec.factory or spec.entrypoint or spec.env_id
+    if ":" not in target and "." not in target:
+        try:
+            target = str(gym.spec(target).entry_point)
+        except Exception:
+            return False
+    return "mujoco" in target.lower()
+
+
+def _route_mujoco_warnings(spec: GymEnvSpec) -> None:
+    """MuJoCo's default warning handler appends to ``MUJOCO_LOG.TXT`` in the working directory (a
+    deprecated XML attribute in a gymnasium model is enough): send its warnings to the log instead."""
+    global _mujoco_routed
+    if _mujoco_routed or not _uses_mujoco(spec) or importlib.util.find_spec("mujoco") is None:
+        return
+    import mujoco
+
+    mujoco.set_mju_user_warning(lambda msg: log.warning("MuJoCo: %s", str(msg).strip()))
+    _mujoco_routed = True
+
+
 def _single(
     spec: GymEnvSpec,
     make_raw: Callable[[], gym.Env[Any, Any]],
     wrappers: list[tuple[Callable[..., Any], dict[str, Any]]],
 ) -> gym.Env[Any, Any]:
+    _route_mujoco_warnings(spec)
     env = make_raw()
     if not isinstance(env, gym.Env):
         raise GymEnvError(
@@ -154,7 +184,7 @@ def make_gym_env(
         manifest's ``env_wrappers``.
     :param wrappers: more wrappers, each ``(class_or_path, kwargs)``, an import path or a callable,
         applied after ``env_wrappers`` and before ``extra_wrappers``.
-    :returns: ``SyncVectorEnv`` when ``spec.sync`` else ``AsyncVectorEnv`` (next-step autoreset).
+    :returns: ``SyncVectorEnv`` when ``spec.use_sync`` else ``AsyncVectorEnv`` (next-step autoreset).
     """
     make_raw = _maker(spec)
     wrapper_list = resolve_wrappers(spec.env_wrappers, "environment.env_wrappers", GymEnvError)
@@ -170,7 +200,13 @@ def make_gym_env(
     except Exception as exc:
         raise GymEnvError(f"environment {spec.label!r}: creating the env failed: {type(exc).__name__}: {exc}") from exc
     fns = [thunk] * spec.num_envs
-    if spec.sync:
+    if spec.sync is None and spec.use_sync and spec.num_envs > 1:
+        log.info(
+            "environment: %d envs step in one process (SyncVectorEnv): more envs than this machine's %d CPU "
+            "cores; set environment.sync: false for a process per env",
+            spec.num_envs, cpu_cores(),
+        )  # fmt: skip
+    if spec.use_sync:
         # Reuse the probe as the first env instead of throwing it away.
         return gym.vector.SyncVectorEnv([lambda: probe, *fns[1:]])
     probe.close()

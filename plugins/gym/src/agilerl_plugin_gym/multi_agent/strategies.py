@@ -22,6 +22,7 @@ from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gr
 from agilerl_plugin_gym.engine.on_policy import MultiAgentOnPolicyEngine
 from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError, PettingZooVecEnv, make_pz_env
+from agilerl_plugin_gym.protocols import MULTI_AGENT_OFF_POLICY, MULTI_AGENT_ON_POLICY
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -51,8 +52,7 @@ class MultiAgentStrategy(TrainingStrategy):
     def evaluate(self, agent: Any, run: Run) -> float:
         # Seeded per evaluation (not a continuing env stream), so a resumed run evaluates alike.
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
-        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=run.eval_seed))
 
     def close(self, run: Run) -> None:
         for env in {id(run.env): run.env, id(run.eval_env): run.eval_env}.values():
@@ -64,6 +64,7 @@ class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
     """Off-policy multi-agent training (MADDPG, MATD3) with a shared multi-agent replay buffer."""
 
     regime = "off_policy"
+    algorithm_protocol = MULTI_AGENT_OFF_POLICY
 
     def setup(self, run: Run) -> None:
         rb = run.manifest.replay_buffer
@@ -115,6 +116,7 @@ class MultiAgentOnPolicyStrategy(MultiAgentStrategy):
     (:class:`~agilerl_plugin_gym.engine.on_policy.MultiAgentOnPolicyEngine`)."""
 
     regime = "on_policy"
+    algorithm_protocol = MULTI_AGENT_ON_POLICY
 
     def __init__(self) -> None:
         self.engine = MultiAgentOnPolicyEngine()

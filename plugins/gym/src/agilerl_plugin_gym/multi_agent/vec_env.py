@@ -581,7 +581,7 @@ def make_pz_env(
     """
     n = int(num_envs if num_envs is not None else getattr(spec, "num_envs", 1) or 1)
     all_wrappers: list[WrapperLike] = [*(extra_wrappers or []), *(wrappers or [])]
-    use_sync = bool(getattr(spec, "sync", False) if sync is None else sync)
+    use_sync = bool(getattr(spec, "use_sync", False) if sync is None else sync)
     if use_sync or n == 1:
         return SyncPettingZooVecEnv([lambda: make_single_pz_env(spec, all_wrappers)] * n)
     return AsyncPettingZooVecEnv(spec, n, wrappers=all_wrappers, context=context)

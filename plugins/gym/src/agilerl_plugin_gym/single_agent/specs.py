@@ -271,7 +271,9 @@ class DDPGSpec(GymAlgorithmSpec):
         "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
     }
 
-    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
+    # One gradient step per env step (SB3's and CleanRL's TD3/DDPG): AgileRL's 5 left a minimal TD3
+    # Pendulum-v1 manifest unlearnt after 20k steps; with 1 it scores -114 by then (test_defaults.py).
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 1
     lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
     lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate.")] = 1e-3
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3

@@ -45,6 +45,7 @@ from agilerl_plugin_gym.engine.replay_per import (
     with_priority_update,
 )
 from agilerl_plugin_gym.envs import make_gym_env
+from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -75,8 +76,7 @@ class GymStrategy(TrainingStrategy):
 
     def evaluate(self, agent: Any, run: Run) -> float:
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
-        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
+        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=run.eval_seed))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,6 +91,7 @@ class OnPolicyStrategy(GymStrategy):
     """
 
     regime = "on_policy"
+    algorithm_protocol = ON_POLICY
     #: Every learn() resets the env from a seed of its own and uses no shared buffer.
     independent_members = True
 
@@ -110,6 +111,7 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
     """Act, store in the shared replay buffer, and update every ``learn_step`` env steps."""
 
     regime = "off_policy"
+    algorithm_protocol = OFF_POLICY
 
     @property
     def buffer(self) -> ReplayBuffer | None:

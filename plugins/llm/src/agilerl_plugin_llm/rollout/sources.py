@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agilerl import plugins
-from agilerl.errors import AgileRLError, DuplicateRegistrationError
+from agilerl.errors import AgileRLError
 from agilerl.imports import get_attribute, import_object, load_file_module
-from agilerl.registry import resolve
+from agilerl.registry import HookTable, resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
 from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
 
@@ -101,32 +100,26 @@ class RolloutSource:
     def resolve(self) -> Build:
         return resolve(self.build, f"rollout source for {self.field!r}")  # type: ignore[no-any-return]
 
-    def problems(self, spec: Any) -> list[tuple[str, str]]:
-        """What the source's own validation check finds wrong with ``spec`` (nothing is built)."""
+    def problems(self, spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
+        """What the source's own validation check finds wrong with ``spec`` (nothing is built). A check
+        taking a ``manifest`` argument also gets the whole manifest (its ``validation`` section, say)."""
         if self.check is None:
             return []
-        return list(resolve(self.check, f"validation check of rollout source {self.field!r}")(spec))
+        check = resolve(self.check, f"validation check of rollout source {self.field!r}")
+        try:
+            takes_manifest = "manifest" in inspect.signature(check).parameters
+        except (TypeError, ValueError):
+            takes_manifest = False
+        return list(check(spec, manifest=manifest) if takes_manifest else check(spec))
+
+
+#: Every registered rollout source, by the spec field that selects it (core's generic hook table).
+ROLLOUT_SOURCES = HookTable("agilerl_llm_register_rollout_sources", kind="rollout source")
 
 
 def rollout_sources() -> dict[str, RolloutSource]:
     """Every registered rollout source, by the spec field that selects it."""
-    pm = plugins.get_plugin_manager()
-    caller = getattr(pm.hook, "agilerl_llm_register_rollout_sources", None)
-    table: dict[str, RolloutSource] = {}
-    if caller is None:
-        return table
-    for impl in reversed(caller.get_hookimpls()):
-
-        def register(field: str, build: Any, *, check: Any = None, _provider: str = impl.plugin_name) -> None:
-            old = table.get(field)
-            if old is not None and old.build is not build:
-                raise DuplicateRegistrationError(
-                    f"rollout source {field!r} is registered twice: by {old.provider!r} and by {_provider!r}"
-                )
-            table[field] = RolloutSource(field, build, _provider, check)
-
-        impl.function(register=register)
-    return table
+    return {e.key: RolloutSource(e.key, e.value, e.provider, e.extra.get("check")) for e in ROLLOUT_SOURCES.entries()}
 
 
 def _is_set(value: Any) -> bool:
@@ -476,6 +469,7 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
 
 __all__ = [
     "KNOWN_EXTERNAL_SOURCES",
+    "ROLLOUT_SOURCES",
     "RolloutSource",
     "RolloutSourceError",
     "RubricEnv",
