@@ -64,8 +64,8 @@ class AlgorithmSpec(Spec):
     #: Fields that may be written under the manifest's ``network:`` section and are lifted onto
     #: this algorithm spec at validation (a field of the spec, or a validation alias of one).
     lifted_network_fields: ClassVar[frozenset[str]] = frozenset()
-    #: ``training`` fields among :data:`agilerl.models.sections.ALGORITHM_TRAINING_FIELDS` that this
-    #: algorithm's strategy reads; setting any other of them is a validation error.
+    #: ``training`` fields plugins add (``agilerl_register_sections``) that this algorithm's strategy
+    #: reads; setting any other of them is a validation error.
     training_fields: ClassVar[frozenset[str]] = frozenset()
     #: Non-empty: a name a plugin knows (e.g. from AgileRL's catalogue) but cannot train yet. A
     #: manifest naming it fails with exactly this one message, and nothing else is checked.
