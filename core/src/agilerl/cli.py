@@ -98,6 +98,14 @@ def elapsed(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _processes(env: Any) -> str:
+    """``", in one process"`` / ``", a process per env"`` for env sections that say (``use_sync``)."""
+    sync = getattr(env, "use_sync", None)
+    if not isinstance(sync, bool) or (getattr(env, "num_envs", 1) or 1) < 2:
+        return ""
+    return ", in one process" if sync else ", a process per env"
+
+
 def describe(manifest: Any) -> str:
     """A short human summary of a validated manifest."""
     from agilerl.registry import MANIFEST_REGISTRY
@@ -106,7 +114,9 @@ def describe(manifest: Any) -> str:
     entry = MANIFEST_REGISTRY.entry(algo.name)
     lines = [
         f"  algorithm   {algo.name} ({type(algo).paradigm}/{type(algo).regime}, from {entry.provider})",
-        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)})",
+        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)}"
+        + _processes(env)
+        + ")",
         f"  training    max_steps {t.max_steps}, evo_steps {manifest.evo_steps}, pop_size {t.pop_size}"
         + (f", target_score {t.target_score}" if t.target_score is not None else ""),
         f"  evolution   {'on' if manifest.hpo else 'off'}",
@@ -166,6 +176,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not processes.is_main_process():
         return 0
     best = result.population[0]
+    if result.complete:
+        print(f"the run in {result.run_dir} is already complete (stopped by {result.stopped_by}); nothing was trained")
     print(
         f"done: {result.generations} generation(s) in {elapsed(time.perf_counter() - started)}, stopped by "
         f"{result.stopped_by}; best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
@@ -192,15 +204,13 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     from agilerl import checkpoint
     from agilerl.models.manifest import read_manifest_file, validate_manifest
     from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+    from agilerl.training.rundir import resume_point
     from agilerl.training.trainer import LocalTrainer
 
-    if Path(args.resume).is_dir():  # a run directory: resume from its newest checkpoint
-        from agilerl.training.rundir import latest_checkpoint
-
-        args.resume = str(latest_checkpoint(Path(args.resume)))
-        if not quiet:
-            print(f"resuming from {args.resume}", file=sys.stderr)
-    payload = checkpoint.load(args.resume)
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    if path != Path(args.resume) and not quiet:
+        print(f"resuming from {path}", file=sys.stderr)
+    args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
         data, source = read_manifest_file(args.manifest), args.manifest
@@ -284,9 +294,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
+    width = max([10, *(len(i.name) for i in infos)])
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
-        print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")
+        print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
     return 0
 
 

@@ -187,10 +187,8 @@ def load(
     :returns: the algorithm object, with ``agent.manifest`` set to the manifest it was trained on
         and ``agent.checkpoint_path`` to the file read.
     """
-    from agilerl.builders import AlgorithmBuildRuntime, select_builder
     from agilerl.models.manifest import load_manifest
-    from agilerl.strategies import select_strategy
-    from agilerl.training.trainer import resolve_device
+    from agilerl.training.assembly import build_member, resolve_device
     from agilerl.trust import LOAD_REMEDY, require_trust
 
     loaded = read_checkpoint(path, member=member, which=which)
@@ -203,36 +201,7 @@ def load(
     else:
         manifest = load_manifest(manifest)
         checkpoint.check_same_algorithm(loaded.path, loaded.manifest_data, manifest.to_dict())
-    device = resolve_device(device)
-    builder = select_builder(manifest.algorithm)
-    runtime = AlgorithmBuildRuntime(
-        index=int(loaded.agent_state.get("index", 0)),
-        device=device,
-        seed=manifest.training.seed,
-        resume_state=loaded.agent_state,
-        manifest=manifest,
-    )
-    build_for_inference = getattr(builder, "build_for_inference", None)
-    if callable(build_for_inference):
-        agent = build_for_inference(manifest.algorithm, manifest=manifest, runtime=runtime)
-    else:
-        strategy = select_strategy(manifest.algorithm)
-        env = strategy.make_eval_env(manifest, seed=None, train_env=None)
-        if env is None:
-            env = strategy.make_env(manifest, seed=None)
-        try:
-            agent = builder.build_for_run(manifest.algorithm, env=env, manifest=manifest, runtime=runtime)
-        finally:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
-    try:
-        agent.load_state_dict(loaded.agent_state)
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        raise checkpoint.CheckpointMismatchError(
-            f"{loaded.path}: its saved agent does not fit a {manifest.algorithm.name} built from this manifest "
-            f"({type(exc).__name__}: {exc}); use the manifest it was trained with"
-        ) from exc
+    agent = build_member(manifest, loaded.agent_state, device=resolve_device(device), source=loaded.path)
     agent.manifest = manifest
     agent.checkpoint_path = loaded.path
     return agent
@@ -282,7 +251,7 @@ def algorithm_and_plugin(agent: Any) -> str:
     from agilerl.plugins import plugin_infos
     from agilerl.registry import MANIFEST_REGISTRY
 
-    name = manifest.algorithm.name
+    name = str(manifest.algorithm.name)
     entry = MANIFEST_REGISTRY.entry_for(manifest.algorithm)
     if entry is None:
         return name
