@@ -251,7 +251,7 @@ def algorithm_and_plugin(agent: Any) -> str:
     from agilerl.plugins import plugin_infos
     from agilerl.registry import MANIFEST_REGISTRY
 
-    name = manifest.algorithm.name
+    name = str(manifest.algorithm.name)
     entry = MANIFEST_REGISTRY.entry_for(manifest.algorithm)
     if entry is None:
         return name

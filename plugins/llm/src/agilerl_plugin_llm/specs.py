@@ -381,7 +381,7 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
     if "fsdp" in spec.model_fields_set:
-        from agilerl_plugin_llm.fsdp import field_problems
+        from agilerl_plugin_llm.fsdp_config import field_problems
 
         problems.extend(field_problems(spec.fsdp))
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
