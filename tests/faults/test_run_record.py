@@ -32,6 +32,8 @@ import yaml
 from agilerl import LocalTrainer
 from agilerl.errors import TrainingInterrupted
 
+pytestmark = pytest.mark.slow  # real training subprocesses (about 2 minutes for the file on 2 cores)
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "agilerl.cli"]
 #: Timing fields differ between any two runs; everything else in a row is the run's result.

@@ -67,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     try:
         manifest = _load(args.manifest, args.set or ())
-        check_algorithm(manifest.algorithm)  # imports the algorithm's module: a plugin's missing method
+        check_algorithm(manifest.algorithm, foreign_only=True)  # a third party's algorithm: its missing methods
     except ManifestError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [{"path": p.path, "message": p.message} for p in exc.problems]})
@@ -98,6 +98,14 @@ def elapsed(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _processes(env: Any) -> str:
+    """``", in one process"`` / ``", a process per env"`` for env sections that say (``use_sync``)."""
+    sync = getattr(env, "use_sync", None)
+    if not isinstance(sync, bool) or (getattr(env, "num_envs", 1) or 1) < 2:
+        return ""
+    return ", in one process" if sync else ", a process per env"
+
+
 def describe(manifest: Any) -> str:
     """A short human summary of a validated manifest."""
     from agilerl.registry import MANIFEST_REGISTRY
@@ -106,7 +114,9 @@ def describe(manifest: Any) -> str:
     entry = MANIFEST_REGISTRY.entry(algo.name)
     lines = [
         f"  algorithm   {algo.name} ({type(algo).paradigm}/{type(algo).regime}, from {entry.provider})",
-        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)})",
+        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)}"
+        + _processes(env)
+        + ")",
         f"  training    max_steps {t.max_steps}, evo_steps {manifest.evo_steps}, pop_size {t.pop_size}"
         + (f", target_score {t.target_score}" if t.target_score is not None else ""),
         f"  evolution   {'on' if manifest.hpo else 'off'}",
@@ -284,9 +294,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
+    width = max([10, *(len(i.name) for i in infos)])
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
-        print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")
+        print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
     return 0
 
 
@@ -456,7 +467,7 @@ def _show_warning(
     from tqdm import tqdm
 
     text = str(message)
-    if not sys.stderr.isatty():  # gymnasium colours its warnings; a log file gets plain text
+    if not sys.stderr.isatty():  # libraries colour their warnings; a log file gets plain text
         text = strip_ansi(text)
     tqdm.write(f"warning: {text}", file=sys.stderr)  # above a progress bar, never through it
 

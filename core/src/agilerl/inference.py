@@ -243,7 +243,7 @@ class EvalResult:
 
 
 def algorithm_and_plugin(agent: Any) -> str:
-    """``"A2C (from the plugin 'x', dist 1.0)"``, for messages that tell the user whom to ask."""
+    """``"Name (from the plugin 'x', dist 1.0)"``, for messages that tell the user whom to ask."""
     name = type(agent).__name__
     manifest = getattr(agent, "manifest", None)
     if manifest is None:
@@ -251,7 +251,7 @@ def algorithm_and_plugin(agent: Any) -> str:
     from agilerl.plugins import plugin_infos
     from agilerl.registry import MANIFEST_REGISTRY
 
-    name = manifest.algorithm.name
+    name = str(manifest.algorithm.name)
     entry = MANIFEST_REGISTRY.entry_for(manifest.algorithm)
     if entry is None:
         return name

@@ -142,7 +142,10 @@ def registered_roots() -> frozenset[str]:
     """Top-level packages whose code counts as registered: ``agilerl`` and each loaded plugin's package."""
     from agilerl.plugins import plugin_infos
 
-    return frozenset({"agilerl"} | {_root(i.module) for i in plugin_infos() if not i.error and i.module})
+    # an entry point's value is "pkg.module" or "pkg.module:object"
+    return frozenset(
+        {"agilerl"} | {_root(i.module.partition(":")[0]) for i in plugin_infos() if not i.error and i.module}
+    )
 
 
 def untrusted_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:

@@ -217,7 +217,9 @@ def test_population_members_share_the_frozen_base(tiny_model_dir: Path, tokenize
     manifest = load_manifest({
         "algorithm": {"name": "SFT", "gradient_checkpointing": False},
         "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "lora_config": LORA},
-        "environment": {"env_type": "dataset", "dataset_path": "unused.jsonl"},
+        # (validation reads the rows, so a real file; the builder reads only the env's tokenizer)
+        "environment": {"env_type": "dataset",
+                        "dataset_path": str(Path(__file__).resolve().parents[3] / "examples/data/llm/sft_tiny.jsonl")},
     })  # fmt: skip
     env = SimpleNamespace(tokenizer=tokenizer)
     agents = LLMBuilder.build_population(manifest.algorithm, env=env, manifest=manifest,

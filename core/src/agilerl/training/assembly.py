@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from agilerl.builders import AlgorithmBuildRuntime, select_builder
 from agilerl.strategies import select_strategy
 from agilerl.training.run import EVAL_SEED_OFFSET, Run, eval_seed
+from agilerl.training.runstate import restore_rng
 
 if TYPE_CHECKING:
     from agilerl.hpo.mfpbt import MultiFrequencySelection
@@ -177,8 +178,6 @@ def assemble_run(
         random streams the run continues.
     :returns: the run (its strategy ``setup`` done) and its strategy.
     """
-    from agilerl.training.loop import restore_rng
-
     t = manifest.training
     seed = t.seed
     strategy = strategy if strategy is not None else select_strategy(manifest.algorithm)

@@ -41,7 +41,10 @@ def _mapping(env: Any, objective: str) -> dict[str, str]:
     """expected column -> actual column, as the run applies ``columns`` for ``objective``."""
     columns = dict(getattr(env, "columns", None) or {})
     if objective == "rollout":
-        return columns  # rollout rows: {ours: theirs} (agilerl_plugin_llm.rollout.sources._read_rows)
+        # AgileRL's {dataset column: role} ({nums: question}); {role: column} is accepted too
+        # (agilerl_plugin_llm.rollout.sources.column_copies)
+        roles = {"question", "prompt", "answer"}
+        return {**{k: v for k, v in columns.items() if k in roles}, **{v: k for k, v in columns.items() if v in roles}}
     out: dict[str, str] = {}
     expected = {"prompt", "response", "chosen", "rejected", "messages"}
     for key, value in columns.items():
@@ -136,8 +139,10 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
         where = "environment.dataset" if getattr(env, "dataset", None) else "environment.hf_dataset_id"
         value = named
     path = Path(str(value)).expanduser()
-    # Dataset envs read directories with `datasets`; a rollout reads one file.
-    checked = _file_problems(path, where, str(value), directories=objective != "rollout")
+    # Dataset envs read directories with `datasets`; a rollout reads one file from dataset_path, but a
+    # Hub id that names a local directory (a local copy of that dataset) is read with `datasets` too.
+    directories = objective != "rollout" or where != "environment.dataset_path"
+    checked = _file_problems(path, where, str(value), directories=directories)
     if checked is None or checked:
         return checked or []
     mapping = _mapping(env, objective)

@@ -143,6 +143,9 @@ class LLMEnvSpec(EnvSpec):
     hf_dataset_id: Annotated[
         str | None, Field(description="A Hugging Face dataset id, read from the local cache only (no downloads).")
     ] = None
+    hf_dataset_config: Annotated[
+        str | None, Field(description="The configuration (subset) of hf_dataset_id, e.g. main for openai/gsm8k.")
+    ] = None
     columns: Annotated[
         dict[str, str] | None,
         Field(description="Column remapping {expected: actual}, e.g. {prompt: question, response: answer}."),
@@ -180,7 +183,13 @@ class LLMEnvSpec(EnvSpec):
     ] = None  # fmt: skip
     factory: str | None = None
     env_config: dict[str, Any] | None = None
-    name: str | None = None
+    name: Annotated[
+        str | None,
+        Field(
+            description="A label; a name in the env catalog (gsm8k) also stands for its dataset, rubric and "
+            "prompt template (fields given here win; dataset_path replaces the dataset)."
+        ),
+    ] = None
     env_packages: dict[str, Any] | None = None
     max_turns: Annotated[int | None, Field(ge=1)] = None
     segment_prompt_tokens: Annotated[int | None, Field(ge=1)] = None
@@ -234,6 +243,10 @@ class LLMEnvSpec(EnvSpec):
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("env_type") in (None, "rollout", "reasoning"):
+            from agilerl_plugin_llm.rollout.catalog import apply_catalog
+
+            data = apply_catalog(data)
         return _absolute_paths(_translate_env_type(data))
 
     @field_validator("request_timeout_s")
@@ -320,15 +333,10 @@ class LLMEnvSpec(EnvSpec):
 
 #: Inherited ``LLMAlgorithmSpec`` fields no code path here implements yet; setting one is an error.
 UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
-    "activation_offload": "activation offloading is not supported yet",
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
     "use_sequence_packing": "sequence packing is not supported yet",
-    "lora_target_scope": "lora_target_scope is not supported yet; use network.lora_config.target_modules",
-    "chunk_rows": "chunked rows are not supported yet",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
-    "use_liger_loss": "Liger's fused loss is not supported yet (the loss here is computed unfused, to the "
-    "same result); remove it or set it to false",
 }
 #: Values that mean "off" for the fields above (``quantization: none`` is AgileRL's full-precision recipe).
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
@@ -366,11 +374,14 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
                        "cannot be fine-tuned themselves; add network.lora_config or remove quantization")  # fmt: skip
         if problem:
             problems.append(problem)
+    if spec.lora_target_scope and spec.lora_config is None:
+        problems.append("lora_target_scope: it limits the LoRA adapter's target modules; add network.lora_config "
+                        "or remove it")  # fmt: skip
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
     if "fsdp" in spec.model_fields_set:
-        from agilerl_plugin_llm.fsdp import field_problems
+        from agilerl_plugin_llm.fsdp_config import field_problems
 
         problems.extend(field_problems(spec.fsdp))
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
@@ -454,6 +465,13 @@ class PluginLLMSpec(LLMAlgorithmSpec):
         if self.lr_scheduler == "linear":
             return 1.0 - (1.0 - low) * progress
         return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    strip_multimodal_towers: Annotated[
+        bool,
+        Field(description="Drop a multimodal checkpoint's vision/audio towers (and projectors) when the model "
+                          "loads, before training: text-only fine-tuning never runs them. AgileRL's "
+                          "vllm_config.strip_multimodal_towers sets it."),
+    ] = False  # fmt: skip
 
     reduce_memory_peak: Annotated[
         bool,

@@ -201,7 +201,14 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
             raise RolloutSourceError(f"environment.dataset_path: not found: {p} (relative to {Path.cwd()})")
         suffix = p.suffix.lower()
         try:
-            if suffix == ".jsonl":
+            if p.is_dir():  # a local copy of a Hub dataset: its data files or a save_to_disk directory
+                from agilerl_plugin_llm.dataset.env import DatasetError, load_local_dataset
+
+                try:
+                    rows = [dict(r) for r in load_local_dataset(p, "environment.dataset")]
+                except DatasetError as exc:
+                    raise RolloutSourceError(str(exc)) from None
+            elif suffix == ".jsonl":
                 rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
             elif suffix == ".json":
                 data = json.loads(p.read_text(encoding="utf-8"))
@@ -223,7 +230,11 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
 
         try:
-            ds = load_cached_dataset(hf_id, "environment.hf_dataset_id" if not named else "environment.dataset")
+            ds = load_cached_dataset(
+                hf_id,
+                "environment.hf_dataset_id" if not named else "environment.dataset",
+                config=getattr(spec, "hf_dataset_config", None),
+            )
         except DatasetError as exc:
             raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
@@ -233,8 +244,8 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         raise RolloutSourceError(f"environment.dataset_path: {path or hf_id} holds no rows (a list of records)")
     columns = getattr(spec, "columns", None) or {}
     if columns:
-        # columns maps our column name to the dataset's: {question: problem, answer: solution}.
-        rows = [{**r, **{ours: r[theirs] for ours, theirs in columns.items() if theirs in r}} for r in rows]
+        copies = column_copies(columns, rows[0], where=path or hf_id)
+        rows = [{**r, **{role: r[col] for col, role in copies.items() if col in r}} for r in rows]
     first = rows[0]
     if not any(c in first for c in QUESTION_COLUMNS):
         raise RolloutSourceError(
@@ -242,6 +253,27 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
             f"(columns: {', '.join(map(str, first))}); map one with columns: {{question: <your column>}}"
         )
     return rows
+
+
+def column_copies(columns: dict[str, str], first: dict[str, Any], *, where: Any) -> dict[str, str]:
+    """``environment.columns`` as ``{dataset column: role}`` (AgileRL's reading: ``{nums: question,
+    target: answer}`` makes the ``nums`` column the question and ``target`` the answer).
+
+    ``{role: dataset column}`` (``{question: nums}``) is accepted too when the key is no column of
+    the dataset; the original columns stay, for prompt templates that name them.
+    """
+    copies: dict[str, str] = {}
+    for key, value in columns.items():
+        if key in first:
+            copies[key] = value
+        elif value in first:
+            copies[value] = key
+        else:
+            raise RolloutSourceError(
+                f"environment.columns: neither {key!r} nor {value!r} is a column of {where} (columns: "
+                f"{', '.join(map(str, first))}); write {{dataset column: role}}, e.g. {{nums: question, target: answer}}"
+            )
+    return copies
 
 
 def split_rows(rows: list[dict[str, Any]], fraction: float | None, seed: int | None) -> tuple[list[Any], list[Any]]:
