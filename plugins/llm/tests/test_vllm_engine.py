@@ -199,6 +199,34 @@ def test_trains_with_use_vllm_and_the_reward_rises(
     assert sum(e.syncs for e in generation._ENGINES.values()) - syncs_before >= STEPS + 4
 
 
+# --- AgileRL's manifests ---------------------------------------------------------------------------
+
+UPSTREAM = Path(__file__).resolve().parents[3] / ".." / "shared" / "agilerl-manifests"
+if not UPSTREAM.is_dir():
+    UPSTREAM = Path("/work/shared/agilerl-manifests")
+#: AgileRL's manifests that set use_vllm: true -> what may still refuse them (not vLLM).
+UPSTREAM_VLLM = {"cispo.yaml": None, "gspo.yaml": None, "ppo_llm.yaml": None, "reinforce_llm.yaml": None,
+                 "grpo_multiturn.yaml": "gem"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_VLLM))
+def test_agilerl_use_vllm_manifests_validate_unchanged(name: str) -> None:
+    import yaml
+
+    data = yaml.safe_load((UPSTREAM / "configs/training/llm_finetuning" / name).read_text())
+    assert data["algorithm"]["use_vllm"] is True
+    try:
+        m = load_manifest(data)
+    except ManifestError as exc:  # only for another reason (GEM's games: its own package), never vLLM
+        other = UPSTREAM_VLLM[name]
+        problems = [f"{p.path}: {p.message}" for p in exc.problems]
+        assert other is not None and all(other in p for p in problems), problems
+        assert not any("vllm" in p.lower() for p in problems), problems
+    else:
+        assert m.algorithm.generation_backend == "vllm"  # type: ignore[union-attr]
+        assert m.algorithm.vllm_engine_args["max_num_seqs"] == 8  # type: ignore[union-attr]
+
+
 # --- failures --------------------------------------------------------------------------------------
 
 
