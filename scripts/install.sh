@@ -34,14 +34,29 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
   "${pip[@]}" install -q "${constraints[@]}" torch
 fi
 packages=(-e "core[ray]")  # the ray extra: the Ray-backend tests run on a fresh machine too
+# A plugin's pyproject.toml may name extras to install with it ([tool.agilerl] install-extras = "a,b").
 for dir in plugins/*/; do
-  [ -f "$dir/pyproject.toml" ] && packages+=(-e "${dir%/}")
+  [ -f "$dir/pyproject.toml" ] || continue
+  extras=$(sed -n 's/^install-extras = "\(.*\)"/\1/p' "$dir/pyproject.toml")
+  packages+=(-e "${dir%/}${extras:+[$extras]}")
 done
 # Example plugins whose pyproject.toml opts in ([tool.agilerl] install-by-default = true): the test
 # suite trains them (e.g. the A2C tutorial plugin); the others are installed by their tests on demand.
 for dir in examples/plugins/*/; do
   grep -qs '^install-by-default = true' "$dir/pyproject.toml" && packages+=(-e "${dir%/}")
 done
+# The A2C tutorial used to be the distribution agilerl-plugin-a2c, a name a third party may well
+# pick: drop that old editable install of this checkout (never another package of that name).
+if "$venv/bin/python" -c '
+import importlib.metadata as md, sys
+try:
+    url = md.distribution("agilerl-plugin-a2c").read_text("direct_url.json") or ""
+except md.PackageNotFoundError:
+    url = ""
+sys.exit(0 if "examples/plugins/agilerl-plugin-a2c" in url else 1)'; then
+  echo "[install] removing the old tutorial package agilerl-plugin-a2c (now agilerl-tutorial-a2c)"
+  "${pip[@]}" uninstall -q -y agilerl-plugin-a2c
+fi
 echo "[install] installing: ${packages[*]}"
 "${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" -r requirements-dev.txt
 if [ "$with_vllm" = 1 ]; then

@@ -1,4 +1,4 @@
-"""The tutorial of docs/gym.md: a separate package (examples/plugins/agilerl-plugin-a2c, installed by
+"""The tutorial of docs/gym.md: a separate package (examples/plugins/agilerl-tutorial-a2c, installed by
 scripts/install.sh) adds A2C to the gym plugin's ``single_agent`` paradigm with public API only.
 
 It gets the rest for free: validation of the env and its spaces, the manifest schema, the CLI, the
@@ -22,15 +22,15 @@ from agilerl.training.trainer import LocalTrainer
 from agilerl_plugin_gym.protocols import OnPolicyAlgorithm
 
 ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "examples/plugins/agilerl-plugin-a2c/a2c_cartpole.yaml"
+MANIFEST = ROOT / "examples/plugins/agilerl-tutorial-a2c/a2c_cartpole.yaml"
 
 
 @pytest.fixture(autouse=True)
 def _installed() -> None:
     torch.set_num_threads(1)
     eps = importlib.metadata.entry_points(group="agilerl")
-    assert any(ep.value == "agilerl_plugin_a2c.hooks" for ep in eps), (
-        "agilerl-plugin-a2c is not installed: run scripts/install.sh (it installs examples/plugins/agilerl-plugin-a2c)"
+    assert any(ep.value == "agilerl_tutorial_a2c.hooks" for ep in eps), (
+        "agilerl-tutorial-a2c is not installed: run scripts/install.sh (it installs examples/plugins/agilerl-tutorial-a2c)"
     )
 
 

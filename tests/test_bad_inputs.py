@@ -79,3 +79,36 @@ def test_a_well_behaved_custom_env_passes_the_check(
 ) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["validate", "examples/custom_env/ppo_corridor.yaml"]) == 0, capsys.readouterr().err
+
+
+#: Corpus files whose check needs torch: a CUDA device is asked torch whether it exists.
+NEEDS_TORCH = ("device_cuda",)
+
+
+def test_no_refusal_imports_torch_or_an_engine() -> None:
+    """Every refusal comes from cheap checks (the reason they take well under 5 s): validating the
+    whole corpus in one process imports neither torch, transformers, datasets, vLLM nor Ray,
+    except where a CUDA device is named (measured without a clock, so a loaded machine cannot flake it)."""
+    script = """
+import contextlib, io, sys
+from pathlib import Path
+from agilerl.cli import main
+HEAVY = ("torch", "transformers", "datasets", "vllm", "ray", "peft")
+NEEDS_TORCH = NEEDS_TORCH_VALUE
+files = sorted(sys.argv[1:], key=lambda p: any(n in p for n in NEEDS_TORCH))
+for p in files:
+    before = {m for m in HEAVY if m in sys.modules}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        main(["validate", p])
+    new = sorted({m for m in HEAVY if m in sys.modules} - before)
+    if new:
+        print("IMPORTED", Path(p).name, new)
+""".replace("NEEDS_TORCH_VALUE", repr(NEEDS_TORCH))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *(str(p.relative_to(ROOT)) for p in CASES)],
+        cwd=ROOT, capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    imported = [line for line in proc.stdout.splitlines() if line.startswith("IMPORTED")]
+    assert all(any(n in line for n in NEEDS_TORCH) for line in imported), imported

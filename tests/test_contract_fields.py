@@ -138,9 +138,13 @@ def test_training_fields_are_honoured_where_read_and_refused_elsewhere() -> None
     with pytest.raises(ManifestError, match=r"training.learning_delay: not used by PPO \(not supported yet\)"):
         validate_manifest({"algorithm": "PPO", "environment": {"name": "CartPole-v1"},
                            "training": {"learning_delay": 10}})  # fmt: skip
-    with pytest.raises(ManifestError, match=r"training.episode_steps: not used by NeuralTS"):
-        validate_manifest({"algorithm": "NeuralTS", "environment": {"env_type": "bandit", "name": "iris"},
+    with pytest.raises(ManifestError, match=r"training.episode_steps: not used by PPO"):
+        validate_manifest({"algorithm": "PPO", "environment": {"name": "CartPole-v1"},
                            "training": {"episode_steps": 500}})  # fmt: skip
+    # The bandits read it (AgileRL's meaning: steps per training episode; plugins/bandit/tests/test_episodes.py)
+    ts = validate_manifest({"algorithm": "NeuralTS", "environment": {"env_type": "bandit", "name": "iris"},
+                            "training": {"episode_steps": 500}})  # fmt: skip
+    assert ts.training.episode_steps == 500
 
 
 def test_bandit_eval_steps_gives_agilerls_fitness_scale(tmp_path: Path) -> None:

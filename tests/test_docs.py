@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNIPPET = re.compile(r"<!-- snippet: (?P<path>[^ ]+) -->\n```[a-z]*\n(?P<body>.*?)\n```", re.S)
@@ -40,3 +41,22 @@ def test_manifest_reference_lists_every_core_field() -> None:
     for model in (sections.TrainingSpec, sections.MutationSpec, sections.NetworkSpec, sections.ReplayBufferSpec):
         for name in model.model_fields:
             assert f"`{name}`" in page, f"{model.__name__}.{name} missing: run scripts/gen_docs.py"
+
+
+def test_abridged_manifests_in_docs_agree_with_their_files() -> None:
+    """A block headed ``# examples/x.yaml (abridged)`` may leave fields out, never change one."""
+    block = re.compile(r"```yaml\n# (?P<path>examples/[^ ]+\.yaml) \(abridged\)\n(?P<body>.*?)```", re.S)
+    found = 0
+    for page in ["README.md", *(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]:
+        for m in block.finditer((ROOT / page).read_text()):
+            found += 1
+            full = yaml.safe_load((ROOT / m["path"]).read_text())
+            for section, fields in yaml.safe_load(m["body"]).items():
+                if not isinstance(fields, dict):
+                    assert full[section] == fields, (page, section)
+                    continue
+                for key, value in fields.items():
+                    assert full[section][key] == value, (
+                        f"{page}: {section}.{key} is {value!r}, {m['path']} has {full[section][key]!r}"
+                    )
+    assert found >= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import warnings
@@ -70,6 +71,50 @@ def test_a_broken_plugin_is_reported_and_the_others_still_work(site: Path) -> No
     assert "GoodAlgo" in names
     info = {i.name: i for i in plugins.plugin_infos()}["broken_plugin"]
     assert info.error == "RuntimeError: kaboom"
+
+
+def test_a_plugin_whose_hook_raises_is_named_and_skipped(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    hook = "from agilerl import hookimpl\n\n@hookimpl\ndef agilerl_register_algorithms(register):\n    raise KeyError('x')\n"
+    make_distribution(site, "broken-plugin", "broken_plugin", hook, version="0.9")
+    with pytest.warns(
+        plugins.PluginLoadWarning, match=r"'broken_plugin' \(broken-plugin 0.9\) failed in agilerl_register_"
+    ):
+        assert "GoodAlgo" in MANIFEST_REGISTRY.names()
+    info = {i.name: i for i in plugins.plugin_infos()}["broken_plugin"]
+    assert info.error == "agilerl_register_algorithms: KeyError: 'x'"
+    MANIFEST_REGISTRY.invalidate()
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match=r"broken-plugin 0\.9"):
+        MANIFEST_REGISTRY.names()
+
+
+def test_a_plugin_using_lazy_core_names_at_import_loads_once(site: Path) -> None:
+    """Re-entrant loading: the plugin's import asks a registry (via agilerl.models) mid-load."""
+    source = GOOD.replace(
+        "from agilerl.models import AlgorithmSpec", "from agilerl.models import AlgorithmSpec, GoodAlgoSpec as _"
+    )
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "dup-lazy", "dup_lazy", source.replace("GoodAlgoSpec(", "LazyAlgoSpec(")
+                      .replace("register(GoodAlgoSpec)", "register(LazyAlgoSpec)"))  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert {"GoodAlgo", "LazyAlgo"} <= set(MANIFEST_REGISTRY.names())
+    assert all(i.error is None for i in plugins.plugin_infos())
+
+
+def test_a_stale_editable_install_only_warns_even_in_strict_mode(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout that renamed a package leaves its old editable install behind (source gone)."""
+    make_distribution(site, "good-plugin", "good_plugin", GOOD)
+    make_distribution(site, "gone-plugin", "gone_plugin", GOOD, version="0.1")
+    (site / "gone_plugin.py").unlink()
+    url = (site / "moved-away").as_uri()
+    (site / "gone_plugin-0.1.dist-info" / "direct_url.json").write_text(
+        json.dumps({"dir_info": {"editable": True}, "url": url})
+    )
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")
+    with pytest.warns(plugins.PluginLoadWarning, match=r"stale editable install.*pip uninstall gone-plugin"):
+        assert "GoodAlgo" in MANIFEST_REGISTRY.names()
 
 
 def test_strict_mode_reraises(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,9 +158,13 @@ def test_eval_refuses_an_agent_without_episodes(run_cli: Run, example_plugin: An
     code, _, err = run_cli("train", pop16, "--run-dir", tmp_path / "run", "--no-progress", "-q")
     assert code == 0
     code, _, err = run_cli("eval", tmp_path / "run")
-    assert code == 1 and "cannot play evaluation episodes" in err and "Traceback" not in err
+    assert code == 1 and "agilerl eval cannot play episodes with " in err and "Traceback" not in err
+    # what the user can do instead, in their terms (no protocol or class names)
+    assert "agilerl plot RUN_DIR" in err and ".test(env)" in err and "ask the plugin's author" in err, err
     code, _, err = run_cli("export-policy", tmp_path / "run")
-    assert code == 1 and "cannot be exported" in err
+    assert code == 1 and "cannot write a TorchScript or ONNX file for " in err
+    assert "agilerl.load(" in err and "ask the plugin's author to support export-policy" in err, err
+    assert "policy_module" not in err and "PolicyExporter" not in err
     code, _, err = run_cli("eval", tmp_path / "nowhere")
     assert code == 1 and "no such checkpoint or run directory" in err
 

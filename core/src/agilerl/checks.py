@@ -83,7 +83,7 @@ def resource_problems(manifest: TrainingManifest, available: int | None = None) 
     algo, env, t = manifest.algorithm, manifest.environment, manifest.training
     num_envs = int(getattr(env, "num_envs", None) or 1)
     # an env section declaring `sync: false` runs each env in a worker process
-    per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "sync", True) is False else (
+    per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "use_sync", getattr(env, "sync", True)) is False else (
         FLOORS["env"], "envs")  # fmt: skip
     parts: dict[str, tuple[int, str]] = {
         "training.pop_size": (t.pop_size * FLOORS["agent"], f"{t.pop_size} agents x {_gib(FLOORS['agent'])}"),
@@ -111,9 +111,54 @@ def resource_problems(manifest: TrainingManifest, available: int | None = None) 
                            f"but this machine has {_gib(avail)} available")]  # fmt: skip
 
 
+#: The largest population a run takes. Every generation trains, evaluates and checkpoints each
+#: member in turn and a checkpoint holds them all, so a population of thousands (``pop_size: 10000``)
+#: passes the memory floor yet never finishes a generation; evolutionary HPO uses tens of members.
+MAX_POP_SIZE = 1024
+
+
+def machine_cpus() -> int:
+    """CPUs this process may use (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def backend_problems(manifest: TrainingManifest, cpus: int | None = None) -> list[Problem]:
+    """``training.backend: ray`` asks for what a local Ray instance sized to this machine can give.
+
+    Ray waits for resources it will never have (an actor asking for 8 CPUs on a 2-CPU machine is
+    pending forever), so the request is checked here. Against a cluster (``ray_address`` or
+    ``RAY_ADDRESS``) the run checks the cluster's resources when it connects.
+    """
+    t = manifest.training
+    if t.backend != "ray" or t.ray_address or os.environ.get("RAY_ADDRESS"):
+        return []
+    have = machine_cpus() if cpus is None else cpus
+    if t.num_cpus_per_member > have:
+        return [Problem("training.num_cpus_per_member", (
+            f"{t.num_cpus_per_member:g} CPUs per member, but this machine has {have} (a local Ray instance is "
+            f"sized to it, and a worker asking for more would wait forever); use at most {have}, or join a "
+            "larger cluster with training.ray_address"))]  # fmt: skip
+    workers = min(t.ray_workers, t.pop_size) if t.ray_workers is not None else None
+    if workers is not None and workers * t.num_cpus_per_member > have:
+        return [Problem("training.ray_workers", (
+            f"{workers} workers x {t.num_cpus_per_member:g} CPUs (num_cpus_per_member) need "
+            f"{workers * t.num_cpus_per_member:g} CPUs, but this machine has {have}; the workers beyond it would "
+            f"wait forever. Use at most {int(have // t.num_cpus_per_member) if t.num_cpus_per_member else have} "
+            "workers, lower num_cpus_per_member, or remove ray_workers (the default fits the machine)"))]  # fmt: skip
+    return []
+
+
 def cross_field_problems(manifest: TrainingManifest) -> list[Problem]:
     problems: list[Problem] = []
     t = manifest.training
+    if t.pop_size > MAX_POP_SIZE:
+        problems.append(Problem("training.pop_size", (
+            f"{t.pop_size} members is more than a run takes (at most {MAX_POP_SIZE}): every generation trains, "
+            "evaluates and checkpoints each member in turn, so it would not finish one; evolution works with "
+            "tens of members")))  # fmt: skip
     sel = manifest.tournament_selection
     # A 2-agent tournament over a population of 1 keeps that agent (AgileRL's own manifests do it).
     size = getattr(sel, "tournament_size", None)  # MF-PBT's layout is checked by its own spec
@@ -149,9 +194,10 @@ def manifest_problems(manifest: TrainingManifest) -> list[Problem]:
     return [
         *cross_field_problems(manifest),
         *device_problems(manifest.training.device),
+        *backend_problems(manifest),
         *resource_problems(manifest),
     ]
 
 
-__all__ = ["FLOORS", "available_memory", "cross_field_problems", "device_problems", "manifest_problems",
-           "resource_problems"]  # fmt: skip
+__all__ = ["FLOORS", "MAX_POP_SIZE", "available_memory", "backend_problems", "cross_field_problems", "device_problems",
+           "machine_cpus", "manifest_problems", "resource_problems"]  # fmt: skip

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,8 +63,11 @@ def _load(path: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from agilerl.strategies import check_algorithm
+
     try:
         manifest = _load(args.manifest, args.set or ())
+        check_algorithm(manifest.algorithm)  # imports the algorithm's module: a plugin's missing method
     except ManifestError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [{"path": p.path, "message": p.message} for p in exc.problems]})
@@ -81,6 +86,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(f"{args.manifest}: valid")
     print(describe(manifest))
     return 0
+
+
+def elapsed(seconds: float) -> str:
+    """``"12.3 s"``, ``"4 min 05 s"``, ``"2 h 03 min"``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def describe(manifest: Any) -> str:
@@ -146,13 +161,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"--num-processes {args.num_processes} inside a launch of {processes.world_size()} processes "
             "(WORLD_SIZE is set: torchrun or accelerate launch started this one); drop --num-processes"
         )
+    started = time.perf_counter()
     result = trainer.train()
     if not processes.is_main_process():
         return 0
     best = result.population[0]
     print(
-        f"done: {result.generations} generation(s), stopped by {result.stopped_by}; "
-        f"best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
+        f"done: {result.generations} generation(s) in {elapsed(time.perf_counter() - started)}, stopped by "
+        f"{result.stopped_by}; best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
     )
     print(f"run directory: {result.run_dir}")
     if result.best_path and result.best_info:
@@ -425,7 +441,18 @@ def _show_warning(
 ) -> None:
     from tqdm import tqdm
 
-    tqdm.write(f"warning: {message}", file=sys.stderr)  # above a progress bar, never through it
+    text = str(message)
+    if not sys.stderr.isatty():  # gymnasium colours its warnings; a log file gets plain text
+        text = strip_ansi(text)
+    tqdm.write(f"warning: {text}", file=sys.stderr)  # above a progress bar, never through it
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (colours, cursor moves)."""
+    return _ANSI.sub("", text)
 
 
 def _log_level(argv: Sequence[str]) -> int:

@@ -58,9 +58,13 @@ def export_policy(
             raise AgileRLError("export_policy(agent) needs output=")
         out = Path(output)
     if not isinstance(agent, PolicyExporter):
+        from agilerl.inference import algorithm_and_plugin
+
+        ckpt = getattr(agent, "checkpoint_path", None) or "CHECKPOINT"
         raise AgileRLError(
-            f"{type(agent).__name__} cannot be exported: its plugin implements no policy_module() "
-            "(its algorithm class must implement agilerl.inference.PolicyExporter)"
+            f"agilerl export-policy cannot write a TorchScript or ONNX file for {algorithm_and_plugin(agent)}. "
+            f"Instead: use the checkpoint itself from Python (agent = agilerl.load('{ckpt}'); "
+            "agent.test(env) plays it); or ask the plugin's author to support export-policy."
         )
     import numpy as np
     import torch

@@ -244,6 +244,24 @@ class EvalResult:
         }
 
 
+def algorithm_and_plugin(agent: Any) -> str:
+    """``"A2C (from the plugin 'x', dist 1.0)"``, for messages that tell the user whom to ask."""
+    name = type(agent).__name__
+    manifest = getattr(agent, "manifest", None)
+    if manifest is None:
+        return name
+    from agilerl.plugins import plugin_infos
+    from agilerl.registry import MANIFEST_REGISTRY
+
+    name = manifest.algorithm.name
+    entry = MANIFEST_REGISTRY.entry_for(manifest.algorithm)
+    if entry is None:
+        return name
+    info = next((i for i in plugin_infos() if i.name == entry.provider), None)
+    dist = f", {info.distribution} {info.version}" if info is not None and info.distribution else ""
+    return f"{name} (from the plugin {entry.provider!r}{dist})"
+
+
 def evaluate(
     source: str | os.PathLike[str] | Any,
     *,
@@ -270,8 +288,12 @@ def evaluate(
         if getattr(agent, "manifest", None) is None:
             raise AgileRLError("evaluate(agent) needs an agent from agilerl.load (it carries its manifest)")
     if not isinstance(agent, EpisodeRunner):
+        ckpt = getattr(agent, "checkpoint_path", None) or "CHECKPOINT"
         raise AgileRLError(
-            f"{type(agent).__name__} cannot play evaluation episodes (its plugin implements no run_episodes)"
+            f"agilerl eval cannot play episodes with {algorithm_and_plugin(agent)}. Instead: the scores it "
+            f"got while training are in its run directory (agilerl plot RUN_DIR draws them); in Python, "
+            f"agilerl.load('{ckpt}').test(env) scores it on an env you make; or ask the plugin's author "
+            "to support agilerl eval."
         )
     played = agent.run_episodes(
         agent.manifest.environment,  # type: ignore[attr-defined]

@@ -61,6 +61,8 @@ class PluginLoadWarning(UserWarning):
 _lock = threading.RLock()
 _pm: pluggy.PluginManager | None = None
 _loaded = False
+#: entry points not yet loaded while a load is under way (None: no load under way)
+_pending: list[md.EntryPoint] | None = None
 _infos: dict[str, PluginInfo] = {}
 _listeners: list[Any] = []
 
@@ -90,45 +92,36 @@ def strict() -> bool:
 
 
 def load_plugins() -> None:
-    """Load every entry point of group ``agilerl`` once (idempotent, thread-safe)."""
-    global _pm, _loaded
+    """Load every entry point of group ``agilerl`` once (idempotent, thread-safe, re-entrant-safe).
+
+    A plugin module that uses core's lazy names while it is being imported (``from agilerl.models
+    import SingleAgentAlgorithmSpec`` at the top of its ``specs.py``) calls back in here: that
+    nested call loads the entry points still waiting (so the name it asks for can be found) and
+    returns; the entry point being imported, and the final checks, stay with the outer call. No
+    entry point is ever loaded or registered twice.
+    """
+    global _pm, _loaded, _pending
     with _lock:
         if _loaded:
             return
-        pm = _pm or _new_manager()
-        _pm = pm
-        allow = _csv_env("AGILERL_LOAD_PLUGINS")
-        deny = _csv_env("AGILERL_DISABLE_PLUGINS") or set()
+        outer = _pending is None
+        if outer:
+            _pm = _pm or _new_manager()
+            _pending = _entry_points()
+        pm = _pm
+        assert pm is not None and _pending is not None
         try:
-            eps = md.entry_points(group=ENTRY_POINT_GROUP)
-        except Exception as exc:  # pragma: no cover - broken metadata on disk
-            raise PluginError(f"could not read the {ENTRY_POINT_GROUP!r} entry points: {exc}") from exc
-        seen: set[str] = set()
-        for ep in sorted(eps, key=lambda e: e.name):
-            dist = ep.dist.name if ep.dist is not None else None
-            version = ep.dist.version if ep.dist is not None else None
-            names = {ep.name, dist or ""}
-            if allow is not None and not names & allow:
-                continue
-            if names & deny or ep.name in seen:
-                continue
-            seen.add(ep.name)
-            info = PluginInfo(ep.name, dist, version, ep.value)
-            _infos[ep.name] = info
-            try:
-                module = ep.load()
-                pm.register(module, name=ep.name)
-                info.hooks = sorted(impl.name for impl in pm.get_hookcallers(module) or [])
-            except Exception as exc:
-                info.error = f"{type(exc).__name__}: {exc}"
-                where = f"{dist} {version}" if dist else ep.value
-                message = f"agilerl plugin {ep.name!r} ({where}) failed to load: {info.error}"
-                if strict():
-                    _loaded = True  # don't retry on every call; the error is reported once
-                    raise PluginError(message) from exc
-                warnings.warn(message, PluginLoadWarning, stacklevel=2)
-        pm.hook.agilerl_add_hookspecs(plugin_manager=pm)
+            while _pending:
+                _load_one(pm, _pending.pop(0))
+        except BaseException:
+            if outer:
+                _pending = None
+            raise
+        if not outer:
+            return  # the outer call finishes: hook specs, pending checks, listeners
+        _pending = None
         try:
+            pm.hook.agilerl_add_hookspecs(plugin_manager=pm)
             pm.check_pending()
         except pluggy.PluginValidationError as exc:
             _loaded = True
@@ -144,6 +137,88 @@ def load_plugins() -> None:
                 info.hooks = sorted(h.name for h in pm.get_hookcallers(mod) or [])
     for listener in list(_listeners):
         listener()
+
+
+def _entry_points() -> list[md.EntryPoint]:
+    """The allowed entry points of group ``agilerl``, by name, one per name."""
+    allow = _csv_env("AGILERL_LOAD_PLUGINS")
+    deny = _csv_env("AGILERL_DISABLE_PLUGINS") or set()
+    try:
+        eps = md.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception as exc:  # pragma: no cover - broken metadata on disk
+        raise PluginError(f"could not read the {ENTRY_POINT_GROUP!r} entry points: {exc}") from exc
+    chosen: dict[str, md.EntryPoint] = {}
+    for ep in sorted(eps, key=lambda e: e.name):
+        dist = ep.dist.name if ep.dist is not None else None
+        names = {ep.name, dist or ""}
+        if allow is not None and not names & allow:
+            continue
+        if names & deny or ep.name in chosen:
+            continue
+        chosen[ep.name] = ep
+    return list(chosen.values())
+
+
+def _load_one(pm: pluggy.PluginManager, ep: md.EntryPoint) -> None:
+    """Import and register one entry point; a failure is reported with its distribution and version."""
+    global _loaded
+    dist = ep.dist.name if ep.dist is not None else None
+    version = ep.dist.version if ep.dist is not None else None
+    info = PluginInfo(ep.name, dist, version, ep.value)
+    _infos[ep.name] = info
+    try:
+        module = ep.load()
+        if pm.get_plugin(ep.name) is None:
+            pm.register(module, name=ep.name)
+        info.hooks = sorted(impl.name for impl in pm.get_hookcallers(module) or [])
+    except Exception as exc:
+        info.error = f"{type(exc).__name__}: {exc}"
+        where = f"{dist} {version}" if dist else ep.value
+        message = f"agilerl plugin {ep.name!r} ({where}) failed to load: {info.error}"
+        gone = _removed_editable_source(ep) if isinstance(exc, ImportError) else None
+        if gone is not None:
+            # Left behind by a checkout that moved or renamed the package: not a broken plugin, so
+            # strict mode only warns. The fix is the user's one command.
+            info.error = f"stale editable install: its source {gone} no longer exists"
+            message = (
+                f"agilerl plugin {ep.name!r} ({where}) is a stale editable install: its source {gone} no "
+                f"longer exists; run `pip uninstall {dist}` (or scripts/install.sh in a checkout)"
+            )
+            warnings.warn(message, PluginLoadWarning, stacklevel=3)
+            return
+        if strict():
+            _loaded = True  # don't retry on every call; the error is reported once
+            raise PluginError(message) from exc
+        warnings.warn(message, PluginLoadWarning, stacklevel=3)
+
+
+def _removed_editable_source(ep: md.EntryPoint) -> str | None:
+    """The source directory of ``ep``'s editable install if that directory is gone, else None."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    try:
+        raw = ep.dist.read_text("direct_url.json") if ep.dist is not None else None
+        data = json.loads(raw) if raw else {}
+    except (OSError, ValueError):
+        return None
+    url = data.get("url", "")
+    if not (data.get("dir_info") or {}).get("editable") or not url.startswith("file://"):
+        return None
+    path = unquote(urlparse(url).path)
+    return None if os.path.isdir(path) else path
+
+
+def report_hook_failure(name: str, hook: str, exc: Exception) -> None:
+    """A loaded plugin's hook raised: record it against the plugin and warn (strict mode raises)."""
+    info = _infos.get(name)
+    where = f"{info.distribution} {info.version}" if info is not None and info.distribution else name
+    message = f"agilerl plugin {name!r} ({where}) failed in {hook}: {type(exc).__name__}: {exc}"
+    if info is not None and info.error is None:
+        info.error = f"{hook}: {type(exc).__name__}: {exc}"
+    if strict():
+        raise PluginError(message) from exc
+    warnings.warn(message, PluginLoadWarning, stacklevel=3)
 
 
 def register_plugin(plugin: object, name: str | None = None) -> str:
@@ -190,10 +265,11 @@ def plugin_infos() -> list[PluginInfo]:
 
 def reset() -> None:
     """Forget every plugin (tests use this with different environment switches)."""
-    global _pm, _loaded
+    global _pm, _loaded, _pending
     with _lock:
         _pm = None
         _loaded = False
+        _pending = None
         _infos.clear()
     for listener in list(_listeners):
         listener()

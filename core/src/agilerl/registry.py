@@ -99,9 +99,19 @@ class _Table(Generic[T]):
             caller = getattr(pm.hook, self.hook)
             # Call each implementation on its own so every entry knows its provider.
             for impl in reversed(caller.get_hookimpls()):
-                register = self._make_register(table, impl.plugin_name)
-                kwargs = {"register": register}
-                impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
+                # What one plugin registers lands in the table only if its hook returns: a broken
+                # hook must not take every command down. It is skipped and named (strict: raised).
+                own: dict[str, Entry[T]] = {}
+                kwargs = {"register": self._make_register(own, impl.plugin_name)}
+                try:
+                    impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
+                except DuplicateRegistrationError:
+                    raise  # one plugin registering a name twice: its author must fix it
+                except Exception as exc:
+                    plugins.report_hook_failure(impl.plugin_name, self.hook, exc)
+                    continue
+                for entry in own.values():
+                    self._put(table, entry)
             for entry in self._manual.values():
                 self._put(table, entry)
             self._entries = table

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.env import make_env
+from agilerl.protocols import VersionedProtocol, check_algorithm_class
 from agilerl.registry import MANIFEST_REGISTRY, STRATEGIES, resolve
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ class TrainingStrategy:
     #: torchrun, accelerate launch) runs this strategy in lock step and the processes split its work;
     #: False refuses such a launch (N copies would only repeat one run).
     multi_process: ClassVar[bool] = False
+    #: The protocol this strategy needs of the algorithms it trains (checked by ``agilerl validate``
+    #: and before a run builds anything, so a plugin algorithm that lacks a method is named, not
+    #: found by an AttributeError mid-run). None: the core protocol only.
+    algorithm_protocol: ClassVar[VersionedProtocol | None] = None
 
     # --- seed API ----------------------------------------------------------------------------
     def get_training_loop(self, spec: AlgorithmSpec) -> TrainingLoop:
@@ -129,4 +134,25 @@ def select_strategy(spec: AlgorithmSpec) -> TrainingStrategy:
     return cls() if isinstance(cls, type) else cls  # type: ignore[no-any-return]
 
 
-__all__ = ["TrainingLoop", "TrainingStrategy", "select_strategy"]
+def check_algorithm(spec: AlgorithmSpec, strategy: TrainingStrategy | None = None) -> None:
+    """Check the algorithm class registered for ``spec`` against its strategy's protocol.
+
+    Imports the algorithm's module (so ``validate_manifest`` itself never calls this: it stays
+    torch-free); ``agilerl validate`` and the trainer do. Raises :class:`~agilerl.errors.PluginError`
+    naming the methods the class lacks.
+    """
+    from agilerl.builders import AlgorithmBuilder
+
+    strategy = strategy or select_strategy(spec)
+    expected = type(strategy).algorithm_protocol
+    if expected is None:
+        return
+    try:
+        cls = AlgorithmBuilder.algo_class(spec)
+    except AttributeError:  # registered with a builder of its own and no algorithm class
+        return
+    if isinstance(cls, type):
+        check_algorithm_class(cls, expected, name=spec.name)
+
+
+__all__ = ["TrainingLoop", "TrainingStrategy", "check_algorithm", "select_strategy"]

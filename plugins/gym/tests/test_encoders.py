@@ -25,8 +25,8 @@ from agilerl.models import NetworkSpec, validate_manifest
 from agilerl.models.sections import MultiInputSpec
 from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
 from agilerl_plugin_gym.networks import EvolvableNetwork
-from agilerl_plugin_gym.networks_multi import EvolvableMultiInput
-from agilerl_plugin_gym.networks_simba import EvolvableSimBa
+from agilerl_plugin_gym.networks.multi_input import EvolvableMultiInput
+from agilerl_plugin_gym.networks.simba import EvolvableSimBa
 from agilerl_plugin_gym.observations import field_layout
 
 HERE = str(Path(__file__).resolve().parent)

@@ -227,3 +227,12 @@ def test_mutation_and_sharing_settings_the_plugin_cannot_honour_are_refused() ->
     with pytest.raises(ManifestError, match=r"training.experience_sharing: false is not supported yet"):
         validate_manifest({**base, "training": {"experience_sharing": False}})
     assert validate_manifest({**base, "training": {"experience_sharing": True}}).training.experience_sharing
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "env_id"),
+    [("merge-env", "v1", "merge-env-v1"), ("merge-env", 1, "merge-env-v1"), ("merge-env", "V0", "merge-env-v0"),
+     ("CartPole-v1", 1, "CartPole-v1"), ("my-video-env", 2, "my-video-env-v2"), ("CartPole", None, "CartPole")],
+)  # fmt: skip
+def test_version_is_appended_once_with_or_without_its_v(name: str, version: object, env_id: str) -> None:
+    assert GymEnvSpec(name=name, version=version).env_id == env_id

@@ -197,6 +197,30 @@ def test_bad_env_config_is_a_clear_error() -> None:
         make_pz_env(spec, num_envs=2, sync=False)
 
 
+def test_env_config_files_read_as_for_gym_envs(tmp_path: Path) -> None:
+    """One env_config loader for both makers: a JSON file is read as JSON, a missing file or one
+    that does not parse is an error naming the field (the PettingZoo maker used to read every file as
+    YAML and fail on a missing one with a bare FileNotFoundError)."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"max_cycles": 3}')
+    env = make_single_pz_env(SimpleNamespace(name="mpe2.simple_speaker_listener_v4", env_config=str(cfg)))
+    env.reset(seed=0)
+    steps = 0
+    while env.agents:
+        env.step({a: env.action_space(a).sample() for a in env.agents})
+        steps += 1
+    assert steps == 3
+    for bad, message in (
+        (tmp_path / "missing.yaml", "neither a mapping nor an existing"),
+        (tmp_path / "b.json", "parsed"),
+    ):
+        if bad.name == "b.json":
+            bad.write_text("{not json")
+        spec = SimpleNamespace(name="mpe2.simple_speaker_listener_v4", env_config=str(bad))
+        with pytest.raises(PettingZooEnvError, match=f"environment.env_config: .*{message}"):
+            make_single_pz_env(spec)
+
+
 def test_seed_api_routes_to_make_pz_env() -> None:
     """``agilerl.models.make_pz_env`` and ``make_env(..., multi_agent=True)`` build this vec env from a GymEnvSpec."""
     from agilerl.models import make_env

@@ -26,7 +26,8 @@ from agilerl.training.trainer import LocalTrainer
 from agilerl_plugin_gym.multi_agent.ippo import IPPO
 from agilerl_plugin_gym.multi_agent.maddpg import MADDPG, MATD3
 from agilerl_plugin_gym.multi_agent.specs import IPPOSpec, MADDPGSpec, MATD3Spec
-from agilerl_plugin_gym.networks import _ACTIVATIONS, EvolvableCNN, EvolvableNetwork
+from agilerl_plugin_gym.networks import EvolvableCNN, EvolvableNetwork
+from agilerl_plugin_gym.networks.layers import ACTIVATIONS
 from agilerl_plugin_gym.single_agent.dqn import DQN
 from agilerl_plugin_gym.single_agent.ppo import PPO
 from agilerl_plugin_gym.single_agent.specs import DQNSpec, PPOSpec
@@ -45,7 +46,7 @@ def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_activation_names_are_the_networks_own() -> None:
-    assert set(_ACTIVATIONS) == ACTIVATION_NAMES
+    assert set(ACTIVATIONS) == ACTIVATION_NAMES
 
 
 def test_set_activation_swaps_hidden_activations_and_keeps_weights_and_shape() -> None:

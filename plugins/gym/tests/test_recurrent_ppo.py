@@ -25,7 +25,7 @@ from agilerl.errors import AgileRLError, ManifestError
 from agilerl.models import load_manifest
 from agilerl.training.trainer import LocalTrainer
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, episode_pieces, sequence_windows
-from agilerl_plugin_gym.networks_lstm import EvolvableLSTM
+from agilerl_plugin_gym.networks.lstm import EvolvableLSTM
 from agilerl_plugin_gym.pomdp import MaskVelocity
 from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
 

@@ -43,7 +43,7 @@ def _not_trained(run_dir: Path) -> None:
 
 def test_model_path_missing(tmp_path: Path, write_manifest: Any, run_cli: Any) -> None:
     path = write_manifest(_manifest(tmp_path / "no-such-model", tmp_path / "run"))
-    _fails(run_cli, path, "pretrained_model_name_or_path", "is not a local directory", "never downloads")
+    _fails(run_cli, path, "pretrained_model_name_or_path", "no such directory", "build-tiny-model", command="validate")
     _not_trained(tmp_path / "run")
 
 
@@ -93,7 +93,7 @@ def test_rows_all_longer_than_context(tiny_model_dir: Path, tmp_path: Path, writ
 
 def test_dataset_file_missing(tiny_model_dir: Path, tmp_path: Path, write_manifest: Any, run_cli: Any) -> None:
     path = write_manifest(_manifest(tiny_model_dir, tmp_path / "run", dataset_path=str(tmp_path / "nope.jsonl")))
-    _fails(run_cli, path, "environment.dataset_path", "does not exist")
+    _fails(run_cli, path, "environment.dataset_path", "no such file", command="validate")
 
 
 @pytest.mark.parametrize(

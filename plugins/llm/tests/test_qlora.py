@@ -1,11 +1,13 @@
 """QLoRA (``quantization``, AgileRL's presets none | nf4 | fp4 | int8 or BitsAndBytesConfig arguments):
-a bitsandbytes 4-/8-bit base under the LoRA adapter. It needs CUDA and bitsandbytes; without them
-validation says so by name. The training path itself is checked where a GPU exists (the ``gpu`` test
-below and ``scripts/gpu_check.sh``)."""
+a bitsandbytes 4-/8-bit base under the LoRA adapter. bitsandbytes (the ``qlora`` extra, which
+``scripts/install.sh`` installs) runs its 4-bit layers on the CPU too, so GRPO trains through them
+here, in CI; the CUDA path (bf16 compute) is checked where a GPU exists (the ``gpu`` test below and
+``scripts/gpu_check.sh``). Without bitsandbytes validation says so by name."""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,10 @@ import torch
 
 from agilerl.errors import ManifestError
 from agilerl.models import load_manifest
-from agilerl_plugin_llm.model import ModelLoadError, bnb_config, load_model
+from agilerl_plugin_llm.model import ModelLoadError, bnb_config, compute_dtype, load_model
 
-HAS_QLORA = importlib.util.find_spec("bitsandbytes") is not None and torch.cuda.is_available()
+HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
+HAS_QLORA = HAS_BNB and torch.cuda.is_available()
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "llm"
 
 
@@ -42,13 +45,22 @@ def test_presets_map_to_bitsandbytes_configs() -> None:
     assert bnb_config({"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}).load_in_4bit  # raw arguments
 
 
-@pytest.mark.skipif(HAS_QLORA, reason="the refusal is for a machine without CUDA or bitsandbytes")
-def test_without_cuda_or_bitsandbytes_validation_names_both(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_the_compute_dtype_is_picked_per_device() -> None:
+    # bf16 on a GPU (the QLoRA recipe); float32 on the CPU, where bf16 matmuls are ~7.5x slower.
+    assert compute_dtype("cuda") == torch.bfloat16 and compute_dtype("cpu") == torch.float32
+    assert bnb_config("nf4", "cpu").bnb_4bit_compute_dtype == torch.float32
+    assert bnb_config({"load_in_4bit": True}, "cpu").bnb_4bit_compute_dtype == torch.float32
+    given = {"load_in_4bit": True, "bnb_4bit_compute_dtype": "bfloat16"}
+    assert bnb_config(given, "cpu").bnb_4bit_compute_dtype == torch.bfloat16  # the manifest's own choice wins
+
+
+@pytest.mark.skipif(HAS_BNB, reason="the refusal is for a machine without bitsandbytes")
+def test_without_bitsandbytes_validation_names_the_extra(tiny_model_dir: Path, tmp_path: Path) -> None:
     load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization="none"))  # AgileRL's full precision
     with pytest.raises(ManifestError) as info:
         load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization="nf4"))
     (problem,) = info.value.problems
-    assert "needs a CUDA GPU and the bitsandbytes package" in problem.message
+    assert "needs the bitsandbytes package" in problem.message
     assert "agilerl-plugin-llm[qlora]" in problem.message
 
 
@@ -57,9 +69,64 @@ def test_unknown_presets_are_refused_by_name(tiny_model_dir: Path, tmp_path: Pat
         load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization="4bit"))
 
 
-def test_loading_a_quantized_base_on_cpu_is_refused(tiny_model_dir: Path) -> None:
-    with pytest.raises(ModelLoadError, match="needs a CUDA device"):
-        load_model(tiny_model_dir, lora_config={"lora_r": 8}, quantization="nf4", device="cpu")
+def test_a_quantized_base_without_lora_is_refused(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"needs network\.lora_config"):
+        load_model(tiny_model_dir, quantization="nf4", device="cpu")
+    if HAS_BNB:
+        with pytest.raises(ManifestError, match="QLoRA trains a LoRA adapter"):
+            load_manifest(sft_manifest(tiny_model_dir, tmp_path, lora=False, quantization="nf4"))
+
+
+@pytest.mark.skipif(not HAS_BNB, reason="needs bitsandbytes (the qlora extra)")
+@pytest.mark.parametrize("preset", ["nf4", "fp4", "int8"])
+def test_on_cpu_the_base_loads_quantized_and_only_the_adapter_trains(tiny_model_dir: Path, preset: str) -> None:
+    model = load_model(tiny_model_dir, lora_config={"lora_r": 8, "lora_dropout": 0.0}, quantization=preset)
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert ("Linear8bitLt" if preset == "int8" else "Linear4bit") in kinds, kinds
+    if preset != "int8":
+        import bitsandbytes as bnb
+
+        layer = next(m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit))
+        assert layer.compute_dtype == torch.float32  # the CPU's dtype, not the presets' bf16
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    ids = torch.randint(6, 300, (2, 12))
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.skipif(not HAS_BNB, reason="needs bitsandbytes (the qlora extra)")
+def test_grpo_trains_through_a_4bit_base_on_cpu(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    import json
+
+    from agilerl_plugin_llm.rollout.grpo import GRPO
+
+    run = tmp_path / "run"
+    manifest = {
+        "algorithm": {"name": "GRPO", "batch_size": 4, "group_size": 4, "lr": 0.01, "beta": 0.04,
+                      "max_output_tokens": 8, "temperature": 1.0, "gradient_checkpointing": False,
+                      "quantization": "nf4"},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "max_context_length": 128,
+                    "lora_config": {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}},
+        "environment": {"env_type": "rollout", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
+                        "rubric_file_path": str(EXAMPLES / "say_word_rubric.py"), "max_reward": 1.0},
+        "training": {"max_steps": 40, "evo_steps": 10, "seed": 0, "progress": False, "run_dir": str(run)},
+    }  # fmt: skip
+    m = load_manifest(manifest)
+    from agilerl.strategies import select_strategy
+
+    envs = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = GRPO(m.algorithm, tokenizer=envs.tokenizer)
+    assert "Linear4bit" in {type(x).__name__ for x in agent.model.modules()}
+    before = agent.test(envs)
+    code, out, err = run_cli("train", write_manifest(manifest))
+    assert code == 0, out + err
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    fitness = [float(r["fitness"]) for r in rows]
+    assert before < 0.1, before
+    assert max(fitness) >= 0.8, fitness
 
 
 @pytest.mark.gpu

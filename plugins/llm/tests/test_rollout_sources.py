@@ -148,13 +148,13 @@ def bad_manifest(model_dir: Path, run_dir: Path, **env: Any) -> dict[str, Any]:
         (
             "def score(completion, answer, question):\n    return 1.0\n",
             None,
-            r"has no attribute 'reward_fn' \(callables there: score\)",
+            r"has no top-level 'reward_fn' \(it defines score\)",  # found at validation, by reading the file
         ),
         ("def reward_fn(completion, answer, question):\n    return 'good'\n", None, "must give a number.*str 'good'"),
         ("def reward_fn(completion, answer, question):\n    return None\n", None, "must give a number.*NoneType"),
-        ("def reward_fn(completion):\n    return 1.0\n", None, r"raised on a probe call.*TypeError"),
-        ("reward_fn = 3\n", None, "'reward_fn' in .* is not callable"),
-        ("def reward_fn(c, a, q):\n    return 1.0\n", "rubric", "has no attribute 'rubric'"),
+        ("def reward_fn(completion):\n    return 1.0\n", None, r"reward_fn\(completion\) takes 1 argument"),
+        ("reward_fn = 3\n", None, "reward_fn is bound to a constant value, not a function"),
+        ("def reward_fn(c, a, q):\n    return 1.0\n", "rubric", "has no top-level 'rubric'"),
     ],
 )
 def test_bad_rubric_is_a_clear_error_before_training(
@@ -181,9 +181,9 @@ def test_bad_rubric_is_a_clear_error_before_training(
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        ({"dataset_path": DATA, "rubric_file_path": "no/such/rubric.py"}, "rubric_file_path: file not found"),
-        ({"dataset_path": DATA}, "rubric_file_path: dataset rows need a rubric"),
-        ({"dataset_path": "missing.jsonl", "rubric_file_path": RUBRIC}, "dataset_path: not found"),
+        ({"dataset_path": DATA, "rubric_file_path": "no/such/rubric.py"}, "rubric_file_path: no such file"),
+        ({"dataset_path": DATA}, "rubric_file_path: required with dataset rows"),
+        ({"dataset_path": "missing.jsonl", "rubric_file_path": RUBRIC}, "dataset_path: no such file"),
         (
             {"entrypoint": f"{EXAMPLES / 'two_turn_env.py'}:NoSuchEnv"},
             r"has no attribute 'NoSuchEnv' \(callables there: TwoTurnEnv\)",

@@ -271,14 +271,15 @@ def test_credentials_are_read_from_the_environment_and_never_shown(native, game,
 
 
 def test_validate_refuses_written_out_credentials_and_missing_max_turns_without_showing_them(  # type: ignore[no-untyped-def]
-    write_manifest, run_cli
+    write_manifest, run_cli, tiny_model_dir, monkeypatch
 ) -> None:
     def manifest(env: dict[str, Any]) -> Any:
         return write_manifest({
             "algorithm": {"name": "GRPO"},
-            "network": {"pretrained_model_name_or_path": "./model"},
+            "network": {"pretrained_model_name_or_path": str(tiny_model_dir)},
             "environment": {"env_type": "rollout", **env},
             "training": {"max_steps": 1},
+            "validation": {"check_env": False},  # no server at port 9: only the manifest is checked
         })  # fmt: skip
 
     code, out, err = run_cli("validate", manifest({"env_url": _with_credentials("http://127.0.0.1:9")}))
@@ -286,6 +287,10 @@ def test_validate_refuses_written_out_credentials_and_missing_max_turns_without_
     assert "environment.max_turns" in out + err and "required with env_url" in out + err
     _assert_no_secrets(out, err)
     ok = {"env_url": "http://trainer:${W19_PW}@127.0.0.1:9/?token=${W19_TOKEN}", "max_turns": 1}
+    code, out, err = run_cli("validate", manifest(ok))
+    assert code == 1 and "uses ${W19_PW}, but the environment variable W19_PW is not set" in out + err
+    monkeypatch.setenv("W19_PW", "pw-from-env")
+    monkeypatch.setenv("W19_TOKEN", "token-from-env")
     code, out, err = run_cli("validate", manifest(ok))
     assert code == 0, out + err
 

@@ -21,10 +21,11 @@ def test_import_agilerl_and_our_hooks_load_nothing_heavy() -> None:
     assert _loaded_after("import agilerl, agilerl_plugin_openenv.hooks, agilerl_plugin_openenv") == []
 
 
-def test_plugin_loading_and_validate_load_nothing_heavy(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_plugin_loading_and_validate_load_nothing_heavy(tmp_path, tiny_model_dir) -> None:  # type: ignore[no-untyped-def]
     manifest = tmp_path / "m.yaml"
+    # The live check asks the server with urllib (a closed port here: refused), never through openenv-core.
     manifest.write_text(
-        "algorithm: {name: GRPO}\nnetwork: {pretrained_model_name_or_path: ./model}\n"
+        f"algorithm: {{name: GRPO}}\nnetwork: {{pretrained_model_name_or_path: '{tiny_model_dir}'}}\n"
         "environment: {env_type: rollout, env_url: 'http://127.0.0.1:9', max_turns: 1}\ntraining: {max_steps: 1}\n",
         encoding="utf-8",
     )
@@ -40,6 +41,8 @@ def test_plugin_loading_and_validate_load_nothing_heavy(tmp_path) -> None:  # ty
         "make_env, _, field = build_source(spec)\n"
         "assert field == 'entrypoint' and make_env().reset(seed=0)[0] == 'Say one.'\n"
         "from agilerl.cli import main\n"
+        f"assert main(['validate', {str(manifest)!r}]) == 1\n"  # the server at port 9 is not running
+        f"open({str(manifest)!r}, 'a').write('validation: {{check_env: false}}\\n')\n"
         f"assert main(['validate', {str(manifest)!r}]) == 0"
     )
     assert _loaded_after(code) == []

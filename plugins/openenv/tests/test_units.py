@@ -188,8 +188,10 @@ class _Spec:
         self.env_url, self.max_turns, self.prompt_template = env_url, max_turns, prompt_template
 
 
-def test_validation_wants_max_turns_and_no_written_out_credentials() -> None:
+def test_validation_wants_max_turns_and_no_written_out_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env_url_problems(_Spec("http://127.0.0.1:8000")) == []
+    monkeypatch.setenv("PW", "pw")
+    monkeypatch.setenv("TOKEN", "token")  # ${VARIABLE}s must be set (issue 27)
     assert env_url_problems(_Spec("http://u:${PW}@h:1/?token=${TOKEN}&env=chess")) == []
     problems = dict(env_url_problems(_Spec(["http://h:1", "http://trainer:hunter2@h:2/?api_key=abc123"], None)))
     assert "required with env_url" in problems["max_turns"]

@@ -5,6 +5,8 @@ Each case is a small valid manifest of one paradigm with one thing broken; the f
 """
 
 import copy
+import json
+import struct
 from pathlib import Path
 
 import yaml
@@ -49,13 +51,13 @@ TABLE = {
 }
 SFT = {
     "algorithm": {"name": "SFT", "batch_size": 4},
-    "network": {"pretrained_model_name_or_path": "./tiny-model", "max_context_length": 64},
+    "network": {"pretrained_model_name_or_path": "tests/data/bad/models/ok", "max_context_length": 64},
     "environment": {"env_type": "dataset", "dataset_path": "examples/data/llm/sft_tiny.jsonl"},
     "training": {"max_steps": 10, "progress": False},
 }
 GRPO = {
     "algorithm": {"name": "GRPO", "batch_size": 4, "group_size": 4},
-    "network": {"pretrained_model_name_or_path": "./tiny-model", "max_context_length": 128},
+    "network": {"pretrained_model_name_or_path": "tests/data/bad/models/ok", "max_context_length": 128},
     "environment": {
         "env_type": "rollout",
         "dataset_path": "examples/llm/say_eight.jsonl",
@@ -113,7 +115,7 @@ c("ppo_unknown_gym_id", PPO, {"environment.name": "CartPoel-v1"}, "environment.n
 c("ppo_wrong_api_version", PPO, {"apiVersion": "agilerl.com/v9"}, "apiVersion", "unknown manifest version")
 c("ppo_continuous_actions_for_dqn", DQN, {"environment.name": "Pendulum-v1"}, "environment: DQN needs a Discrete action space", "DQN on a continuous action space")
 c("ppo_encoder_arch_unknown", PPO, {"network": {"encoder_config": {"arch": "transformer"}}}, "network: encoder_config.arch 'transformer' is not an encoder kind", "unknown encoder")
-c("ppo_mlp_ranges", PPO, {"network": {"encoder_config": {"arch": "mlp", "min_mlp_nodes": 512, "max_mlp_nodes": 8}}}, "network.encoder_config.mlp: min_mlp_nodes must be <= max_mlp_nodes", "min above max")
+c("ppo_mlp_ranges", PPO, {"network": {"encoder_config": {"arch": "mlp", "min_mlp_nodes": 512, "max_mlp_nodes": 8}}}, "network.encoder_config: min_mlp_nodes must be <= max_mlp_nodes", "min above max")
 c("ppo_llm_field_on_rl", PPO, {"network": {"pretrained_model_name_or_path": "gpt2"}}, "network.pretrained_model_name_or_path", "an LLM field on PPO")
 c("ppo_evo_epochs_without_num_epochs", PPO, {"training.evo_epochs": 2}, "training: evo_epochs needs num_epochs", "evo_epochs needs num_epochs")
 # --- cross-field ---
@@ -232,6 +234,59 @@ c("cqn_no_dataset", CQN, {"environment.dataset_path": DEL}, "environment: an off
 c("cqn_both_sources", CQN, {"environment.minari_dataset_id": "cartpole/random-v0"}, "environment: give either dataset_path", "two dataset sources")
 c("cqn_gym_env_type", CQN, {"environment.env_type": "gym", "environment.dataset_path": DEL}, "environment.env_type: CQN trains on offline environments", "CQN on an online env")
 c("cqn_continuous_actions", CQN, {"environment.name": "Pendulum-v1"}, "environment: CQN needs a Discrete action space", "CQN on continuous actions")
+# --- run-time needs checked at validation (issue 27) ---
+MFPBT = {"training.pop_size": 6, "mutation": {"probabilities": {"no_mut": 1.0}}}
+c("ppo_pop_size_10000", PPO, {"training.pop_size": 10000}, "training.pop_size: 10000 members is more than a run takes (at most 1024)", "a population no generation would finish (passes the memory floor)")
+c("ppo_mfpbt_strategy_typo", PPO, {**MFPBT, "selection_strategy": {"strategy": "multi_frequncy", "n_subpopulations": 2}}, "selection_strategy.strategy: unknown strategy 'multi_frequncy'; did you mean 'multi_frequency'?", "a typo in the MF-PBT strategy name")
+c("ppo_mfpbt_pop_not_divisible", PPO, {**MFPBT, "training.pop_size": 7, "selection_strategy": {"strategy": "multi_frequency", "n_subpopulations": 2}}, "selection_strategy: training.pop_size (7) must split into 2 sub-populations", "MF-PBT sub-populations that do not divide the population")
+c("ppo_list_for_a_number", PPO, {"algorithm.learn_step": [64]}, "algorithm.learn_step: Input should be a valid integer (got [64]); this field takes one value, not a list", "a list where one number goes (as --set gives it)")
+c("ppo_comma_text_for_a_list", PPO, {"network": {"encoder_config": {"hidden_size": "64,64"}}}, "network.encoder_config.hidden_size: Input should be a valid list (got '64,64'); write a list in brackets", "a comma-separated string where a list goes (--set x=64,64)")
+c("ppo_ray_cpus_per_member_huge", PPO, {"training.backend": "ray", "training.num_cpus_per_member": 100000}, "training.num_cpus_per_member: 100000 CPUs per member, but this machine has", "a Ray worker asking for more CPUs than the machine has (it would wait forever)")
+# --- LLM inputs: the model directory, rollout rows and the rubric (files written below) ---
+M, R, RJ = "tests/data/bad/models", "tests/data/bad/rubrics", "tests/data/bad/jsonl"
+for base, prefix in ((GRPO, "grpo"), (SFT, "sft")):
+    c(f"{prefix}_no_model", base, {"network.pretrained_model_name_or_path": DEL}, "network.pretrained_model_name_or_path: required", "no model at all")
+c("grpo_model_dir_missing", GRPO, {"network.pretrained_model_name_or_path": "./no-such-model"}, "network.pretrained_model_name_or_path: './no-such-model': no such directory", "a model directory that does not exist")
+c("grpo_model_is_a_file", GRPO, {"network.pretrained_model_name_or_path": f"{M}/ok/config.json"}, "config.json' is a file; give the model's directory", "a model path that is a file")
+c("grpo_model_config_broken", GRPO, {"network.pretrained_model_name_or_path": f"{M}/broken_config"}, "config.json does not parse as JSON", "a config.json that is not JSON")
+c("grpo_model_config_no_model_type", GRPO, {"network.pretrained_model_name_or_path": f"{M}/no_model_type"}, "config.json names no model_type", "a config.json transformers cannot map to an architecture")
+c("grpo_model_no_tokenizer", GRPO, {"network.pretrained_model_name_or_path": f"{M}/no_tokenizer"}, "no tokenizer files", "a model directory without its tokenizer")
+c("grpo_model_no_weights", GRPO, {"network.pretrained_model_name_or_path": f"{M}/no_weights"}, "no weights (model.safetensors or pytorch_model.bin)", "a model directory without weights")
+c("grpo_model_weights_truncated", GRPO, {"network.pretrained_model_name_or_path": f"{M}/truncated"}, "model.safetensors: truncated: its header describes", "a safetensors file cut short (an interrupted copy)")
+c("grpo_model_weights_not_safetensors", GRPO, {"network.pretrained_model_name_or_path": f"{M}/garbage_weights"}, "model.safetensors: not a safetensors file, or truncated", "weights that are not safetensors")
+c("grpo_dataset_missing_file", GRPO, {"environment.dataset_path": f"{RJ}/nope.jsonl"}, "environment.dataset_path: no such file: tests/data/bad/jsonl/nope.jsonl", "rollout rows that do not exist")
+c("grpo_dataset_empty", GRPO, {"environment.dataset_path": f"{RJ}/empty.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/empty.jsonl: the file has no rows", "rollout rows: an empty file")
+c("grpo_dataset_not_json", GRPO, {"environment.dataset_path": f"{RJ}/not_json.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/not_json.jsonl:2: not a JSON object", "rollout rows: a line that is not JSON")
+c("grpo_dataset_wrong_columns", GRPO, {"environment.dataset_path": f"{RJ}/no_question.jsonl"}, "no_question.jsonl:1: no column 'question' (or 'prompt'), which a rollout needs", "rollout rows without a question column")
+c("grpo_dataset_directory", GRPO, {"environment.dataset_path": "tests/data/bad/jsonl"}, "environment.dataset_path: tests/data/bad/jsonl is a directory", "a directory where one rows file goes")
+c("grpo_dataset_not_a_data_file", GRPO, {"environment.dataset_path": "/etc/passwd"}, "environment.dataset_path: /etc/passwd is not a dataset file", "a system file as rollout rows")
+c("grpo_dataset_json_not_rows", GRPO, {"environment.dataset_path": f"{RJ}/not_rows.json"}, "not_rows.json: a .json dataset is a list of row objects", "a .json file that holds no rows")
+c("grpo_dataset_csv_no_question", GRPO, {"environment.dataset_path": f"{RJ}/no_question.csv"}, "no_question.csv:2: no column 'question'", "CSV rows without a question column")
+c("sft_dataset_not_a_data_file", SFT, {"environment.dataset_path": "/etc/passwd"}, "environment.dataset_path: /etc/passwd is not a dataset file", "a system file as SFT rows")
+c("sft_dataset_directory_without_data", SFT, {"environment.dataset_path": "tests/data/bad/envs"}, "tests/data/bad/envs is a directory without data files", "a directory with no data files as SFT rows")
+c("sft_dataset_missing_file", SFT, {"environment.dataset_path": f"{RJ}/nope.jsonl"}, "environment.dataset_path: no such file", "SFT rows that do not exist")
+c("sft_dataset_parquet_garbage", SFT, {"environment.dataset_path": f"{RJ}/garbage.parquet"}, "garbage.parquet is not a Parquet file", "a .parquet file that is not Parquet")
+c("grpo_no_rubric", GRPO, {"environment.rubric_file_path": DEL}, "environment.rubric_file_path: required with dataset rows", "dataset rows without a rubric")
+c("grpo_rubric_missing_file", GRPO, {"environment.rubric_file_path": f"{R}/nope.py"}, "environment.rubric_file_path: no such file: tests/data/bad/rubrics/nope.py", "a rubric file that does not exist")
+c("grpo_rubric_syntax_error", GRPO, {"environment.rubric_file_path": f"{R}/syntax_error.py"}, "environment.rubric_file_path: tests/data/bad/rubrics/syntax_error.py:1:44: syntax error: expected ':'", "a rubric that is not Python")
+c("grpo_rubric_no_reward_fn", GRPO, {"environment.rubric_file_path": f"{R}/no_reward_fn.py"}, "has no top-level 'reward_fn' (it defines score_answer)", "a rubric without reward_fn")
+c("grpo_rubric_named_function_absent", GRPO, {"environment.rubric_file_path": f"{R}/no_reward_fn.py", "environment.rubric_name": "score_answr"}, "environment.rubric_name: tests/data/bad/rubrics/no_reward_fn.py has no top-level 'score_answr' (it defines score_answer); did you mean 'score_answer'?", "rubric_name naming a function the file lacks")
+c("grpo_rubric_not_callable", GRPO, {"environment.rubric_file_path": f"{R}/not_callable.py"}, "reward_fn is bound to a constant value, not a function", "reward_fn = 1.0")
+c("grpo_rubric_wrong_arity", GRPO, {"environment.rubric_file_path": f"{R}/wrong_arity.py"}, "reward_fn(completion) takes 1 argument(s), but the run calls reward_fn(completion, answer, question)", "a reward function of one argument")
+c("grpo_rubric_class_without_call", GRPO, {"environment.rubric_file_path": f"{R}/class_without_call.py"}, "class reward_fn has no __call__", "a rubric class whose instances cannot be called")
+c("grpo_rubric_async", GRPO, {"environment.rubric_file_path": f"{R}/async_reward.py"}, "reward_fn is an async def", "an async reward function")
+# --- env_url (the OpenEnv plugin): each URL checked, then the server asked once (nothing listens on port 9) ---
+OE = {**GRPO, "environment": {"env_type": "rollout", "env_url": "http://127.0.0.1:9", "max_turns": 1}}
+c("openenv_url_file_scheme", OE, {"environment.env_url": "file:///etc/passwd"}, "environment.env_url: 'file:///etc/passwd' is not a usable URL: unsupported scheme 'file'", "a file URL where a server goes")
+c("openenv_url_malformed_scheme", OE, {"environment.env_url": "http:/127.0.0.1:8000"}, "environment.env_url: 'http:/127.0.0.1:8000' is not a usable URL: malformed: a scheme needs '://'", "a scheme missing a slash")
+c("openenv_url_no_host", OE, {"environment.env_url": "http://:8000"}, "environment.env_url: 'http://:8000' is not a usable URL: no host name", "a URL without a host")
+c("openenv_url_port_out_of_range", OE, {"environment.env_url": "http://127.0.0.1:70000"}, "is not a usable URL: bad port: Port out of range 0-65535", "a port above 65535")
+c("openenv_url_unset_variable", OE, {"environment.env_url": "http://${AGILERL_CORPUS_UNSET_HOST}:8000"}, "environment.env_url: uses ${AGILERL_CORPUS_UNSET_HOST}, but the environment variable AGILERL_CORPUS_UNSET_HOST is not set", "a ${VARIABLE} in the URL that is not set")
+c("openenv_header_unset_variable", OE, {"environment.env_url_headers_from_env": {"Authorization": "AGILERL_CORPUS_UNSET_TOKEN"}}, "environment.env_url_headers_from_env.Authorization: reads the environment variable AGILERL_CORPUS_UNSET_TOKEN, which is not set", "a header read from an unset variable")
+c("openenv_replica_list_one_bad", OE, {"environment.env_url": ["http://127.0.0.1:9", "htp://127.0.0.1:8001"]}, "environment.env_url[1]: 'htp://127.0.0.1:8001' is not a usable URL: unsupported scheme 'htp'", "one bad URL in a replica list")
+c("openenv_request_timeout_zero", OE, {"environment.request_timeout_s": 0}, "environment.request_timeout_s: 0 seconds would fail every request at once", "a zero request timeout")
+c("openenv_unreachable", OE, {}, "environment.env_url: the OpenEnv server at http://127.0.0.1:9 is not reachable", "no server at the URL (validation.check_env: false skips asking)")
+c("openenv_no_max_turns", OE, {"environment.max_turns": DEL}, "environment.max_turns: required with env_url", "an env_url without a turn budget")
 # fmt: on
 
 written = 0
@@ -353,4 +408,48 @@ _h5("nan_reward.h5", rewards=np.array([1, 1, np.nan, 1, 1, 1, 1, 1], dtype=np.fl
 (OUT / "hdf5" / "empty.h5").write_bytes(b"")
 (OUT / "hdf5" / "not_hdf5.h5").write_text("observations,actions\n0,1\n")
 written += 9
+
+# LLM inputs. The model directories hold a model's files in shape only: the config, a tokenizer file,
+# a one-tensor safetensors file. Validation reads headers and never loads weights; nothing trains on them.
+_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 8, "hidden_size": 4}
+_TOKENIZER = {"version": "1.0", "model": {"type": "WordLevel", "vocab": {"<unk>": 0, "a": 1}, "unk_token": "<unk>"}}
+_header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+_SAFETENSORS = struct.pack("<Q", len(_header)) + _header + b"\0\0\0\0"
+
+
+def _model(name, config=_CONFIG, tokenizer=True, weights=_SAFETENSORS):
+    d = OUT / "models" / name
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.iterdir():
+        old.unlink()
+    (d / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    if tokenizer:
+        (d / "tokenizer.json").write_text(json.dumps(_TOKENIZER))
+        (d / "tokenizer_config.json").write_text(json.dumps({"unk_token": "<unk>"}))
+    if weights is not None:
+        (d / "model.safetensors").write_bytes(weights)
+
+
+_model("ok")
+_model("broken_config", config='{"model_type": "llama",')
+_model("no_model_type", config={"vocab_size": 8})
+_model("no_tokenizer", tokenizer=False)
+_model("no_weights", weights=None)
+_model("truncated", weights=_SAFETENSORS[:-2])
+_model("garbage_weights", weights=b"not a tensor file at all")
+(OUT / "rubrics").mkdir(exist_ok=True)
+for name, text in {
+    "syntax_error.py": "def reward_fn(completion, answer, question)\n    return 1.0\n",
+    "no_reward_fn.py": "def score_answer(completion, answer, question):\n    return float(answer in completion)\n",
+    "not_callable.py": "reward_fn = 1.0\n",
+    "wrong_arity.py": "def reward_fn(completion):\n    return 1.0\n",
+    "class_without_call.py": "class reward_fn:\n    scale = 1.0\n",
+    "async_reward.py": "async def reward_fn(completion, answer, question):\n    return 1.0\n",
+}.items():
+    (OUT / "rubrics" / name).write_text(text)
+(OUT / "jsonl" / "no_question.jsonl").write_text('{"query": "say eight", "answer": "eight"}\n')
+(OUT / "jsonl" / "not_rows.json").write_text('{"version": 1}\n')
+(OUT / "jsonl" / "no_question.csv").write_text("query,answer\nsay eight,eight\n")
+(OUT / "jsonl" / "garbage.parquet").write_text("prompt,response\n")
+written += 17
 print(f"wrote {written} files to {OUT}")

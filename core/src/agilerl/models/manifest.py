@@ -42,6 +42,8 @@ SECTIONS: dict[str, type[BaseModel] | None] = {
     "validation": ValidationSpec,
 }
 ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
+#: ``tournament_selection.strategy`` values: the model each selects.
+SELECTION_STRATEGIES = ("tournament", "multi_frequency")
 
 
 class TrainingManifest(BaseModel):
@@ -190,21 +192,54 @@ def _synonym(model: type[BaseModel] | None, loc: tuple[Any, ...], key: str) -> s
     return target if target in _fields_of(model, loc) else None
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The model classes an annotation names (``A | B | None``, ``Annotated[...]``, ``list[A]``...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _user_loc(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
+    """``loc`` as the user wrote it, without the tag pydantic inserts for a union of models
+    (``encoder_config.mlp.hidden_size`` is ``encoder_config.hidden_size`` in the manifest), and the
+    model that holds its last key (None when unknown)."""
+    out: list[Any] = []
+    current: list[type[BaseModel]] = [model] if model is not None else []
+    holder: type[BaseModel] | None = model
+    for item in loc:
+        if isinstance(item, str) and len(current) > 1 and not any(item in m.model_fields for m in current):
+            tagged = [m for m in current if any(_is_tag(f) and item in typing.get_args(f.annotation)
+                                                for f in m.model_fields.values())]  # fmt: skip
+            if tagged:
+                current = tagged[:1]
+                continue  # a union's tag, not a key of the manifest
+        out.append(item)
+        holder = current[0] if len(current) == 1 else None
+        if isinstance(item, str):
+            fields = [m.model_fields[item] for m in current if item in m.model_fields]
+            current = [c for f in fields for c in _models_in(f.annotation)]
+    return tuple(out), holder
+
+
 def problems_from_validation(exc: ValidationError, prefix: str, model: type[BaseModel] | None = None) -> list[Problem]:
     """One :class:`Problem` per pydantic error, with did-you-mean for unknown keys."""
     out: list[Problem] = []
     for err in exc.errors(include_url=False):
         loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x and x.endswith("]")))
+        raw_loc = loc
+        loc, holder = _user_loc(model, loc)
         path = _path(prefix, loc)
         kind = err["type"]
         if kind == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
-            synonym = _synonym(model, loc, key)
-            hint = synonym or closest(key, _fields_of(model, loc))
+            # Behind a union's tag the holding model is known from the walk, not from the path.
+            where, at = (holder, loc[-1:]) if raw_loc != loc and holder is not None else (model, loc)
+            synonym = _synonym(where, at, key)
+            hint = synonym or closest(key, _fields_of(where, at))
             msg = "unknown field" + (f"; did you mean {hint!r}?" if hint else "")
             if synonym:
                 msg += f" ({key} is another library's name for it)"
-            valid = _fields_of(model, loc)
+            valid = _fields_of(where, at)
             if not hint and valid:
                 msg += f" (valid fields: {', '.join(sorted(valid))})"
         elif kind == "missing":
@@ -214,6 +249,10 @@ def problems_from_validation(exc: ValidationError, prefix: str, model: type[Base
             if "input" in err and kind not in {"model_type", "dict_type"}:
                 shown = repr(err["input"])
                 msg += f" (got {shown if len(shown) < 60 else shown[:57] + '...'})"
+            if kind == "list_type" and isinstance(err.get("input"), str):
+                msg += f"; write a list in brackets, e.g. [{err['input']}] (with --set, quote it: --set '{path}=[...]')"
+            elif kind in {"int_type", "float_type", "string_type", "bool_type"} and isinstance(err.get("input"), list):
+                msg += "; this field takes one value, not a list"
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, ") :]
         out.append(Problem(path, msg))
@@ -459,6 +498,15 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
         normalised["network"] = _network_without_lifted(normalised, network_raw, algo, problems)
     selection = normalised.get("tournament_selection")
     multi_frequency = isinstance(selection, Mapping) and selection.get("strategy") == "multi_frequency"
+    strategy = selection.get("strategy") if isinstance(selection, Mapping) else None
+    if strategy is not None and strategy not in SELECTION_STRATEGIES:
+        # One error naming the choices, not the tournament spec's complaints about MF-PBT's fields.
+        key = next((k for k in data if ALIASES.get(k, k) == "tournament_selection"), "tournament_selection")
+        hint = closest(str(strategy), list(SELECTION_STRATEGIES))
+        problems.append(Problem(f"{key}.strategy", (
+            f"unknown strategy {strategy!r}" + (f"; did you mean {hint!r}?" if hint else "")
+            + f" (one of: {', '.join(SELECTION_STRATEGIES)})")))  # fmt: skip
+        normalised.pop("tournament_selection")
     models = {**SECTIONS, **({"tournament_selection": MultiFrequencySelectionSpec} if multi_frequency else {})}
     sections = {key: _section(normalised, key, model, problems) for key, model in models.items() if model is not None}
     if problems:

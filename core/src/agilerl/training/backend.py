@@ -18,6 +18,7 @@ function of checkpointed state, a resumed run continues exactly.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from collections.abc import Callable, Iterator
@@ -145,9 +146,38 @@ class LocalBackend(Backend):
         return results
 
 
+#: Seconds to wait for a Ray cluster's address to accept a connection before ``ray.init``, which
+#: would otherwise retry for minutes against a closed port.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def probe_ray_address(address: str) -> None:
+    """Refuse at once a ``host:port`` (or ``ray://host:port``) that does not accept connections."""
+    import socket
+
+    text = address.removeprefix("ray://")
+    host, sep, port = text.rpartition(":")
+    if address in ("auto", "local") or not sep or not port.isdigit():
+        return  # Ray's own forms (find a running cluster, start one): ray.init answers those quickly
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise AgileRLError(
+            f"training.ray_address: cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}, within "
+            f"{CONNECT_TIMEOUT_S:g} s); start one with `ray start --head` or leave ray_address unset for a "
+            "local instance"
+        ) from None
+
+
 def make_backend(training: TrainingSpec) -> Backend:
-    """The backend ``training.backend`` names (Ray is imported only here, only when asked)."""
+    """The backend ``training.backend`` names (Ray is imported only here, only when asked).
+
+    A cluster address is tried first (a few seconds at most), before Ray, any env or model."""
     if training.backend == "ray":
+        address = training.ray_address or os.environ.get("RAY_ADDRESS")
+        if address:
+            probe_ray_address(address)
         from agilerl.training.ray_backend import RayBackend
 
         return RayBackend(training)
@@ -161,6 +191,7 @@ __all__ = [
     "MemberFailedError",
     "MemberResult",
     "make_backend",
+    "probe_ray_address",
     "member_rng",
     "member_seed",
     "train_member",

@@ -26,6 +26,8 @@ import csv
 import json
 import logging
 import math
+import os
+import re
 import statistics
 import sys
 import time
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from agilerl.training.run import Run
 
 log = logging.getLogger("agilerl")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 class TqdmHandler(logging.Handler):
@@ -57,7 +60,10 @@ class TqdmHandler(logging.Handler):
         try:
             from tqdm import tqdm
 
-            tqdm.write(self.format(record), file=self.stream)
+            text = self.format(record)
+            if not getattr(self.stream, "isatty", lambda: False)():
+                text = _ANSI.sub("", text)  # colour codes from libraries stay out of log files
+            tqdm.write(text, file=self.stream)
         except BrokenPipeError:
             raise
         except Exception:
@@ -225,7 +231,9 @@ def _start_wandb(run_dir: Path, config: dict[str, Any]) -> Any:
 
 
 class Progress:
-    """A progress bar over env steps (tqdm on a terminal; a log line every 10 s otherwise)."""
+    """Progress over the run's steps: a tqdm bar on a terminal, advancing as each member finishes its
+    steps of a generation; elsewhere (a pipe, a file, a terminal without a size) a plain line when a
+    member finishes, at most one every 10 s."""
 
     def __init__(self, total: int, *, enabled: bool = True, unit: str = "step", initial: int = 0) -> None:
         self.enabled = enabled
@@ -238,7 +246,7 @@ class Progress:
         self._last_line = 0.0
         self._finished_line = False
         self.postfix: dict[str, Any] = {}
-        if enabled and sys.stderr.isatty() and log.isEnabledFor(logging.INFO):
+        if enabled and _terminal_width() > 0 and log.isEnabledFor(logging.INFO):
             from tqdm import tqdm
 
             self._bar = tqdm(
@@ -269,11 +277,26 @@ class Progress:
     def line(self) -> str:
         pct = 100.0 * self.count / self.total if self.total else 100.0
         extra = " ".join(f"{k}={_fmt(v)}" for k, v in self.postfix.items())
-        return f"{self.count}/{self.total} {self.unit}s ({pct:.0f}%) {self.rate():.0f} {self.unit}s/s {extra}".rstrip()
+        units = plural(self.unit)
+        return f"{self.count}/{self.total} {units} ({pct:.0f}%) {self.rate():.0f} {units}/s {extra}".rstrip()
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def _terminal_width() -> int:
+    """Columns of the terminal stderr is on; 0 when it is not a terminal or reports no size (a bar
+    tqdm draws 0 columns wide is invisible: such a terminal gets the plain lines instead)."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def plural(unit: str) -> str:
+    """``step`` -> ``steps``, ``batch`` -> ``batches``."""
+    return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def _fmt(v: Any) -> str:

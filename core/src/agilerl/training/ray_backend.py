@@ -31,7 +31,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
-from agilerl.training.backend import Backend, MemberCallback, MemberFailedError, MemberResult, train_member
+from agilerl.training.backend import (
+    Backend,
+    MemberCallback,
+    MemberFailedError,
+    MemberResult,
+    probe_ray_address,
+    train_member,
+)
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -43,6 +50,10 @@ try:
     import ray
 except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
     raise AgileRLError("training.backend: ray needs Ray; install it with: pip install 'agilerl-core[ray]'") from exc
+
+
+#: Seconds the worker actors may take to start (each builds its strategy and envs once).
+WORKER_START_TIMEOUT_S = 300.0
 
 
 class _RowCollector:
@@ -146,6 +157,8 @@ class RayBackend(Backend):
             if key in os.environ:
                 env_vars[key] = os.environ[key]
         kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}, "log_to_driver": True}
+        if address is not None:
+            probe_ray_address(address)
         if address is None:
             kwargs["include_dashboard"] = False
             # Ray runs workers at nice 15 by default, for a responsive driver; here the workers do all
@@ -163,6 +176,15 @@ class RayBackend(Backend):
     def _num_workers(self, pop_size: int) -> int:
         t = self.training
         resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        node_cpus = max(
+            (float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0.0
+        )
+        if t.num_cpus_per_member > node_cpus:
+            # An actor is placed on one node: asking for more CPUs than any node has waits forever.
+            raise AgileRLError(
+                f"training.num_cpus_per_member: {t.num_cpus_per_member:g} CPUs per member, but the largest node of "
+                f"the Ray cluster has {node_cpus:g}; lower num_cpus_per_member or add larger nodes"
+            )
         n = int(resources.get("CPU", 1) // t.num_cpus_per_member) if t.num_cpus_per_member > 0 else pop_size
         if t.num_gpus_per_member > 0:
             n = min(n, int(resources.get("GPU", 0) // t.num_gpus_per_member))
@@ -174,6 +196,12 @@ class RayBackend(Backend):
         if not self.independent:
             return 1
         if t.ray_workers is not None:
+            if min(t.ray_workers, pop_size) > n:
+                raise AgileRLError(
+                    f"training.ray_workers: {t.ray_workers} workers x {t.num_cpus_per_member:g} CPUs, but the Ray "
+                    f"cluster has {resources.get('CPU', 0):g} CPUs (room for {n}); the rest would wait forever. "
+                    "Lower ray_workers or num_cpus_per_member, or remove ray_workers"
+                )
             return min(t.ray_workers, pop_size)
         return max(1, min(n, pop_size))
 
@@ -197,7 +225,15 @@ class RayBackend(Backend):
             actor.remote(manifest_ref, seed=run.seed, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)
         ]
         try:
-            ray.get([w.pid.remote() for w in self.workers])  # fail here, not mid-generation, on a bad setup
+            # Fail here, not mid-generation, on a bad setup; bounded, as every wait on the cluster is.
+            ray.get([w.pid.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            raise AgileRLError(
+                f"training.backend: ray: {n} worker(s) asking for {t.num_cpus_per_member:g} CPU(s) and "
+                f"{t.num_gpus_per_member:g} GPU(s) each did not start within {WORKER_START_TIMEOUT_S:g} s; the "
+                "cluster may lack the resources (see `ray status`)"
+            ) from None
         except ray.exceptions.RayError as exc:
             self.close()
             raise AgileRLError(f"training.backend: ray: the workers could not start: {_cause(exc)}") from None

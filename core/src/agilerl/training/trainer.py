@@ -18,7 +18,7 @@ from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
 from agilerl.hpo.selection import TournamentSelection
 from agilerl.models.manifest import TrainingManifest, load_manifest
 from agilerl.models.sections import MultiFrequencySelectionSpec
-from agilerl.strategies import select_strategy
+from agilerl.strategies import check_algorithm, select_strategy
 from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
 from agilerl.training.metrics import MetricsLogger, SilentMetricsLogger, ensure_console_logging
@@ -105,6 +105,7 @@ class LocalTrainer:
         self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
+        check_algorithm(manifest.algorithm, self.strategy)  # a plugin's missing method, named before anything is built
         # Started in several processes (torchrun, accelerate launch, agilerl train --num-processes):
         # only a strategy that splits its work may run so.
         require_multi_process(self.strategy, manifest.algorithm.name, world_size())
@@ -169,9 +170,9 @@ class LocalTrainer:
         manifest = self.manifest
         t = manifest.training
         seed = t.seed
+        backend = make_backend(t)  # before torch, any env or model: a missing Ray or a dead address fails here
         _seed_everything(seed, t.torch_threads, self.device)
         strategy = self.strategy
-        backend = make_backend(t)  # before any env or model: a missing Ray fails here
         loop = strategy.get_training_loop(manifest.algorithm)
         if backend.name != "local" and loop is not evolutionary_loop:
             raise AgileRLError(

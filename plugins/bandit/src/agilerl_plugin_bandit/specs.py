@@ -263,6 +263,8 @@ class BanditSpec(AlgorithmSpec):
         "reg": (1e-6, 1e-1),
     }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
+    #: AgileRL's bandit loop reads ``episode_steps``: steps per training episode (see BanditStrategy.learn).
+    training_fields: ClassVar[frozenset[str]] = frozenset({"episode_steps"})
     field_synonyms: ClassVar[dict[str, str]] = {
         "learning_rate": "lr", "lambda": "lamb", "lambda_": "lamb", "exploration": "gamma", "nu": "gamma",
         "minibatch_size": "batch_size", "buffer_size": "replay_buffer.max_size", "train_freq": "learn_step",
@@ -333,6 +335,14 @@ class BanditSpec(AlgorithmSpec):
                 "training.eval_loop",
                 "bandit fitness is the online mean reward unless training.eval_steps is set; set eval_steps "
                 "(greedy evaluation, AgileRL's scale) or remove eval_loop",
+            ))  # fmt: skip
+        t = manifest.training
+        evo_steps = t.evo_steps or self.default_evo_steps
+        if t.episode_steps is not None and t.episode_steps > evo_steps:
+            problems.append(Problem(
+                "training.episode_steps",
+                f"{t.episode_steps} is longer than a generation (evo_steps {evo_steps}): no episode would finish "
+                "before an evaluation; set episode_steps <= evo_steps (AgileRL's manifests use equal values)",
             ))  # fmt: skip
         if isinstance(manifest.environment, BanditEnvSpec):
             problems += table_problems(manifest.environment)

@@ -150,13 +150,24 @@ class BanditStrategy(TrainingStrategy):
             env.load_state_dict(state["env"])  # type: ignore[union-attr]
 
     def learn(self, agent: NeuralBandit, run: Run, num_steps: int) -> dict[str, float]:
+        """``num_steps`` online steps. With ``training.episode_steps`` (AgileRL's meaning for
+        bandits), the steps run as episodes of that many steps: the env is reset at the start of
+        each (counted on the agent's own steps, so episodes span generations and resumes alike), and
+        each full episode's total reward is a training score;"""
         env = run.env
         optimal = getattr(env, "optimal_reward", None)
+        episode_steps = run.manifest.training.episode_steps
         context = env.reset()
         total_reward = 0.0
         total_regret = 0.0
         losses: list[torch.Tensor] = []
-        for _ in range(num_steps):
+        episode_scores: list[float] = []
+        episode_score = 0.0
+        for i in range(num_steps):
+            if episode_steps and i and i % episode_steps == 0:
+                episode_scores.append(episode_score)
+                episode_score = 0.0
+                context = env.reset()  # a new episode (the first one was reset above)
             arm = agent.get_action(context)
             if not 0 <= arm < agent.arms:  # pragma: no cover - argmax over arms cannot leave the range
                 raise BanditDataError(f"agent chose arm {arm} outside [0, {agent.arms})")
@@ -173,6 +184,9 @@ class BanditStrategy(TrainingStrategy):
             if agent.steps % agent.learn_step == 0:
                 losses.append(agent.learn())
             context = next_context
+            episode_score += reward
+        if episode_steps and num_steps % episode_steps == 0:
+            episode_scores.append(episode_score)
         stats = {
             "mean_reward": total_reward / max(num_steps, 1),
             "recent_mean_reward": agent.recent_mean_reward(),
@@ -182,6 +196,9 @@ class BanditStrategy(TrainingStrategy):
         }
         if losses:
             stats["loss"] = float(torch.stack(losses).mean())
+        if episode_scores:
+            stats["train_return"] = sum(episode_scores) / len(episode_scores)
+            stats["episodes"] = float(len(episode_scores))
         if getattr(run, "progress", False):
             regret_note = f"{agent.cumulative_regret:.0f}" if agent.regret_known else "n/a (env has no optimal_reward)"
             print(

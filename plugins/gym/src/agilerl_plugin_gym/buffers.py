@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agilerl_plugin_gym.engine.on_policy import gae
+from agilerl_plugin_gym.engine.advantages import gae
 from agilerl_plugin_gym.observations import SEP, flatten_fields, is_structured, regroup_fields
 
 __all__ = ["ReplayBuffer", "RolloutBuffer", "numpy_rng_state", "set_numpy_rng_state"]

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from agilerl.errors import AgileRLError
 from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
 from agilerl.models.sections import MultiInputSpec
-from agilerl_plugin_gym.single_agent.spaces import is_image_space
+from agilerl_plugin_gym.space_kinds import is_channels_last, is_image_space, is_structured_space
 
 __all__ = [
     "DEFAULT_PART_CNN",
@@ -33,9 +33,6 @@ __all__ = [
     "check_cnn_fits",
     "check_network_for_space",
     "encoder_kind",
-    "is_channels_last",
-    "is_image_space",
-    "is_structured_space",
     "part_specs",
 ]
 
@@ -49,16 +46,6 @@ _BOOKKEEPING = {"name", "num_outputs", "device"}
 
 class EncoderSpaceError(AgileRLError):
     """The ``network`` section asks for an encoder the observation space cannot take."""
-
-
-def is_channels_last(space: spaces.Space[Any]) -> bool:
-    """An image given as H x W x C: its last axis is smaller than its first (else C x H x W)."""
-    shape = space.shape or ()
-    return len(shape) == 3 and shape[-1] < shape[0]
-
-
-def is_structured_space(space: spaces.Space[Any]) -> bool:
-    return isinstance(space, (spaces.Dict, spaces.Tuple))
 
 
 def encoder_kind(net: NetworkSpec | None, space: spaces.Space[Any]) -> str:

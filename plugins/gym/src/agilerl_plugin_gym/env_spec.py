@@ -6,11 +6,22 @@ or torch. Construction lives in :mod:`agilerl_plugin_gym.envs`.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
 from agilerl.models import EnvSpec
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
 
 WrapperEntry = str | tuple[str, dict[str, Any]]
 
@@ -43,7 +54,11 @@ class GymEnvSpec(EnvSpec):
         validation_alias=AliasChoices("env_wrappers", "wrappers"),
         description="Wrappers applied to each env: 'module.Class' or ['module.Class', {kwargs}].",
     )
-    sync: bool = Field(default=False, description="SyncVectorEnv (one process) instead of AsyncVectorEnv.")
+    sync: bool | None = Field(
+        default=None,
+        description="SyncVectorEnv (one process) if true, AsyncVectorEnv (a process per env) if false; "
+        "unset: a process per env only while num_envs fits the machine's CPU cores, else one process.",
+    )
 
     @field_validator("env_wrappers", mode="before")
     @classmethod
@@ -70,12 +85,21 @@ class GymEnvSpec(EnvSpec):
         return value
 
     @property
+    def use_sync(self) -> bool:
+        """Whether the envs step in this process: ``sync``, or when unset, more envs than CPU cores."""
+        if self.sync is not None:
+            return self.sync
+        return self.num_envs == 1 or self.num_envs > cpu_cores()
+
+    @property
     def env_id(self) -> str:
         """The gymnasium id this spec names (``name`` plus ``-v<version>`` when given)."""
         name = self.name
-        if self.version is not None and "-v" not in name:
-            name = f"{name}-v{self.version}"
-        return name
+        if self.version is None or re.search(r"-v\d+$", name):
+            return name
+        # `version: v1` and `version: 1` both mean "-v1" (highway-env's "merge-v0" style names)
+        version = str(self.version)
+        return f"{name}-v{version[1:] if version[:1] in 'vV' else version}"
 
     @property
     def label(self) -> str:

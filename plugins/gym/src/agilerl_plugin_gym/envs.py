@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
-import sys
+import logging
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -31,7 +29,10 @@ import numpy as np
 
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
-from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
+from agilerl_plugin_gym.env_spec import GymEnvSpec, cpu_cores
+
+log = logging.getLogger("agilerl.gym.envs")  # under "agilerl": the CLI shows it
 
 __all__ = ["GymEnvError", "check_gym_id", "make_env", "make_gym_env", "make_single_env", "resolve_import"]
 
@@ -87,56 +88,10 @@ def _is_pettingzoo_module(name: str) -> bool:
     return callable(getattr(module, "parallel_env", None))
 
 
-def _env_config(spec: GymEnvSpec) -> dict[str, Any]:
-    cfg = spec.env_config
-    if cfg is None:
-        return {}
-    if isinstance(cfg, dict):
-        return dict(cfg)
-    path = Path(cfg)
-    if not path.is_file():
-        raise GymEnvError(f"environment.env_config: {cfg!r} is neither a mapping nor an existing YAML/JSON file")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".json":
-        data = json.loads(text)
-    else:
-        import yaml
-
-        data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise GymEnvError(f"environment.env_config: {cfg} must hold a mapping of keyword arguments")
-    return data
-
-
-def _add_path(spec: GymEnvSpec) -> None:
-    if spec.path:
-        p = str(Path(spec.path).resolve())
-        if not Path(p).is_dir():
-            raise GymEnvError(f"environment.path: {spec.path!r} is not a directory")
-        if p not in sys.path:
-            sys.path.insert(0, p)
-
-
-def _wrapper_list(entries: Sequence[Any] | None, field: str) -> list[tuple[Callable[..., Any], dict[str, Any]]]:
-    out: list[tuple[Callable[..., Any], dict[str, Any]]] = []
-    for i, entry in enumerate(entries or ()):
-        where = f"{field}[{i}]"
-        if isinstance(entry, (tuple, list)) and len(entry) == 2:
-            target, kwargs = entry
-        else:
-            target, kwargs = entry, {}
-        if isinstance(target, str):
-            target = resolve_import(target, where)
-        if not callable(target):
-            raise GymEnvError(f"{where}: {target!r} is not a wrapper class or callable")
-        out.append((target, dict(kwargs or {})))
-    return out
-
-
 def _maker(spec: GymEnvSpec) -> Callable[[], gym.Env[Any, Any]]:
     """A zero-argument function that makes one raw env, after checking every name it uses."""
-    _add_path(spec)
-    cfg = _env_config(spec)
+    add_env_path(spec, GymEnvError)
+    cfg = load_env_config(spec, GymEnvError)
     if spec.factory:
         fn = resolve_import(spec.factory, "environment.factory")
         return partial(fn, spec.entrypoint, **cfg) if spec.entrypoint else partial(fn, **cfg)
@@ -152,11 +107,38 @@ def _maker(spec: GymEnvSpec) -> Callable[[], gym.Env[Any, Any]]:
     return partial(gym.make, spec.env_id, **cfg)
 
 
+_mujoco_routed = False
+
+
+def _uses_mujoco(spec: GymEnvSpec) -> bool:
+    """Whether the env is a MuJoCo one (its registered entry point, or the import path given)."""
+    target = spec.factory or spec.entrypoint or spec.env_id
+    if ":" not in target and "." not in target:
+        try:
+            target = str(gym.spec(target).entry_point)
+        except Exception:
+            return False
+    return "mujoco" in target.lower()
+
+
+def _route_mujoco_warnings(spec: GymEnvSpec) -> None:
+    """MuJoCo's default warning handler appends to ``MUJOCO_LOG.TXT`` in the working directory (a
+    deprecated XML attribute in a gymnasium model is enough): send its warnings to the log instead."""
+    global _mujoco_routed
+    if _mujoco_routed or not _uses_mujoco(spec) or importlib.util.find_spec("mujoco") is None:
+        return
+    import mujoco
+
+    mujoco.set_mju_user_warning(lambda msg: log.warning("MuJoCo: %s", str(msg).strip()))
+    _mujoco_routed = True
+
+
 def _single(
     spec: GymEnvSpec,
     make_raw: Callable[[], gym.Env[Any, Any]],
     wrappers: list[tuple[Callable[..., Any], dict[str, Any]]],
 ) -> gym.Env[Any, Any]:
+    _route_mujoco_warnings(spec)
     env = make_raw()
     if not isinstance(env, gym.Env):
         raise GymEnvError(
@@ -178,7 +160,7 @@ def make_single_env(spec: GymEnvSpec, *, multi_agent: bool = False) -> Any:
     if multi_agent:
         return _make_pz_single(spec)
     make_raw = _maker(spec)
-    return _single(spec, make_raw, _wrapper_list(spec.env_wrappers, "environment.env_wrappers"))
+    return _single(spec, make_raw, resolve_wrappers(spec.env_wrappers, "environment.env_wrappers", GymEnvError))
 
 
 def _make_pz_single(spec: GymEnvSpec) -> Any:
@@ -186,7 +168,7 @@ def _make_pz_single(spec: GymEnvSpec) -> Any:
     # single-agent use never imports the multi-agent package.
     from agilerl_plugin_gym.multi_agent.vec_env import make_single_pz_env
 
-    _add_path(spec)  # checks that environment.path is a directory (a GymEnvError naming the field)
+    add_env_path(spec, GymEnvError)  # checks that environment.path is a directory (a GymEnvError naming the field)
     return make_single_pz_env(spec)
 
 
@@ -202,11 +184,11 @@ def make_gym_env(
         manifest's ``env_wrappers``.
     :param wrappers: more wrappers, each ``(class_or_path, kwargs)``, an import path or a callable,
         applied after ``env_wrappers`` and before ``extra_wrappers``.
-    :returns: ``SyncVectorEnv`` when ``spec.sync`` else ``AsyncVectorEnv`` (next-step autoreset).
+    :returns: ``SyncVectorEnv`` when ``spec.use_sync`` else ``AsyncVectorEnv`` (next-step autoreset).
     """
     make_raw = _maker(spec)
-    wrapper_list = _wrapper_list(spec.env_wrappers, "environment.env_wrappers")
-    wrapper_list += _wrapper_list(wrappers, "wrappers")
+    wrapper_list = resolve_wrappers(spec.env_wrappers, "environment.env_wrappers", GymEnvError)
+    wrapper_list += resolve_wrappers(wrappers, "wrappers", GymEnvError)
     wrapper_list += [(w, {}) for w in extra_wrappers or ()]
     thunk = partial(_single, spec, make_raw, wrapper_list)
     # Make one env here first: a constructor or wrapper that fails does so in this process with a
@@ -218,7 +200,13 @@ def make_gym_env(
     except Exception as exc:
         raise GymEnvError(f"environment {spec.label!r}: creating the env failed: {type(exc).__name__}: {exc}") from exc
     fns = [thunk] * spec.num_envs
-    if spec.sync:
+    if spec.sync is None and spec.use_sync and spec.num_envs > 1:
+        log.info(
+            "environment: %d envs step in one process (SyncVectorEnv): more envs than this machine's %d CPU "
+            "cores; set environment.sync: false for a process per env",
+            spec.num_envs, cpu_cores(),
+        )  # fmt: skip
+    if spec.use_sync:
         # Reuse the probe as the first env instead of throwing it away.
         return gym.vector.SyncVectorEnv([lambda: probe, *fns[1:]])
     probe.close()

@@ -22,8 +22,14 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from agilerl.models import TrainingSpec
+from agilerl.protocols import VersionedProtocol
 
 __all__ = [
+    "MULTI_AGENT_OFF_POLICY",
+    "MULTI_AGENT_ON_POLICY",
+    "OFF_POLICY",
+    "ON_POLICY",
+    "PROTOCOL_DOCS",
     "GymAlgorithmProtocol",
     "MultiAgentOffPolicyAlgorithm",
     "MultiAgentOnPolicyAlgorithm",
@@ -170,3 +176,23 @@ class MultiAgentOffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]: ...
 
     def learn(self, batch: Mapping[str, Mapping[str, Any]]) -> Mapping[str, float]: ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Versions. An algorithm class states the version it was written for as ``protocol_version``; the
+# strategies check it (``agilerl validate``, and before a run builds anything) and name every
+# method it lacks. A change to a protocol's methods bumps its version and adds a line here and to
+# docs/gym.md ("Protocol versions").
+# --------------------------------------------------------------------------------------------------
+
+PROTOCOL_DOCS = 'docs/gym.md, "Protocol versions"'
+_V1 = "first published version (the strategies' only contract; no private attributes)"
+
+ON_POLICY = VersionedProtocol("single_agent on-policy", OnPolicyAlgorithm, 1, {1: _V1}, PROTOCOL_DOCS)
+OFF_POLICY = VersionedProtocol("single_agent off-policy", OffPolicyAlgorithm, 1, {1: _V1}, PROTOCOL_DOCS)
+MULTI_AGENT_ON_POLICY = VersionedProtocol(
+    "multi_agent on-policy", MultiAgentOnPolicyAlgorithm, 1, {1: _V1}, PROTOCOL_DOCS
+)
+MULTI_AGENT_OFF_POLICY = VersionedProtocol(
+    "multi_agent off-policy", MultiAgentOffPolicyAlgorithm, 1, {1: _V1}, PROTOCOL_DOCS
+)

@@ -9,11 +9,43 @@ Pure pydantic: importing this module imports neither torch nor gymnasium.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from agilerl.models import AlgorithmSpec
+
+if TYPE_CHECKING:
+    from gymnasium import spaces
+
+
+@dataclass(frozen=True)
+class SpaceRules:
+    """Which env spaces an algorithm takes: a spec's ``space_rules`` (checked on one env at
+    validation) and what its algorithm checks when built.
+
+    ``actions``: ``"discrete"`` (a ``Discrete`` space: DQN's family), ``"continuous"`` (a 1-D ``Box``:
+    DDPG's) or ``"any"`` (``Discrete``, 1-D ``MultiDiscrete`` or 1-D ``Box``: PPO's). Observations:
+    vectors, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``, images and ``Dict``/``Tuple`` of these.
+    """
+
+    actions: Literal["discrete", "continuous", "any"]
+
+    def check(self, algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
+        """Raise :class:`~agilerl_plugin_gym.single_agent.spaces.UnsupportedSpaceError` naming ``algo``
+        unless it takes these spaces."""
+        from agilerl_plugin_gym.single_agent.spaces import check_spaces
+
+        check_spaces(self, algo, observation_space, action_space)
+
+
+#: Discrete actions (DQN, Rainbow DQN, CQN).
+DISCRETE_ACTIONS = SpaceRules("discrete")
+#: Continuous 1-D Box actions (DDPG, TD3).
+CONTINUOUS_ACTIONS = SpaceRules("continuous")
+#: Discrete, MultiDiscrete or continuous actions (PPO).
+ANY_ACTIONS = SpaceRules("any")
 
 
 class SingleAgentAlgorithmSpec(AlgorithmSpec):
@@ -22,6 +54,8 @@ class SingleAgentAlgorithmSpec(AlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "on_policy"
     default_env_type: ClassVar[str] = "gym"
+    #: The env spaces the algorithm takes, checked on one env at validation (None: not checked).
+    space_rules: ClassVar[SpaceRules | None] = None
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps between learning updates.")] = 5
     gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount factor.")] = 0.99
@@ -43,4 +77,11 @@ class MultiAgentAlgorithmSpec(AlgorithmSpec):
     net_config: dict[str, Any] | None = None
 
 
-__all__ = ["MultiAgentAlgorithmSpec", "SingleAgentAlgorithmSpec"]
+__all__ = [
+    "ANY_ACTIONS",
+    "CONTINUOUS_ACTIONS",
+    "DISCRETE_ACTIONS",
+    "MultiAgentAlgorithmSpec",
+    "SingleAgentAlgorithmSpec",
+    "SpaceRules",
+]

@@ -1,16 +1,21 @@
-"""Validation-time checks of a dataset env's local JSON Lines file (SFT, DPO).
+"""Validation-time checks of an LLM env's local rows (SFT, DPO, and dataset-backed rollouts).
 
-Read with the standard library (no ``datasets``, no torch), line by line, so ``agilerl validate``
-finds what the run would hit, naming the file, the line and the column: an empty file, a line that
-is not JSON (or uses ``NaN``/``Infinity``), a row that is not an object, a row missing a column its
-objective reads (after ``environment.columns`` remapping), a text column that is not text. At most
-:data:`MAX_ROWS` rows and :data:`MAX_PROBLEMS` problems are reported. Other formats (.csv, .parquet,
-directories, Hub ids) are checked when the env is made.
+Read with the standard library (no ``datasets``, no torch), so ``agilerl validate`` finds what the
+run would hit, naming the file, the line and the column: a path that does not exist or is not a
+data file (``/etc/passwd``, a directory a dataset env cannot read), an empty file, a line that is
+not JSON (or uses ``NaN``/``Infinity``), a row that is not an object, a row missing a column its
+objective reads (after ``environment.columns`` remapping), a text column that is not text. Blank
+lines in JSON Lines are skipped, as the run skips them. ``.json``, ``.jsonl`` and ``.csv`` are read
+row by row (at most :data:`MAX_ROWS`; at most :data:`MAX_PROBLEMS` problems are reported); a
+``.parquet`` file's magic bytes are checked (its columns when the run starts). A Hub dataset id
+(``hf_dataset_id``, or ``dataset`` naming no local path) is looked up when the run starts.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +23,28 @@ from agilerl.errors import Problem
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
-_NEEDS = {"sft": (("prompt", "response"), ("messages",)), "preference": (("prompt", "chosen", "rejected"),)}
+_MAX_JSON_BYTES = 256 << 20
+#: Objective -> the column sets a row may have (any one of them).
+_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "sft": (("prompt", "response"), ("messages",)),
+    "preference": (("prompt", "chosen", "rejected"),),
+    "rollout": (("question",), ("prompt",)),  # agilerl_plugin_llm.rollout.sources.QUESTION_COLUMNS
+}
+_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq")
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _mapping(env: Any) -> dict[str, str]:
-    """expected column -> actual column, from ``columns`` (either direction) and ``response_column``."""
+def _mapping(env: Any, objective: str) -> dict[str, str]:
+    """expected column -> actual column, as the run applies ``columns`` for ``objective``."""
+    columns = dict(getattr(env, "columns", None) or {})
+    if objective == "rollout":
+        return columns  # rollout rows: {ours: theirs} (agilerl_plugin_llm.rollout.sources._read_rows)
     out: dict[str, str] = {}
     expected = {"prompt", "response", "chosen", "rejected", "messages"}
-    for key, value in dict(getattr(env, "columns", None) or {}).items():
+    for key, value in columns.items():
         if key in expected:
             out[key] = value
         elif value in expected:
@@ -39,59 +54,125 @@ def _mapping(env: Any) -> dict[str, str]:
     return out
 
 
+def _rows(path: Path, where: str, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """``(line, row)`` of each row of a .jsonl/.json/.csv file; unreadable parts become problems."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        with path.open("rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8").strip()
+                except UnicodeDecodeError as exc:
+                    problems.append(Problem(where, f"{path}:{lineno}: not UTF-8 text (byte {exc.start})"))
+                    continue
+                if not line:
+                    continue
+                try:
+                    yield lineno, json.loads(line, parse_constant=_reject_constant)
+                except ValueError as exc:
+                    problems.append(Problem(where, f"{path}:{lineno}: not a JSON object ({exc})"))
+    elif suffix == ".json":
+        if path.stat().st_size > _MAX_JSON_BYTES:
+            return  # too large to parse at validation: the run reads it
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_reject_constant)
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(where, f"{path}: not UTF-8 text (byte {exc.start})"))
+            return
+        except ValueError as exc:
+            problems.append(Problem(where, f"{path}: not JSON ({exc})"))
+            return
+        if isinstance(data, dict):
+            data = data.get("data", data.get("rows"))
+        if not isinstance(data, list):
+            problems.append(Problem(where, f"{path}: a .json dataset is a list of row objects ([{{...}}, ...])"))
+            return
+        yield from ((i, row) for i, row in enumerate(data, start=1))
+    elif suffix == ".csv":
+        try:
+            with path.open(newline="", encoding="utf-8") as fh:
+                yield from ((i, row) for i, row in enumerate(csv.DictReader(fh), start=2))
+        except UnicodeDecodeError as exc:
+            problems.append(Problem(where, f"{path}: not UTF-8 text (byte {exc.start})"))
+        except csv.Error as exc:
+            problems.append(Problem(where, f"{path}: not CSV ({exc})"))
+
+
+def _file_problems(path: Path, where: str, value: str, *, directories: bool) -> list[Problem] | None:
+    """Problems with ``path`` as a data file ([] when it is a readable one; None: not checked further)."""
+    if not path.exists():
+        return [Problem(where, f"no such file: {value} (relative to {Path.cwd()})")]
+    if path.is_dir():
+        if not directories:
+            return [Problem(where, f"{value} is a directory; give a .jsonl, .json, .csv or .parquet file")]
+        saved = (path / "dataset_info.json").exists() or (path / "state.json").exists()
+        if saved or any(p.suffix.lower() in _SUFFIXES and p.is_file() for p in path.iterdir()):
+            return None  # a save_to_disk directory or a folder of data files: read by `datasets` at run start
+        return [Problem(where, (f"{value} is a directory without data files (.jsonl, .json, .csv, .parquet) and "
+                                "not a datasets save_to_disk directory"))]  # fmt: skip
+    if path.suffix.lower() not in _SUFFIXES:
+        return [Problem(where, (f"{value} is not a dataset file (suffix {path.suffix or 'none'!r}); "
+                                "use .jsonl, .json, .csv or .parquet"))]  # fmt: skip
+    if path.stat().st_size == 0:
+        return [Problem(where, f"{path}: the file has no rows (it is empty)")]
+    if path.suffix.lower() in (".parquet", ".pq"):
+        with path.open("rb") as fh:
+            head = fh.read(4)
+            fh.seek(-4, 2)
+            tail = fh.read(4)
+        if head != b"PAR1" or tail != b"PAR1":
+            return [Problem(where, f"{path} is not a Parquet file (no PAR1 magic bytes at its ends)")]
+        return None
+    return []
+
+
 def dataset_problems(env: Any, objective: str) -> list[Problem]:
-    path_value = getattr(env, "dataset_path", None)
-    if not path_value or not str(path_value).endswith(".jsonl"):
-        return []
-    path = Path(path_value)
-    if not path.is_file():
-        return []  # a missing file is reported by the env with its own hint
-    where = "environment.dataset_path"
-    mapping = _mapping(env)
+    """Problems with the local rows ``env`` names for ``objective`` (sft, preference or rollout)."""
+    where, value = "environment.dataset_path", getattr(env, "dataset_path", None)
+    if not value:
+        named = getattr(env, "dataset", None) or getattr(env, "hf_dataset_id", None)
+        if not named or not Path(str(named)).expanduser().exists():
+            return []  # a Hub id: read from the local cache when the run starts
+        where = "environment.dataset" if getattr(env, "dataset", None) else "environment.hf_dataset_id"
+        value = named
+    path = Path(str(value)).expanduser()
+    # Dataset envs read directories with `datasets`; a rollout reads one file.
+    checked = _file_problems(path, where, str(value), directories=objective != "rollout")
+    if checked is None or checked:
+        return checked or []
+    mapping = _mapping(env, objective)
     forms = _NEEDS.get(objective, ())
     problems: list[Problem] = []
     absent: dict[tuple[str, ...], tuple[list[int], list[str]]] = {}  # missing columns -> (lines, a row's keys)
     rows = 0
-    with path.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if rows >= MAX_ROWS or len(problems) >= MAX_PROBLEMS:
+    for lineno, row in _rows(path, where, problems):
+        if rows >= MAX_ROWS or len(problems) >= MAX_PROBLEMS:
+            break
+        rows += 1
+        if not isinstance(row, dict):
+            problems.append(Problem(where, f"{path}:{lineno}: a row is a JSON object, got {type(row).__name__}"))
+            continue
+        if forms and not any(all(mapping.get(c, c) in row for c in form) for form in forms):
+            missing = tuple(c for c in forms[0] if mapping.get(c, c) not in row)
+            lines, _ = absent.setdefault(missing, ([], sorted(row)))
+            lines.append(lineno)
+            continue
+        for col in ("prompt", "response", "chosen", "rejected"):
+            actual = mapping.get(col, col)
+            if objective != "rollout" and actual in row and not isinstance(row[actual], (str, list)):
+                problems.append(Problem(
+                    where, f"{path}:{lineno}: column {actual!r} is {type(row[actual]).__name__} "
+                           f"({row[actual]!r}), not text",
+                ))  # fmt: skip
                 break
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as exc:
-                problems.append(Problem(where, f"{path}:{lineno}: not UTF-8 text (byte {exc.start})"))
-                continue
-            if not line:
-                continue
-            rows += 1
-            try:
-                row = json.loads(line, parse_constant=_reject_constant)
-            except ValueError as exc:
-                problems.append(Problem(where, f"{path}:{lineno}: not a JSON object ({exc})"))
-                continue
-            if not isinstance(row, dict):
-                problems.append(Problem(where, f"{path}:{lineno}: a row is a JSON object, got {type(row).__name__}"))
-                continue
-            if forms and not any(all(mapping.get(c, c) in row for c in form) for form in forms):
-                missing = tuple(c for c in forms[0] if mapping.get(c, c) not in row)
-                lines, _ = absent.setdefault(missing, ([], sorted(row)))
-                lines.append(lineno)
-                continue
-            for col in ("prompt", "response", "chosen", "rejected"):
-                actual = mapping.get(col, col)
-                if actual in row and not isinstance(row[actual], (str, list)):
-                    problems.append(Problem(
-                        where, f"{path}:{lineno}: column {actual!r} is {type(row[actual]).__name__} "
-                               f"({row[actual]!r}), not text",
-                    ))  # fmt: skip
-                    break
     for missing, (lines, keys) in absent.items():
         other = "".join(f" (or {', '.join(map(repr, f))})" for f in forms[1:])
         shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
         hint = ", ".join(f"{c}: <your column>" for c in missing)
+        needs = "a rollout" if objective == "rollout" else f"objective {objective!r}"
         problems.append(Problem(where, (
-            f"{path}:{lines[0]}: no column {', '.join(repr(mapping.get(c, c)) for c in missing)}{other}, which objective "
-            f"{objective!r} needs (the row has {keys}; {len(lines)} row(s) lack it: lines {shown}). Rename the "
+            f"{path}:{lines[0]}: no column {', '.join(repr(mapping.get(c, c)) for c in missing)}{other}, which "
+            f"{needs} needs (the row has {keys}; {len(lines)} row(s) lack it: lines {shown}). Rename the "
             f"column(s) or map them with environment.columns: {{{hint}}}"
         )))  # fmt: skip
     if rows == 0 and not problems:
@@ -99,4 +180,21 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
     return problems
 
 
-__all__ = ["MAX_PROBLEMS", "MAX_ROWS", "dataset_problems"]
+def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
+    """The validation check of the dataset rollout source (rows + rubric): ``(field, why)`` pairs."""
+    from agilerl_plugin_llm.check_inputs import rubric_problems
+    from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
+
+    out = [(p.path.removeprefix("environment."), p.message) for p in dataset_problems(spec, "rollout")]
+    out += rubric_problems(spec)
+    try:
+        check_prompt_template(getattr(spec, "prompt_template", None))
+    except RolloutSourceError as exc:
+        field, _, why = str(exc).partition(": ")
+        out.append((field.removeprefix("environment."), why or str(exc)))
+    if getattr(spec, "max_turns", None) not in (None, 1):
+        out.append(("max_turns", "a dataset + rubric rollout is single-turn; remove max_turns"))
+    return out
+
+
+__all__ = ["MAX_PROBLEMS", "MAX_ROWS", "dataset_problems", "rollout_source_problems"]

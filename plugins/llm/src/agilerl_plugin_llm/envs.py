@@ -32,6 +32,8 @@ class TextEnv(Protocol):
     may be called from different threads at once; the rollout harness then plays a batch's envs
     concurrently instead of one after another. ``info["metrics"]`` (a dict of numbers for the
     episode so far) is averaged over a batch's episodes into the training metrics.
+    ``info["prefix"]`` / ``info["suffix"]`` (GEM's convention, as AgileRL reads it): text put before /
+    after the observation in the user message (GEM's Sudoku sends the board as the suffix).
     """
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]: ...
@@ -77,6 +79,19 @@ def check_step(result: Any, env: Any) -> tuple[str, float, bool, bool, dict[str,
     return ("" if obs is None else str(obs)), reward, bool(terminated), bool(truncated), dict(info or {})
 
 
+def format_observation(obs: str, info: dict[str, Any] | None) -> str:
+    """The user message for ``obs``: ``info["prefix"] + obs``, then ``"\n" + info["suffix"]`` when given.
+
+    GEM envs keep part of the observation in ``info`` (the instructions in ``obs``, the board in
+    ``suffix``); AgileRL's multi-turn wrapper renders it this way for every local env, and so do we.
+    """
+    if not info:
+        return obs
+    prefix, suffix = info.get("prefix"), info.get("suffix")
+    text = f"{prefix}{obs}" if isinstance(prefix, str) and prefix else obs
+    return f"{text}\n{suffix}" if isinstance(suffix, str) and suffix else text
+
+
 def as_reward(value: Any, where: str) -> float:
     """A reward as a finite float, or a clear error naming ``where`` it came from."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -102,4 +117,4 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) < 80 else text[:77] + '...'}"
 
 
-__all__ = ["EnvAtCapacity", "TextEnv", "TextEnvError", "as_reward", "check_reset", "check_step"]
+__all__ = ["EnvAtCapacity", "TextEnv", "TextEnvError", "as_reward", "check_reset", "check_step", "format_observation"]

@@ -22,5 +22,7 @@ def agilerl_llm_register_rollout_sources(register: Any) -> None:
     callable creating a fresh, independent text env (see ``agilerl_plugin_llm.envs.TextEnv``) and the
     turn budget (``None``: use ``spec.max_turns`` or 1). Optionally ``register(field, build,
     check=...)``: ``check(spec)`` (callable or ``"module:attr"``, importing nothing heavy) runs at
-    validation and returns ``[(field, why), ...]`` for what is wrong with the environment section.
+    validation and returns ``[(field, why), ...]`` for what is wrong with the environment section;
+    a check that takes a ``manifest`` keyword is called as ``check(spec, manifest=manifest)`` (to
+    honour ``validation.check_env: false``, say).
     """

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models import EnvSpec, Spec
@@ -195,7 +195,10 @@ class LLMEnvSpec(EnvSpec):
     env_url: str | list[str] | None = None
     mcp_tool: str | None = None
     action_field: str | None = None
-    request_timeout_s: Annotated[float | None, Field(ge=0.0)] = None
+    request_timeout_s: Annotated[
+        float | None,
+        Field(ge=0.0, description="env_url: seconds a request to the server may take (default 30; 0 is refused)."),
+    ] = None
     max_concurrent_resets: Annotated[int | None, Field(ge=1)] = None
     invalid_action_reward: Annotated[
         float,
@@ -234,6 +237,14 @@ class LLMEnvSpec(EnvSpec):
     @classmethod
     def _legacy(cls, data: Any) -> Any:
         return _absolute_paths(_translate_env_type(data))
+
+    @field_validator("request_timeout_s")
+    @classmethod
+    def _positive_timeout(cls, value: float | None) -> float | None:
+        if value == 0:
+            raise ValueError("0 seconds would fail every request at once; give the seconds a request to the "
+                             "server may take (e.g. 10), or remove it for the default (30)")  # fmt: skip
+        return value
 
     @property
     def reward_functions(self) -> list[tuple[str, float]]:
@@ -332,22 +343,18 @@ QUANTIZATION_PRESETS = ("nf4", "fp4", "int8")
 def quantization_problem(value: Any) -> str | None:
     """Why ``quantization: value`` cannot run here (None: it can, or it is off).
 
-    QLoRA loads the base through bitsandbytes, whose 4-/8-bit kernels need a CUDA GPU. torch is only
-    imported when bitsandbytes is installed, so validation stays light on a CPU install.
+    QLoRA loads the base through bitsandbytes, which runs its 4-bit (nf4, fp4) and 8-bit layers on a
+    CUDA GPU and, from 0.48 on, on the CPU too; only its absence is a problem. Nothing is imported.
     """
     if value in _OFF_VALUES:
         return None
     if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
         return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
                 "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
-    need = ("QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs a CUDA GPU and the bitsandbytes "
-            "package (pip install 'agilerl-plugin-llm[qlora]' on a CUDA machine)")  # fmt: skip
     if importlib.util.find_spec("bitsandbytes") is None:
-        return f"quantization: {need}; bitsandbytes is not installed here. Remove it (or set quantization: none) to train in full precision"
-    import torch
-
-    if not torch.cuda.is_available():
-        return f"quantization: {need}; this machine has no CUDA device. Remove it (or set quantization: none) to train in full precision"
+        return ("quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs the "
+                "bitsandbytes package, which is not installed here: pip install 'agilerl-plugin-llm[qlora]'. "
+                "Remove it (or set quantization: none) to train in full precision")  # fmt: skip
     return None
 
 
@@ -458,15 +465,12 @@ class PluginLLMSpec(LLMAlgorithmSpec):
 
 
 def model_path_problems(name_or_path: str | None) -> list[Problem]:
-    """Validation-time check of ``pretrained_model_name_or_path``: it must be given.
+    """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
+    can load (config, tokenizer, readable weights), read without transformers
+    (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
+    from agilerl_plugin_llm.check_inputs import model_problems
 
-    Whether it exists is checked when the run starts (before any training), not here: example
-    manifests name a directory the user builds first, and ``agilerl validate`` must stay cheap.
-    """
-    if not name_or_path:
-        return [Problem("network.pretrained_model_name_or_path",
-                        "required: the model to fine-tune (a local directory or a model id in the local HF cache)")]  # fmt: skip
-    return []
+    return model_problems(name_or_path)
 
 
 class DatasetLLMSpec(PluginLLMSpec):

@@ -3,6 +3,7 @@ nothing heavy is imported."""
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -28,10 +29,13 @@ def url_credentials(url: str) -> list[str]:
     return found
 
 
-def env_url_problems(spec: Any) -> list[tuple[str, str]]:
+def env_url_problems(spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
     """``(field, why)`` for an ``env_url`` spec: ``max_turns`` given, ``prompt_template`` keys well formed,
-    no credentials written into the URL."""
-    problems: list[tuple[str, str]] = []
+    no credentials written into the URL, every URL usable (scheme, host, port, ``${VARIABLE}`` set),
+    and, given the ``manifest`` and unless its ``validation.check_env`` is false, each server reachable and its schema agreeing with
+    ``action_field``/``observation_field``/``mcp_tool`` (:func:`live_problems`)."""
+    problems: list[tuple[str, str]] = env_url_address_problems(spec)
+    addresses_ok = not problems
     if getattr(spec, "max_turns", None) is None:
         problems.append((
             "max_turns",
@@ -55,4 +59,109 @@ def env_url_problems(spec: Any) -> list[tuple[str, str]]:
                 "directory and checkpoints; write the secret part as ${VARIABLE} (read from the environment when the "
                 "run starts) or send it as a header with env_url_headers_from_env: {Authorization: VARIABLE}",
             ))  # fmt: skip
+    # With the manifest (as validation calls it), each server is asked once unless validation.check_env: false.
+    validation = getattr(manifest, "validation", None)
+    if manifest is not None and addresses_ok and not problems and getattr(validation, "check_env", True):
+        problems += live_problems(spec)
+    return problems
+
+
+#: Seconds the live check at validation waits for each replica (the run itself uses request_timeout_s).
+LIVE_CHECK_TIMEOUT_S = 3.0
+
+
+def _var_problems(text: str, where: str) -> list[tuple[str, str]]:
+    from agilerl_plugin_openenv.config import _VAR
+
+    return [(where, f"uses ${{{name}}}, but the environment variable {name} is not set; export it before the run "
+             "(or write the value out where it is not a secret)")
+            for name in dict.fromkeys(_VAR.findall(text)) if name not in os.environ]  # fmt: skip
+
+
+def env_url_address_problems(spec: Any) -> list[tuple[str, str]]:
+    """Each replica URL: variables set, then scheme, host and port usable; header variables set."""
+    from agilerl_plugin_openenv.config import expand_env_vars
+    from agilerl_plugin_openenv.urls import shown, url_problem
+
+    problems: list[tuple[str, str]] = []
+    urls = spec.env_url if isinstance(spec.env_url, (list, tuple)) else [spec.env_url]
+    if not urls:
+        return [("env_url", "an empty list: give at least one OpenEnv server URL, e.g. http://127.0.0.1:8000")]
+    for i, url in enumerate(urls):
+        where = "env_url" + (f"[{i}]" if len(urls) > 1 else "")
+        unset = _var_problems(str(url), where)
+        if unset:
+            problems += unset
+            continue
+        text, _ = expand_env_vars(str(url), where)
+        why = url_problem(text)
+        if why:
+            problems.append((where, f"{shown(str(url))} is not a usable URL: {why}. Use e.g. http://127.0.0.1:8000"))
+    for header, var in (getattr(spec, "env_url_headers_from_env", None) or {}).items():
+        if var not in os.environ:
+            problems.append((f"env_url_headers_from_env.{header}", (
+                f"reads the environment variable {var}, which is not set; export it before the run")))  # fmt: skip
+    return problems
+
+
+def live_problems(spec: Any, timeout: float = LIVE_CHECK_TIMEOUT_S) -> list[tuple[str, str]]:
+    """Ask each replica once for its schema (``GET /schema``, ``timeout`` seconds each): unreachable
+    replicas, and ``action_field``/``observation_field``/``mcp_tool`` the server's schema rules out."""
+    import urllib.error
+
+    from agilerl_plugin_openenv.actions import is_mcp_action, params_of
+    from agilerl_plugin_openenv.config import SourceConfig
+    from agilerl_plugin_openenv.errors import OpenEnvError
+    from agilerl_plugin_openenv.urls import http_get_json, scrub
+
+    try:
+        config = SourceConfig.from_spec(spec)
+    except OpenEnvError:
+        return []  # reported by the address checks
+    off = " (or set validation: {check_env: false} to validate without contacting it)"
+    problems: list[tuple[str, str]] = []
+    schemas: list[tuple[str, Any]] = []
+    for i, rep in enumerate(config.replicas):
+        where = "env_url" + (f"[{i}]" if len(config.replicas) > 1 else "")
+        try:
+            schemas.append((rep.display, http_get_json(rep, "/schema", config.headers, timeout)))
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                problems.append((where, f"the server at {rep.display} refused the request (HTTP {exc.code}): check "
+                                 f"the credentials in env_url or env_url_headers_from_env{off}"))  # fmt: skip
+            # another status (404: no /schema route): reachable; the run sends actions as text
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            problems.append(
+                (
+                    where,
+                    (
+                        f"the OpenEnv server at {rep.display} is not reachable ({scrub(str(reason), rep)}, within "
+                        f"{timeout:g} s); start it (e.g. agilerl serve-env module:TextEnv --port N) or fix the URL{off}"
+                    ),
+                )
+            )
+        except ValueError:
+            pass  # not JSON: the run reads the schema again and falls back to text actions
+    if problems or not schemas:
+        return problems
+    where, schema = schemas[0]
+    if not isinstance(schema, dict):
+        return []
+    action = schema.get("action") or {}
+    if config.mcp_tool and action and not is_mcp_action(action):
+        names = ", ".join(p.name for p in params_of(action)) or "none"
+        problems.append(("mcp_tool", f"the server at {where} is not an MCP tool environment (its action has the "
+                         f"fields {names}); remove mcp_tool{off}"))  # fmt: skip
+    names = [p.name for p in params_of(action)]
+    if config.action_field and names and not is_mcp_action(action) and config.action_field not in names:
+        problems.append(("action_field", f"{config.action_field!r} is not a field of the action the server at {where} "
+                         f"takes (its fields: {', '.join(sorted(names))}); name one of them or remove action_field{off}"))  # fmt: skip
+    if config.action_field and is_mcp_action(action):
+        problems.append(("action_field", f"the server at {where} is an MCP tool environment (its action is a tool "
+                         "call); remove action_field (set mcp_tool to allow only one tool)"))  # fmt: skip
+    obs = {p.name for p in params_of(schema.get("observation") or {}, skip=("metadata", "reward", "done"))}
+    if config.observation_field and obs and config.observation_field not in obs:
+        problems.append(("observation_field", f"{config.observation_field!r} is not a field of the observation of the "
+                         f"server at {where} (its fields: {', '.join(sorted(obs))}){off}"))  # fmt: skip
     return problems

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agilerl_plugin_openenv.errors import OpenEnvError
-from agilerl_plugin_openenv.urls import ReplicaURL, parse_replica
+from agilerl_plugin_openenv.urls import ReplicaURL, parse_replica, url_problem
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -61,10 +61,10 @@ class SourceConfig:
         for i, url in enumerate(urls):
             where = "environment.env_url" + (f"[{i}]" if len(urls) > 1 else "")
             text, values = expand_env_vars(str(url), where)
-            try:
-                rep = parse_replica(text)
-            except ValueError as exc:
-                raise OpenEnvError(f"{where} is not a usable URL: {exc}. Use e.g. http://127.0.0.1:8000") from None
+            why = url_problem(text)
+            if why:
+                raise OpenEnvError(f"{where} is not a usable URL: {why}. Use e.g. http://127.0.0.1:8000")
+            rep = parse_replica(text)
             extra = [v for v in [*values, *secrets] if len(v) >= 3]
             rep = replace(rep, raw=text, secrets=tuple(sorted({*rep.secrets, *extra}, key=len, reverse=True)))
             if values:  # what the manifest said is safe to show with the variables unexpanded

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
-import json
 import logging
 import threading
 import time
 import urllib.error
-import urllib.request
 from typing import TYPE_CHECKING, Any
 
 from agilerl_plugin_openenv.actions import ActionFormat, Tool, is_mcp_action, params_of
@@ -24,8 +21,8 @@ from agilerl_plugin_openenv.config import SourceConfig
 from agilerl_plugin_openenv.errors import OpenEnvProtocolError, OpenEnvUnavailableError
 from agilerl_plugin_openenv.pool import Replica, ReplicaSet, SessionPool, capacity_error
 from agilerl_plugin_openenv.prompts import PromptRenderer
-from agilerl_plugin_openenv.session import _LOOPBACK, ErrorFrame, Lost, NotOpenEnv, Unreachable
-from agilerl_plugin_openenv.urls import ReplicaURL
+from agilerl_plugin_openenv.session import ErrorFrame, Lost, NotOpenEnv, Unreachable
+from agilerl_plugin_openenv.urls import ReplicaURL, http_get_json
 
 if TYPE_CHECKING:
     from agilerl_plugin_openenv.client import OpenEnvTextEnv
@@ -76,18 +73,7 @@ class OpenEnvSource:
 
     def _http_json(self, rep: ReplicaURL, path: str) -> Any:
         """GET ``path`` from a replica (credentials sent as headers, never in the URL printed)."""
-        from urllib.parse import urlsplit, urlunsplit
-
-        parts = urlsplit(rep.http)
-        netloc = parts.netloc.rsplit("@", 1)[-1]
-        url = urlunsplit((parts.scheme, netloc, parts.path + path, parts.query, ""))
-        req = urllib.request.Request(url, headers={"Accept": "application/json", **self.config.headers})
-        if parts.username is not None:
-            token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
-            req.add_header("Authorization", f"Basic {token}")
-        handler = urllib.request.ProxyHandler({}) if parts.hostname in _LOOPBACK else urllib.request.ProxyHandler()
-        with urllib.request.build_opener(handler).open(req, timeout=self.timeout) as resp:
-            return json.loads(resp.read().decode("utf-8"))
+        return http_get_json(rep, path, self.config.headers, self.timeout)
 
     async def _check_replica(self, rep: Replica) -> None:
         session = self.pool.new_session(rep)

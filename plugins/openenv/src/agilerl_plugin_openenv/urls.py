@@ -8,7 +8,12 @@ before it is shown.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
+import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
@@ -71,6 +76,55 @@ def parse_replica(url: str) -> ReplicaURL:
         display=display,
         secrets=tuple(sorted({s for s in secrets if s}, key=len, reverse=True)),
     )
+
+
+_SCHEME_WITHOUT_SLASHES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/?(?!/)")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot address an OpenEnv server (scheme, host, port), or None. ``${VARIABLE}``
+    parts must be expanded first. The one URL check: validation and the run both use it."""
+    text = url.strip()
+    if not text:
+        return "an empty URL"
+    if any(ch.isspace() for ch in text):
+        return "a URL cannot contain spaces"
+    if "://" not in text and (
+        "//" in text or (_SCHEME_WITHOUT_SLASHES.match(text) and not re.match(r"^[^:/]+:\d+(/|$)", text))
+    ):
+        return "malformed: a scheme needs '://'"
+    try:
+        rep = parse_replica(text)
+        port = urlsplit(rep.http).port
+    except ValueError as exc:
+        return str(exc)
+    if port == 0:
+        return "port 0 is not a server's port (use 1-65535)"
+    return None
+
+
+def http_get_json(rep: ReplicaURL, path: str, headers: dict[str, str], timeout: float) -> Any:
+    """GET ``path`` from a replica as JSON; credentials go as headers, never in the URL printed.
+    Raises ``urllib.error.URLError``/``OSError``/``ValueError``."""
+    parts = urlsplit(rep.http)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    url = urlunsplit((parts.scheme, netloc, parts.path + path, parts.query, ""))
+    req = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
+    if parts.username is not None:
+        token = base64.b64encode(f"{parts.username}:{parts.password or ''}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    proxies = urllib.request.ProxyHandler({}) if parts.hostname in LOOPBACK else urllib.request.ProxyHandler()
+    with urllib.request.build_opener(proxies).open(req, timeout=timeout) as resp:
+        return json.loads(resp.read().decode("utf-8"))
+
+
+def shown(url: str) -> str:
+    """``url`` as an error message may show it: redacted, or as written when it holds no secret part."""
+    if "@" not in url and "?" not in url:
+        return repr(url)
+    display = redact(url)
+    return "<a URL with credentials>" if display == "<unparseable URL>" else repr(display)
 
 
 def redact(url: str) -> str:

@@ -1,10 +1,13 @@
-"""What both engines' loops share: per-learn-call env seeds and training-episode statistics."""
+"""What both engines' loops share: per-learn-call env seeds, training-episode statistics and the
+per-sub-env helpers of the multi-agent loops."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["EpisodeReturns", "episode_seed"]
+__all__ = ["EpisodeReturns", "env_rows", "episode_scores", "episode_seed"]
 
 
 def episode_seed(run_seed: int | None, agent_index: int, agent_steps: int) -> int | None:
@@ -42,3 +45,13 @@ class EpisodeReturns:
         if not self.finished:
             return {}
         return {self.key: float(np.mean(self.finished)), "train_episodes": float(len(self.finished))}
+
+
+def episode_scores(agent: Any, rewards: dict[str, np.ndarray]) -> np.ndarray:
+    """Per-copy score of one multi-agent vector step's rewards (sum or mean over agents: ``sum_scores``)."""
+    return agent.episode_score(np.stack([rewards[a] for a in agent.agent_ids], axis=1))  # type: ignore[no-any-return]
+
+
+def env_rows(mask: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``mask`` (num_envs,) broadcastable against ``like`` (num_envs, ...)."""
+    return mask.reshape((-1,) + (1,) * (like.ndim - 1))

@@ -1,64 +1,47 @@
-"""The on-policy engine: one implementation of what PPO and IPPO (and any actor-critic) share.
+"""The on-policy engine: rollout collection and the learn loop every actor-critic here shares.
 
-* :func:`gae` — Generalised Advantage Estimation over a ``(steps, envs)`` rollout, aware of
-  Gymnasium's next-step autoreset (``valid``) and of the difference between termination (no
-  bootstrap) and an episode end that cuts a trajectory (bootstrap, but no credit across it).
-  :class:`agilerl_plugin_gym.buffers.RolloutBuffer` calls it; so does the multi-agent rollout.
+As Stable-Baselines3's ``OnPolicyAlgorithm``: the engine steps the env, fills a
+:class:`~agilerl_plugin_gym.buffers.RolloutBuffer`, computes GAE and hands the rollout to the
+algorithm's ``learn`` (PPO, IPPO, a plugin's A2C), which owns only its loss and networks
+(:mod:`agilerl_plugin_gym.ppo_update` for the PPO family). Two env APIs, one schedule:
+
+* :class:`OnPolicyEngine` — a gymnasium vector env and an
+  :class:`~agilerl_plugin_gym.protocols.OnPolicyAlgorithm` (recurrent policies too: one hidden state
+  per sub-env, stored with each step and zeroed once the sub-env has auto-reset);
+* :class:`MultiAgentOnPolicyEngine` — a PettingZoo vector env and a
+  :class:`~agilerl_plugin_gym.protocols.MultiAgentOnPolicyAlgorithm`: one buffer per agent id, a row
+  valid only where that agent acted, a trajectory cut without termination bootstrapped through its
+  reward;
 * :func:`rollout_plan` — how many vector steps each rollout of a ``learn`` call takes, so that an
-  agent never trains past its step budget (the last rollout is shortened instead).
-* :func:`clipped_surrogate` — the PPO loss of one minibatch (clipped ratio, optional value clip,
-  entropy bonus).
-* :func:`ppo_update` — ``update_epochs`` passes of shuffled minibatches over a flattened rollout,
-  with gradient-norm clipping and the ``target_kl`` early stop; the algorithm supplies only a
-  ``forward(obs, actions) -> (log_prob, entropy, value)`` for its policy.
+  agent never trains past its step budget (the last rollout is shortened instead);
+* :func:`gae` (from :mod:`.advantages`).
 
-Rollout collection itself lives in the strategies (one loop per env API); both write a
-:class:`~agilerl_plugin_gym.buffers.RolloutBuffer` and hand its :meth:`flat` view to the
-algorithm's ``learn``, which calls :func:`ppo_update`.
+Gymnasium 1.x vector envs auto-reset on the *next* step: after a sub-env's episode ends, its next
+``step`` ignores the action and returns the reset observation with reward 0. Rollouts mark that
+step invalid (masked out of GAE and the loss). Every ``learn`` starts from ``env.reset(seed)`` with
+the seed the strategy passes (:func:`~agilerl_plugin_gym.engine.common.episode_seed`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
-from agilerl_plugin_gym.observations import rows
+from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.engine.advantages import gae
+from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
+from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.observations import field_layout
 
-__all__ = ["PPOSettings", "clipped_surrogate", "gae", "ppo_update", "rollout_plan"]
+if TYPE_CHECKING:
+    from agilerl_plugin_gym.protocols import (
+        MultiAgentOnPolicyAlgorithm,
+        OnPolicyAlgorithm,
+        RecurrentOnPolicyAlgorithm,
+    )
 
-
-def gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    terminated: np.ndarray,
-    dones: np.ndarray,
-    valid: np.ndarray,
-    last_value: np.ndarray,
-    last_valid: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-    out: np.ndarray,
-) -> None:
-    """GAE(lambda) of a ``(T, N)`` rollout into ``out`` (advantages; returns are ``out + values``).
-
-    ``values[t + 1]`` (``last_value`` after the last step) is the value of the observation that
-    followed step ``t``. It is bootstrapped unless step ``t`` *terminated*; credit never flows back
-    across an episode end (``dones``); a step with ``valid == 0`` (an auto-reset step, or an agent
-    that did not act) gets advantage 0 and passes no credit back.
-    """
-    next_values = np.concatenate([values[1:], np.asarray(last_value, dtype=np.float32)[None]])
-    next_valid = np.concatenate([valid[1:], np.asarray(last_valid, dtype=np.float32)[None]])
-    # Everything that does not depend on the recursion, computed for all steps at once.
-    delta = rewards + gamma * next_values * (1.0 - terminated) - values
-    carry = gamma * gae_lambda * (1.0 - dones) * next_valid
-    last_gae = np.zeros(rewards.shape[1], dtype=np.float32)
-    for t in range(rewards.shape[0] - 1, -1, -1):
-        last_gae = (delta[t] + carry[t] * last_gae) * valid[t]
-        out[t] = last_gae
+__all__ = ["MultiAgentOnPolicyEngine", "OnPolicyEngine", "gae", "recurrent", "rollout_plan"]
 
 
 def rollout_plan(num_steps: int, learn_step: int, num_envs: int) -> list[int]:
@@ -76,122 +59,148 @@ def rollout_plan(num_steps: int, learn_step: int, num_envs: int) -> list[int]:
     return plan
 
 
-class PPOSettings:
-    """The hyperparameters :func:`ppo_update` reads, as attributes (mutable by HPO).
+def recurrent(agent: OnPolicyAlgorithm) -> RecurrentOnPolicyAlgorithm | None:
+    """``agent`` if its policy carries a hidden state (recurrent PPO), else None."""
+    return agent if getattr(agent, "recurrent", False) else None  # type: ignore[return-value]
 
-    PPO and IPPO inherit this declaration (annotations only: values come from the spec via
-    :class:`agilerl.algorithm.AlgorithmBase`, or are set in ``__init__``).
+
+class OnPolicyEngine:
+    """Rollouts of ``learn_step`` env steps (``learn_step // num_envs`` vector steps), then an update,
+    on a gymnasium vector env."""
+
+    def __init__(self) -> None:
+        #: Rollout buffers by layout; every rollout rewrites all of a buffer, so agents share them.
+        self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
+
+    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any) -> RolloutBuffer:
+        layout = agent.rollout_layout()
+        obs_shape, obs_dtype = field_layout("obs", obs)  # mappings for Dict/Tuple observations
+        rec = recurrent(agent)
+        state_size = rec.state_size if rec is not None else 0
+        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device), state_size)
+        buf = self.buffers.get(key)
+        if buf is None:
+            args = (steps, n, obs_shape, layout.action_shape)
+            kw: dict[str, Any] = {"obs_dtype": obs_dtype, "action_dtype": layout.action_dtype, "device": agent.device}
+            buf = (
+                RecurrentRolloutBuffer(*args, state_size=state_size, **kw) if state_size else RolloutBuffer(*args, **kw)
+            )
+            self.buffers[key] = buf
+        return buf
+
+    def learn(self, agent: OnPolicyAlgorithm, env: Any, num_steps: int, seed: int | None) -> dict[str, float]:
+        """Collect and learn from rollouts until ``num_steps`` env steps; the last update's stats and
+        the training episodes' returns."""
+        n = env.num_envs
+        obs, _ = env.reset(seed=seed)
+        valid = np.ones(n, dtype=bool)
+        episodes = EpisodeReturns(n)
+        stats: dict[str, float] = {}
+        # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
+        rec = recurrent(agent)
+        state = rec.initial_hidden_state(n) if rec is not None else None
+        for steps in rollout_plan(num_steps, agent.learn_step, n):
+            buf = self.rollout_buffer(agent, steps, n, obs)
+            for t in range(steps):
+                if rec is None:
+                    action, log_prob, value = agent.act(agent.obs_tensor(obs))
+                else:
+                    assert state is not None
+                    buf.hidden[t] = state.cpu().numpy()  # type: ignore[attr-defined]  # the state it acts from
+                    action, log_prob, value, state = rec.act_recurrent(agent.obs_tensor(obs), state)
+                    # An auto-reset step returns the next episode's first observation: start it from zero.
+                    state = reset_rows(state, ~valid)
+                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
+                obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
+                done = terminated | truncated
+                buf.rewards[t] = reward
+                buf.terminated[t] = terminated
+                buf.dones[t] = done
+                episodes.step(reward, done, valid)
+                valid = ~done  # a finished sub-env spends its next step auto-resetting
+            obs_t = agent.obs_tensor(obs)
+            last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
+            buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
+            stats = dict(agent.learn(buf))
+            agent.steps += steps * n
+            agent.vec_steps += steps
+            if rec is not None:
+                rec.hidden_state = state
+        return {**stats, **episodes.row()}
+
+
+class MultiAgentOnPolicyEngine:
+    """On-policy multi-agent training (IPPO): collect ``learn_step`` env steps, update, repeat.
+
+    Each agent's steps go to its own :class:`~agilerl_plugin_gym.buffers.RolloutBuffer` (the
+    single-agent one). An agent's row of a step is valid only where it acted; a trajectory cut
+    without termination (time limit, or the episode ending around a live agent) is bootstrapped by
+    adding ``gamma * V(last obs)`` to its reward, then treated as ended.
     """
 
-    lr: float
-    learn_step: int
-    batch_size: int
-    gamma: float
-    gae_lambda: float
-    update_epochs: int
-    clip_coef: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    target_kl: float | None
-    normalize_advantages: bool
-    clip_vloss: bool
-    device: torch.device
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
 
+    def rollout_buffer(self, agent_id: str, layout: Any, steps: int, obs: np.ndarray, device: Any) -> RolloutBuffer:
+        key = (agent_id, steps, obs.shape, obs.dtype.str, layout, str(device))
+        buf = self.buffers.get(key)
+        if buf is None:
+            buf = RolloutBuffer(
+                steps, obs.shape[0], tuple(obs.shape[1:]), layout.action_shape,
+                obs_dtype=obs.dtype, action_dtype=layout.action_dtype, device=device,
+            )  # fmt: skip
+            self.buffers[key] = buf
+        return buf
 
-def clipped_surrogate(
-    new_log_prob: torch.Tensor,
-    entropy: torch.Tensor,
-    value: torch.Tensor,
-    batch: Mapping[str, torch.Tensor],
-    s: PPOSettings,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(loss, policy_loss, value_loss, entropy, ratio, log_ratio)`` of one minibatch."""
-    log_ratio = new_log_prob - batch["log_probs"]
-    ratio = log_ratio.exp()
-    adv = batch["advantages"]
-    if s.normalize_advantages and adv.shape[0] > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef)).mean()
-    ret = batch["returns"]
-    if s.clip_vloss:
-        old_v = batch["values"]
-        v_clipped = old_v + (value - old_v).clamp(-s.clip_coef, s.clip_coef)
-        v_loss = 0.5 * torch.max((value - ret).pow(2), (v_clipped - ret).pow(2)).mean()
-    else:
-        v_loss = 0.5 * (value - ret).pow(2).mean()
-    ent = entropy.mean()
-    loss = pg_loss - s.ent_coef * ent + s.vf_coef * v_loss
-    return loss, pg_loss, v_loss, ent, ratio, log_ratio
-
-
-Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-#: A recurrent policy's forward over a minibatch of padded sequences (engine.recurrent): (S, T) outputs.
-SequenceForward = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-_TARGETS = ("log_probs", "values", "advantages", "returns")
-
-
-class Optimizer(Protocol):
-    """What :func:`ppo_update` needs of an optimizer (torch's, or ``agilerl_plugin_gym.optim.Adam``)."""
-
-    def zero_grad(self, set_to_none: bool = True) -> None: ...
-
-    def step(self) -> Any: ...
-
-
-def ppo_update(
-    data: Mapping[str, torch.Tensor],
-    forward: Forward | None,
-    optimizer: Optimizer,
-    params: Sequence[nn.Parameter],
-    s: PPOSettings,
-    *,
-    seq_forward: SequenceForward | None = None,
-) -> dict[str, float]:
-    """``update_epochs`` passes of clipped-PPO minibatch steps over a flattened rollout.
-
-    ``data`` holds ``obs``, ``actions``, ``log_probs``, ``values``, ``advantages`` and ``returns``
-    (one row per valid step, as :meth:`RolloutBuffer.flat` returns them); ``forward(obs, actions)``
-    returns the policy's ``(log_prob, entropy, value)`` for a minibatch. Minibatches are
-    ``min(batch_size, rows)`` rows (a remainder smaller than that is skipped in the epoch); an epoch
-    that ends with an approximate KL above ``target_kl`` ends the update.
-
-    Recurrent policies pass ``seq_forward`` and the padded sequences of
-    :meth:`agilerl_plugin_gym.engine.recurrent.RecurrentRolloutBuffer.sequences`: a row is then a
-    sequence (``batch_size`` counts sequences, as in AgileRL), ``seq_forward(minibatch)`` runs the
-    policy through time from each sequence's stored initial state, and only the steps in ``mask``
-    enter the loss.
-    """
-    n = int(data["advantages"].shape[0])
-    if n == 0:
-        return {}
-    batch_size = min(int(s.batch_size), n)
-    # Accumulate on tensors: converting to floats every minibatch would sync every step.
-    sums = torch.zeros(3, device=s.device)
-    approx_kl = torch.zeros((), device=s.device)
-    updates = 0
-    for _ in range(int(s.update_epochs)):
-        perm = torch.randperm(n, device=s.device)
-        for start in range(0, n - batch_size + 1, batch_size):
-            idx = perm[start : start + batch_size]
-            mb = {k: rows(v, idx) for k, v in data.items()}  # an obs of Dict/Tuple parts too
-            if seq_forward is None:
-                assert forward is not None
-                new_lp, entropy, value = forward(mb["obs"], mb["actions"])
-            else:  # truncated BPTT: (S, T) outputs, padding masked out
-                m = mb["mask"]
-                new_lp, entropy, value = (x[m] for x in seq_forward(mb))
-                mb = {k: mb[k][m] for k in _TARGETS}
-            loss, pg, vl, ent, ratio, log_ratio = clipped_surrogate(new_lp, entropy, value, mb, s)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
-            optimizer.step()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                sums += torch.stack([pg.detach(), vl.detach(), ent.detach()])
-            updates += 1
-        if s.target_kl is not None and float(approx_kl) > s.target_kl:
-            break
-    pg_m, vl_m, en_m = (sums / max(updates, 1)).tolist()
-    return {"policy_loss": pg_m, "value_loss": vl_m, "entropy": en_m, "approx_kl": float(approx_kl)}
+    def learn(self, agent: MultiAgentOnPolicyAlgorithm, env: Any, num_steps: int, seed: int | None) -> dict[str, float]:
+        """Collect and learn until ``num_steps`` env steps on a PettingZoo vector env; the mean of
+        the updates' stats and the training episodes' scores."""
+        n = env.num_envs
+        obs, _ = env.reset(seed=seed)
+        layouts = agent.rollout_layouts()
+        episodes = EpisodeReturns(n, key="train_score")
+        stats: dict[str, list[float]] = {}
+        ids = agent.agent_ids
+        for steps in rollout_plan(num_steps, agent.learn_step, n):
+            bufs = {a: self.rollout_buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device) for a in ids}
+            for t in range(steps):
+                out, env_actions = agent.act_for_rollout(obs)
+                for a in ids:
+                    o = out[a]
+                    bufs[a].add(t, obs[a], o["action"], o["log_prob"], o["value"], 0.0, 0.0, 0.0, 0.0)
+                next_obs, rewards, terms, truncs, infos = env.step(env_actions)
+                episode_done = infos["episode_done"]
+                acted = infos["acted"]
+                ended = {a: terms[a] | truncs[a] | episode_done for a in ids}
+                cut = {a: acted[a] & ended[a] & ~terms[a] for a in ids}
+                need = [a for a in ids if cut[a].any()]
+                boot: dict[str, np.ndarray] = {}
+                if need:
+                    final = infos.get("final_obs")
+                    last = {
+                        a: next_obs[a] if final is None else np.where(env_rows(episode_done, next_obs[a]), final[a], next_obs[a])
+                        for a in need
+                    }  # fmt: skip
+                    boot = agent.values(last, need)
+                for a in ids:
+                    b = bufs[a]
+                    reward = rewards[a].astype(np.float32)
+                    if a in boot:
+                        reward = reward + agent.gamma * boot[a] * cut[a]
+                    b.rewards[t] = reward
+                    stop = ended[a] | ~acted[a]
+                    b.terminated[t] = stop  # a cut was bootstrapped through the reward above
+                    b.dones[t] = stop
+                    b.valid[t] = acted[a]
+                episodes.step(episode_scores(agent, rewards), episode_done)
+                obs = next_obs
+            last_values = agent.values(obs)
+            ones = np.ones(n, dtype=np.float32)
+            for a in ids:
+                bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.gamma, agent.gae_lambda)
+            for k, v in agent.learn({a: bufs[a].flat() for a in ids}).items():
+                stats.setdefault(k, []).append(v)
+            agent.steps += steps * n
+            agent.vec_steps += steps
+        out = {k: float(np.mean(v)) for k, v in stats.items()}
+        return {**out, **episodes.row()}

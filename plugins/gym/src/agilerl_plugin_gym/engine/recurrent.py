@@ -15,7 +15,7 @@ sequences instead of shuffled single steps (truncated backpropagation through ti
   piece's last step).
 * :meth:`RecurrentRolloutBuffer.sequences` gathers the windows into zero-padded
   ``(sequences, time)`` tensors with a ``mask`` of real steps and each sequence's initial state;
-  :func:`agilerl_plugin_gym.engine.on_policy.ppo_update` takes them with a ``seq_forward``.
+  :func:`agilerl_plugin_gym.ppo_update.ppo_update` takes them with a ``seq_forward``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """IPPO: independent PPO, one actor-critic per agent or per group (de Witt et al. 2020).
 
 Every agent learns from its own observation and reward with the clipped PPO objective of the
-shared on-policy engine (:mod:`agilerl_plugin_gym.engine.on_policy`: GAE, loss, minibatch epochs); agents of a
+PPO update it shares with PPO (:mod:`agilerl_plugin_gym.ppo_update`: loss, minibatch epochs), on
+rollouts the on-policy engine collects (:mod:`agilerl_plugin_gym.engine.on_policy`: GAE); agents of a
 group (``speaker_0``, ``speaker_1`` -> ``speaker``) share one actor-critic when ``share_groups`` is
 on, and their experience is pooled for its update. Agents that leave an episode early simply stop
 contributing rows (their steps are masked out); a trajectory cut by truncation or by the episode
@@ -23,10 +24,10 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
-from agilerl_plugin_gym.engine.on_policy import PPOSettings, ppo_update
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.optim import Adam
+from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 
 
@@ -167,7 +168,7 @@ class IPPO(MultiAgentAlgorithm, PPOSettings):
         return self._log_prob(dist, actions, agent), self._entropy(dist, agent), value
 
     def learn(self, rollout: Mapping[str, Mapping[str, torch.Tensor]]) -> dict[str, float]:
-        """The shared PPO update (:func:`agilerl_plugin_gym.engine.on_policy.ppo_update`) per network key.
+        """The shared PPO update (:func:`agilerl_plugin_gym.ppo_update.ppo_update`) per network key.
 
         ``rollout`` maps agent id -> its flattened rollout (:meth:`RolloutBuffer.flat`); the agents
         of a group are pooled for their network's update.

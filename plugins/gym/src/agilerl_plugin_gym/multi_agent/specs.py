@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
 from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.multi_agent.names import moved_problem, resolve_module_name
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
@@ -87,6 +88,22 @@ def _did_you_mean(name: str) -> str:
     return f" (did you mean {hint!r}?)" if hint else ""
 
 
+def turn_based_problem(module: Any, name: str, algo_name: str) -> str | None:
+    """A module with only an AEC ``env()`` that PettingZoo cannot run as a parallel env (turn-based
+    games such as ``pettingzoo.classic.tictactoe_v3``): training would refuse it, so validation does."""
+    if hasattr(module, "parallel_env") or not hasattr(module, "env"):
+        return None
+    raw = getattr(module, "raw_env", None)
+    metadata = getattr(raw, "metadata", None)
+    if not isinstance(metadata, dict) or metadata.get("is_parallelizable", False):
+        return None  # parallelisable (or unknown until built: checked when the env is made)
+    return (
+        f"{name!r} is a turn-based (AEC) PettingZoo environment that cannot run as a parallel one "
+        f"(its metadata says is_parallelizable: False): {algo_name} needs agents that act simultaneously "
+        "(a module with parallel_env(), e.g. mpe2.simple_spread_v3 or pettingzoo.butterfly.pistonball_v6)"
+    )
+
+
 def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Problem]:
     """Environment checks a multi-agent algorithm makes at validation time (no env is built)."""
     env = manifest.environment
@@ -101,6 +118,11 @@ def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Prob
     if getattr(env, "entrypoint", None) or getattr(env, "factory", None):
         return problems  # a custom env: checked when it is built
     name = str(getattr(env, "name", ""))
+    moved = moved_problem(name)
+    if moved:
+        problems.append(Problem("environment.name", moved))
+        return problems
+    name = resolve_module_name(name)
     found = False
     try:
         found = importlib.util.find_spec(name) is not None if name and not name.startswith(".") else False
@@ -112,10 +134,13 @@ def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Prob
     if found and "." in name:
         # The module is there: import it (cheap, no torch) so a package that moved says where to.
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except ImportError as exc:
             problems.append(Problem("environment.name", f"cannot import {name!r}: {exc}"))
             return problems
+        turn_based = turn_based_problem(module, name, algo_name)
+        if turn_based:
+            problems.append(Problem("environment.name", turn_based))
     if not found:
         hint = (
             f"{name!r} looks like a gymnasium id: {algo_name} is multi-agent; train it with a single-agent "

@@ -42,6 +42,8 @@ from gymnasium import spaces
 
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
+from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
+from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 
 WrapperLike = tuple[Any, dict[str, Any]] | str | Callable[..., Any]
 
@@ -77,21 +79,6 @@ def _module_candidates(name: str) -> list[str]:
     return out
 
 
-def _env_config(spec: Any) -> dict[str, Any]:
-    cfg = getattr(spec, "env_config", None)
-    if cfg is None:
-        return {}
-    if isinstance(cfg, str):
-        import yaml
-
-        with open(cfg, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh) or {}
-        if not isinstance(loaded, dict):
-            raise PettingZooEnvError(f"environment.env_config file {cfg!r} must hold a mapping of kwargs")
-        return loaded
-    return dict(cfg)
-
-
 def _to_parallel(env: Any, where: str) -> Any:
     from pettingzoo.utils.env import AECEnv, ParallelEnv
 
@@ -113,12 +100,7 @@ def _to_parallel(env: Any, where: str) -> Any:
 
 
 def _apply_wrappers(env: Any, wrappers: Sequence[WrapperLike] | None) -> Any:
-    for w in wrappers or ():
-        kwargs: dict[str, Any] = {}
-        if isinstance(w, (tuple, list)):
-            w, kwargs = w[0], dict(w[1] or {})
-        if isinstance(w, str):
-            w = _import_attr(w, "environment wrapper")
+    for w, kwargs in resolve_wrappers(wrappers, "environment.env_wrappers", PettingZooEnvError):
         try:
             env = w(env, **kwargs)
         except Exception as exc:
@@ -133,10 +115,8 @@ def make_single_pz_env(spec: Any, wrappers: Sequence[WrapperLike] | None = None)
     converted); ``entrypoint: module:callable`` builds a custom env, through ``factory`` when given
     (``factory(entrypoint, **env_config)``).
     """
-    path = getattr(spec, "path", None)
-    if path and path not in sys.path:
-        sys.path.insert(0, str(path))
-    cfg = _env_config(spec)
+    add_env_path(spec, PettingZooEnvError)
+    cfg = load_env_config(spec, PettingZooEnvError)
     entrypoint = getattr(spec, "entrypoint", None)
     factory = getattr(spec, "factory", None)
     name = str(getattr(spec, "name", ""))
@@ -150,7 +130,7 @@ def make_single_pz_env(spec: Any, wrappers: Sequence[WrapperLike] | None = None)
     else:
         where = f"environment.name {name!r}"
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(resolve_module_name(name))
         except ImportError as exc:
             hint = closest(name, _module_candidates(name))
             raise PettingZooEnvError(
@@ -601,7 +581,7 @@ def make_pz_env(
     """
     n = int(num_envs if num_envs is not None else getattr(spec, "num_envs", 1) or 1)
     all_wrappers: list[WrapperLike] = [*(extra_wrappers or []), *(wrappers or [])]
-    use_sync = bool(getattr(spec, "sync", False) if sync is None else sync)
+    use_sync = bool(getattr(spec, "use_sync", False) if sync is None else sync)
     if use_sync or n == 1:
         return SyncPettingZooVecEnv([lambda: make_single_pz_env(spec, all_wrappers)] * n)
     return AsyncPettingZooVecEnv(spec, n, wrappers=all_wrappers, context=context)

@@ -22,7 +22,7 @@ from torch import nn
 
 from agilerl_plugin_gym.offline.specs import CQNSpec
 from agilerl_plugin_gym.single_agent.dqn import DQN
-from agilerl_plugin_gym.single_agent.spaces import check_spaces
+from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
 
 __all__ = ["CQN"]
 
@@ -34,7 +34,7 @@ class CQN(DQN):
     """Offline Q-learning with the conservative (CQL) penalty; trained by the ``single_agent/offline`` strategy."""
 
     def __init__(self, spec: CQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
-        check_spaces("CQN", observation_space, action_space)
+        DISCRETE_ACTIONS.check("CQN", observation_space, action_space)
         super().__init__(spec, observation_space, action_space, **kwargs)  # type: ignore[arg-type]
 
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

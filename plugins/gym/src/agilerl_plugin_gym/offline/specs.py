@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.single_agent.specs import _RL_RANGES, GymAlgorithmSpec
+from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS, SpaceRules
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -87,6 +88,7 @@ class CQNSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "offline"
+    space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
     default_env_type: ClassVar[str] = "offline"
     default_evo_steps: ClassVar[int] = 5_000
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)

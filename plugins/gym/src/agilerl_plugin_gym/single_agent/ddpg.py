@@ -30,13 +30,13 @@ import torch
 from gymnasium import spaces
 
 from agilerl.models import TrainingSpec
-from agilerl_plugin_gym.encoder_rules import is_image_space, is_structured_space
 from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
 from agilerl_plugin_gym.networks import obs_dim
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
-from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DDPGSpec
+from agilerl_plugin_gym.space_kinds import is_image_space, is_structured_space
+from agilerl_plugin_gym.spec_base import CONTINUOUS_ACTIONS
 
 
 class DDPG(GymAlgorithm):
@@ -60,7 +60,7 @@ class DDPG(GymAlgorithm):
     def __init__(self, spec: DDPGSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
         name = type(self).__name__
-        check_spaces(name if name in ("DDPG", "TD3") else "DDPG", observation_space, action_space)
+        CONTINUOUS_ACTIONS.check(name, observation_space, action_space)
         assert isinstance(action_space, spaces.Box)
         self.O_U_noise = spec.O_U_noise
         self.act_dim = int(action_space.shape[0])

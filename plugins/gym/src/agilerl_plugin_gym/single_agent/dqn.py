@@ -22,8 +22,8 @@ from torch import nn
 from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
-from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
+from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
 
 EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
 PER_PRIOR_EPS = 1e-6  # with replay_buffer.per_buffer: RainbowDQN's default prior_eps
@@ -42,7 +42,7 @@ class DQN(GymAlgorithm):
 
     def __init__(self, spec: DQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
-        check_spaces("DQN", observation_space, action_space)
+        DISCRETE_ACTIONS.check("DQN", observation_space, action_space)
         assert isinstance(action_space, spaces.Discrete)
         self.double = bool(getattr(spec, "double", True))
         self.n_actions = int(action_space.n)

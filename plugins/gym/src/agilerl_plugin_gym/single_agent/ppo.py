@@ -10,9 +10,9 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 * ``recurrent: true``: an LSTM encoder whose hidden state is carried through rollouts, with
   truncated BPTT in the update (:mod:`agilerl_plugin_gym.single_agent.ppo_recurrent`).
 
-The rollout loop lives in :class:`agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`;
-GAE, the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.engine.on_policy`
-(shared with IPPO); this module holds the policy.
+The rollout loop and GAE live in the on-policy engine (:mod:`agilerl_plugin_gym.engine.on_policy`);
+the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.ppo_update` (shared with
+IPPO); this module holds the policy.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.engine.on_policy import PPOSettings, ppo_update
+from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPOMixin
-from agilerl_plugin_gym.single_agent.spaces import check_spaces
 from agilerl_plugin_gym.single_agent.specs import PPOSpec
+from agilerl_plugin_gym.spec_base import ANY_ACTIONS
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -47,7 +47,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
 
     def __init__(self, spec: PPOSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
-        check_spaces("PPO", observation_space, action_space)
+        ANY_ACTIONS.check("PPO", observation_space, action_space)
         self.target_kl = spec.target_kl
         self.normalize_advantages = spec.normalize_advantages
         self.clip_vloss = spec.clip_vloss
@@ -60,7 +60,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
             self.kind, out_dim = "continuous", int(action_space.shape[0])
             self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=self.device)
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
-        else:  # check_spaces allows nothing else
+        else:  # ANY_ACTIONS allows nothing else
             raise AssertionError(action_space)
         self.init_recurrent(spec)  # recurrent: true -> an LSTM encoder (ppo_recurrent)
         actor = self.build_network(out_dim, output_vanish=True)

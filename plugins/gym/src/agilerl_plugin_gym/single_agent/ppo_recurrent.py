@@ -1,17 +1,17 @@
 """Recurrent PPO (AgileRL's ``recurrent: true``): the LSTM-policy half of :class:`~.ppo.PPO`.
 
-With ``recurrent: true`` PPO's encoder is an :class:`~agilerl_plugin_gym.networks_lstm.EvolvableLSTM`
+With ``recurrent: true`` PPO's encoder is an :class:`~agilerl_plugin_gym.networks.lstm.EvolvableLSTM`
 (``network.encoder_config`` with AgileRL's LSTM keys, or a 64-unit one-layer LSTM when the manifest
 gives none). Actor and critic share it by default (``share_encoders``); otherwise each has its own
 LSTM and the state holds both.
 
-* Rollouts (:class:`~agilerl_plugin_gym.single_agent.strategies.OnPolicyStrategy`) carry a hidden
+* Rollouts (:class:`~agilerl_plugin_gym.engine.on_policy.OnPolicyEngine`) carry a hidden
   state per env through every step (:meth:`RecurrentPPOMixin.act_recurrent`), store it with the
   step, and zero an env's state when its next observation starts a new episode.
 * The update is truncated BPTT: the rollout is cut into sequences
   (:mod:`agilerl_plugin_gym.engine.recurrent`; ``max_seq_len``, ``bptt_sequence_type``), each run
   through the LSTM from its stored initial state (:meth:`RecurrentPPOMixin.evaluate_sequences`),
-  and the shared :func:`~agilerl_plugin_gym.engine.on_policy.ppo_update` minimises the clipped loss
+  and the shared :func:`~agilerl_plugin_gym.ppo_update.ppo_update` minimises the clipped loss
   over the real (unpadded) steps, ``batch_size`` sequences per minibatch.
 * Evaluation, ``predict`` and ``run_episodes`` carry the state step by step (``predict`` takes and
   returns it, SB3-style, resetting the rows ``episode_start`` marks); checkpoints store the state
@@ -27,14 +27,14 @@ import torch
 
 from agilerl.errors import AgileRLError
 from agilerl.models import LstmSpec, MlpSpec, NetworkSpec
-from agilerl_plugin_gym.engine.on_policy import ppo_update
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.single_agent.spaces import check_recurrent_observation_space
 
 if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import RolloutBuffer
     from agilerl_plugin_gym.networks import EvolvableNetwork
-    from agilerl_plugin_gym.networks_lstm import EvolvableLSTM
+    from agilerl_plugin_gym.networks.lstm import EvolvableLSTM
 
 
 class RecurrentPPOMixin:

@@ -10,7 +10,7 @@ Hyperparameters are documented where they are declared
 * Exploration is NoisyNet's (no epsilon): noisy layers act with their current noise, which is
   redrawn after every gradient step; evaluation uses the mean weights.
 * The network is dueling and distributional (C51):
-  :class:`agilerl_plugin_gym.networks_rainbow.RainbowNetwork`. The target is double-DQN's (the online
+  :class:`agilerl_plugin_gym.networks.rainbow.RainbowNetwork`. The target is double-DQN's (the online
   network picks the next action, the target network gives its distribution), projected onto the
   support; the loss is the cross-entropy to it, weighted by the importance weights.
 """
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from agilerl.models import TrainingSpec
-from agilerl_plugin_gym.networks_rainbow import RainbowNetwork, project_distribution
+from agilerl_plugin_gym.networks.rainbow import RainbowNetwork, project_distribution
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
 from agilerl_plugin_gym.single_agent.dqn import DQN

@@ -7,47 +7,26 @@ validation time (``agilerl validate``) on one env made from the manifest, so a w
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from gymnasium import spaces
 
 from agilerl.errors import AgileRLError
+from agilerl_plugin_gym.space_kinds import is_image_space
+
+if TYPE_CHECKING:
+    from agilerl_plugin_gym.spec_base import SpaceRules
 
 __all__ = [
-    "ALGORITHMS",
     "UnsupportedSpaceError",
     "check_observation_space",
     "check_recurrent_observation_space",
     "check_spaces",
-    "declare_space_rules",
-    "is_image_space",
 ]
-
-#: Algorithm name -> the built-in rule set it follows (PPO, DQN, DDPG or TD3).
-_RULES: dict[str, str] = {"PPO": "PPO", "DQN": "DQN", "DDPG": "DDPG", "TD3": "TD3", "CQN": "DQN", "RainbowDQN": "DQN"}
-#: The algorithms :func:`check_spaces` has rules for (grows with :func:`declare_space_rules`).
-ALGORITHMS: set[str] = set(_RULES)
-
-
-def declare_space_rules(algo: str, *, like: str) -> None:
-    """Give a plugin's algorithm the space rules of a built-in one (``like``: PPO, DQN, DDPG or TD3).
-
-    Its spec (a :class:`~agilerl_plugin_gym.single_agent.specs.GymAlgorithmSpec`) then checks the
-    env's spaces at validation time and its algorithm can call :func:`check_spaces` when built.
-    """
-    if like not in ("PPO", "DQN", "DDPG", "TD3"):
-        raise ValueError(f"declare_space_rules: like must be PPO, DQN, DDPG or TD3, not {like!r}")
-    _RULES[algo] = like
-    ALGORITHMS.add(algo)
 
 
 class UnsupportedSpaceError(AgileRLError):
     """The env's observation or action space is not one the algorithm handles."""
-
-
-def is_image_space(space: spaces.Space[Any]) -> TypeGuard[spaces.Box]:
-    """A Box of rank 3 (H x W x C, or C x H x W) is treated as an image."""
-    return isinstance(space, spaces.Box) and len(space.shape) == 3
 
 
 def _supported_observation(space: spaces.Space[Any], images: bool) -> bool:
@@ -87,24 +66,26 @@ def check_recurrent_observation_space(space: spaces.Space[Any]) -> None:
         )
 
 
-def check_spaces(algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
-    """Raise :class:`UnsupportedSpaceError` unless ``algo`` handles these spaces (see :data:`ALGORITHMS`)."""
-    rules = _RULES.get(algo)
-    if rules == "DQN":
+def check_spaces(
+    rules: SpaceRules, algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
+) -> None:
+    """Raise :class:`UnsupportedSpaceError` naming ``algo`` unless ``rules`` take these spaces
+    (:class:`~agilerl_plugin_gym.spec_base.SpaceRules`; ``rules.check`` calls this)."""
+    if rules.actions == "discrete":
         if not isinstance(action_space, spaces.Discrete):
             raise UnsupportedSpaceError(
                 f"environment: {algo} needs a Discrete action space, but this env's actions are {action_space}. "
                 "Use DDPG or TD3 for continuous (Box) actions, or PPO."
             )
         check_observation_space(algo, observation_space)
-    elif rules in ("DDPG", "TD3"):
+    elif rules.actions == "continuous":
         if not (isinstance(action_space, spaces.Box) and len(action_space.shape) == 1):
             raise UnsupportedSpaceError(
                 f"environment: {algo} needs continuous actions (a 1-D Box), but this env's actions are "
                 f"{action_space}. Use DQN or PPO for discrete actions."
             )
         check_observation_space(algo, observation_space)
-    elif rules == "PPO":
+    else:
         check_observation_space(algo, observation_space)
         discrete = isinstance(action_space, spaces.Discrete) or (
             isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1
@@ -113,5 +94,3 @@ def check_spaces(algo: str, observation_space: spaces.Space[Any], action_space: 
             raise UnsupportedSpaceError(
                 f"environment: {algo} supports Discrete, MultiDiscrete and 1-D Box actions, not {action_space}"
             )
-    else:
-        raise ValueError(f"check_spaces: no space rules for {algo!r} ({', '.join(sorted(ALGORITHMS))})")

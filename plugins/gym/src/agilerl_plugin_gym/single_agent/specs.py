@@ -11,7 +11,13 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
-from agilerl_plugin_gym.spec_base import SingleAgentAlgorithmSpec
+from agilerl_plugin_gym.spec_base import (
+    ANY_ACTIONS,
+    CONTINUOUS_ACTIONS,
+    DISCRETE_ACTIONS,
+    SingleAgentAlgorithmSpec,
+    SpaceRules,
+)
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
     RL_SYNONYMS,
@@ -80,14 +86,16 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
             if missing is not None:
                 problems.append(Problem("environment.name", missing))
         if not problems:
-            problems += _space_problems(self.name, env, manifest)
+            problems += _space_problems(type(self).space_rules, self.name, env, manifest)
         from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 
         problems += batch_problems(self, manifest)
         return problems or make_and_check(manifest, multi_agent=False)
 
 
-def _space_problems(algo: str, env: GymEnvSpec, manifest: TrainingManifest | None = None) -> list[Problem]:
+def _space_problems(
+    rules: SpaceRules | None, algo: str, env: GymEnvSpec, manifest: TrainingManifest | None = None
+) -> list[Problem]:
     """Make one env as the run will (wrappers included) and check the algorithm takes its spaces,
     and that the ``network`` section's encoder fits the observation space.
 
@@ -95,14 +103,9 @@ def _space_problems(algo: str, env: GymEnvSpec, manifest: TrainingManifest | Non
     wrapper path); anything else the env's own code raises is left for the run to report in full.
     """
     from agilerl_plugin_gym.envs import GymEnvError, make_single_env
-    from agilerl_plugin_gym.single_agent.spaces import (
-        ALGORITHMS,
-        UnsupportedSpaceError,
-        check_recurrent_observation_space,
-        check_spaces,
-    )
+    from agilerl_plugin_gym.single_agent.spaces import UnsupportedSpaceError, check_recurrent_observation_space
 
-    if algo not in ALGORITHMS:
+    if rules is None:
         return []
     try:
         made = make_single_env(env)
@@ -114,7 +117,7 @@ def _space_problems(algo: str, env: GymEnvSpec, manifest: TrainingManifest | Non
     from agilerl_plugin_gym.encoder_rules import EncoderSpaceError, check_network_for_space
 
     try:
-        check_spaces(algo, made.observation_space, made.action_space)
+        rules.check(algo, made.observation_space, made.action_space)
         if manifest is not None and getattr(manifest.algorithm, "recurrent", False):
             check_recurrent_observation_space(made.observation_space)
         if manifest is not None:
@@ -134,6 +137,7 @@ class PPOSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "on_policy"
+    space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
@@ -225,6 +229,7 @@ class DQNSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
+    space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset(
@@ -256,6 +261,7 @@ class DDPGSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
+    space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
@@ -264,7 +270,9 @@ class DDPGSpec(GymAlgorithmSpec):
         "vect_noise_dim": "Noise is one vector per env: only 1 or environment.num_envs.",
     }
 
-    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
+    # One gradient step per env step (SB3's and CleanRL's TD3/DDPG): AgileRL's 5 left a minimal TD3
+    # Pendulum-v1 manifest unlearnt after 20k steps; with 1 it scores -114 by then (test_defaults.py).
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 1
     lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
     lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate.")] = 1e-3
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
@@ -297,6 +305,7 @@ class RainbowDQNSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
+    space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})

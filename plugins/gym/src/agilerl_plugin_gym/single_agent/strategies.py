@@ -12,16 +12,16 @@ evolution are the core's. Here is the part that touches the env:
 * Gymnasium 1.x vector envs auto-reset on the *next* step: after a sub-env's episode ends, its next
   ``step`` ignores the action and returns the reset observation with reward 0. On-policy rollouts
   mark that step invalid (masked out of GAE and the loss); off-policy collection does not store it.
-* A recurrent policy (recurrent PPO) carries one hidden state per sub-env through the rollout,
-  stores it with each step (:class:`~agilerl_plugin_gym.engine.recurrent.RecurrentRolloutBuffer`)
-  and zeroes it once the sub-env has auto-reset; the algorithm trains on sequences (truncated BPTT).
+* On-policy collection (rollouts, recurrent hidden states, GAE) is the on-policy engine's
+  (:class:`~agilerl_plugin_gym.engine.on_policy.OnPolicyEngine`); the strategy passes it the env
+  and the seed.
 * Off-policy runs keep one replay buffer for the whole population (AgileRL's experience sharing);
   it and the exploration RNG are in the strategy's ``state_dict``
   (:class:`~agilerl_plugin_gym.engine.off_policy.ReplayState`), so resume continues with the same
   buffer contents and random stream.
 
-GAE, the PPO update, the update schedule, target updates and noise are the engines'
-(:mod:`agilerl_plugin_gym.engine`); the algorithms are reached only through
+GAE, the update schedule, target updates and noise are the engines' (:mod:`agilerl_plugin_gym.engine`),
+the PPO update is PPO's (:mod:`agilerl_plugin_gym.ppo_update`); the algorithms are reached only through
 :mod:`agilerl_plugin_gym.protocols`.
 """
 
@@ -34,11 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agilerl.strategies import TrainingStrategy
-from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
+from agilerl_plugin_gym.buffers import ReplayBuffer
 from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
-from agilerl_plugin_gym.engine.on_policy import rollout_plan
-from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
 from agilerl_plugin_gym.engine.replay_per import (
     PrioritizedReplayBuffer,
     ReplaySettings,
@@ -46,12 +45,12 @@ from agilerl_plugin_gym.engine.replay_per import (
     with_priority_update,
 )
 from agilerl_plugin_gym.envs import make_gym_env
-from agilerl_plugin_gym.observations import field_layout
+from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
     from agilerl.training.run import Run
-    from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm, RecurrentOnPolicyAlgorithm
+    from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm
 
 log = logging.getLogger(__name__)
 
@@ -87,78 +86,21 @@ class GymStrategy(TrainingStrategy):
 
 
 class OnPolicyStrategy(GymStrategy):
-    """Rollouts of ``learn_step`` env steps (``learn_step // num_envs`` vector steps), then an update.
+    """On-policy training on the on-policy engine (:class:`~agilerl_plugin_gym.engine.on_policy.OnPolicyEngine`).
 
     Any :class:`~agilerl_plugin_gym.protocols.OnPolicyAlgorithm` (PPO, or a plugin's A2C) trains here.
     """
 
     regime = "on_policy"
+    algorithm_protocol = ON_POLICY
     #: Every learn() resets the env from a seed of its own and uses no shared buffer.
     independent_members = True
 
     def __init__(self) -> None:
-        #: Rollout buffers by layout; every rollout rewrites all of a buffer, so agents share them.
-        self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
-
-    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any) -> RolloutBuffer:
-        layout = agent.rollout_layout()
-        obs_shape, obs_dtype = field_layout("obs", obs)  # mappings for Dict/Tuple observations
-        rec = recurrent(agent)
-        state_size = rec.state_size if rec is not None else 0
-        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device), state_size)
-        buf = self.buffers.get(key)
-        if buf is None:
-            args = (steps, n, obs_shape, layout.action_shape)
-            kw: dict[str, Any] = {"obs_dtype": obs_dtype, "action_dtype": layout.action_dtype, "device": agent.device}
-            buf = (
-                RecurrentRolloutBuffer(*args, state_size=state_size, **kw) if state_size else RolloutBuffer(*args, **kw)
-            )
-            self.buffers[key] = buf
-        return buf
+        self.engine = OnPolicyEngine()
 
     def learn(self, agent: OnPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
-        env = run.env
-        n = env.num_envs
-        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
-        valid = np.ones(n, dtype=bool)
-        episodes = EpisodeReturns(n)
-        stats: dict[str, float] = {}
-        # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
-        rec = recurrent(agent)
-        state = rec.initial_hidden_state(n) if rec is not None else None
-        for steps in rollout_plan(num_steps, agent.learn_step, n):
-            buf = self.rollout_buffer(agent, steps, n, obs)
-            for t in range(steps):
-                if rec is None:
-                    action, log_prob, value = agent.act(agent.obs_tensor(obs))
-                else:
-                    assert state is not None
-                    buf.hidden[t] = state.cpu().numpy()  # type: ignore[attr-defined]  # the state it acts from
-                    action, log_prob, value, state = rec.act_recurrent(agent.obs_tensor(obs), state)
-                    # An auto-reset step returns the next episode's first observation: start it from zero.
-                    state = reset_rows(state, ~valid)
-                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
-                obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
-                done = terminated | truncated
-                buf.rewards[t] = reward
-                buf.terminated[t] = terminated
-                buf.dones[t] = done
-                episodes.step(reward, done, valid)
-                valid = ~done  # a finished sub-env spends its next step auto-resetting
-            obs_t = agent.obs_tensor(obs)
-            last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
-            buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
-            stats = dict(agent.learn(buf))
-            agent.steps += steps * n
-            agent.vec_steps += steps
-            if rec is not None:
-                rec.hidden_state = state
-        return {**stats, **episodes.row()}
-
-
-def recurrent(agent: OnPolicyAlgorithm) -> RecurrentOnPolicyAlgorithm | None:
-    """``agent`` if its policy carries a hidden state (recurrent PPO), else None."""
-    return agent if getattr(agent, "recurrent", False) else None  # type: ignore[return-value]
+        return self.engine.learn(agent, run.env, num_steps, episode_seed(run.seed, agent.index, agent.steps))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,6 +112,7 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
     """Act, store in the shared replay buffer, and update every ``learn_step`` env steps."""
 
     regime = "off_policy"
+    algorithm_protocol = OFF_POLICY
 
     @property
     def buffer(self) -> ReplayBuffer | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import AgileRLError
-from agilerl_plugin_llm.envs import TextEnv, check_reset, check_step
+from agilerl_plugin_llm.envs import TextEnv, check_reset, check_step, format_observation
 
 _PLACEHOLDER = "\u2063AGILERL_REPLY\u2063"
 
@@ -194,6 +194,7 @@ class RolloutHarness:
         self._reset_state()
         obs, info = check_reset(reset_result, self.env)
         self.info = dict(info)
+        obs = format_observation(obs, info)
         system = getattr(self.env, "system_prompt", None)
         prefix = getattr(self.env, "assistant_prefix", None)
         if system:
@@ -254,6 +255,7 @@ class RolloutHarness:
         self.truncated = truncated or (not terminated and self.turn >= self.max_turns)
         if self.done:
             return reward
+        obs = format_observation(obs, info)
         boundary = self._boundary(obs, ended_with_stop=self._ended_with_stop)
         self.messages.append({"role": "user", "content": obs})
         # The next turn must have room for at least one new token; otherwise stop here, cleanly.

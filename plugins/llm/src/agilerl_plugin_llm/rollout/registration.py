@@ -44,7 +44,8 @@ def register_strategies(register: Any) -> None:
 
 def register_rollout_sources(register: Any) -> None:
     """The built-in rollout sources, through this plugin's own hook (as any other plugin would)."""
-    register("dataset", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
-    register("dataset_path", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
-    register("hf_dataset_id", "agilerl_plugin_llm.rollout.sources:build_dataset_source")
+    rows = "agilerl_plugin_llm.rollout.sources:build_dataset_source"
+    check = "agilerl_plugin_llm.check_data:rollout_source_problems"  # rows and rubric, read without running them
+    for field in ("dataset", "dataset_path", "hf_dataset_id"):
+        register(field, rows, check=check)
     register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")

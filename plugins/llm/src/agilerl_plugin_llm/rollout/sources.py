@@ -29,6 +29,7 @@ from agilerl.errors import AgileRLError, DuplicateRegistrationError
 from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
+from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
 
 MakeEnv = Callable[[], TextEnv]
 Build = Callable[..., tuple[MakeEnv, "int | None"]]
@@ -100,11 +101,17 @@ class RolloutSource:
     def resolve(self) -> Build:
         return resolve(self.build, f"rollout source for {self.field!r}")  # type: ignore[no-any-return]
 
-    def problems(self, spec: Any) -> list[tuple[str, str]]:
-        """What the source's own validation check finds wrong with ``spec`` (nothing is built)."""
+    def problems(self, spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
+        """What the source's own validation check finds wrong with ``spec`` (nothing is built). A check
+        taking a ``manifest`` argument also gets the whole manifest (its ``validation`` section, say)."""
         if self.check is None:
             return []
-        return list(resolve(self.check, f"validation check of rollout source {self.field!r}")(spec))
+        check = resolve(self.check, f"validation check of rollout source {self.field!r}")
+        try:
+            takes_manifest = "manifest" in inspect.signature(check).parameters
+        except (TypeError, ValueError):
+            takes_manifest = False
+        return list(check(spec, manifest=manifest) if takes_manifest else check(spec))
 
 
 def rollout_sources() -> dict[str, RolloutSource]:
@@ -436,6 +443,8 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
     entrypoint = spec.entrypoint
     config = dict(getattr(spec, "env_config", None) or {})
     factory_ref = getattr(spec, "factory", None)
+    if uses_gem(factory_ref) or uses_gem(entrypoint):
+        import_gem()  # before load_object imports it: GEM's import would double every log line
     if factory_ref:
         factory = load_object(factory_ref, "factory")
 

@@ -302,8 +302,11 @@ class RolloutLLMSpec(PluginLLMSpec):
             else:
                 for name, why in unsupported_fields(manifest.environment, source.field):
                     problems.append(Problem(f"environment.{name}", f"{why}; remove it"))
-                for name, why in source.problems(manifest.environment):
+                for name, why in source.problems(manifest.environment, manifest=manifest):
                     problems.append(Problem(f"environment.{name}", why))
+        from agilerl_plugin_llm.specs import model_path_problems
+
+        problems += model_path_problems(self.pretrained_model_name_or_path)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",

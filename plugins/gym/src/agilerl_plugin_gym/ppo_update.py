@@ -1,0 +1,146 @@
+"""The PPO update: the clipped surrogate loss and its minibatch epochs, shared by PPO (single-agent,
+recurrent too) and IPPO (one update per network key).
+
+* :class:`PPOSettings` — the hyperparameters the update reads, as attributes (mutable by HPO);
+* :func:`clipped_surrogate` — the loss of one minibatch (clipped ratio, optional value clip,
+  entropy bonus);
+* :func:`ppo_update` — ``update_epochs`` passes of shuffled minibatches over a flattened rollout,
+  with gradient-norm clipping and the ``target_kl`` early stop; the algorithm supplies only a
+  ``forward(obs, actions) -> (log_prob, entropy, value)`` for its policy.
+
+The rollouts it learns from are collected by the on-policy engine
+(:mod:`agilerl_plugin_gym.engine.on_policy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from agilerl_plugin_gym.observations import rows
+
+__all__ = ["PPOSettings", "clipped_surrogate", "ppo_update"]
+
+
+class PPOSettings:
+    """The hyperparameters :func:`ppo_update` reads, as attributes (mutable by HPO).
+
+    PPO and IPPO inherit this declaration (annotations only: values come from the spec via
+    :class:`agilerl.algorithm.AlgorithmBase`, or are set in ``__init__``).
+    """
+
+    lr: float
+    learn_step: int
+    batch_size: int
+    gamma: float
+    gae_lambda: float
+    update_epochs: int
+    clip_coef: float
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+    normalize_advantages: bool
+    clip_vloss: bool
+    device: torch.device
+
+
+def clipped_surrogate(
+    new_log_prob: torch.Tensor,
+    entropy: torch.Tensor,
+    value: torch.Tensor,
+    batch: Mapping[str, torch.Tensor],
+    s: PPOSettings,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(loss, policy_loss, value_loss, entropy, ratio, log_ratio)`` of one minibatch."""
+    log_ratio = new_log_prob - batch["log_probs"]
+    ratio = log_ratio.exp()
+    adv = batch["advantages"]
+    if s.normalize_advantages and adv.shape[0] > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - s.clip_coef, 1 + s.clip_coef)).mean()
+    ret = batch["returns"]
+    if s.clip_vloss:
+        old_v = batch["values"]
+        v_clipped = old_v + (value - old_v).clamp(-s.clip_coef, s.clip_coef)
+        v_loss = 0.5 * torch.max((value - ret).pow(2), (v_clipped - ret).pow(2)).mean()
+    else:
+        v_loss = 0.5 * (value - ret).pow(2).mean()
+    ent = entropy.mean()
+    loss = pg_loss - s.ent_coef * ent + s.vf_coef * v_loss
+    return loss, pg_loss, v_loss, ent, ratio, log_ratio
+
+
+Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: A recurrent policy's forward over a minibatch of padded sequences (engine.recurrent): (S, T) outputs.
+SequenceForward = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+_TARGETS = ("log_probs", "values", "advantages", "returns")
+
+
+class Optimizer(Protocol):
+    """What :func:`ppo_update` needs of an optimizer (torch's, or ``agilerl_plugin_gym.optim.Adam``)."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+    def step(self) -> Any: ...
+
+
+def ppo_update(
+    data: Mapping[str, torch.Tensor],
+    forward: Forward | None,
+    optimizer: Optimizer,
+    params: Sequence[nn.Parameter],
+    s: PPOSettings,
+    *,
+    seq_forward: SequenceForward | None = None,
+) -> dict[str, float]:
+    """``update_epochs`` passes of clipped-PPO minibatch steps over a flattened rollout.
+
+    ``data`` holds ``obs``, ``actions``, ``log_probs``, ``values``, ``advantages`` and ``returns``
+    (one row per valid step, as :meth:`RolloutBuffer.flat` returns them); ``forward(obs, actions)``
+    returns the policy's ``(log_prob, entropy, value)`` for a minibatch. Minibatches are
+    ``min(batch_size, rows)`` rows (a remainder smaller than that is skipped in the epoch); an epoch
+    that ends with an approximate KL above ``target_kl`` ends the update.
+
+    Recurrent policies pass ``seq_forward`` and the padded sequences of
+    :meth:`agilerl_plugin_gym.engine.recurrent.RecurrentRolloutBuffer.sequences`: a row is then a
+    sequence (``batch_size`` counts sequences, as in AgileRL), ``seq_forward(minibatch)`` runs the
+    policy through time from each sequence's stored initial state, and only the steps in ``mask``
+    enter the loss.
+    """
+    n = int(data["advantages"].shape[0])
+    if n == 0:
+        return {}
+    batch_size = min(int(s.batch_size), n)
+    # Accumulate on tensors: converting to floats every minibatch would sync every step.
+    sums = torch.zeros(3, device=s.device)
+    approx_kl = torch.zeros((), device=s.device)
+    updates = 0
+    for _ in range(int(s.update_epochs)):
+        perm = torch.randperm(n, device=s.device)
+        for start in range(0, n - batch_size + 1, batch_size):
+            idx = perm[start : start + batch_size]
+            mb = {k: rows(v, idx) for k, v in data.items()}  # an obs of Dict/Tuple parts too
+            if seq_forward is None:
+                assert forward is not None
+                new_lp, entropy, value = forward(mb["obs"], mb["actions"])
+            else:  # truncated BPTT: (S, T) outputs, padding masked out
+                m = mb["mask"]
+                new_lp, entropy, value = (x[m] for x in seq_forward(mb))
+                mb = {k: mb[k][m] for k in _TARGETS}
+            loss, pg, vl, ent, ratio, log_ratio = clipped_surrogate(new_lp, entropy, value, mb, s)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
+            optimizer.step()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                sums += torch.stack([pg.detach(), vl.detach(), ent.detach()])
+            updates += 1
+        if s.target_kl is not None and float(approx_kl) > s.target_kl:
+            break
+    pg_m, vl_m, en_m = (sums / max(updates, 1)).tolist()
+    return {"policy_loss": pg_m, "value_loss": vl_m, "entropy": en_m, "approx_kl": float(approx_kl)}

@@ -1,0 +1,2 @@
+class reward_fn:
+    scale = 1.0

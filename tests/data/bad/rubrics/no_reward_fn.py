@@ -1,0 +1,2 @@
+def score_answer(completion, answer, question):
+    return float(answer in completion)

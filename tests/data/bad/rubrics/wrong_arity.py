@@ -1,0 +1,2 @@
+def reward_fn(completion):
+    return 1.0
