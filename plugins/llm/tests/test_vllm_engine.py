@@ -60,13 +60,16 @@ def _free_engines() -> Iterator[None]:
 
 
 def manifest(model_dir: Path, run_dir: Path, name: str = "GRPO", *, lora: bool = False, **algo: Any) -> dict[str, Any]:
-    """Say-the-word (examples/llm) with use_vllm: true: 4 prompts (x group 4), 8 new tokens."""
+    """Say-the-word (examples/llm) with use_vllm: true: 16 completions per iteration (4 prompts x group 4,
+    or 16 prompts), 8 new tokens."""
     algorithm: dict[str, Any] = {"name": name, "batch_size": 4, "lr": 0.01, "beta": 0.04, "max_output_tokens": 8,
                                  "temperature": 1.0, "gradient_checkpointing": False, "use_vllm": True}  # fmt: skip
     if name in ("GRPO", "GSPO", "CISPO"):
         algorithm["group_size"] = 4
+    if name in ("LLMPPO", "LLMREINFORCE"):  # one completion per prompt: 16 prompts, as many completions as GRPO's
+        algorithm["batch_size"] = 16
     if name == "LLMPPO":
-        algorithm["lr_actor"] = algorithm.pop("lr") / 2
+        algorithm.update(lr_actor=algorithm.pop("lr"), lr_critic=0.01, beta=0.0)
     algorithm.update(algo)
     network: dict[str, Any] = {"pretrained_model_name_or_path": str(model_dir), "max_context_length": 128}
     if lora:
@@ -189,14 +192,14 @@ def test_trains_with_use_vllm_and_the_reward_rises(
     name: str, vllm_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],
     run_cli: Callable[..., Any],
 ) -> None:  # fmt: skip
-    syncs_before = sum(e.syncs for e in generation._ENGINES.values())
+    syncs_before = sum(e.syncs for e in generation.colocated_engines())
     code, out, err = run_cli("train", write_manifest(manifest(vllm_model_dir, tmp_path / "run", name)))
     assert code == 0, out + err
     fitness = fitness_of(tmp_path / "run")
     print(f"{name} with use_vllm: held-out reward {fitness}")
     assert fitness[-1] >= fitness[0] + RISE, fitness
     # Every rollout (STEPS iterations + 4 evaluations) generated on the engine after a weight sync.
-    assert sum(e.syncs for e in generation._ENGINES.values()) - syncs_before >= STEPS + 4
+    assert sum(e.syncs for e in generation.colocated_engines()) - syncs_before >= STEPS + 4
 
 
 # --- AgileRL's manifests ---------------------------------------------------------------------------
@@ -274,7 +277,7 @@ def reward_fn(completion, answer, question):
     global calls
     calls += 1
     if calls == {at}:
-        for engine in generation._ENGINES.values():
+        for engine in generation.colocated_engines():
             engine.llm.collective_rpc(lambda worker: setattr(worker.model_runner, "model", None))
     text = "".join(ch for ch in completion.lower() if ch.isalnum())
     return min(1.0, text.count(answer.lower()) * len(answer) / len(text)) if text else 0.0

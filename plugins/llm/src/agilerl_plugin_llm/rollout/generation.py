@@ -624,6 +624,11 @@ class VLLMColocatedBackend:
                 pass
 
 
+def colocated_engines() -> list[VLLMColocatedBackend]:
+    """The colocated vLLM engines this process started and may still use (one per configuration)."""
+    return [engine for engine in _ENGINES.values() if not engine.closed]
+
+
 def shutdown_engines() -> None:
     """Free every colocated vLLM engine this process started (tests and notebooks; runs keep theirs)."""
     for engine in list(_ENGINES.values()):
@@ -750,6 +755,7 @@ __all__ = [
     "SamplingConfig",
     "VLLMColocatedBackend",
     "VLLMEngineDied",
+    "colocated_engines",
     "cpu_head_size_problem",
     "select_backend",
     "select_backend_name",
