@@ -60,3 +60,20 @@ def test_abridged_manifests_in_docs_agree_with_their_files() -> None:
                         f"{page}: {section}.{key} is {value!r}, {m['path']} has {full[section][key]!r}"
                     )
     assert found >= 1
+
+
+def test_the_bad_input_table_is_current() -> None:
+    """docs/reliability.md's table of bad inputs is generated from tests/data/bad/ (and the tests named
+    beside it); a corpus file added, removed or re-worded without `python scripts/gen_docs.py` fails."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gen_docs import NOT_IN_CORPUS, reliability_page
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    assert text == reliability_page(text), "docs/reliability.md's bad-input table is stale: run scripts/gen_docs.py"
+    for *_, test in NOT_IN_CORPUS:
+        path, _, name = test.partition("::")
+        assert (ROOT / path).is_file() and f"def {name.split('[')[0]}(" in (ROOT / path).read_text(), test

@@ -103,8 +103,12 @@ def example_manifests() -> list[Path]:
 
 
 @pytest.mark.parametrize("manifest", example_manifests(), ids=lambda p: p.name)
-def test_examples_validate_without_heavy_imports(manifest: Path) -> None:
-    code = f"from agilerl.cli import main\nrc = main(['validate', {str(manifest)!r}])\nassert rc == 0, rc\n"
+def test_examples_validate_without_heavy_imports(manifest: Path, request: pytest.FixtureRequest) -> None:
+    args = ["validate", str(manifest)]
+    if "./tiny-model" in manifest.read_text():  # the LLM examples' model, which their users build first
+        model = request.getfixturevalue("tiny_model_dir")
+        args += ["--set", f"network.pretrained_model_name_or_path={model}"]
+    code = f"from agilerl.cli import main\nrc = main({args!r})\nassert rc == 0, rc\n"
     # Checking an env id against gymnasium's registry at validation is fine; torch & co are not.
     heavy = HEAVY - {"gymnasium", "pettingzoo"}
     assert _heavy_modules_after(code, heavy) == [], "agilerl validate must stay light (no torch etc. at registration)"

@@ -54,9 +54,6 @@ ALLOWLIST: Counter[tuple[str, str]] = Counter(
         # LLM plugin (w16): the rollout strategy closes ``agent._backend`` (declare a public
         # ``close()``/``backend`` on the LLM algorithm protocol).
         ("plugins/llm/src/agilerl_plugin_llm/rollout/strategy.py", "_backend"): 1,
-        # LLM plugin (w16): the builder stores the first agent on the env object under a private
-        # attribute name (``_FIRST_AGENT``); keep that mapping in the builder or the run's extras.
-        ("plugins/llm/src/agilerl_plugin_llm/builder.py", "_agilerl_llm_first_agent"): 2,
         # OpenEnv plugin: openenv-core's client session exposes no public timeout setters, socket or
         # single request/response call; the pool and source use its private ones (pinned by the
         # openenv-core<0.4 bound; replace when openenv-core grows public equivalents).

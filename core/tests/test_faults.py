@@ -8,6 +8,7 @@ checkpoints naming code, and the weights-only loader refusing a pickle payload.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -174,6 +175,59 @@ def test_disk_full_mid_run(evolving: dict[str, Any], tmpfs: Path) -> None:
     assert str(tmpfs / "pop_200.pt") in str(info.value)
     assert checkpoint.load(tmpfs / "pop_100.pt")["generation"] == 0
     assert sorted(p.name for p in tmpfs.iterdir()) == ["filler", "pop_100.pt"]
+
+
+def test_a_resume_after_a_full_disk_duplicates_no_row(evolving: dict[str, Any], tmpfs: Path) -> None:
+    # The whole run dir on a disk that fills after the first checkpoint: the next row or checkpoint
+    # write fails (a row may be cut short mid-line). Space freed, the resumed run's record files hold
+    # each generation once.
+    run_dir = tmpfs / "run"
+    evolving["training"]["run_dir"] = str(run_dir)
+    evolving["logging"] = {"tensorboard": False}
+    trainer = LocalTrainer.from_manifest(evolving)
+    filler = tmpfs / "filler"
+
+    def fill() -> None:
+        with contextlib.suppress(OSError), filler.open("wb") as fh:  # ENOSPC: the disk is full now
+            while True:
+                fh.write(b"\0" * 4096)
+                fh.flush()
+
+    _break_after_first_checkpoint(trainer, run_dir / "checkpoint_100.pt", fill)
+    with pytest.raises(OSError, match="No space left on device"):
+        trainer.train()
+    filler.unlink()
+    LocalTrainer.from_manifest(evolving, resume_from=run_dir).train()
+    population = [json.loads(line) for line in (run_dir / "population.jsonl").read_text().splitlines()]
+    assert [r["generation"] for r in population] == [0, 1, 2, 3, 4]
+    logged = rows(run_dir)
+    assert [r["generation"] for r in logged] == [g for g in range(5) for _ in range(3)]
+    assert len({(r["generation"], r["agent"]) for r in logged}) == len(logged)
+
+
+@pytest.mark.parametrize("size", [0, 1_000, 120_000, 400_000, 3_000_000])
+def test_a_full_disk_gives_the_clear_message_at_every_size(tmpfs: Path, size: int) -> None:
+    # torch's writer turned ENOSPC into "[enforce fail at inline_container.cc:672] unexpected pos"
+    # when the disk filled up past the file's first record; the message must not depend on where.
+    torch = pytest.importorskip("torch")
+    fd = os.open(tmpfs / "filler", os.O_WRONLY | os.O_CREAT)
+    try:  # leave ~100 KiB free (none when size is 0)
+        written = 0
+        while written < (256 * 1024 if size == 0 else 150_000):
+            written += os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    payload = {"format": checkpoint.FORMAT, "manifest": {}, "agents": [{"w": torch.ones(max(size // 4, 1))}]}
+    if size == 1_000:  # fits: written and loaded back
+        checkpoint.save(tmpfs / "c.pt", payload)
+        assert checkpoint.load(tmpfs / "c.pt")["agents"][0]["w"].numel() == 250
+        return
+    with pytest.raises(CheckpointWriteError, match="No space left on device") as info:
+        checkpoint.save(tmpfs / "c.pt", payload)
+    assert str(tmpfs / "c.pt") in str(info.value) and "inline_container" not in str(info.value)
+    assert sorted(p.name for p in tmpfs.iterdir()) == ["filler"]  # no partial file
 
 
 # --- NaN members -------------------------------------------------------------------------------------

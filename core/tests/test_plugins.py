@@ -202,6 +202,47 @@ def test_in_process_plugins_and_plugin_defined_hookspecs(register_plugin: Any) -
     assert got == ["widget"]
 
 
+def test_a_plugin_defined_hook_fills_a_hook_table_in_one_line(register_plugin: Any) -> None:
+    """``HookTable``: core's registry behaviour (providers, duplicates, refill) for a plugin's own hook."""
+    import types
+
+    from agilerl.errors import DuplicateRegistrationError, UnknownNameError
+    from agilerl.hookspecs import hookspec
+    from agilerl.registry import HookTable
+
+    widgets = HookTable("my_register_gadgets", kind="gadget")  # the one line
+    assert widgets.keys() == []  # no plugin declares the hook yet: an empty table, no error
+    specs = types.ModuleType("gadget_specs")
+
+    def my_register_gadgets(register: Any) -> None:
+        """Plugin-defined hook."""
+
+    specs.my_register_gadgets = hookspec(my_register_gadgets)  # type: ignore[attr-defined]
+
+    class Impl:
+        def __init__(self, value: Any) -> None:
+            self.value = value
+
+        @hookimpl
+        def my_register_gadgets(self, register: Any) -> None:
+            register("knob", self.value, colour="red")
+
+    plugins.reset()
+    plugins.load_plugins()
+    plugins.get_plugin_manager().add_hookspecs(specs)
+    register_plugin(Impl("my_pkg:Knob"), name="knobs")  # a registration refills the table
+    entry = widgets.entry("knob")
+    assert (entry.value, entry.provider, entry.extra) == ("my_pkg:Knob", "knobs", {"colour": "red"})
+    with pytest.raises(UnknownNameError, match="gadget"):
+        widgets.entry("knot")
+    register_plugin(Impl("other_pkg:Knob"), name="other-knobs")
+    with pytest.raises(
+        DuplicateRegistrationError,
+        match=r"gadget 'knob' is registered twice: by '(other-)?knobs' and by '(other-)?knobs'",
+    ):
+        widgets.keys()
+
+
 # --- the same failures seen from the CLI: one screen, exit 1 or 2, never a bare traceback ----------
 
 

@@ -116,5 +116,5 @@ def test_loading_something_that_is_not_a_checkpoint(tmp_path: Path) -> None:
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(AgileRLError, match="cannot read checkpoint"):
         checkpoint.load(bad)
-    with pytest.raises(AgileRLError, match="checkpoint not found"):
+    with pytest.raises(AgileRLError, match="no checkpoint at"):
         checkpoint.load(tmp_path / "missing.pt")

@@ -166,7 +166,7 @@ def test_eval_refuses_an_agent_without_episodes(run_cli: Run, example_plugin: An
     assert "agilerl.load(" in err and "ask the plugin's author to support export-policy" in err, err
     assert "policy_module" not in err and "PolicyExporter" not in err
     code, _, err = run_cli("eval", tmp_path / "nowhere")
-    assert code == 1 and "no such checkpoint or run directory" in err
+    assert code == 2 and "no checkpoint at" in err  # one message, one exit code (see test_checkpoint_trust)
 
 
 def _wandb_history(path: Path) -> list[dict[str, Any]]:

@@ -89,12 +89,15 @@ class AlgorithmBase:
 
     # --- using a trained agent ------------------------------------------------------------------
     @classmethod
-    def load(cls: type[_A], path: str | os.PathLike[str], *, device: str = "cpu", member: int | None = None) -> _A:
+    def load(
+        cls: type[_A], path: str | os.PathLike[str], *, device: str = "cpu", member: int | None = None,
+        trust: bool = False, manifest: Any = None,
+    ) -> _A:  # fmt: skip
         """``MyAlgorithm.load("runs/x")``: :func:`agilerl.load`, checking the agent is a ``cls``."""
         from agilerl.errors import AgileRLError
         from agilerl.inference import load
 
-        agent = load(path, device=device, member=member)
+        agent = load(path, device=device, member=member, trust=trust, manifest=manifest)
         if not isinstance(agent, cls):
             raise AgileRLError(f"{path} holds a {type(agent).__name__}, not a {cls.__name__}")
         return agent

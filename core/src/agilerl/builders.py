@@ -60,6 +60,18 @@ class AlgorithmBuilder:
         """
         raise NotImplementedError(f"{cls.__name__} does not implement build_for_run")
 
+    @classmethod
+    def build_population(
+        cls, spec: Any, *, env: Any, manifest: TrainingManifest, runtimes: list[AlgorithmBuildRuntime]
+    ) -> list[Any]:
+        """Build a run's whole population, one member per runtime, in index order.
+
+        The default builds each member on its own with :meth:`build_for_run`. A builder whose
+        members can share something (one frozen base model under every member's adapters, say)
+        overrides this; the trainer loads each ``runtime.resume_state`` afterwards.
+        """
+        return [cls.build_for_run(spec, env=env, manifest=manifest, runtime=runtime) for runtime in runtimes]
+
 
 def select_builder(spec: AlgorithmSpec) -> type[AlgorithmBuilder]:
     """Return the builder class for ``spec``'s paradigm (or the one its registration names)."""

@@ -98,6 +98,14 @@ def elapsed(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
+def _processes(env: Any) -> str:
+    """``", in one process"`` / ``", a process per env"`` for env sections that say (``use_sync``)."""
+    sync = getattr(env, "use_sync", None)
+    if not isinstance(sync, bool) or (getattr(env, "num_envs", 1) or 1) < 2:
+        return ""
+    return ", in one process" if sync else ", a process per env"
+
+
 def describe(manifest: Any) -> str:
     """A short human summary of a validated manifest."""
     from agilerl.registry import MANIFEST_REGISTRY
@@ -106,7 +114,9 @@ def describe(manifest: Any) -> str:
     entry = MANIFEST_REGISTRY.entry(algo.name)
     lines = [
         f"  algorithm   {algo.name} ({type(algo).paradigm}/{type(algo).regime}, from {entry.provider})",
-        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)})",
+        f"  environment {env.label} (env_type {env.env_type}, num_envs {getattr(env, 'num_envs', None)}"
+        + _processes(env)
+        + ")",
         f"  training    max_steps {t.max_steps}, evo_steps {manifest.evo_steps}, pop_size {t.pop_size}"
         + (f", target_score {t.target_score}" if t.target_score is not None else ""),
         f"  evolution   {'on' if manifest.hpo else 'off'}",
@@ -166,6 +176,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not processes.is_main_process():
         return 0
     best = result.population[0]
+    if result.complete:
+        print(f"the run in {result.run_dir} is already complete (stopped by {result.stopped_by}); nothing was trained")
     print(
         f"done: {result.generations} generation(s) in {elapsed(time.perf_counter() - started)}, stopped by "
         f"{result.stopped_by}; best agent {best.index} fitness {result.fitnesses[0]:.4g} after {best.steps} steps"
@@ -192,18 +204,17 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     from agilerl import checkpoint
     from agilerl.models.manifest import read_manifest_file, validate_manifest
     from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+    from agilerl.training.rundir import resume_point
     from agilerl.training.trainer import LocalTrainer
 
-    if Path(args.resume).is_dir():  # a run directory: resume from its newest checkpoint
-        from agilerl.training.rundir import latest_checkpoint
-
-        args.resume = str(latest_checkpoint(Path(args.resume)))
-        if not quiet:
-            print(f"resuming from {args.resume}", file=sys.stderr)
-    payload = checkpoint.load(args.resume)
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    if path != Path(args.resume) and not quiet:
+        print(f"resuming from {path}", file=sys.stderr)
+    args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
         data, source = read_manifest_file(args.manifest), args.manifest
+        checkpoint.check_same_algorithm(args.resume, stored, data)
     else:
         # Checked before validation: validating a custom env imports it.
         require_trust(args.resume, stored, trusted=args.trust_checkpoint)
@@ -228,6 +239,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         device=args.device,
         member=args.member,
         which=args.which,
+        trust=args.trust_checkpoint,
+        manifest=args.manifest,
     )
     if args.json:
         _print_json(result.as_dict())
@@ -247,7 +260,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export_policy(args: argparse.Namespace) -> int:
     from agilerl.export import export_policy
 
-    out = export_policy(args.source, format=args.format, output=args.output, member=args.member, which=args.which)
+    out = export_policy(
+        args.source, format=args.format, output=args.output, member=args.member, which=args.which,
+        trust=args.trust_checkpoint, manifest=args.manifest,
+    )  # fmt: skip
     print(f"wrote {out} (input 'observation': a batch of raw observations; output 'action')")
     return 0
 
@@ -278,9 +294,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
+    width = max([10, *(len(i.name) for i in infos)])
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
-        print(f"{i.name:<10} {i.distribution or '-'} {i.version or ''}  [{status}]")
+        print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
     return 0
 
 
@@ -400,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument(
             "--which", choices=["best", "last", "elite"], default="best",
             help="in a run directory: best.pt (best ever, default), last.pt or elite.pt",
+        )  # fmt: skip
+        q.add_argument(
+            "--manifest", metavar="MANIFEST", help="rebuild the agent from this manifest, not the stored one"
+        )
+        q.add_argument(
+            "--trust-checkpoint", action="store_true",
+            help="import the code the checkpoint's stored manifest names (custom env, wrappers) even if no plugin "
+            "registers it",
         )  # fmt: skip
 
     p = sub.add_parser("eval", help="play evaluation episodes with a trained agent")

@@ -40,17 +40,19 @@ def export_policy(
     output: str | os.PathLike[str] | None = None,
     member: int | None = None,
     which: str = "best",
+    trust: bool = False,
+    manifest: Any = None,
 ) -> Path:
     """Write the greedy policy of ``source`` (checkpoint, run directory or loaded agent) to a file.
 
     Beside it, ``<output>.json`` records the input and output names, the observation shape and
-    dtype, and the checkpoint it came from.
+    dtype, and the checkpoint it came from. ``trust`` and ``manifest`` are :func:`agilerl.load`'s.
     """
     fmt = format.lower()
     if fmt not in FORMATS:
         raise AgileRLError(f"--format must be one of {', '.join(FORMATS)}; got {format!r}")
     if isinstance(source, (str, os.PathLike)):
-        agent = load(source, device="cpu", member=member, which=which)
+        agent = load(source, device="cpu", member=member, which=which, trust=trust, manifest=manifest)
         out = Path(output) if output else default_output(source, fmt)
     else:
         agent = source

@@ -83,31 +83,36 @@ class LoadedCheckpoint:
         return data
 
 
+def run_dir_candidates(directory: Path, which: str = "best") -> list[Path]:
+    """The checkpoint files of a run directory in the order :func:`resolve_checkpoint` tries them."""
+    if which not in RUN_FILES:
+        raise AgileRLError(f"which must be one of {', '.join(RUN_FILES)}; got {which!r}")
+    named = [directory / name for name in RUN_FILES[which] if (directory / name).is_file()]
+    ckpts = sorted(
+        (f for f in directory.glob("checkpoint*.pt") if f.is_file()),
+        key=lambda f: (f.stat().st_mtime_ns, f.name),
+        reverse=True,
+    )
+    return named + ckpts
+
+
 def resolve_checkpoint(path: str | os.PathLike[str], which: str = "best") -> Path:
     """The checkpoint file ``path`` names: itself if a file, else a file of the run directory.
 
     In a run directory ``which="best"`` picks ``best.pt`` (the best fitness ever seen), ``"last"``
     picks ``last.pt`` (the last evaluated population); each falls back to ``elite.pt`` (runs
     written before ``best.pt`` existed) and then to the other, and finally to the newest
-    ``checkpoint*.pt``.
+    ``checkpoint*.pt``. (:func:`read_checkpoint` also skips files that are damaged.)
     """
     p = Path(path)
     if p.is_file():
         return p
-    if not p.exists():
-        raise AgileRLError(f"no such checkpoint or run directory: {p}")
-    if which not in RUN_FILES:
-        raise AgileRLError(f"which must be one of {', '.join(RUN_FILES)}; got {which!r}")
-    for name in RUN_FILES[which]:
-        if (p / name).is_file():
-            return p / name
-    ckpts = sorted(p.glob("checkpoint*.pt"), key=lambda f: f.stat().st_mtime)
-    if ckpts:
-        return ckpts[-1]
-    raise AgileRLError(
-        f"{p} holds no checkpoint (looked for {', '.join(RUN_FILES[which])} and checkpoint*.pt); "
-        "is it a run directory written by agilerl train?"
-    )
+    if not p.is_dir():
+        raise checkpoint.no_checkpoint(p)
+    found = run_dir_candidates(p, which)
+    if found:
+        return found[0]
+    raise checkpoint.no_checkpoint(p, f"{', '.join(RUN_FILES[which])} and checkpoint*.pt")
 
 
 def _last(values: Any) -> float | None:
@@ -123,10 +128,15 @@ def read_checkpoint(
     """Read ``path`` (file or run directory) and pick one agent's state.
 
     ``member`` selects the agent with that id (its ``index``); by default the agent with the best
-    latest fitness (a ``best.pt`` or ``elite.pt`` holds just one).
+    latest fitness (a ``best.pt`` or ``elite.pt`` holds just one). In a run directory a damaged
+    file (empty, truncated, failing its digest) is skipped with a warning, for the next one of
+    :func:`run_dir_candidates`.
     """
     file = resolve_checkpoint(path, which)
-    payload = checkpoint.load(file)
+    if Path(path).is_dir():  # a damaged file falls back to the next one, saying so
+        file, payload = checkpoint.newest_intact(run_dir_candidates(Path(path), which))
+    else:
+        payload = checkpoint.load(file)
     agents = payload.get("agents") or []
     if not agents:
         raise AgileRLError(f"{file} holds no agent")
@@ -159,6 +169,8 @@ def load(
     device: str = "cpu",
     member: int | None = None,
     which: str = "best",
+    trust: bool = False,
+    manifest: Any = None,
 ) -> Any:
     """A ready agent from a checkpoint file or a run directory.
 
@@ -168,42 +180,28 @@ def load(
         checkpoints are read onto the CPU first, then the agent is built on ``device``.
     :param member: the id of the population member to load (default: the best).
     :param which: in a run directory, ``"best"`` (default), ``"last"`` or ``"elite"``.
+    :param trust: import the code the checkpoint's stored manifest names even when it is not
+        registered code (see :mod:`agilerl.trust`); only for checkpoints you wrote yourself.
+    :param manifest: the manifest to rebuild the agent from instead of the stored one (a path, a
+        mapping or a :class:`~agilerl.models.manifest.TrainingManifest`): the code it names is yours.
     :returns: the algorithm object, with ``agent.manifest`` set to the manifest it was trained on
         and ``agent.checkpoint_path`` to the file read.
     """
-    from agilerl.builders import AlgorithmBuildRuntime, select_builder
     from agilerl.models.manifest import load_manifest
-    from agilerl.strategies import select_strategy
-    from agilerl.training.trainer import resolve_device
+    from agilerl.training.assembly import build_member, resolve_device
+    from agilerl.trust import LOAD_REMEDY, require_trust
 
     loaded = read_checkpoint(path, member=member, which=which)
-    # Where the run logged to (W&B, TensorBoard) does not matter for using the agent, and W&B need
-    # not be installed where the agent is used.
-    manifest = load_manifest({k: v for k, v in loaded.manifest_data.items() if k != "logging"})
-    device = resolve_device(device)
-    builder = select_builder(manifest.algorithm)
-    runtime = AlgorithmBuildRuntime(
-        index=int(loaded.agent_state.get("index", 0)),
-        device=device,
-        seed=manifest.training.seed,
-        resume_state=loaded.agent_state,
-        manifest=manifest,
-    )
-    build_for_inference = getattr(builder, "build_for_inference", None)
-    if callable(build_for_inference):
-        agent = build_for_inference(manifest.algorithm, manifest=manifest, runtime=runtime)
+    if manifest is None:
+        # Checked before validation: validating a custom env imports it.
+        require_trust(str(loaded.path), loaded.manifest_data, trusted=trust, doing="loading", remedy=LOAD_REMEDY)
+        # Where the run logged to (W&B, TensorBoard) does not matter for using the agent, and W&B
+        # need not be installed where the agent is used.
+        manifest = load_manifest({k: v for k, v in loaded.manifest_data.items() if k != "logging"})
     else:
-        strategy = select_strategy(manifest.algorithm)
-        env = strategy.make_eval_env(manifest, seed=None, train_env=None)
-        if env is None:
-            env = strategy.make_env(manifest, seed=None)
-        try:
-            agent = builder.build_for_run(manifest.algorithm, env=env, manifest=manifest, runtime=runtime)
-        finally:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
-    agent.load_state_dict(loaded.agent_state)
+        manifest = load_manifest(manifest)
+        checkpoint.check_same_algorithm(loaded.path, loaded.manifest_data, manifest.to_dict())
+    agent = build_member(manifest, loaded.agent_state, device=resolve_device(device), source=loaded.path)
     agent.manifest = manifest
     agent.checkpoint_path = loaded.path
     return agent
@@ -253,7 +251,7 @@ def algorithm_and_plugin(agent: Any) -> str:
     from agilerl.plugins import plugin_infos
     from agilerl.registry import MANIFEST_REGISTRY
 
-    name = manifest.algorithm.name
+    name = str(manifest.algorithm.name)
     entry = MANIFEST_REGISTRY.entry_for(manifest.algorithm)
     if entry is None:
         return name
@@ -272,17 +270,20 @@ def evaluate(
     device: str = "cpu",
     member: int | None = None,
     which: str = "best",
+    trust: bool = False,
+    manifest: Any = None,
 ) -> EvalResult:
     """Play ``episodes`` greedy episodes with a trained agent on its manifest's environment.
 
     ``source`` is a checkpoint, a run directory, or an agent from :func:`load`. ``video`` records
     the episodes; ``render`` shows them. Needs an agent that implements
-    :class:`EpisodeRunner` (a plugin's algorithm class does so to be evaluable).
+    :class:`EpisodeRunner` (a plugin's algorithm class does so to be evaluable). ``trust`` and
+    ``manifest`` are :func:`load`'s.
     """
     if episodes < 1:
         raise AgileRLError(f"episodes must be >= 1, got {episodes}")
     if isinstance(source, (str, os.PathLike)):
-        agent = load(source, device=device, member=member, which=which)
+        agent = load(source, device=device, member=member, which=which, trust=trust, manifest=manifest)
     else:
         agent = source
         if getattr(agent, "manifest", None) is None:
@@ -316,4 +317,5 @@ __all__ = [
     "load",
     "read_checkpoint",
     "resolve_checkpoint",
+    "run_dir_candidates",
 ]

@@ -96,9 +96,9 @@ class _Table(Generic[T]):
                 return self._entries
             pm = plugins.get_plugin_manager()
             table: dict[str, Entry[T]] = {}
-            caller = getattr(pm.hook, self.hook)
+            caller = getattr(pm.hook, self.hook, None)  # None: no loaded plugin declares the hook
             # Call each implementation on its own so every entry knows its provider.
-            for impl in reversed(caller.get_hookimpls()):
+            for impl in reversed(caller.get_hookimpls() if caller is not None else []):
                 # What one plugin registers lands in the table only if its hook returns: a broken
                 # hook must not take every command down. It is skipped and named (strict: raised).
                 own: dict[str, Entry[T]] = {}
@@ -141,6 +141,37 @@ class _Table(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
+
+
+class HookTable(_Table[Any]):
+    """A name -> value table filled from any ``register`` hook: core's or a plugin's own.
+
+    A plugin that defines a hook of its own gets the registries' behaviour (lazy filling, each
+    entry's provider, a duplicate named with both providers, an unknown name with the closest
+    match, a refill when plugins change) in one line::
+
+        SOURCES = HookTable("myplugin_register_sources", kind="source")
+
+    Implementations call ``register(name, value, **extra)``; ``extra`` is kept in
+    :attr:`Entry.extra`. A hook that no loaded plugin declares gives an empty table.
+    """
+
+    def __init__(self, hook: str, *, kind: str = "name") -> None:
+        super().__init__()
+        self.hook = hook
+        self.kind = kind
+
+    def _make_register(self, table: dict[str, Entry[Any]], provider: str) -> Callable[..., Any]:
+        def register(key: str, value: Any, **extra: Any) -> None:
+            self._put(table, Entry(key, value, provider, dict(extra)))
+
+        return register
+
+    def add(self, key: str, value: Any, **extra: Any) -> None:
+        self._add(Entry(key, value, IN_PROCESS, dict(extra)))
+
+    def remove(self, key: str) -> None:
+        self._remove(key)
 
 
 # --------------------------------------------------------------------------------------------------

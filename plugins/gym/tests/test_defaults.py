@@ -33,6 +33,14 @@ def test_env_processes_fit_the_machine_unless_asked() -> None:
     assert "sync" not in m.to_dict()["environment"]
 
 
+def test_validate_says_how_the_envs_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"algorithm": {"name": "PPO"}, "environment": {"name": "CartPole-v1"}}))
+    assert main(["validate", str(path)]) == 0
+    where = "in one process" if cpu_cores() < 32 else "a process per env"
+    assert f"(env_type gym, num_envs 32, {where})" in capsys.readouterr().out
+
+
 def test_td3_and_ddpg_take_one_gradient_step_per_env_step_by_default() -> None:
     for name in ("TD3", "DDPG"):
         m = validate_manifest({"algorithm": {"name": name}, "environment": {"name": "Pendulum-v1"}})

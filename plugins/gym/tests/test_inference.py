@@ -224,7 +224,7 @@ def test_a_multi_agent_run_loads_and_plays_a_pettingzoo_env(tmp_path: Path) -> N
         "training": {"max_steps": 128, "evo_steps": 128, "seed": 0, "progress": False},
     }  # fmt: skip
     LocalTrainer.from_manifest(manifest, run_dir=tmp_path / "run").train()
-    agent = load(tmp_path / "run")
+    agent = load(tmp_path / "run", manifest=manifest)  # the manifest given: its custom env is ours
     assert type(agent).__name__ == "IPPO" and agent.steps >= 128
     result = evaluate(agent, episodes=3, seed=0)
     assert len(result.episodes) == 3 and all(e.length > 0 for e in result.episodes)

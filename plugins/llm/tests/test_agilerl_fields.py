@@ -62,13 +62,13 @@ UPSTREAM_LLM: dict[str, list[str] | None] = {
     "configs/training/llm_finetuning/gspo.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/reinforce_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/grpo_multiturn.yaml": ["use_vllm: true needs vLLM", *GEM],
-    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": ["strip_multimodal_towers", *GEM],
+    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": ["activation_offload", *GEM],
     "configs/training/llm_finetuning/cispo_quant_bench.yaml": ["activation_offload", *GEM],
     "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": ["activation_offload", *GEM],
-    "configs/training/llm_finetuning/reinforce_quant_bench.yaml": ["lora_target_scope", *GEM],
+    "configs/training/llm_finetuning/reinforce_quant_bench.yaml": ["use_vllm: true needs vLLM", *GEM],
     "configs/training/llm_finetuning/ppo_llm.yaml": ["use_vllm: true needs vLLM"],
-    "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": ["use_liger_loss: Liger's fused loss is not supported"],
-    "docs/_static/examples/gsm8k_grpo.yaml": ["environment: a rollout env needs exactly one source"],
+    "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": ["use_vllm: true needs vLLM"],
+    "docs/_static/examples/gsm8k_grpo.yaml": ["environment.name: 'gsm8k' is the catalog's"],
 }
 
 
@@ -412,7 +412,7 @@ def test_lr_schedule_warms_up_then_decays_over_the_run(
 ) -> None:  # fmt: skip
     import math
 
-    from agilerl_plugin_llm.algorithms.sft import SFT
+    from agilerl_plugin_llm.dataset.sft import SFT
 
     seen: list[float] = []
     original = SFT.learn

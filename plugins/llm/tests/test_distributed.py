@@ -348,11 +348,11 @@ def test_a_rank_that_fails_stops_the_others_and_its_error_is_shown(
 FSDP_SCRIPT = """
 import json, sys, torch
 from torch.distributed.tensor import DTensor
-from agilerl_plugin_llm.algorithms.sft import SFT
+from agilerl_plugin_llm.dataset.sft import SFT
 from agilerl_plugin_llm.distributed import context
 from agilerl_plugin_llm.fsdp import full
 from agilerl_plugin_llm.model import load_tokenizer
-from agilerl_plugin_llm.specs import SFTSpec
+from agilerl_plugin_llm.dataset.specs import SFTSpec
 rank, world = context()
 local = lambda t: t.to_local() if isinstance(t, DTensor) else t
 spec = SFTSpec(pretrained_model_name_or_path=sys.argv[1], batch_size=3, lr=0.01, gradient_checkpointing=False,

@@ -133,3 +133,30 @@ def test_a_checkpoint_resumes_from_another_working_directory(
     assert stored["algorithm"]["pretrained_model_name_or_path"] == str((work / "model").resolve())
     assert stored["environment"]["dataset_path"] == str((work / "data" / "say_eight.jsonl").resolve())
     assert stored["environment"]["rubric_file_path"] == str((work / "data" / "say_word_rubric.py").resolve())
+
+
+def test_export_applies_the_trust_rule_and_the_one_no_checkpoint_message(
+    tiny_model_dir: Path, tmp_path: Path, run_cli: Callable[..., Any], write_manifest: Callable[..., Path]
+) -> None:
+    import sys
+
+    from agilerl import checkpoint
+    from agilerl_plugin_llm.export import find_checkpoint
+
+    run = train_tiny(tiny_model_dir, tmp_path / "run", run_cli, write_manifest, lora=True)
+    payload = checkpoint.load(find_checkpoint(run))
+    flag = tmp_path / "imported"
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "llm_trust_marker.py").write_text(f"open({str(flag)!r}, 'w').write('x')\n")
+    sys.path.insert(0, str(tmp_path / "mods"))
+    try:
+        payload["manifest"]["environment"]["observation_processor"] = "llm_trust_marker:process"
+        crafted = tmp_path / "crafted.pt"
+        checkpoint.save(crafted, payload)
+        code, _, err = run_cli("export", str(crafted), str(tmp_path / "out"))
+        assert code == 1 and "names code that exporting would import" in err and "observation_processor" in err
+        assert "--trust-checkpoint" in err and not flag.exists() and "llm_trust_marker" not in sys.modules
+    finally:
+        sys.path.remove(str(tmp_path / "mods"))
+    code, _, err = run_cli("export", str(tmp_path / "missing"), str(tmp_path / "out2"))
+    assert code == 2 and "no checkpoint at" in err

@@ -24,7 +24,7 @@ def gem_manifest(model_dir: Path, run_dir: Path, env_name: str, **algorithm: Any
     """AgileRL's multi-turn manifest shape (env_type: multiturn, env_name), at a CPU budget."""
     return {
         "algorithm": {"name": "LLMREINFORCE", "batch_size": 2, "lr": 1e-3, "beta": 0.0, "max_output_tokens": 8,
-                      "temperature": 1.0, "gradient_checkpointing": False, "use_liger_loss": False, **algorithm},
+                      "temperature": 1.0, "gradient_checkpointing": False, **algorithm},
         "network": {"pretrained_model_name_or_path": str(model_dir), "max_context_length": 2048},
         "environment": {"env_type": "multiturn", "env_name": env_name, "max_turns": 3, "max_reward": 1.0},
         "training": {"max_steps": 3, "evo_steps": 3, "seed": 0, "progress": False, "run_dir": str(run_dir)},

@@ -118,6 +118,7 @@ def test_prompt_longer_than_context_is_truncated_before_generating(tokenizer: An
     h = RolloutHarness(Echo(), tokenizer, max_turns=2, max_model_len=5, max_output_tokens=8)
     h.reset(seed=0)
     assert h.done and h.truncated and h.generation_budget() == 0
+    assert h.no_room  # collect() refuses a batch of such prompts, naming both numbers (issue 30)
 
 
 def test_max_turns_truncates_a_longer_env(tokenizer: Any) -> None:

@@ -1,6 +1,6 @@
 """AgileRL's log-prob fields with their effect: ``calc_position_embeddings`` scores a left-padded row
-at the positions of its real tokens; ``cast_logprobs_to_fp32: false`` and ``use_liger_loss: true``
-(nothing here would honour them) are refused by name."""
+at the positions of its real tokens; ``cast_logprobs_to_fp32: false`` (nothing here would honour it)
+is refused by name. ``use_liger_loss`` is tested in test_fused_logprobs.py."""
 
 from __future__ import annotations
 
@@ -55,7 +55,6 @@ def _sft(tiny_model_dir: Path, tmp_path: Path, **algo: Any) -> dict[str, Any]:
 def test_fields_nothing_here_would_honour_are_refused_by_name(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ManifestError, match="cast_logprobs_to_fp32: false is not supported"):
         load_manifest(_sft(tiny_model_dir, tmp_path, cast_logprobs_to_fp32=False))
-    with pytest.raises(ManifestError, match="use_liger_loss: Liger's fused loss is not supported yet"):
-        load_manifest(_sft(tiny_model_dir, tmp_path, use_liger_loss=True))
+    assert load_manifest(_sft(tiny_model_dir, tmp_path, use_liger_loss=True)).algorithm.use_liger_loss  # type: ignore[attr-defined]  # chunked log-probs: test_fused_logprobs.py
     ok = load_manifest(_sft(tiny_model_dir, tmp_path, use_liger_loss=False, calc_position_embeddings=False))
     assert ok.algorithm.calc_position_embeddings is False  # type: ignore[attr-defined]

@@ -15,10 +15,10 @@ import torch
 from agilerl.builders import AlgorithmBuildRuntime
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.algorithms.base import sequence_logprobs
-from agilerl_plugin_llm.algorithms.dpo import DPO
-from agilerl_plugin_llm.algorithms.sft import SFT
 from agilerl_plugin_llm.builder import LLMBuilder
-from agilerl_plugin_llm.specs import DPOSpec, SFTSpec
+from agilerl_plugin_llm.dataset.dpo import DPO
+from agilerl_plugin_llm.dataset.sft import SFT
+from agilerl_plugin_llm.dataset.specs import DPOSpec, SFTSpec
 
 LORA = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
 
@@ -217,11 +217,13 @@ def test_population_members_share_the_frozen_base(tiny_model_dir: Path, tokenize
     manifest = load_manifest({
         "algorithm": {"name": "SFT", "gradient_checkpointing": False},
         "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "lora_config": LORA},
-        "environment": {"env_type": "dataset", "dataset_path": "unused.jsonl"},
+        # (validation reads the rows, so a real file; the builder reads only the env's tokenizer)
+        "environment": {"env_type": "dataset",
+                        "dataset_path": str(Path(__file__).resolve().parents[3] / "examples/data/llm/sft_tiny.jsonl")},
     })  # fmt: skip
     env = SimpleNamespace(tokenizer=tokenizer)
-    agents = [LLMBuilder.build_for_run(manifest.algorithm, env=env, manifest=manifest,
-                                       runtime=AlgorithmBuildRuntime(index=i)) for i in range(2)]  # fmt: skip
+    agents = LLMBuilder.build_population(manifest.algorithm, env=env, manifest=manifest,
+                                         runtimes=[AlgorithmBuildRuntime(index=i) for i in range(2)])  # fmt: skip
     first, second = ({id(p): p.requires_grad for p in a.model.parameters()} for a in agents)
     shared = first.keys() & second.keys()
     assert shared and shared == {k for k, trains in first.items() if not trains}

@@ -268,3 +268,31 @@ def test_fields_a_source_would_ignore_fail_validation(
     assert expected in out + err
     with pytest.raises(RolloutSourceError, match=expected.split(": ")[0]):
         build_source(rollout_spec(entrypoint=f"{EXAMPLES / 'two_turn_env.py'}:TwoTurnEnv", **env))
+
+
+def _countdown_rows(tmp_path: Path) -> str:
+    """AgileRL's countdown layout: the dataset's columns are ``nums`` and ``target``."""
+    path = tmp_path / "countdown.jsonl"
+    path.write_text('{"nums": "use 3 and 5", "target": "eight"}\n{"nums": "use 2 and 6", "target": "eight"}\n')
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "columns", [{"nums": "question", "target": "answer"}, {"question": "nums", "answer": "target"}]
+)
+def test_columns_read_as_agilerl_writes_them_dataset_column_to_role(tmp_path: Path, columns: dict[str, str]) -> None:
+    """AgileRL's ``{nums: question, target: answer}`` (dataset column: role); the reverse is accepted too."""
+    spec = rollout_spec(dataset_path=_countdown_rows(tmp_path), rubric_file_path=RUBRIC, columns=columns)
+    make_env, _, _ = build_source(spec, seed=0)
+    env = make_env()
+    question, _info = env.reset(seed=1)
+    assert "use " in question and " and " in question  # the nums column is the question
+    assert env.step("eight")[1] == 1.0  # and target is the answer the rubric gets
+
+
+def test_a_columns_mapping_naming_no_dataset_column_is_refused(tmp_path: Path) -> None:
+    spec = rollout_spec(
+        dataset_path=_countdown_rows(tmp_path), rubric_file_path=RUBRIC, columns={"numbers": "question"}
+    )
+    with pytest.raises(RolloutSourceError, match=r"neither 'numbers' nor 'question' is a column.*\{nums: question"):
+        build_source(spec, seed=0)[0]()

@@ -286,9 +286,18 @@ def test_validate_refuses_written_out_credentials_and_missing_max_turns_without_
     assert code == 1 and "environment.env_url" in out + err and "${VARIABLE}" in out + err
     assert "environment.max_turns" in out + err and "required with env_url" in out + err
     _assert_no_secrets(out, err)
-    ok = {"env_url": "http://trainer:${W19_PW}@127.0.0.1:9/?token=${W19_TOKEN}", "max_turns": 1}
+    # A token as the user name, secrets under keys no pattern knows: refused by name, never shown,
+    # by validate and by validate --json.
+    for url in ("http://tok-abcdef123@127.0.0.1:9", "http://127.0.0.1:9/?pw=hunter2-pw&code=tok-abcdef123"):
+        for json_flag in ((), ("--json",)):
+            code, out, err = run_cli("validate", manifest({"env_url": url, "max_turns": 1}), *json_flag)
+            assert code == 1 and "${VARIABLE}" in out + err, out + err
+            assert ("the user name" if "@" in url else "the query parameter 'code'") in out + err
+            _assert_no_secrets(out, err)
+    ok = {"env_url": "http://${W19_USER}:${W19_PW}@127.0.0.1:9/?token=${W19_TOKEN}", "max_turns": 1}
     code, out, err = run_cli("validate", manifest(ok))
     assert code == 1 and "uses ${W19_PW}, but the environment variable W19_PW is not set" in out + err
+    monkeypatch.setenv("W19_USER", "trainer-from-env")
     monkeypatch.setenv("W19_PW", "pw-from-env")
     monkeypatch.setenv("W19_TOKEN", "token-from-env")
     code, out, err = run_cli("validate", manifest(ok))

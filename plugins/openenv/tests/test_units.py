@@ -190,14 +190,20 @@ class _Spec:
 
 def test_validation_wants_max_turns_and_no_written_out_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env_url_problems(_Spec("http://127.0.0.1:8000")) == []
-    monkeypatch.setenv("PW", "pw")
-    monkeypatch.setenv("TOKEN", "token")  # ${VARIABLE}s must be set (issue 27)
-    assert env_url_problems(_Spec("http://u:${PW}@h:1/?token=${TOKEN}&env=chess")) == []
+    for name in ("U", "PW", "TOKEN", "GAME"):
+        monkeypatch.setenv(name, name.lower())  # ${VARIABLE}s must be set (issue 27)
+    assert env_url_problems(_Spec("http://${U}:${PW}@h:1/?token=${TOKEN}&env=${GAME}")) == []
     problems = dict(env_url_problems(_Spec(["http://h:1", "http://trainer:hunter2@h:2/?api_key=abc123"], None)))
     assert "required with env_url" in problems["max_turns"]
     assert "a password and the query parameter 'api_key'" in problems["env_url[1]"]
     assert "hunter2" not in str(problems) and "abc123" not in str(problems)
-    assert url_credentials("http://user@h:1/?mode=fast") == []
+    # Every user-info part and every query value may be a secret (a token as the user name, a
+    # password under any key): written out, each is refused by name, never shown.
+    assert url_credentials("http://s3cr3tT0ken@h:1/") == ["the user name"]
+    assert url_credentials("http://h:1/?pw=hunter2&code=0xbeef") == ["the query parameter 'pw'",
+                                                                    "the query parameter 'code'"]  # fmt: skip
+    assert url_credentials("http://user@h:1/?mode=fast") == ["the user name", "the query parameter 'mode'"]
+    assert url_credentials("http://${USER}@h:1/?mode=${MODE}&flag=") == []
     assert (
         "keys are <role>_<position>"
         in dict(env_url_problems(_Spec("http://h:1", 1, {"prompt": "x"})))["prompt_template"]

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from agilerl.strategies import TrainingStrategy
     from agilerl.training.run import Run
 
-#: ``on_member(position, steps_before, trained_agent)``: called as each member finishes.
-MemberCallback = Callable[[int, int, Any], None]
+#: ``on_member(position, steps_before, result)``: called with each member's :class:`MemberResult`
+#: as it finishes.
+MemberCallback = Callable[[int, int, "MemberResult"], None]
 
 
 class MemberFailedError(AgileRLError):
@@ -142,8 +143,14 @@ class LocalBackend(Backend):
             before = agent.steps
             results.append(MemberResult(agent, train_member(strategy, run, agent, budget)))
             if on_member is not None:
-                on_member(pos, before, agent)
+                on_member(pos, before, results[-1])
         return results
+
+
+#: ``training.backend`` -> the backend class, or a ``"module:Class"`` imported only when asked
+#: (Ray is imported only for a run that names it).
+BACKENDS: dict[str, Any] = {"local": "agilerl.training.backend:LocalBackend",
+                            "ray": "agilerl.training.ray_backend:RayBackend"}  # fmt: skip
 
 
 #: Seconds to wait for a Ray cluster's address to accept a connection before ``ray.init``, which
@@ -174,17 +181,20 @@ def make_backend(training: TrainingSpec) -> Backend:
     """The backend ``training.backend`` names (Ray is imported only here, only when asked).
 
     A cluster address is tried first (a few seconds at most), before Ray, any env or model."""
+    import importlib
+
     if training.backend == "ray":
         address = training.ray_address or os.environ.get("RAY_ADDRESS")
         if address:
             probe_ray_address(address)
-        from agilerl.training.ray_backend import RayBackend
-
-        return RayBackend(training)
-    return LocalBackend()
+    name = training.backend if training.backend in BACKENDS else "local"
+    module, _, attr = BACKENDS[name].partition(":")
+    cls = getattr(importlib.import_module(module), attr)  # ray_backend says how to install Ray
+    return cls() if name == "local" else cls(training)  # type: ignore[no-any-return]
 
 
 __all__ = [
+    "BACKENDS",
     "Backend",
     "LocalBackend",
     "MemberCallback",

@@ -19,12 +19,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agilerl import checkpoint
 from agilerl.errors import AgileRLError, TrainingInterrupted
 from agilerl.hpo.selection import last_fitness
-from agilerl.training.backend import LocalBackend, MemberFailedError
+from agilerl.training.backend import LocalBackend, MemberFailedError, MemberResult
 from agilerl.training.metrics import Progress, population_summary
-from agilerl.training.processes import is_main_process, world_size
+from agilerl.training.runstate import (
+    checkpoint_file,
+    last_checkpoint,
+    prune,
+    restore_rng,
+    resume_command,
+    rng_state,
+    write_checkpoint,
+)
 
 if TYPE_CHECKING:
     from agilerl.strategies import TrainingStrategy
@@ -50,6 +57,9 @@ class TrainResult:
     best_info: dict[str, Any] | None = None
     stopped_by: str = "max_steps"
     history: list[dict[str, Any]] = field(default_factory=list)
+    #: True when a resumed run was already complete (resumed after its last checkpoint): nothing
+    #: was trained, logged or rewritten.
+    complete: bool = False
 
     def __iter__(self) -> Any:
         return iter((self.population, self.fitnesses))
@@ -57,80 +67,6 @@ class TrainResult:
     @property
     def best(self) -> Any:
         return self.population[0]
-
-
-def _checkpoint_file(run: Run, final: bool = False, interrupted: bool = False) -> Path:
-    t = run.manifest.training
-    base = Path(t.checkpoint_path) if t.checkpoint_path else run.run_dir / "checkpoint"
-    if base.suffix == ".pt":
-        base = base.with_suffix("")
-    if interrupted:
-        return base.parent / f"{base.name}_interrupted.pt"
-    if t.overwrite_checkpoints or final:
-        return base.parent / f"{base.name}.pt"
-    steps = max((a.steps for a in run.population), default=0)
-    return base.parent / f"{base.name}_{steps}.pt"
-
-
-def rng_state(run: Run) -> dict[str, Any]:
-    state: dict[str, Any] = {"python": list(run.rng.getstate()[1]), "python_version": run.rng.getstate()[0]}
-    gauss = run.rng.getstate()[2]
-    state["python_gauss"] = gauss
-    if run.mutations is not None:
-        m = run.mutations.rng.getstate()
-        state["mutation"] = [m[0], list(m[1]), m[2]]
-    if run.selection is not None:
-        s = run.selection.rng.getstate()
-        state["selection"] = [s[0], list(s[1]), s[2]]
-    try:
-        import torch
-
-        state["torch"] = torch.get_rng_state()
-    except ImportError:
-        pass
-    return state
-
-
-def restore_rng(run: Run, state: dict[str, Any]) -> None:
-    run.rng.setstate((state["python_version"], tuple(state["python"]), state.get("python_gauss")))
-    if run.mutations is not None and "mutation" in state:
-        v, s, g = state["mutation"]
-        run.mutations.rng.setstate((v, tuple(s), g))
-    if run.selection is not None and "selection" in state:
-        v, s, g = state["selection"]
-        run.selection.rng.setstate((v, tuple(s), g))
-    if "torch" in state:
-        import torch
-
-        torch.set_rng_state(state["torch"])
-
-
-def write_checkpoint(
-    run: Run, strategy: TrainingStrategy, path: Path, *, phase: str, extra: dict[str, Any] | None = None
-) -> Path:
-    """Write the whole population and run state atomically to ``path`` (rank 0 alone in a
-    multi-process run: every rank holds the same state)."""
-    if not is_main_process():
-        for agent in run.population:
-            if getattr(agent, "state_dict_is_collective", False):
-                agent.state_dict()  # a sharded agent gathers its weights with every process's help
-        return path
-    payload = {
-        **(extra or {}),
-        "run_dir": str(run.run_dir),
-        "format": checkpoint.FORMAT,
-        "phase": phase,  # "evaluated": next is selection; "trained": resume re-enters training
-        "manifest": run.manifest.to_dict(),
-        "generation": run.generation,
-        "agents": [agent.state_dict() for agent in run.population],
-        "strategy": strategy.state_dict(),
-        "rng": rng_state(run),
-        "best": run.best,
-    }
-    selection_state = getattr(run.selection, "state_dict", None)  # MF-PBT's counters
-    if callable(selection_state):
-        payload["selection"] = selection_state()
-    return checkpoint.save(path, payload)
 
 
 def _record_generation(
@@ -194,176 +130,227 @@ class _DeferredInterrupt:
             self.installed = False
 
 
+class EvolutionaryLoop:
+    """One run's generations, step by step: :meth:`learn`, :meth:`record`, :meth:`stop`, :meth:`evolve`.
+
+    :func:`evolutionary_loop` is ``EvolutionaryLoop(run, strategy).run()``. The steps share the
+    loop's state (the population, the members done in an interrupted generation, their learn
+    metrics and parents); :meth:`run` orders them and turns Ctrl-C and a failed member into a
+    checkpoint that resumes exactly.
+    """
+
+    def __init__(self, run: Run, strategy: TrainingStrategy) -> None:
+        self.run = run
+        self.strategy = strategy
+        self.population = run.population
+        self.max_steps = strategy.step_limit(run)  # training.max_steps, or a tighter bound the strategy reads
+        self.progress = Progress(
+            self.max_steps * len(self.population),
+            enabled=run.progress,
+            unit=strategy.step_unit,
+            initial=sum(min(a.steps, self.max_steps) for a in self.population),
+        )
+        self.last_ckpt_steps = min(a.steps for a in self.population)
+        self.checkpoint_path: Path | None = None
+        self.history: list[dict[str, Any]] = []
+        resume = run.resume or {}
+        #: "evaluated": the restored population was evaluated, next is the stop check, then evolution
+        self.resumed_evaluated = resume.get("phase") == "evaluated"
+        # An interrupted generation resumes where it stopped: members that finished their
+        # train-and-evaluate step in it are neither trained nor evaluated again.
+        interrupted = resume.get("progress") if resume.get("phase") == "trained" else None
+        self.parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
+        self.done: set[int] = set()  # members whose step of this generation is complete
+        self.learn_stats: dict[int, dict[str, float]] = {}  # their learn metrics (kept through Ctrl-C)
+        if interrupted:
+            self.parents = {int(k): int(v) for k, v in (interrupted.get("parents") or {}).items()}
+            self.done = {int(i) for i in interrupted.get("done") or []}
+            self.learn_stats = {int(k): dict(v) for k, v in (interrupted.get("learn_stats") or {}).items()}
+        self.last_good = last_checkpoint(run)
+        self.t0 = time.perf_counter()
+        self.backend = run.backend if run.backend is not None else LocalBackend()
+        self.stage = "evaluated" if self.resumed_evaluated else "learn"  # "evaluated": next is evolution
+        self.interrupt = _DeferredInterrupt(lambda requested: strategy.agree_to_stop(run, requested))
+
+    # --- the steps ------------------------------------------------------------------------------
+    def learn(self) -> None:
+        """Train and evaluate each member not done yet (in this process or on workers: the backend's)."""
+        run, max_steps, evo_steps = self.run, self.max_steps, self.run.manifest.evo_steps
+        todo = [a for a in self.population if a.index not in self.done]
+        budgets = [min(evo_steps, max(max_steps - a.steps, 0)) for a in todo]
+        local = isinstance(self.backend, LocalBackend)
+
+        def on_member(pos: int, before: int, result: MemberResult) -> None:
+            self.progress.update(min(result.agent.steps, max_steps) - min(before, max_steps))
+            if local:  # members are updated in place here; on workers they come back at the end
+                self.done.add(result.agent.index)
+                self.learn_stats[result.agent.index] = result.stats
+                self.interrupt.check()
+
+        results = self.backend.train_generation(run, self.strategy, todo, budgets, on_member)
+        trained = {r.agent.index: r for r in results}
+        for r in results:
+            self.learn_stats[r.agent.index] = r.stats
+        self.population = [trained[a.index].agent if a.index in trained else a for a in self.population]
+        run.population = self.population
+
+    def record(self) -> Any:
+        """Log each member's row and the population's; mark non-finite members unfit. Returns the best member."""
+        run, population = self.run, self.population
+        unfit = mark_unfit(population, self.learn_stats)
+        best = max(population, key=last_fitness)
+        self.progress.update(0, best_fitness=last_fitness(best), generation=run.generation)
+        elapsed = time.perf_counter() - self.t0
+        for agent in population:
+            row = {
+                "generation": run.generation,
+                "agent": agent.index,
+                "steps": agent.steps,
+                "fitness": agent.fitness[-1],
+                "mutation": agent.mut,
+                "parent": self.parents.get(agent.index),
+                "wall_s": round(elapsed, 3),
+                "steps_per_s": round(self.progress.rate(), 1),
+                "member": agent.index,  # the id selection keeps (same as "agent")
+                **{f"hp/{k}": _hp(agent, k) for k in _hp_names(run)},
+                **self.learn_stats.get(agent.index, {}),
+                **({"unfit": unfit[agent.index]} if agent.index in unfit else {}),
+            }
+            run.logger.log(row)
+            self.history.append(row)
+        self.done.clear()
+        self.learn_stats, self.stage = {}, "evaluated"
+        for index, reason in unfit.items():
+            log.warning(
+                "generation %d: agent %d is unfit (%s); it ranks last and is replaced at the next selection",
+                run.generation, index, reason,
+            )  # fmt: skip
+        if unfit and len(unfit) == len(population):
+            raise NonFiniteTrainingError(run, unfit, self.last_good)
+        _record_generation(run, self.strategy, population, best, elapsed, self.progress.rate())
+        return best
+
+    def stop_reason(self) -> str | None:
+        """Why the run stops after this evaluated generation (``None``: it goes on)."""
+        t = self.run.manifest.training
+        best = max(self.population, key=last_fitness)
+        if t.target_score is not None and last_fitness(best) >= t.target_score:
+            return "target_score"
+        if all(a.steps >= self.max_steps for a in self.population):
+            # step_limit: a bound the strategy reads (e.g. num_epochs passes over a training set)
+            return "step_limit" if self.max_steps < t.max_steps else "max_steps"
+        # training.max_wall_seconds: checked between generations (a generation always finishes).
+        if t.max_wall_seconds is not None and time.perf_counter() - self.t0 >= t.max_wall_seconds:
+            return "max_wall_seconds"
+        return None
+
+    def stop(self) -> str | None:
+        """Checkpoint when due (always when stopping); return why the run stops, or None."""
+        t = self.run.manifest.training
+        reason = self.stop_reason()
+        if t.checkpoint_steps is not None:
+            steps_now = min(a.steps for a in self.population)
+            if steps_now - self.last_ckpt_steps >= t.checkpoint_steps or reason is not None:
+                path = write_checkpoint(self.run, self.strategy, checkpoint_file(self.run), phase="evaluated")
+                self.checkpoint_path = self.last_good = path
+                self.last_ckpt_steps = steps_now
+                prune(self.run, path)
+        if reason is None and all(a.steps == 0 for a in self.population):
+            raise RuntimeError("the strategy's learn() advanced no agent's steps; the run cannot progress")
+        return reason
+
+    def evolve(self) -> None:
+        """Selection and mutation make the next generation (an interrupt before this commits saves the
+        evaluated generation)."""
+        run, manifest = self.run, self.run.manifest
+        offspring, new_parents = self.population, self.parents
+        if run.selection is not None:
+            _, offspring = run.selection.select(self.population)
+            new_parents = dict(zip([a.index for a in offspring], run.selection.parents, strict=False))
+        if run.mutations is not None:
+            keep_elite = run.selection is not None and run.selection.elitism
+            mutate_elite = manifest.mutation is None or manifest.mutation.mutate_elite
+            skip = {0} if keep_elite and not mutate_elite else None
+            selection_skip = getattr(run.selection, "mutation_skip", None)  # MF-PBT: only winner clones
+            if callable(selection_skip):
+                skip = selection_skip()
+            run.mutations.mutate(offspring, skip=skip)
+        self.population, self.parents = offspring, new_parents
+        run.population = self.population
+        self.strategy.after_selection(run, self.population)
+        run.generation, self.stage = run.generation + 1, "learn"
+
+    # --- the order of the steps, and its faults ----------------------------------------------------
+    def run_loop(self) -> TrainResult:
+        run = self.run
+        try:
+            if self.resumed_evaluated and (reason := self.stop_reason()) in ("target_score", "max_steps", "step_limit"):
+                # Resumed after its last checkpoint: nothing to train, nothing rewritten.
+                log.info("the run in %s is complete (stopped by %s at generation %d); nothing to train",
+                         run.run_dir, reason, run.generation)  # fmt: skip
+                return self.result(reason, complete=True)
+            skip_learn = self.resumed_evaluated  # the restored population was evaluated: straight to evolution
+            while True:
+                self.interrupt.check()
+                if not skip_learn:
+                    self.learn()
+                    self.record()
+                    reason = self.stop()
+                    if reason is not None:
+                        return self.result(reason)
+                skip_learn = False
+                self.interrupt.check()
+                self.evolve()
+        except MemberFailedError as exc:
+            # run.population is still the population as it was before this generation: resuming redoes it.
+            path = write_checkpoint(run, self.strategy, checkpoint_file(run, interrupted=True), phase="trained")
+            self.progress.close()
+            raise MemberFailedError(
+                f"{exc}; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
+            ) from None
+        except KeyboardInterrupt:
+            self.progress.close()
+            if self.interrupt.forced:  # a second Ctrl-C: stop now, write nothing (every checkpoint stays as it was)
+                latest = last_checkpoint(run)
+                where = (
+                    f"; the last checkpoint is {latest}. Resume with: {resume_command(run, latest)}" if latest else ""
+                )
+                raise TrainingInterrupted(f"interrupted twice: stopped without writing a checkpoint{where}") from None
+            # The members of an unfinished generation that completed their step are kept as they are,
+            # with their learn metrics (the row a resumed run logs for them is the uninterrupted one).
+            phase = "trained" if self.stage == "learn" else "evaluated"
+            extra = {"progress": {"done": sorted(self.done),
+                                  "learn_stats": {str(k): v for k, v in self.learn_stats.items()},
+                                  "parents": {str(k): v for k, v in self.parents.items()}}}  # fmt: skip
+            path = write_checkpoint(
+                run, self.strategy, checkpoint_file(run, interrupted=True), phase=phase, extra=extra
+            )
+            raise TrainingInterrupted(
+                f"interrupted; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
+            ) from None
+        finally:
+            self.interrupt.restore()
+            self.progress.close()
+
+    def result(self, stopped_by: str, *, complete: bool = False) -> TrainResult:
+        """The last evaluated population, best first."""
+        self.population.sort(key=last_fitness, reverse=True)
+        self.run.population = self.population
+        return TrainResult(
+            population=self.population,
+            fitnesses=[last_fitness(a) for a in self.population],
+            run_dir=self.run.run_dir,
+            generations=self.run.generation + 1,
+            checkpoint_path=self.checkpoint_path,
+            stopped_by=stopped_by,
+            history=self.history,
+            complete=complete,
+        )
+
+
 def evolutionary_loop(run: Run, strategy: TrainingStrategy) -> TrainResult:
-    manifest = run.manifest
-    t = manifest.training
-    evo_steps = manifest.evo_steps
-    population = run.population
-    start_steps = min(a.steps for a in population)
-    max_steps = strategy.step_limit(run)  # training.max_steps, or a tighter bound the strategy reads
-    progress = Progress(
-        max_steps * len(population),
-        enabled=run.progress,
-        unit=strategy.step_unit,
-        initial=sum(min(a.steps, max_steps) for a in population),
-    )
-    last_ckpt_steps = start_steps
-    checkpoint_path: Path | None = None
-    stopped_by = "max_steps"
-    history: list[dict[str, Any]] = []
-    resume = run.resume or {}
-    resume_phase = resume.get("phase")
-    # An interrupted generation resumes where it stopped: members that finished their
-    # train-and-evaluate step in it are neither trained nor evaluated again.
-    interrupted = resume.get("progress") if resume_phase == "trained" else None
-    parents: dict[int, int] = {}  # agent index -> index of the agent it was cloned from
-    done: set[int] = set()  # members whose step of this generation is complete
-    learn_stats: dict[int, dict[str, float]] = {}
-    if interrupted:
-        parents = {int(k): int(v) for k, v in (interrupted.get("parents") or {}).items()}
-        done = {int(i) for i in interrupted.get("done") or []}
-        learn_stats = {int(k): dict(v) for k, v in (interrupted.get("learn_stats") or {}).items()}
-    last_good = _last_checkpoint(run)
-    t0 = time.perf_counter()
-    backend = run.backend if run.backend is not None else LocalBackend()
-    stage = "evaluated" if resume_phase == "evaluated" else "learn"  # "evaluated": next is evolution
-    local = isinstance(backend, LocalBackend)
-    interrupt = _DeferredInterrupt(lambda requested: strategy.agree_to_stop(run, requested))
-    try:
-        while True:
-            interrupt.check()
-            if resume_phase == "evaluated":
-                resume_phase = None  # the restored population was evaluated: go straight to evolution
-            else:
-                resume_phase = None
-                # --- learn and evaluate each member (in this process or on workers: the backend's) ---
-                todo = [a for a in population if a.index not in done]
-                budgets = [min(evo_steps, max(max_steps - a.steps, 0)) for a in todo]
-
-                def on_member(pos: int, before: int, agent: Any) -> None:
-                    progress.update(min(agent.steps, max_steps) - min(before, max_steps))
-                    if local:  # members are updated in place here; on workers they come back at the end
-                        done.add(agent.index)
-                        interrupt.check()
-
-                results = backend.train_generation(run, strategy, todo, budgets, on_member)
-                trained = {r.agent.index: r for r in results}
-                for r in results:
-                    learn_stats[r.agent.index] = r.stats
-                population = [trained[a.index].agent if a.index in trained else a for a in population]
-                run.population = population
-                unfit = mark_unfit(population, learn_stats)
-                best = max(population, key=last_fitness)
-                progress.update(0, best_fitness=last_fitness(best), generation=run.generation)
-                elapsed = time.perf_counter() - t0
-                for agent in population:
-                    row = {
-                        "generation": run.generation,
-                        "agent": agent.index,
-                        "steps": agent.steps,
-                        "fitness": agent.fitness[-1],
-                        "mutation": agent.mut,
-                        "parent": parents.get(agent.index),
-                        "wall_s": round(elapsed, 3),
-                        "steps_per_s": round(progress.rate(), 1),
-                        "member": agent.index,  # the id selection keeps (same as "agent")
-                        **{f"hp/{k}": _hp(agent, k) for k in _hp_names(run)},
-                        **learn_stats.get(agent.index, {}),
-                        **({"unfit": unfit[agent.index]} if agent.index in unfit else {}),
-                    }
-                    run.logger.log(row)
-                    history.append(row)
-                done.clear()
-                learn_stats, stage = {}, "evaluated"
-                for index, reason in unfit.items():
-                    log.warning(
-                        "generation %d: agent %d is unfit (%s); it ranks last and is replaced at the next selection",
-                        run.generation, index, reason,
-                    )  # fmt: skip
-                if unfit and len(unfit) == len(population):
-                    raise NonFiniteTrainingError(run, unfit, last_good)
-                _record_generation(run, strategy, population, best, elapsed, progress.rate())
-                # --- stop? ---
-                done_steps = all(a.steps >= max_steps for a in population)
-                target_hit = t.target_score is not None and last_fitness(best) >= t.target_score
-                # training.max_wall_seconds: checked between generations (a generation always finishes).
-                out_of_time = t.max_wall_seconds is not None and time.perf_counter() - t0 >= t.max_wall_seconds
-                if t.checkpoint_steps is not None:
-                    steps_now = min(a.steps for a in population)
-                    due = steps_now - last_ckpt_steps >= t.checkpoint_steps
-                    if due or done_steps or target_hit or out_of_time:
-                        checkpoint_path = write_checkpoint(run, strategy, _checkpoint_file(run), phase="evaluated")
-                        last_ckpt_steps = steps_now
-                        last_good = checkpoint_path
-                        _prune(run, checkpoint_path)
-                if target_hit:
-                    stopped_by = "target_score"
-                    break
-                if done_steps:
-                    if (
-                        max_steps < t.max_steps
-                    ):  # a bound the strategy reads (e.g. num_epochs passes over a training set)
-                        stopped_by = "step_limit"
-                    break
-                if out_of_time:
-                    stopped_by = "max_wall_seconds"
-                    break
-                if all(a.steps == 0 for a in population):
-                    raise RuntimeError("the strategy's learn() advanced no agent's steps; the run cannot progress")
-            # --- evolve (an interrupt before the commit below saves the evaluated generation) ---
-            interrupt.check()
-            offspring, new_parents = population, parents
-            if run.selection is not None:
-                _, offspring = run.selection.select(population)
-                new_parents = dict(zip([a.index for a in offspring], run.selection.parents, strict=False))
-            if run.mutations is not None:
-                keep_elite = run.selection is not None and run.selection.elitism
-                mutate_elite = manifest.mutation is None or manifest.mutation.mutate_elite
-                skip = {0} if keep_elite and not mutate_elite else None
-                selection_skip = getattr(run.selection, "mutation_skip", None)  # MF-PBT: only winner clones
-                if callable(selection_skip):
-                    skip = selection_skip()
-                run.mutations.mutate(offspring, skip=skip)
-            population, parents = offspring, new_parents
-            run.population = population
-            strategy.after_selection(run, population)
-            run.generation, stage = run.generation + 1, "learn"
-    except MemberFailedError as exc:
-        # run.population is still the population as it was before this generation: resuming redoes it.
-        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase="trained")
-        progress.close()
-        raise MemberFailedError(
-            f"{exc}; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
-        ) from None
-    except KeyboardInterrupt:
-        progress.close()
-        if interrupt.forced:  # a second Ctrl-C: stop now, write nothing (every checkpoint stays as it was)
-            latest = _last_checkpoint(run)
-            where = f"; the last checkpoint is {latest}. Resume with: {resume_command(run, latest)}" if latest else ""
-            raise TrainingInterrupted(f"interrupted twice: stopped without writing a checkpoint{where}") from None
-        # The members of an unfinished generation that completed their step are kept as they are.
-        phase = "trained" if stage == "learn" else "evaluated"
-        extra = {"progress": {"done": sorted(done),
-                              "learn_stats": {str(k): v for k, v in learn_stats.items()},
-                              "parents": {str(k): v for k, v in parents.items()}}}  # fmt: skip
-        path = write_checkpoint(run, strategy, _checkpoint_file(run, interrupted=True), phase=phase, extra=extra)
-        raise TrainingInterrupted(
-            f"interrupted; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
-        ) from None
-    finally:
-        interrupt.restore()
-        progress.close()
-    population.sort(key=last_fitness, reverse=True)
-    run.population = population
-    return TrainResult(
-        population=population,
-        fitnesses=[last_fitness(a) for a in population],
-        run_dir=run.run_dir,
-        generations=run.generation + 1,
-        checkpoint_path=checkpoint_path,
-        stopped_by=stopped_by,
-        history=history,
-    )
+    """Train ``run``'s population generation by generation (see :class:`EvolutionaryLoop`)."""
+    return EvolutionaryLoop(run, strategy).run_loop()
 
 
 def _hp_names(run: Run) -> list[str]:
@@ -426,33 +413,14 @@ class NonFiniteTrainingError(AgileRLError):
         super().__init__(msg)
 
 
-def _last_checkpoint(run: Run) -> Path | None:
-    from agilerl.training.rundir import _numbered
-
-    base = _checkpoint_file(run, final=True).with_suffix("")
-    files = _numbered(base)
-    if files:
-        return files[-1][1]
-    final = base.with_suffix(".pt")
-    return final if final.exists() else None
-
-
-def _prune(run: Run, newest: Path) -> None:
-    from agilerl.training.rundir import prune_checkpoints
-
-    t = run.manifest.training
-    keep = getattr(t, "keep_checkpoints", None)
-    if not t.overwrite_checkpoints and keep and is_main_process():
-        prune_checkpoints(newest.with_name(_checkpoint_file(run, final=True).stem), keep, protect=newest)
-
-
-def resume_command(run: Run, path: Path) -> str:
-    """The command that resumes from ``path`` (with ``--trust-checkpoint`` when the manifest names code)."""
-    from agilerl.training.resume import code_references
-
-    cmd = f"agilerl train --resume {path}"
-    if world_size() > 1:
-        cmd += f" --num-processes {world_size()}"
-    if code_references(run.manifest.to_dict()):
-        cmd += " --trust-checkpoint"
-    return cmd
+__all__ = [
+    "EvolutionaryLoop",
+    "NonFiniteTrainingError",
+    "TrainResult",
+    "evolutionary_loop",
+    "mark_unfit",
+    "restore_rng",
+    "resume_command",
+    "rng_state",
+    "write_checkpoint",
+]

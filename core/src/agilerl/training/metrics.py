@@ -125,18 +125,28 @@ class MetricsLogger:
         self._tb: Any = None
         self._wandb: Any = None
         self._pending: dict[str, Any] = {}
+        # The sinks start with the first row, so a run that logs nothing (a complete run resumed)
+        # leaves no TensorBoard file or W&B run behind.
+        self._sinks_wanted: tuple[bool, dict[str, Any] | None] | None = (tensorboard, wandb)
+
+    def _start_sinks(self) -> None:
+        if self._sinks_wanted is None:
+            return
+        tensorboard, wandb = self._sinks_wanted
+        self._sinks_wanted = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+                self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
             except Exception:  # tensorboard (or torch) not installed: files only
                 self._tb = None
         if wandb is not None:
-            self._wandb = _start_wandb(run_dir, wandb)
+            self._wandb = _start_wandb(self.run_dir, wandb)
 
     def log(self, row: dict[str, Any]) -> None:
         """One member's row of one generation."""
+        self._start_sinks()
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         with self.jsonl_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(clean, default=str) + "\n")
@@ -152,6 +162,7 @@ class MetricsLogger:
 
     def log_population(self, summary: dict[str, Any]) -> None:
         """The population's row of one generation (see :func:`population_summary`)."""
+        self._start_sinks()
         with self.population_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(summary, default=str) + "\n")
         step = int(summary.get("steps", 0))
@@ -200,6 +211,7 @@ class SilentMetricsLogger(MetricsLogger):
 
     def __init__(self) -> None:  # no run directory, no sinks
         self._tb = self._wandb = None
+        self._sinks_wanted = None
 
     def log(self, row: dict[str, Any]) -> None:
         pass

@@ -77,35 +77,16 @@ class _RowCollector:
 class MemberWorker:
     """A Ray actor holding one strategy and its envs; trains the members it is sent."""
 
-    def __init__(self, manifest: TrainingManifest, *, seed: int | None, device: str, run_dir: str) -> None:
-        import random
+    def __init__(self, manifest: TrainingManifest, *, device: str, run_dir: str) -> None:
         from pathlib import Path
 
-        from agilerl.builders import select_builder
-        from agilerl.strategies import select_strategy
-        from agilerl.training.run import Run
-        from agilerl.training.trainer import _seed_everything
+        from agilerl.training.assembly import assemble_run
 
-        t = manifest.training
-        _seed_everything(seed, t.torch_threads, device)
-        self.strategy = select_strategy(manifest.algorithm)
-        env = self.strategy.make_env(manifest, seed=seed)
-        eval_env = self.strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
         self.logger = _RowCollector(Path(run_dir))
-        self.run = Run(
-            manifest=manifest,
-            population=[],
-            env=env,
-            eval_env=eval_env,
-            builder=select_builder(manifest.algorithm),
-            run_dir=Path(run_dir),
-            rng=random.Random(seed),
-            logger=self.logger,  # type: ignore[arg-type]
-            device=device,
-            seed=seed,
-            progress=False,
+        # The driver's assembly without members: same seeding, envs and strategy set-up.
+        self.run, self.strategy = assemble_run(
+            manifest, device=device, run_dir=Path(run_dir), logger=lambda: self.logger, members=False, progress=False
         )
-        self.strategy.setup(self.run)
 
     def pid(self) -> int:
         return os.getpid()
@@ -221,9 +202,7 @@ class RayBackend(Backend):
         # Held for the backend's life: a restarted actor is rebuilt from its constructor arguments,
         # and Ray frees an object nothing references ("already deleted by the reference counting").
         self._manifest_ref = manifest_ref
-        self.workers = [
-            actor.remote(manifest_ref, seed=run.seed, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)
-        ]
+        self.workers = [actor.remote(manifest_ref, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)]
         try:
             # Fail here, not mid-generation, on a bad setup; bounded, as every wait on the cluster is.
             ray.get([w.pid.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
@@ -285,7 +264,7 @@ class RayBackend(Backend):
             self._deliver(run, result)
             results[pos] = result
             if on_member is not None:
-                on_member(pos, population[pos].steps, result.agent)
+                on_member(pos, population[pos].steps, result)
         return [r for r in results if r is not None]
 
     def _sequential(
@@ -304,7 +283,7 @@ class RayBackend(Backend):
         for pos, result in enumerate(results):
             self._deliver(run, result)
             if on_member is not None:
-                on_member(pos, population[pos].steps, result.agent)
+                on_member(pos, population[pos].steps, result)
         return results  # type: ignore[no-any-return]
 
     def _get(self, ref: Any, agent: Any) -> Any:

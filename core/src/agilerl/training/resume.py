@@ -12,51 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agilerl.errors import AgileRLError
-
-#: Manifest keys whose values are imported, executed or put on ``sys.path``.
-CODE_KEYS = frozenset({"entrypoint", "factory", "path", "env_wrappers", "wrappers", "rubric_file_path",
-                       "reward_file_path", "observation_processor"})  # fmt: skip
-
-
-def code_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``(field path, value)`` of every manifest field that names code to import or run."""
-    found: list[tuple[str, Any]] = []
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, Mapping):
-            for k, v in node.items():
-                sub = f"{path}.{k}" if path else str(k)
-                # `path` only matters for imports (data tables resolve against it too)
-                imports = k != "path" or any(node.get(c) for c in ("entrypoint", "factory"))
-                if k in CODE_KEYS and v not in (None, "", [], {}) and imports:
-                    found.append((sub, v))
-                else:
-                    walk(v, sub)
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{path}[{i}]")
-
-    for section in ("environment", "algorithm"):
-        walk(manifest.get(section) or {}, section)
-    return found
-
-
-class UntrustedCheckpointError(AgileRLError):
-    """A checkpoint's stored manifest names code, and the user has not said to run it."""
-
-
-def require_trust(checkpoint_path: str, manifest: Mapping[str, Any], *, trusted: bool) -> None:
-    """Refuse to resume from a checkpoint whose manifest names code, unless ``trusted``."""
-    refs = code_references(manifest)
-    if not refs or trusted:
-        return
-    shown = "\n".join(f"  - {path}: {value!r}" for path, value in refs)
-    raise UntrustedCheckpointError(
-        f"the manifest stored in {checkpoint_path} names code that resuming would import or run:\n{shown}\n"
-        "Resume with the manifest file you trust (agilerl train MANIFEST --resume CHECKPOINT), or pass "
-        "--trust-checkpoint if you wrote this checkpoint yourself."
-    )
+# The trust rule lives in agilerl.trust (every entry point that reads a checkpoint applies it).
+from agilerl.trust import CODE_KEYS, UntrustedCheckpointError, code_references, require_trust
 
 
 def _flatten(node: Any, path: str = "") -> dict[str, Any]:

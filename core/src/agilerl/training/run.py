@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from agilerl.training.metrics import MetricsLogger
 
 
+#: The evaluation env and every evaluation episode are seeded ``training.seed + EVAL_SEED_OFFSET``
+#: (so evaluation never replays the training env's episodes).
+EVAL_SEED_OFFSET = 10_000
+
+
+def eval_seed(seed: int | None) -> int | None:
+    """The seed of evaluation for a run seeded ``seed`` (None: unseeded)."""
+    return None if seed is None else seed + EVAL_SEED_OFFSET
+
+
 @dataclass
 class Run:
     manifest: TrainingManifest
@@ -40,3 +50,8 @@ class Run:
     backend: Any = None
     #: The best fitness seen in this run: ``{"fitness", "generation", "member", "steps"}`` (``best.pt``).
     best: dict[str, Any] | None = None
+
+    @property
+    def eval_seed(self) -> int | None:
+        """The seed of every evaluation (``training.seed + 10_000``; None when the run is unseeded)."""
+        return eval_seed(self.seed)

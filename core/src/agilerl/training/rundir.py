@@ -6,8 +6,10 @@
   stale lock behind.
 - :func:`claim`: a directory that already holds a run (metrics or checkpoints) is refused unless
   the run resumes (``--resume``) or ``overwrite`` asks to replace it.
-- :func:`truncate_metrics`: a resumed run first drops the metric rows logged after the checkpoint
-  it resumes from, so the rows it logs again are not duplicated.
+- :func:`resume_point`: what ``--resume PATH`` continues (a checkpoint, or a run directory's newest).
+- :func:`truncate_records`: a resumed run first cuts every record file (``metrics.jsonl``,
+  ``metrics.csv``, ``population.jsonl``) back to the checkpoint it resumes from, so the rows it
+  logs again are not duplicated (and a line a kill or a full disk cut short is dropped).
 - :func:`prune_checkpoints`: keep only the newest ``keep`` numbered checkpoints.
 """
 
@@ -20,7 +22,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,9 @@ from agilerl.errors import AgileRLError
 
 LOCK_NAME = ".agilerl.lock"
 #: Files (and the tensorboard folder) a run writes into its directory; ``overwrite`` removes them.
-RUN_FILES = ("metrics.jsonl", "metrics.csv", "elite.pt", "best.pt", "last.pt", "learning_curve.png")
+RUN_FILES = ("metrics.jsonl", "metrics.csv", "population.jsonl", "elite.pt", "best.pt", "last.pt", "learning_curve.png")
+#: The run's record files, one JSON row per line, each row naming its ``generation``.
+RECORD_FILES = ("metrics.jsonl", "population.jsonl")
 
 
 class RunDirError(AgileRLError):
@@ -54,7 +58,7 @@ def RunDirLock(run_dir: Path) -> Iterator[None]:  # noqa: N802 - used like a cla
         return
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)  # the umask applies
     except OSError as exc:
         raise RunDirError(f"cannot create the run directory {run_dir}: {exc.strerror or exc}") from None
     try:
@@ -106,11 +110,27 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 
 def latest_checkpoint(directory: Path) -> Path:
-    """The newest checkpoint in ``directory`` (numbered, final or interrupted), by modification time."""
+    """The newest intact checkpoint in ``directory`` (numbered, final or interrupted), by modification
+    time: a damaged newer one (truncated, failing its digest) is skipped with a warning naming it."""
+    return _newest_intact(directory)[0]
+
+
+def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
+    from agilerl import checkpoint
+
     found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
     if not found:
-        raise RunDirError(f"no checkpoint in {directory} (looked for checkpoint*.pt)")
-    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
+        raise checkpoint.no_checkpoint(directory, "checkpoint*.pt")
+    newest_first = sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+    return checkpoint.newest_intact(newest_first)
+
+
+def resume_point(path: Path) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint ``--resume PATH`` continues and its payload: ``PATH`` itself, or the run
+    directory ``PATH``'s newest intact checkpoint (the one rule for the CLI and :class:`LocalTrainer`)."""
+    from agilerl import checkpoint
+
+    return _newest_intact(path) if path.is_dir() else (path, checkpoint.load(path))
 
 
 def remove_stale_temp_files(run_dir: Path) -> list[Path]:
@@ -123,7 +143,7 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
     return removed
 
 
-def _numbered(base: Path) -> list[tuple[int, Path]]:
+def numbered_checkpoints(base: Path) -> list[tuple[int, Path]]:
     """``BASE_<steps>.pt`` files beside ``base``, oldest first."""
     if not base.parent.is_dir():
         return []
@@ -140,7 +160,7 @@ def prune_checkpoints(base: Path, keep: int | None, *, protect: Path | None = No
     """Delete all but the newest ``keep`` numbered checkpoints of ``base``; return those deleted."""
     if keep is None:
         return []
-    files = _numbered(base)
+    files = numbered_checkpoints(base)
     removed = []
     for _, path in files[: max(len(files) - keep, 0)]:
         if protect is not None and path == protect:
@@ -151,40 +171,67 @@ def prune_checkpoints(base: Path, keep: int | None, *, protect: Path | None = No
     return removed
 
 
-def truncate_metrics(run_dir: Path, keep: Callable[[dict[str, Any]], bool]) -> int:
-    """Rewrite ``metrics.jsonl`` / ``metrics.csv`` keeping only rows where ``keep(row)``; return rows dropped."""
-    from agilerl.checkpoint import atomic_write
-
-    jsonl = run_dir / "metrics.jsonl"
-    if not jsonl.exists():
-        return 0
-    lines = jsonl.read_text(encoding="utf-8").splitlines()
+def _read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a JSONL record file and how many lines it has (a line cut short is no row)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
     rows: list[dict[str, Any]] = []
     for line in lines:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a kill: drop it
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a kill or a full disk: drop it
             continue
-    kept = [r for r in rows if keep(r)]
-    dropped = len(lines) - len(kept)
-    if dropped == 0:
-        return 0
-    text = "".join(json.dumps(r) + "\n" for r in kept)
-    atomic_write(jsonl, lambda fh: fh.write(text.encode("utf-8")))
-    csv_path = run_dir / "metrics.csv"
-    if csv_path.exists():
-        fields = list(dict.fromkeys(k for r in kept for k in r))
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=fields)
-        writer.writeheader()
-        for r in kept:
-            writer.writerow({k: r.get(k) for k in fields})
-        data = buf.getvalue().encode("utf-8")
-        atomic_write(csv_path, lambda fh: fh.write(data))
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows, len(lines)
+
+
+def truncate_records(run_dir: Path, last_generation: int) -> int:
+    """Cut every record file of ``run_dir`` back to generation ``last_generation`` (rows of later
+    generations, and damaged lines, go); ``metrics.csv`` is rewritten from the kept metric rows.
+    Returns the number of lines dropped."""
+    from agilerl.checkpoint import atomic_write
+
+    dropped = 0
+    for name in RECORD_FILES:
+        path = run_dir / name
+        if not path.exists():
+            continue
+        rows, lines = _read_rows(path)
+        kept = [r for r in rows if _generation(r) <= last_generation]
+        if lines == 0 or (len(kept) == lines and path.read_bytes().endswith(b"\n")):
+            continue  # nothing to cut, and no line left unfinished
+        dropped += lines - len(kept)
+        text = "".join(json.dumps(r) + "\n" for r in kept)
+        atomic_write(path, lambda fh, text=text: fh.write(text.encode("utf-8")))
+        if name == "metrics.jsonl":
+            _rewrite_csv(run_dir / "metrics.csv", kept)
     return dropped
 
 
-__all__ = ["LOCK_NAME", "RunDirError", "RunDirLock", "check_not_in_use", "claim", "holds_run", "latest_checkpoint", "prune_checkpoints",
-           "remove_stale_temp_files", "truncate_metrics"]  # fmt: skip
+def _generation(row: dict[str, Any]) -> int:
+    try:
+        return int(row.get("generation", -1))
+    except (TypeError, ValueError):
+        return -1
+
+
+def _rewrite_csv(csv_path: Path, rows: list[dict[str, Any]]) -> None:
+    from agilerl.checkpoint import atomic_write
+
+    if not csv_path.exists():
+        return
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: r.get(k) for k in fields})
+    data = buf.getvalue().encode("utf-8")
+    atomic_write(csv_path, lambda fh: fh.write(data))
+
+
+__all__ = ["LOCK_NAME", "RECORD_FILES", "RUN_FILES", "RunDirError", "RunDirLock", "check_not_in_use", "claim", "holds_run",
+           "latest_checkpoint", "numbered_checkpoints", "prune_checkpoints", "remove_stale_temp_files", "resume_point",
+           "truncate_records"]  # fmt: skip

@@ -2,66 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import random
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 from agilerl import checkpoint
-from agilerl.builders import AlgorithmBuildRuntime, select_builder
+from agilerl.builders import select_builder
 from agilerl.errors import AgileRLError
-from agilerl.hpo.mfpbt import MultiFrequencySelection
-from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
-from agilerl.hpo.selection import TournamentSelection
 from agilerl.models.manifest import TrainingManifest, load_manifest
-from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import check_algorithm, select_strategy
+from agilerl.training.assembly import assemble_run, resolve_device
 from agilerl.training.backend import make_backend
-from agilerl.training.loop import TrainResult, evolutionary_loop, restore_rng
+from agilerl.training.loop import TrainResult, evolutionary_loop
 from agilerl.training.metrics import MetricsLogger, SilentMetricsLogger, ensure_console_logging
 from agilerl.training.processes import is_main_process, require_multi_process, world_size
 from agilerl.training.run import Run
-
-
-def _seed_everything(seed: int | None, threads: int | None, device: str) -> None:
-    if seed is not None:
-        random.seed(seed)
-    if importlib.util.find_spec("numpy") is not None and seed is not None:
-        import numpy as np
-
-        np.random.seed(seed % (2**32))
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        if threads is not None or device == "cpu":
-            torch.set_num_threads(threads or 1)
-        if seed is not None:
-            torch.manual_seed(seed)
-
-
-def _evolution_seed(manifest: TrainingManifest) -> int | None:
-    """Seed of selection and mutation: ``mutation.rand_seed`` when the manifest sets it, else
-    ``training.seed`` (so runs with different seeds evolve differently), else the default 42."""
-    mutation = manifest.mutation
-    if mutation is not None and "rand_seed" in mutation.model_fields_set:
-        return mutation.rand_seed
-    if manifest.training.seed is not None:
-        return manifest.training.seed
-    return mutation.rand_seed if mutation is not None else None
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        if torch.cuda.is_available():
-            return "cuda"
-    return "cpu"
+from agilerl.training.rundir import resume_point
+from agilerl.training.runstate import last_generation_recorded, write_checkpoint
 
 
 class LocalTrainer:
@@ -85,13 +44,12 @@ class LocalTrainer:
     ) -> None:
         self.manifest = manifest
         self.resume_from = Path(resume_from) if resume_from is not None else None
-        if self.resume_from is not None and self.resume_from.is_dir():  # a run dir: its newest checkpoint
-            from agilerl.training.rundir import latest_checkpoint
-
-            self.resume_from = latest_checkpoint(self.resume_from)
         self._resume: dict[str, Any] | None = resume_payload
-        if self.resume_from is not None and self._resume is None:
-            self._resume = checkpoint.load(self.resume_from)
+        if self.resume_from is not None and self._resume is None:  # a checkpoint, or a run dir's newest
+            self.resume_from, self._resume = resume_point(self.resume_from)
+        if self._resume is not None:  # a CQN population is no RainbowDQN: say so, not KeyError
+            checkpoint.check_same_algorithm(self.resume_from or "the checkpoint", self._resume.get("manifest"),
+                                            manifest.to_dict())  # fmt: skip
         t = manifest.training
         self.device = resolve_device(device or t.device)
         self.progress = t.progress if progress is None else progress
@@ -128,9 +86,9 @@ class LocalTrainer:
         """
         from agilerl.training.resume import require_trust
 
-        payload = checkpoint.load(path)
-        require_trust(str(path), payload["manifest"], trusted=trust_checkpoint)
-        return cls(load_manifest(payload["manifest"]), resume_from=path, resume_payload=payload, **kwargs)
+        found, payload = resume_point(Path(path))
+        require_trust(str(found), payload["manifest"], trusted=trust_checkpoint)
+        return cls(load_manifest(payload["manifest"]), resume_from=found, resume_payload=payload, **kwargs)
 
     def _default_run_dir(self) -> str:
         label = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{self.manifest.algorithm.name}-{self.manifest.environment.label}")
@@ -138,41 +96,22 @@ class LocalTrainer:
 
     def train(self) -> TrainResult:
         """Train with the run directory locked: a second run into it is refused while this one runs."""
-        from agilerl.training.rundir import RunDirLock, claim, truncate_metrics
+        from agilerl.training.rundir import RunDirLock, claim, truncate_records
 
         with RunDirLock(self.run_dir):
             claim(self.run_dir, resume=self._resume is not None, overwrite=self.overwrite)
             if self._resume is not None:
                 # Rows logged after the checkpoint (a kill between logging and checkpointing) are
-                # logged again by the resumed run: drop them first so none is duplicated.
-                gen = int(self._resume.get("generation", 0))
-                last = gen if self._resume.get("phase") == "evaluated" else gen - 1
-                truncate_metrics(self.run_dir, lambda row: int(row.get("generation", -1)) <= last)
+                # logged again by the resumed run: cut every record file back first, so none is
+                # duplicated.
+                truncate_records(self.run_dir, last_generation_recorded(self._resume))
             return self._train()
-
-    def _resumed_hyperparameters(self) -> dict[str, Any]:
-        """Algorithm hyperparameters the resuming manifest sets differently from the stored one."""
-        if self._resume is None:
-            return {}
-        stored = dict((self._resume.get("manifest") or {}).get("algorithm") or {})
-        spec = self.manifest.algorithm
-        fields = type(spec).model_fields
-        changed = {}
-        for name, value in spec.hyperparameters().items():
-            if name == "num_envs" or name not in fields:
-                continue
-            before = stored.get(name, fields[name].default)
-            if before != value:
-                changed[name] = value
-        return changed
 
     def _train(self) -> TrainResult:
         manifest = self.manifest
         t = manifest.training
-        seed = t.seed
-        backend = make_backend(t)  # before torch, any env or model: a missing Ray or a dead address fails here
-        _seed_everything(seed, t.torch_threads, self.device)
         strategy = self.strategy
+        backend = make_backend(t)  # before torch, any env or model: a missing Ray or a dead address fails here
         loop = strategy.get_training_loop(manifest.algorithm)
         if backend.name != "local" and loop is not evolutionary_loop:
             raise AgileRLError(
@@ -180,83 +119,17 @@ class LocalTrainer:
                 f"({getattr(loop, '__qualname__', loop)}), which does not run members through a backend; "
                 "use backend: local"
             )
-        env = strategy.make_env(manifest, seed=seed)
-        eval_env = strategy.make_eval_env(manifest, seed=None if seed is None else seed + 10_000, train_env=env)
-        rng = random.Random(seed)
-        selection: TournamentSelection | MultiFrequencySelection | None = None
-        mutations = None
-        if manifest.hpo:
-            sel = manifest.tournament_selection
-            evo_seed = _evolution_seed(manifest)
-            # Two independent seeded streams: selection's draws must not mirror mutation's.
-            selection_rng = random.Random(None if evo_seed is None else f"selection:{evo_seed}")
-            if isinstance(sel, MultiFrequencySelectionSpec):
-                hp_names = sorted(resolve_hp_ranges(manifest.algorithm, manifest.mutation)) if manifest.mutation else []
-                selection = MultiFrequencySelection.from_spec(sel, t.pop_size, hp_names=hp_names, rng=selection_rng)
-            else:
-                selection = TournamentSelection(
-                    sel.tournament_size if sel else 2, sel.elitism if sel else True, rng=selection_rng
-                )
-            if manifest.mutation is not None:
-                mutations = Mutations(manifest.mutation, manifest.algorithm, rng=random.Random(evo_seed))
-        hp_config: dict[str, tuple[float, float]] = {}
-        if manifest.mutation is not None:
-            hp_config = {k: (r.min, r.max) for k, r in resolve_hp_ranges(manifest.algorithm, manifest.mutation).items()}
-        saved_agents = (self._resume or {}).get("agents")
-        pop_size = len(saved_agents) if saved_agents else t.pop_size
-        population = []
-        for i in range(pop_size):
-            runtime = AlgorithmBuildRuntime(
-                index=i,
-                device=self.device,
-                seed=None if seed is None else seed + i,
-                hp_config=hp_config,
-                resume_state=saved_agents[i] if saved_agents else None,
-                manifest=manifest,
-            )
-            agent = self.builder.build_for_run(manifest.algorithm, env=env, manifest=manifest, runtime=runtime)
-            if runtime.resume_state is not None:
-                agent.load_state_dict(runtime.resume_state)
-                for name, value in self._resumed_hyperparameters().items():  # --set on --resume
-                    if hasattr(agent, "set_hyperparameter") and hasattr(agent, name):
-                        agent.set_hyperparameter(name, value)
-            population.append(agent)
-        if self.progress:
-            ensure_console_logging()
-        sinks = manifest.logging
-        wandb = None
-        if sinks is not None and sinks.wandb is not None:
-            wandb = {**sinks.wandb.model_dump(exclude_none=True), "config": manifest.to_dict()}
-        logger = (
-            MetricsLogger(self.run_dir, tensorboard=sinks is None or sinks.tensorboard, wandb=wandb)
-            if is_main_process()
-            else SilentMetricsLogger()  # rank 0 writes the metrics of a multi-process run
-        )
-        run = Run(
-            manifest=manifest,
-            population=population,
-            env=env,
-            eval_env=eval_env,
-            builder=self.builder,
-            run_dir=self.run_dir,
-            rng=rng,
-            logger=logger,
+        run, _ = assemble_run(
+            manifest,
             device=self.device,
-            seed=seed,
-            selection=selection,
-            mutations=mutations,
+            run_dir=self.run_dir,
+            logger=self._make_logger,
+            strategy=strategy,
             resume=self._resume,
             progress=self.progress,
             backend=backend,
         )
-        strategy.setup(run)
-        if self._resume is not None:
-            run.generation = int(self._resume.get("generation", 0))
-            run.best = self._resume.get("best")
-            strategy.load_state_dict(self._resume.get("strategy", {}))
-            restore_rng(run, self._resume["rng"])
-            if "selection" in self._resume and isinstance(selection, MultiFrequencySelection):
-                selection.load_state_dict(self._resume["selection"])
+        logger = run.logger
         kwargs = strategy.get_trainer_kwargs(
             manifest.algorithm, training=t, env_spec=manifest.environment, memory=run.extras.get("memory")
         )
@@ -268,18 +141,34 @@ class LocalTrainer:
             strategy.close(run)
             logger.close()
         if t.save_elite and result.population:
-            from agilerl.training.loop import write_checkpoint
-
-            # elite.pt: the best of the last generation; last.pt: that whole generation (resumable);
-            # best.pt (written by the loop): the best fitness ever, with its generation.
-            elite_run = Run(**{**run.__dict__, "population": [result.population[0]]})
-            result.elite_path = write_checkpoint(elite_run, strategy, self.run_dir / "elite.pt", phase="evaluated")
-            last_run = Run(**{**run.__dict__, "population": list(result.population)})
-            result.last_path = write_checkpoint(last_run, strategy, self.run_dir / "last.pt", phase="evaluated")
-            best_path = self.run_dir / "best.pt"
-            result.best_path = best_path if best_path.is_file() else None
-            result.best_info = run.best
+            self._save_final(run, strategy, result)
         return result
+
+    def _save_final(self, run: Run, strategy: Any, result: TrainResult) -> None:
+        """``elite.pt``: the best of the last generation; ``last.pt``: that whole generation
+        (resumable); ``best.pt`` (written by the loop): the best fitness ever, with its generation.
+        A complete run resumed keeps the files it wrote (they are rewritten only when missing)."""
+        elite, last = self.run_dir / "elite.pt", self.run_dir / "last.pt"
+        if not (result.complete and elite.is_file() and last.is_file()):
+            elite_run = Run(**{**run.__dict__, "population": [result.population[0]]})
+            write_checkpoint(elite_run, strategy, elite, phase="evaluated")
+            last_run = Run(**{**run.__dict__, "population": list(result.population)})
+            write_checkpoint(last_run, strategy, last, phase="evaluated")
+        result.elite_path, result.last_path = elite, last
+        best_path = self.run_dir / "best.pt"
+        result.best_path = best_path if best_path.is_file() else None
+        result.best_info = run.best
+
+    def _make_logger(self) -> MetricsLogger:
+        if self.progress:
+            ensure_console_logging()
+        sinks = self.manifest.logging
+        wandb = None
+        if sinks is not None and sinks.wandb is not None:
+            wandb = {**sinks.wandb.model_dump(exclude_none=True), "config": self.manifest.to_dict()}
+        if not is_main_process():
+            return SilentMetricsLogger()  # rank 0 writes the metrics of a multi-process run
+        return MetricsLogger(self.run_dir, tensorboard=sinks is None or sinks.tensorboard, wandb=wandb)
 
 
 def train(source: str | os.PathLike[str] | dict[str, Any] | TrainingManifest, **kwargs: Any) -> TrainResult:

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import copy
 import inspect
-import weakref
 from typing import Any
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.models import TrainingManifest
 from agilerl_plugin_llm.model import load_tokenizer
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
-
-#: Attribute set on the training env holding the first agent built for it, so population members
-#: 1..N start from its policy (sharing the frozen base weights) instead of fresh loads.
-_FIRST_AGENT = "_agilerl_llm_first_agent"
 
 
 def share_frozen_copy(model: Any) -> Any:
@@ -35,43 +30,50 @@ class LLMBuilder(AlgorithmBuilder):
         cls, spec: LLMAlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
     ) -> Any:
         """Build population member ``runtime.index`` for a run on ``env`` (which carries the tokenizer)."""
-        ref = getattr(env, _FIRST_AGENT, None) if env is not None else None
-        first = ref() if ref is not None else None
-        if first is not None and runtime.index > 0 and first.spec is spec and not getattr(first, "sharded", False):
-            # Agent 0 was loaded from disk; the others start from a copy of its policy that shares
-            # every frozen tensor (as AgileRL clones the actor), so a population costs one base model.
-            # Each is still constructed normally, so per-agent state (seeds, optimizer) is its own.
-            # (An FSDP-sharded policy cannot be copied: then each member loads and shards its own.)
+        tokenizer = getattr(env, "tokenizer", None)
+        if tokenizer is None:
+            if not spec.pretrained_model_name_or_path:
+                raise ValueError("network.pretrained_model_name_or_path is required")
+            tokenizer = load_tokenizer(spec.pretrained_model_name_or_path)
+        return cls.build(
+            spec, tokenizer=tokenizer, runtime=runtime, rollout_mode=manifest.training.rollout_mode if manifest else ""
+        )
+
+    @classmethod
+    def build_population(
+        cls, spec: LLMAlgorithmSpec, *, env: Any, manifest: TrainingManifest, runtimes: list[AlgorithmBuildRuntime]
+    ) -> list[Any]:
+        """Member 0 is loaded from disk; the others start from its policy, so a population costs one base model."""
+        if not runtimes:
+            return []
+        first = cls.build_for_run(spec, env=env, manifest=manifest, runtime=runtimes[0])
+        return [first, *(cls.build_from(first, spec, manifest=manifest, runtime=r) for r in runtimes[1:])]
+
+    @classmethod
+    def build_from(
+        cls, first: Any, spec: LLMAlgorithmSpec, *, manifest: TrainingManifest, runtime: AlgorithmBuildRuntime
+    ) -> Any:
+        """Member ``runtime.index``, starting from ``first``'s policy (as AgileRL clones the actor).
+
+        Every frozen tensor is shared with ``first``; each member is still constructed normally,
+        so per-agent state (seeds, optimizer) is its own. An FSDP-sharded policy cannot be copied:
+        then the member loads and shards its own and copies ``first``'s trainable weights.
+        """
+        rollout_mode = manifest.training.rollout_mode if manifest else ""
+        if not getattr(first, "sharded", False):
             return cls.build(
                 spec,
                 tokenizer=first.tokenizer,
                 runtime=runtime,
                 actor_network=share_frozen_copy(first.model),
                 reference_model=getattr(first, "reference_model", None),
-                rollout_mode=manifest.training.rollout_mode if manifest else "",
+                rollout_mode=rollout_mode,
             )
-        if first is not None and runtime.index > 0 and first.spec is spec:  # an FSDP-sharded agent 0
-            import torch
+        import torch
 
-            with torch.random.fork_rng(devices=[]):  # as the copy above: the run's RNG does not move
-                agent = cls.build(spec, tokenizer=first.tokenizer, runtime=runtime,
-                                  rollout_mode=manifest.training.rollout_mode if manifest else "")  # fmt: skip
-            agent.copy_policy_from(first)  # every member starts from agent 0's policy (its LoRA init)
-            return agent
-        tokenizer = getattr(env, "tokenizer", None)
-        if tokenizer is None:
-            if not spec.pretrained_model_name_or_path:
-                raise ValueError("network.pretrained_model_name_or_path is required")
-            tokenizer = load_tokenizer(spec.pretrained_model_name_or_path)
-        agent = cls.build(
-            spec, tokenizer=tokenizer, runtime=runtime, rollout_mode=manifest.training.rollout_mode if manifest else ""
-        )
-        if env is not None and runtime.index == 0:
-            try:
-                # A weak reference: the env must not keep agent 0 alive after selection replaced it.
-                setattr(env, _FIRST_AGENT, weakref.ref(agent))
-            except AttributeError:  # an env that forbids new attributes: every agent loads its own model
-                pass
+        with torch.random.fork_rng(devices=[]):  # as the copy above: the run's RNG does not move
+            agent = cls.build(spec, tokenizer=first.tokenizer, runtime=runtime, rollout_mode=rollout_mode)
+        agent.copy_policy_from(first)  # every member starts from agent 0's policy (its LoRA init)
         return agent
 
     @classmethod

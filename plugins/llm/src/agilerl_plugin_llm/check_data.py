@@ -41,7 +41,10 @@ def _mapping(env: Any, objective: str) -> dict[str, str]:
     """expected column -> actual column, as the run applies ``columns`` for ``objective``."""
     columns = dict(getattr(env, "columns", None) or {})
     if objective == "rollout":
-        return columns  # rollout rows: {ours: theirs} (agilerl_plugin_llm.rollout.sources._read_rows)
+        # AgileRL's {dataset column: role} ({nums: question}); {role: column} is accepted too
+        # (agilerl_plugin_llm.rollout.sources.column_copies)
+        roles = {"question", "prompt", "answer"}
+        return {**{k: v for k, v in columns.items() if k in roles}, **{v: k for k, v in columns.items() if v in roles}}
     out: dict[str, str] = {}
     expected = {"prompt", "response", "chosen", "rejected", "messages"}
     for key, value in columns.items():

@@ -30,29 +30,38 @@ class ExportError(AgileRLError):
 
 def find_checkpoint(source: str | Path) -> Path:
     """``source`` itself if it is a file; in a run directory, ``elite.pt`` else its newest checkpoint."""
+    from agilerl.checkpoint import no_checkpoint
+
     path = Path(source).expanduser()
     if path.is_file():
         return path
     if not path.is_dir():
-        raise ExportError(f"{str(path)!r} is neither a checkpoint file nor a run directory")
+        raise no_checkpoint(path)
     elite = path / "elite.pt"
     if elite.is_file():
         return elite
     found = sorted(path.glob("*.pt"), key=lambda p: p.stat().st_mtime)
     if not found:
-        raise ExportError(f"the run directory {str(path)!r} holds no checkpoint (elite.pt or *.pt)")
+        raise no_checkpoint(path, "elite.pt and *.pt")
     return found[-1]
 
 
-def load_policy(source: str | Path, *, agent_index: int = 0) -> tuple[Any, Any, Path]:
-    """``(agent, manifest, checkpoint_path)``: population member ``agent_index`` rebuilt from a checkpoint."""
+def load_policy(source: str | Path, *, agent_index: int = 0, trust: bool = False) -> tuple[Any, Any, Path]:
+    """``(agent, manifest, checkpoint_path)``: population member ``agent_index`` rebuilt from a checkpoint.
+
+    Code the stored manifest names (a rubric or reward file, an env entrypoint) is imported only if
+    a plugin registers it, or with ``trust`` (``--trust-checkpoint``): core's trust rule.
+    """
     from agilerl import checkpoint
     from agilerl.models import load_manifest
+    from agilerl.trust import require_trust
     from agilerl_plugin_llm.builder import LLMBuilder
     from agilerl_plugin_llm.model import load_tokenizer
 
     path = find_checkpoint(source)
     payload = checkpoint.load(path)
+    require_trust(str(path), payload.get("manifest") or {}, trusted=trust, doing="exporting",
+                  remedy="Pass --trust-checkpoint (trust=True in Python) if you wrote this checkpoint yourself.")  # fmt: skip
     manifest = load_manifest(payload["manifest"])
     spec: Any = manifest.algorithm
     if getattr(spec, "paradigm", None) != "llm":
@@ -100,13 +109,14 @@ def export(
     fmt: str = "auto",
     agent_index: int = 0,
     push_to_hub: str | None = None,
+    trust: bool = False,
 ) -> Path:
     """Write population member ``agent_index`` of ``source`` (a run directory or checkpoint) to ``out_dir``."""
     from agilerl_plugin_llm import model as llm_model
 
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    agent, manifest, path = load_policy(source, agent_index=agent_index)
+    agent, manifest, path = load_policy(source, agent_index=agent_index, trust=trust)
     lora = llm_model.is_peft(agent.model)
     if fmt == "auto":
         fmt = "adapter" if lora else "merged"
@@ -144,7 +154,10 @@ def export(
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    out = export(args.source, args.out_dir, fmt=args.format, agent_index=args.agent, push_to_hub=args.push_to_hub)
+    out = export(
+        args.source, args.out_dir, fmt=args.format, agent_index=args.agent, push_to_hub=args.push_to_hub,
+        trust=args.trust_checkpoint,
+    )  # fmt: skip
     print(f"exported to {out}")
     if args.push_to_hub:
         print(f"pushed to https://huggingface.co/{args.push_to_hub}")
@@ -160,6 +173,11 @@ def register_commands(subparsers: Any) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto", help="auto: adapter for LoRA runs, else merged")
     p.add_argument("--agent", type=int, default=0, help="population member to export (default 0: the best)")
     p.add_argument("--push-to-hub", metavar="REPO", help="upload the export to this Hugging Face Hub repo")
+    p.add_argument(
+        "--trust-checkpoint", action="store_true",
+        help="import the code the checkpoint's stored manifest names (rubric files, env entrypoints) even if no "
+        "plugin registers it",
+    )  # fmt: skip
     p.set_defaults(handler=cmd_export)
 
 

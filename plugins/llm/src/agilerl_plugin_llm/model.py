@@ -127,6 +127,71 @@ def peft_lora_config(lora_config: Any) -> Any:
     return LoraConfig(**kwargs)
 
 
+#: Attributes holding a multimodal checkpoint's non-text towers (HF ``*ForConditionalGeneration``
+#: models, Gemma 3n/4's per-modality embedders), on the model or one level down (``model.model``).
+MULTIMODAL_TOWERS = ("vision_tower", "audio_tower", "multi_modal_projector", "embed_vision", "embed_audio")
+#: The config entries that describe those towers (cleared with them, so a merged export is text-only).
+_TOWER_CONFIGS = ("vision_config", "audio_config")
+
+
+def strip_multimodal_towers(model: Any) -> dict[str, int]:
+    """Drop the vision/audio towers of a multimodal causal LM (text-only RL never runs them).
+
+    Each tower found (:data:`MULTIMODAL_TOWERS`, on the model or on ``model.model``) is set to None,
+    which frees its weights, and the config's ``vision_config``/``audio_config`` are cleared so a
+    saved copy is a text-only model. Returns ``{path: parameters freed}`` (empty: nothing to strip).
+    """
+    freed: dict[str, int] = {}
+    holders = [(model, "")]
+    inner = getattr(model, "model", None)
+    if isinstance(inner, torch.nn.Module) and inner is not model:
+        holders.append((inner, "model."))
+    for holder, prefix in holders:
+        for attr in MULTIMODAL_TOWERS:
+            tower = getattr(holder, attr, None)
+            if isinstance(tower, torch.nn.Module):
+                freed[prefix + attr] = sum(p.numel() for p in tower.parameters())
+                setattr(holder, attr, None)
+    if freed:
+        for config in {id(c): c for c in (getattr(h, "config", None) for h, _ in holders) if c is not None}.values():
+            for key in _TOWER_CONFIGS:
+                if getattr(config, key, None) is not None:
+                    setattr(config, key, None)
+        log.info("strip_multimodal_towers: dropped %s (%d parameters)", ", ".join(freed), sum(freed.values()))
+    return freed
+
+
+def scoped_lora_targets(model: Any, target_modules: str | list[str], scope: str) -> list[str]:
+    """AgileRL's ``lora_target_scope``: the module paths LoRA targets, only under ``scope``.
+
+    ``target_modules`` names projections (``q_proj``; ``q_proj.linear``, the inner layer of Gemma's
+    ClippableLinear, means the same) or ``all-linear``; the result lists every linear layer whose path
+    has ``scope`` as a component (``language_model``: the text decoder of a multimodal model) and ends
+    in one of those names (or in ``<name>.linear``), as full paths peft matches exactly.
+    """
+    token = scope.strip(".")
+    names = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+    wanted = {n.removesuffix(".linear") for n in names}
+    found: list[str] = []
+    for key, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or token not in key.split("."):
+            continue
+        parts = key.split(".")
+        leaf = parts[-2] if parts[-1] == "linear" and len(parts) > 1 else parts[-1]
+        if "all-linear" in wanted:
+            if leaf != "lm_head":
+                found.append(key)
+        elif leaf in wanted:
+            found.append(key)
+    if not found:
+        under = [k for k, _ in model.named_modules() if token in k.split(".")][:3]
+        raise ModelLoadError(
+            f"lora_target_scope {scope!r}: no linear layer under it matches target_modules {target_modules!r} "
+            f"(modules under the scope: {under or 'none'}); check both against the model's module names"
+        )
+    return found
+
+
 def training_dtype(device: str | torch.device, *, lora: bool) -> torch.dtype | None:
     """The dtype weights are loaded in for training (None: the checkpoint's own).
 
@@ -182,6 +247,8 @@ def load_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     quantization: str | Mapping[str, Any] | None = None,
+    lora_target_scope: str | None = None,
+    strip_towers: bool = False,
 ) -> Any:
     """Load a causal LM for training.
 
@@ -191,7 +258,9 @@ def load_model(
     Without LoRA every weight trains and the caller keeps a frozen copy when it needs a reference.
     ``quantization`` (QLoRA, on a CUDA GPU or the CPU): the base is loaded 4-/8-bit through bitsandbytes
     (:func:`bnb_config`), prepared with peft's ``prepare_model_for_kbit_training`` and trained
-    through the LoRA adapter.
+    through the LoRA adapter. ``strip_towers`` (AgileRL's ``strip_multimodal_towers``) drops a
+    multimodal model's vision/audio towers first (:func:`strip_multimodal_towers`);
+    ``lora_target_scope`` limits LoRA to the modules under that path (:func:`scoped_lora_targets`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -228,6 +297,8 @@ def load_model(
     if max_model_len is not None and limit is not None and max_model_len > limit:
         log.warning("max_model_len %d exceeds the model's max_position_embeddings %d", max_model_len, limit)
     model.config.use_cache = False
+    if strip_towers and not strip_multimodal_towers(model):
+        log.warning("strip_multimodal_towers: %s has no vision/audio towers to drop", path)
     if quantized:
         from peft import prepare_model_for_kbit_training
 
@@ -250,6 +321,8 @@ def load_model(
     from peft import get_peft_model
 
     peft_cfg = peft_lora_config(lora_config)
+    if lora_target_scope:
+        peft_cfg.target_modules = scoped_lora_targets(model, peft_cfg.target_modules, lora_target_scope)
     with warnings.catch_warnings():
         # peft probes the deprecated `is_gradient_checkpointing` on transformers 5: noise, not a problem.
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -371,6 +444,8 @@ __all__ = [
     "peft_lora_config",
     "reference_policy",
     "resolve_model_path",
+    "scoped_lora_targets",
+    "strip_multimodal_towers",
     "trainable_state",
     "training_dtype",
 ]

@@ -83,7 +83,13 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     use_separate_reference_adapter: bool = True
     calc_position_embeddings: bool = True
     gradient_checkpointing: bool = True
-    use_liger_loss: bool = True
+    use_liger_loss: Annotated[
+        bool,
+        Field(description="Liger's effect without its GPU kernels: log-probs are computed from lm_head in chunks "
+                          "of rows (chunk_rows, default a ~256 MB float32 logit tile) under activation "
+                          "checkpointing, so the [tokens, vocab] logits are never all in memory. Same result; "
+                          "false: all scored tokens' logits at once (slightly faster for small vocabularies)."),
+    ] = True  # fmt: skip
     use_liger_kernel: bool | None = None
     use_mamba_kernels: bool | None = None
     cast_logprobs_to_fp32: bool = True
@@ -92,8 +98,17 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     activation_offload: bool = False
     moe_lora_recompute: bool | None = None
     use_sequence_packing: bool = False
-    lora_target_scope: str | None = None
-    chunk_rows: Annotated[int | None, Field(ge=1)] = None
+    lora_target_scope: Annotated[
+        str | None,
+        Field(description="LoRA targets only the modules under this path component, e.g. language_model: the "
+                          "text decoder of a multimodal model, not its vision/audio towers. target_modules "
+                          "names projections (q_proj, or q_proj.linear for Gemma's ClippableLinear) or all-linear."),
+    ] = None  # fmt: skip
+    chunk_rows: Annotated[
+        int | None,
+        Field(ge=1, description="Rows (scored tokens) per chunk of the log-prob computation; set, it chunks even "
+                                "with use_liger_loss: false. Default: the ~256 MB tile (128 to 4096 rows)."),
+    ] = None  # fmt: skip
     attn_implementation: str | None = None
     micro_batch_size_per_gpu: Annotated[int | None, Field(ge=1)] = None
     mini_batch_size: Annotated[int | None, Field(ge=1)] = None

@@ -156,6 +156,57 @@ def build_tiny_model(
     return out
 
 
+def build_tiny_multimodal_model(path: str | Path, *, seed: int = 0, initializer_range: float = 0.2) -> Path:
+    """A tiny multimodal causal LM (Gemma 4 layout: a text decoder under ``model.language_model``, a
+    vision tower and an audio tower whose projections are ClippableLinear-wrapped, and their
+    embedders) with the tiny tokenizer, ``save_pretrained`` into ``path``. ~2-layer, 64-wide text
+    model; one-layer 32-wide towers. ``AutoModelForCausalLM`` loads it as
+    ``Gemma4ForConditionalGeneration``, as it loads ``google/gemma-4-E4B-it``."""
+    import torch
+    from transformers import (
+        AutoModelForCausalLM,
+        Gemma4AudioConfig,
+        Gemma4Config,
+        Gemma4TextConfig,
+        Gemma4VisionConfig,
+    )
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    vocab = len(tokenizer)
+    text = Gemma4TextConfig(
+        vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        hidden_size_per_layer_input=8, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=2048, initializer_range=initializer_range, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    vision = Gemma4VisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+        head_dim=16, position_embedding_size=64,
+    )  # fmt: skip
+    audio = Gemma4AudioConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[8, 4],
+        output_proj_dims=32,
+    )  # fmt: skip
+    # The image/audio marker ids only need to exist in the vocabulary (text-only runs never emit them).
+    markers = {"boi_token_id": 1, "eoi_token_id": 2, "image_token_id": 3, "video_token_id": 3,
+               "boa_token_id": 1, "eoa_token_index": 2, "audio_token_id": 3}  # fmt: skip
+    config = Gemma4Config(
+        text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict(),
+        tie_word_embeddings=True, **markers,
+    )  # fmt: skip
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def _tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding a tiny causal LM + tokenizer (ChatML template), built once per session.
 

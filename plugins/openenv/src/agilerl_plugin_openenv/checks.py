@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 _VAR = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
-_SECRET_KEYS = re.compile(r"token|key|secret|pass|auth|sig|cred|session", re.I)
 
 
 def _literal(value: str) -> bool:
@@ -17,15 +16,22 @@ def _literal(value: str) -> bool:
 
 
 def url_credentials(url: str) -> list[str]:
-    """What in ``url`` is a literal credential (a password, a secret-looking query value), by name only."""
+    """What in ``url`` is written out that may be a secret, by name only (never the value).
+
+    Every user-info part (``http://TOKEN@host``: a token as the user name is as secret as a
+    password) and every query value (``?pw=...&code=...``: no key name tells a secret from a
+    setting) counts: a literal one would be printed by ``validate`` and stored with the manifest
+    in every checkpoint and the run directory. ``${VARIABLE}`` (read from the environment when the
+    run starts) is the way to pass them.
+    """
     try:
         parts = urlsplit(url if "://" in url else "http://" + url)
-        password = parts.password
+        username, password = parts.username, parts.password
     except ValueError:
         return []
-    found = ["a password"] if password is not None and _literal(password) else []
-    found += [f"the query parameter {k!r}" for k, v in parse_qsl(parts.query, keep_blank_values=True)
-              if _SECRET_KEYS.search(k) and _literal(v)]  # fmt: skip
+    found = ["the user name"] if username and _literal(unquote(username)) else []
+    found += ["a password"] if password is not None and _literal(unquote(password)) else []
+    found += [f"the query parameter {k!r}" for k, v in parse_qsl(parts.query, keep_blank_values=True) if _literal(v)]
     return found
 
 

@@ -44,6 +44,11 @@ def agilerl_register_commands(subparsers: argparse._SubParsersAction[Any]) -> No
         "steps, but a slow step stalls other sessions), a worker thread per session, or auto (inline "
         "while steps stay under 0.5 ms on average, then a thread; default)",
     )
+    p.add_argument(
+        "--max-message-bytes", type=int, default=1024 * 1024, metavar="N",
+        help="largest request body or WebSocket frame taken (default 1 MiB); a larger frame is answered with an "
+        "error, one over 4x closes the connection",
+    )  # fmt: skip
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(handler=_serve_env)
 
@@ -63,6 +68,8 @@ def _serve_env(args: argparse.Namespace) -> int:
             raise ServeEnvError("--env-config must be a JSON object of keyword arguments")
     if args.max_concurrent_envs < 1:
         raise ServeEnvError("--max-concurrent-envs must be at least 1")
+    if args.max_message_bytes < 1024:
+        raise ServeEnvError(f"--max-message-bytes must be at least 1024, got {args.max_message_bytes}")
     if not 0 <= args.port <= 65535:
         raise ServeEnvError(f"--port must be between 0 and 65535, got {args.port}")
     from agilerl_plugin_openenv.server import serve
@@ -76,5 +83,6 @@ def _serve_env(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         execution=args.execution,
         announce=lambda line: print(line, flush=True),
+        max_message_bytes=args.max_message_bytes,
     )
     return 0

@@ -72,6 +72,108 @@ class _QuietDisconnects:
                 raise
 
 
+#: The largest request body or WebSocket text frame a server takes (``--max-message-bytes``). A
+#: policy's reply is a few kilobytes; this bounds what one client can make the server hold.
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+def _ws_error(message: str, code: str = "INVALID_JSON") -> dict[str, Any]:
+    """An OpenEnv ``WSErrorResponse`` frame (what openenv-core sends for a bad message)."""
+    return {"type": "websocket.send", "text": json.dumps({"type": "error", "data": {"message": message, "code": code}})}
+
+
+class _Limits:
+    """ASGI middleware: size limits, and frames openenv-core's ``/ws`` handler would drop the
+    session for, answered with a protocol error instead (the session goes on).
+
+    * an HTTP request body over ``max_bytes`` gets ``413`` (by ``Content-Length``, or once a
+      streamed body passes the limit);
+    * on a WebSocket, a binary frame, a text frame over ``max_bytes`` or a JSON value that is not
+      an object (a list, a number) is answered with ``{"type": "error", "data": {"message": ...,
+      "code": "INVALID_JSON"}}`` and never reaches the env.
+    """
+
+    def __init__(self, app: Any, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        kind = scope.get("type")
+        if kind == "websocket":
+            await self.app(scope, self._ws_receive(receive, send), send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    def _ws_receive(self, receive: Any, send: Any) -> Any:
+        limit = self.max_bytes
+
+        async def checked() -> Any:
+            while True:
+                message = await receive()
+                if message.get("type") != "websocket.receive":
+                    return message
+                text = message.get("text")
+                if text is None:
+                    await send(_ws_error("binary frames are not part of the protocol: send JSON text frames"))
+                    continue
+                if len(text.encode("utf-8", "surrogatepass")) > limit:
+                    await send(
+                        _ws_error(f"a frame of {len(text)} characters is over this server's limit of {limit} bytes")
+                    )
+                    continue
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    return message  # openenv-core answers invalid JSON itself
+                if not isinstance(value, dict):
+                    await send(_ws_error(
+                        f"a message is a JSON object such as {{\"type\": \"reset\"}}; got a JSON {type(value).__name__}"
+                    ))  # fmt: skip
+                    continue
+                return message
+
+        return checked
+
+    async def _http(self, scope: Any, receive: Any, send: Any) -> None:
+        limit = self.max_bytes
+        headers = dict(scope.get("headers") or [])
+        try:
+            declared = int(headers.get(b"content-length", b"0") or 0)
+        except ValueError:
+            declared = 0
+        refused = False
+
+        async def too_large() -> None:
+            nonlocal refused
+            refused = True
+            body = json.dumps({"detail": f"request body over this server's limit of {limit} bytes"}).encode()
+            await send({"type": "http.response.start", "status": 413,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
+
+        if declared > limit:
+            await too_large()
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message.get("type") == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit and not refused:
+                    await too_large()
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Any) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, counted, guarded_send)
+
+
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
     """The part of an ``info`` dict that survives JSON (the rest is dropped, not sent as garbage)."""
     out: dict[str, Any] = {}
@@ -153,6 +255,9 @@ class TextEnvEnvironment(Environment):  # type: ignore[misc,valid-type]
         )
 
     def _step(self, text: str) -> TextObservation:
+        if self._state.episode_id is None:
+            # The env has no episode yet: stepping it would answer for a game nobody started.
+            raise ServeEnvError("step before reset: a session's first message must be reset")
         obs, reward, terminated, truncated, info = self._check_step(self._env.step(text), self._env)
         self._state.step_count += 1
         return TextObservation(
@@ -298,13 +403,20 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Any, log_level: str) -> Any:
+def _uvicorn_server(app: Any, log_level: str, max_message_bytes: int = MAX_MESSAGE_BYTES) -> Any:
     import uvicorn
 
     # The sans-I/O websockets implementation closes sessions quietly; uvicorn's default one logs a
     # traceback for every client that disconnects, which is noise for a training server.
+    # A frame up to 4x the limit is read and answered with an error (the session goes on); a larger
+    # one closes the connection (1009, message too big) before it is buffered.
     config = uvicorn.Config(
-        _QuietDisconnects(app), log_level=log_level, ws="websockets-sansio", lifespan="on", access_log=False
+        _QuietDisconnects(_Limits(app, max_message_bytes)),
+        log_level=log_level,
+        ws="websockets-sansio",
+        ws_max_size=4 * max_message_bytes,
+        lifespan="on",
+        access_log=False,
     )
     return uvicorn.Server(config)
 
@@ -319,24 +431,28 @@ def serve(
     log_level: str = "warning",
     execution: Execution = "auto",
     announce: Callable[[str], None] = print,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> None:
     """Serve ``entrypoint`` until interrupted (what ``agilerl serve-env`` runs)."""
     app = make_app(entrypoint, max_concurrent_envs=max_concurrent_envs, env_config=env_config, execution=execution)
     sock = bind_socket(host, port)
     for line in startup_lines(entrypoint, host, sock.getsockname()[1], max_concurrent_envs):
         announce(line)
-    server = _uvicorn_server(app, log_level)
+    server = _uvicorn_server(app, log_level, max_message_bytes)
     server.run(sockets=[sock])
 
 
 class ServedEnv:
     """A server running in a background thread of this process (tests, benchmarks, notebooks)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:  # fmt: skip
         self._sock = bind_socket(host, port)
         self.port: int = self._sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
-        self._server = _uvicorn_server(app, log_level)
+        self._server = _uvicorn_server(app, log_level, max_message_bytes)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     def start(self) -> ServedEnv:

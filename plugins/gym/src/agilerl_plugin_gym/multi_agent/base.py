@@ -19,6 +19,7 @@ from gymnasium import spaces
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.sections import NetworkSpec
+from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.inference import MultiAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.optim import Adam
@@ -118,6 +119,7 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
         """
         scores: list[float] = []
         n_agents = len(self.agent_ids)
+        ticker = EvalTicker(env.num_envs * max(1, loop))  # progress lines while a long evaluation runs
         for i in range(max(1, loop)):
             obs, _ = env.reset(seed=None if seed is None else seed + i)
             returns = np.zeros((env.num_envs, n_agents), dtype=np.float64)
@@ -129,8 +131,10 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
                 returns[live] += np.stack([rewards[a] for a in self.agent_ids], axis=1)[live]
                 finished |= infos["episode_done"]
                 steps += 1
+                ticker.tick(int(finished.sum()))
                 if max_steps is not None and steps >= max_steps:
                     break
+            ticker.end_round(int(finished.sum()))
             scores.extend(self.episode_score(returns).tolist())
         return float(np.mean(scores))
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec, NetworkSpec
+from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
@@ -239,6 +240,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         runs until every sub-env has finished its first episode (or ``max_steps`` vector steps).
         """
         means = []
+        ticker = EvalTicker(env.num_envs * loop)  # progress lines while a long evaluation runs
         for i in range(loop):
             obs, _ = env.reset(seed=None if seed is None else seed + i)
             n = env.num_envs
@@ -252,7 +254,9 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
                 total += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated
                 steps += 1
+                ticker.tick(int(finished.sum()))
                 if max_steps is not None and steps >= max_steps:
                     break
+            ticker.end_round(int(finished.sum()))
             means.append(float(total.mean()))
         return float(np.mean(means))

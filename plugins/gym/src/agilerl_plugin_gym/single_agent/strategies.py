@@ -36,6 +36,7 @@ import numpy as np
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_gym.buffers import ReplayBuffer
 from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
+from agilerl_plugin_gym.engine.evaluation import eval_step_cap, evaluation_progress
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
 from agilerl_plugin_gym.engine.replay_per import (
@@ -76,8 +77,15 @@ class GymStrategy(TrainingStrategy):
 
     def evaluate(self, agent: Any, run: Run) -> float:
         t = run.manifest.training
-        seed = None if run.seed is None else run.seed + 10_000
-        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=seed))
+        # Bounded: eval_steps, else the env's own episode limit, else a default cap (said once).
+        cap = eval_step_cap(
+            t.eval_steps,
+            run.eval_env,
+            label=run.manifest.environment.label,
+            said=vars(self).setdefault("eval_cap_said", set()),
+        )
+        with evaluation_progress(enabled=run.progress, label=f"member {agent.index}"):
+            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=run.eval_seed))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.errors import AgileRLError
 from agilerl_plugin_llm import distributed, fsdp
 from agilerl_plugin_llm import model as llm_model
+from agilerl_plugin_llm.logprobs import auto_chunk_rows, token_logprobs
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 Batch = dict[str, torch.Tensor]
@@ -51,9 +51,18 @@ def _decoder(base: Any) -> Any:
     return decoder if isinstance(decoder, torch.nn.Module) else None
 
 
+def final_softcap(base: Any) -> float | None:
+    """The model's ``final_logit_softcapping`` (Gemma 2-4), on its text config for multimodal models."""
+    config = getattr(base, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(text, "final_logit_softcapping", None) or getattr(config, "final_logit_softcapping", None)
+    return float(cap) if isinstance(cap, (int, float)) and cap else None
+
+
 def scale_logits(base: Any, logits: torch.Tensor) -> torch.Tensor:
     """What the model's own forward does to ``lm_head``'s output that the decoder + ``lm_head`` path skips:
-    Granite divides by ``config.logits_scaling``, Cohere multiplies by ``logit_scale``."""
+    Granite divides by ``config.logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma soft-caps
+    (``cap * tanh(logits / cap)``)."""
     config = getattr(base, "config", None)
     granite = getattr(config, "logits_scaling", None)
     if isinstance(granite, (int, float)) and granite != 1.0:
@@ -61,6 +70,9 @@ def scale_logits(base: Any, logits: torch.Tensor) -> torch.Tensor:
     cohere = getattr(base, "logit_scale", getattr(config, "logit_scale", None))
     if isinstance(cohere, (int, float)) and cohere != 1.0:
         logits = logits * float(cohere)
+    cap = final_softcap(base)
+    if cap is not None:
+        logits = torch.tanh(logits / cap) * cap
     return logits
 
 
@@ -72,6 +84,7 @@ def sequence_logprobs(
     *,
     temperature: float = 1.0,
     position_ids_from_mask: bool = True,
+    chunk_rows: int | None = None,
 ) -> torch.Tensor:
     """Per-token log-probabilities of the tokens selected by ``loss_mask`` (shape ``[B, T]``, zeros elsewhere).
 
@@ -82,7 +95,9 @@ def sequence_logprobs(
     ``loss_mask[b, t]`` marks token ``t`` as one the policy produced (a response token). Position
     ``t`` is predicted from the logits at ``t - 1``. To keep memory small, the vocabulary projection
     runs only at the positions that predict a selected token (``[N, V]`` rather than ``[B, T, V]``)
-    when the model exposes its decoder and ``lm_head``; otherwise the full logits are used.
+    when the model exposes its decoder and ``lm_head``; otherwise the full logits are used. With
+    ``chunk_rows`` (``use_liger_loss`` / ``chunk_rows``) even ``[N, V]`` is never held: see
+    :func:`agilerl_plugin_llm.logprobs.token_logprobs`.
     """
     targets = input_ids[:, 1:]
     select = loss_mask[:, 1:].bool()
@@ -93,7 +108,6 @@ def sequence_logprobs(
     base = model.get_base_model() if llm_model.is_peft(model) else model
     decoder = _decoder(base)
     lm_head = getattr(base, "lm_head", None)
-    softcap = getattr(getattr(base, "config", None), "final_logit_softcapping", None)
     extra: dict[str, Any] = {}
     mask_arg: torch.Tensor | None = attention_mask
     if bool((attention_mask.cumprod(-1) == attention_mask).all()):
@@ -103,19 +117,21 @@ def sequence_logprobs(
         mask_arg = None
     elif position_ids_from_mask:
         extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    if decoder is not None and lm_head is not None and not softcap:
+    if decoder is not None and lm_head is not None:
         hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
-        logits = scale_logits(base, lm_head(hidden[:, :-1][select]))
-    else:
-        out_all = model(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra)
-        logits = out_all.logits[:, :-1][select]
-        if sharded and not bool(select.any()):
-            return out + 0.0 * out_all.logits.sum()  # a backward through every FSDP unit, of zeros
-    if temperature != 1.0:
-        logits = logits / temperature
-    # cross_entropy = -log_softmax gathered at the target: one fused op, no [N, V] log-prob copy.
-    token_logprobs = -F.cross_entropy(logits.float(), targets[select], reduction="none")
-    out[:, 1:][select] = token_logprobs
+        out[:, 1:][select] = token_logprobs(
+            hidden[:, :-1][select],
+            lambda rows: scale_logits(base, lm_head(rows)),
+            targets[select],
+            temperature=temperature,
+            chunk_rows=chunk_rows,
+        )
+        return out
+    out_all = model(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra)
+    if sharded and not bool(select.any()):
+        return out + 0.0 * out_all.logits.sum()  # a backward through every FSDP unit, of zeros
+    logits = out_all.logits[:, :-1][select]
+    out[:, 1:][select] = token_logprobs(logits, lambda rows: rows, targets[select], temperature=temperature)
     return out
 
 
@@ -185,6 +201,20 @@ class LLMAlgorithm(AlgorithmBase):
             fsdp.shard(self.model, self.fsdp_config)
         self.optimizer = self._make_optimizer()
 
+    @property
+    def logit_chunk_rows(self) -> int | None:
+        """Rows per chunk of the log-prob computation (None: unchunked): ``chunk_rows``, else with
+        ``use_liger_loss`` (AgileRL's default) the size of a ~256 MB float32 logit tile."""
+        explicit = getattr(self.spec, "chunk_rows", None)
+        if explicit is not None:
+            return int(explicit)
+        if not getattr(self.spec, "use_liger_loss", False):
+            return None
+        base = self.model.get_base_model() if llm_model.is_peft(self.model) else self.model
+        head = getattr(base, "lm_head", None)
+        vocab = getattr(head, "out_features", None) or getattr(getattr(base, "config", None), "vocab_size", 0)
+        return auto_chunk_rows(int(vocab or 0))
+
     def _load_policy(self) -> Any:
         spec = self.spec
         if not spec.pretrained_model_name_or_path:
@@ -200,6 +230,8 @@ class LLMAlgorithm(AlgorithmBase):
             attn_implementation=spec.attn_implementation,
             device=self.device,
             quantization=getattr(spec, "quantization", None),
+            lora_target_scope=spec.lora_target_scope,
+            strip_towers=bool(getattr(spec, "strip_multimodal_towers", False)),
         )
 
     @property
@@ -289,6 +321,7 @@ class LLMAlgorithm(AlgorithmBase):
         """Per-token log-probs of ``batch["loss_mask"]`` tokens under the policy (or the reference)."""
         ids, am, lm = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
         kwargs.setdefault("position_ids_from_mask", bool(getattr(self, "calc_position_embeddings", True)))
+        kwargs.setdefault("chunk_rows", self.logit_chunk_rows)
         if reference:
             with self.reference() as ref:
                 return sequence_logprobs(ref, ids, am, lm, **kwargs)

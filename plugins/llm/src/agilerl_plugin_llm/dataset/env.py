@@ -125,12 +125,13 @@ def load_rows(spec: LLMEnvSpec) -> list[dict[str, Any]]:
         if local.exists():
             ds = _load_path(local, f"environment.{field_name}")
         else:
-            ds = load_cached_dataset(name, f"environment.{field_name}")
+            ds = load_cached_dataset(name, f"environment.{field_name}", config=spec.hf_dataset_config)
     return _to_rows(ds, spec)
 
 
-def load_cached_dataset(name: str, what: str) -> Any:
-    """Dataset ``name``'s training split from the local Hugging Face caches only (never downloads).
+def load_cached_dataset(name: str, what: str, *, config: str | None = None) -> Any:
+    """Dataset ``name``'s training split (of configuration ``config``) from the local Hugging Face caches
+    only (never downloads).
 
     Tries ``datasets``' own cache with the hub forced offline, then a hub-cache snapshot (e.g. fetched
     with ``huggingface-cli download --repo-type dataset <id>``) read from its data files.
@@ -139,7 +140,7 @@ def load_cached_dataset(name: str, what: str) -> Any:
 
     try:
         with _offline():
-            return datasets.load_dataset(name, split="train")
+            return datasets.load_dataset(name, config, split="train")
     except Exception as exc:
         snapshot = _hub_snapshot(name)
         if snapshot is not None:

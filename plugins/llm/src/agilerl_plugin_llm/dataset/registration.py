@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl_plugin_llm.specs import DPOSpec, LLMEnvSpec, SFTSpec
+from agilerl_plugin_llm.dataset.specs import DPOSpec, SFTSpec
+from agilerl_plugin_llm.specs import LLMEnvSpec
 
 MAKE_LLM_ENV = "agilerl_plugin_llm.dataset.env:make_llm_env"
 FUNCTIONS = {"make_llm_env": MAKE_LLM_ENV}
 
 
 def register_algorithms(register: Any) -> None:
-    register(SFTSpec, algorithm="agilerl_plugin_llm.algorithms.sft:SFT")
-    register(DPOSpec, algorithm="agilerl_plugin_llm.algorithms.dpo:DPO")
+    register(SFTSpec, algorithm="agilerl_plugin_llm.dataset.sft:SFT")
+    register(DPOSpec, algorithm="agilerl_plugin_llm.dataset.dpo:DPO")
 
 
 def register_env_types(register: Any) -> None:

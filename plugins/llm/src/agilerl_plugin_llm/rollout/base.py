@@ -10,6 +10,7 @@ each turn, every unfinished episode's context goes to the generation backend in 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,8 +30,16 @@ from agilerl_plugin_llm.rollout.generation import (
     cut_at_stop_string,
     select_backend,
 )
-from agilerl_plugin_llm.rollout.harness import RolloutHarness, Trajectory, stop_token_ids
+from agilerl_plugin_llm.rollout.harness import (
+    NoRoomToGenerateError,
+    RolloutHarness,
+    Trajectory,
+    no_room_message,
+    stop_token_ids,
+)
 from agilerl_plugin_llm.rollout.kv import has_dropout, shared_prefix_logprobs, supports_shared_prefix
+
+log = logging.getLogger("agilerl.llm.rollout")  # under "agilerl": the CLI shows it
 
 
 def collect(
@@ -60,6 +69,7 @@ def collect(
         for i, result in zip(waiting, resets, strict=True):
             if i in started:
                 harnesses[i].begin(result)
+        _check_room([harnesses[i] for i in started])
         _play([harnesses[i] for i in started], backend, sampling, run,
               None if generation_seed is None else generation_seed + 104_729 * wave)  # fmt: skip
         for i in started:
@@ -70,6 +80,24 @@ def collect(
                 harnesses[i].close()
         wave += 1
     return [t for t in out if t is not None]
+
+
+_warned_no_room = False
+
+
+def _check_room(harnesses: Sequence[RolloutHarness]) -> None:
+    """No prompt may silently fill the context: all of a batch is an error, some a warning (once)."""
+    global _warned_no_room
+    full = [h for h in harnesses if h.no_room]
+    if not full:
+        return
+    h = full[0]
+    message = no_room_message([x.prompt_len for x in full], h.max_model_len, h.max_output_tokens)
+    if len(full) == len(harnesses):
+        raise NoRoomToGenerateError(message)
+    if not _warned_no_room:
+        _warned_no_room = True
+        log.warning("%d of %d episodes: %s; those episodes score nothing", len(full), len(harnesses), message)
 
 
 def _play(harnesses: Sequence[RolloutHarness], backend: GenerationBackend, sampling: SamplingConfig,
@@ -364,6 +392,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         if "group_id" not in batch or not supports_shared_prefix(self.model):
             return super().logprobs(batch, reference=reference, **kwargs)
         args = (batch["input_ids"], batch["attention_mask"], batch["loss_mask"], batch["prefix_len"], batch["group_id"])
+        kwargs.setdefault("chunk_rows", self.logit_chunk_rows)
         if reference:
             with self.reference() as ref:
                 return shared_prefix_logprobs(ref, *args, **kwargs)

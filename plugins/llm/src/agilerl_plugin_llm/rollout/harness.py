@@ -27,6 +27,21 @@ from agilerl_plugin_llm.envs import TextEnv, check_reset, check_step, format_obs
 _PLACEHOLDER = "\u2063AGILERL_REPLY\u2063"
 
 
+class NoRoomToGenerateError(AgileRLError):
+    """Every prompt of a batch fills the context budget: the policy could write no token."""
+
+
+def no_room_message(prompt_lens: list[int], max_model_len: int, max_output_tokens: int) -> str:
+    longest, shortest = max(prompt_lens), min(prompt_lens)
+    size = f"{longest} tokens" if longest == shortest else f"{shortest} to {longest} tokens"
+    return (
+        f"the prompt leaves no room to generate: it is {size} (system prompt, tools and the env's first "
+        f"message as the chat template renders them) and network.max_context_length is {max_model_len}, so "
+        f"every completion would have 0 tokens. Raise network.max_context_length to at least "
+        f"{longest + max_output_tokens} (prompt + max_output_tokens {max_output_tokens}), or shorten the prompt"
+    )
+
+
 class ChatTemplateError(AgileRLError):
     """The tokenizer cannot render the conversation (no chat template, or a broken one)."""
 
@@ -144,6 +159,8 @@ class RolloutHarness:
         self.terminated = False
         self.truncated = False
         self._ended_with_stop = False
+        #: The prompt alone filled ``max_model_len``: the episode ended before the policy wrote a token.
+        self.no_room = False
         self.info: dict[str, Any] = {}
 
     @property
@@ -213,6 +230,7 @@ class RolloutHarness:
         self.prompt_len = len(ids)
         if self.generation_budget() < 1:
             self.truncated = True  # the prompt alone fills the context: nothing to generate
+            self.no_room = True
         return list(ids)
 
     def context(self) -> list[int]:

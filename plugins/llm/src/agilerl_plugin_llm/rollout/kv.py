@@ -13,9 +13,9 @@ import inspect
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from agilerl_plugin_llm import model as llm_model
+from agilerl_plugin_llm.logprobs import token_logprobs
 
 
 def decoder_and_head(model: Any) -> tuple[Any, Any]:
@@ -230,6 +230,7 @@ def shared_prefix_logprobs(
     group_id: torch.Tensor,
     *,
     temperature: float = 1.0,
+    chunk_rows: int | None = None,
 ) -> torch.Tensor:
     """Per-token log-probs of ``loss_mask`` tokens (``[B, T]``, zeros elsewhere), like
     :func:`agilerl_plugin_llm.algorithms.base.sequence_logprobs`, but each group's common prefix
@@ -264,10 +265,7 @@ def shared_prefix_logprobs(
     hidden = run_decoder(decoder, s_ids, full_mask, plen[:, None] + cols[None, :], cache)
     # Hidden state predicting suffix token j: the prefix's last for j = 0, else suffix position j - 1.
     predict = torch.cat([last[:, None], hidden[:, :-1]], dim=1)
-    logits = head(predict[s_loss])
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = -F.cross_entropy(logits.float(), s_ids[s_loss], reduction="none")
+    logp = token_logprobs(predict[s_loss], head, s_ids[s_loss], temperature=temperature, chunk_rows=chunk_rows)
     out[torch.nonzero(s_loss, as_tuple=True)[0], src[s_loss]] = logp
     return out
 

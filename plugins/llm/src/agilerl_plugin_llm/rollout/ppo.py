@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.algorithms.base import _decoder, scale_logits
+from agilerl_plugin_llm.logprobs import token_logprobs
 from agilerl_plugin_llm.rollout.base import (
     RolloutLLMAlgorithm,
     masked_mean_per_row,
@@ -126,19 +126,24 @@ class LLMPPO(RolloutLLMAlgorithm):
         select = loss_mask[:, 1:].bool()
         base = self._base()
         decoder, lm_head = _decoder(base), getattr(base, "lm_head", None)
-        if decoder is not None and lm_head is not None and not getattr(base.config, "final_logit_softcapping", None):
+        targets = ids[:, 1:][select]
+        if decoder is not None and lm_head is not None:
             hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
             chosen = hidden[:, :-1][select]
-            logits = scale_logits(base, lm_head(chosen))
+            token_logp = token_logprobs(
+                chosen,
+                lambda rows: scale_logits(base, lm_head(rows)),
+                targets,
+                temperature=temperature,
+                chunk_rows=self.logit_chunk_rows,
+            )
         else:
             out = self.model(input_ids=ids, attention_mask=attention, use_cache=False, output_hidden_states=True)
             chosen = out.hidden_states[-1][:, :-1][select]
-            logits = out.logits[:, :-1][select]
-        if temperature != 1.0:
-            logits = logits / temperature
+            token_logp = token_logprobs(out.logits[:, :-1][select], lambda r: r, targets, temperature=temperature)
         logp = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         values = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
-        logp[:, 1:][select] = -F.cross_entropy(logits.float(), ids[:, 1:][select], reduction="none")
+        logp[:, 1:][select] = token_logp
         values[:, 1:][select] = self._ensure_value_head()(chosen.float()).squeeze(-1)
         return logp, values
 

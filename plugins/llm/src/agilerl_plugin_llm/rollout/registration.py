@@ -45,7 +45,9 @@ def register_strategies(register: Any) -> None:
 def register_rollout_sources(register: Any) -> None:
     """The built-in rollout sources, through this plugin's own hook (as any other plugin would)."""
     rows = "agilerl_plugin_llm.rollout.sources:build_dataset_source"
-    check = "agilerl_plugin_llm.check_data:rollout_source_problems"  # rows and rubric, read without running them
+    # Rows and rubric, read without running them; for a catalog name (environment.name: gsm8k) first
+    # whether its dataset is on this machine.
+    check = "agilerl_plugin_llm.rollout.catalog:dataset_source_problems"
     for field in ("dataset", "dataset_path", "hf_dataset_id"):
         register(field, rows, check=check)
     register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")

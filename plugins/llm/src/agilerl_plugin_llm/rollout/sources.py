@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agilerl import plugins
-from agilerl.errors import AgileRLError, DuplicateRegistrationError
+from agilerl.errors import AgileRLError
 from agilerl.imports import get_attribute, import_object, load_file_module
-from agilerl.registry import resolve
+from agilerl.registry import HookTable, resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
 from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
 
@@ -114,25 +113,13 @@ class RolloutSource:
         return list(check(spec, manifest=manifest) if takes_manifest else check(spec))
 
 
+#: Every registered rollout source, by the spec field that selects it (core's generic hook table).
+ROLLOUT_SOURCES = HookTable("agilerl_llm_register_rollout_sources", kind="rollout source")
+
+
 def rollout_sources() -> dict[str, RolloutSource]:
     """Every registered rollout source, by the spec field that selects it."""
-    pm = plugins.get_plugin_manager()
-    caller = getattr(pm.hook, "agilerl_llm_register_rollout_sources", None)
-    table: dict[str, RolloutSource] = {}
-    if caller is None:
-        return table
-    for impl in reversed(caller.get_hookimpls()):
-
-        def register(field: str, build: Any, *, check: Any = None, _provider: str = impl.plugin_name) -> None:
-            old = table.get(field)
-            if old is not None and old.build is not build:
-                raise DuplicateRegistrationError(
-                    f"rollout source {field!r} is registered twice: by {old.provider!r} and by {_provider!r}"
-                )
-            table[field] = RolloutSource(field, build, _provider, check)
-
-        impl.function(register=register)
-    return table
+    return {e.key: RolloutSource(e.key, e.value, e.provider, e.extra.get("check")) for e in ROLLOUT_SOURCES.entries()}
 
 
 def _is_set(value: Any) -> bool:
@@ -236,7 +223,11 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
 
         try:
-            ds = load_cached_dataset(hf_id, "environment.hf_dataset_id" if not named else "environment.dataset")
+            ds = load_cached_dataset(
+                hf_id,
+                "environment.hf_dataset_id" if not named else "environment.dataset",
+                config=getattr(spec, "hf_dataset_config", None),
+            )
         except DatasetError as exc:
             raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
@@ -246,8 +237,8 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         raise RolloutSourceError(f"environment.dataset_path: {path or hf_id} holds no rows (a list of records)")
     columns = getattr(spec, "columns", None) or {}
     if columns:
-        # columns maps our column name to the dataset's: {question: problem, answer: solution}.
-        rows = [{**r, **{ours: r[theirs] for ours, theirs in columns.items() if theirs in r}} for r in rows]
+        copies = column_copies(columns, rows[0], where=path or hf_id)
+        rows = [{**r, **{role: r[col] for col, role in copies.items() if col in r}} for r in rows]
     first = rows[0]
     if not any(c in first for c in QUESTION_COLUMNS):
         raise RolloutSourceError(
@@ -255,6 +246,27 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
             f"(columns: {', '.join(map(str, first))}); map one with columns: {{question: <your column>}}"
         )
     return rows
+
+
+def column_copies(columns: dict[str, str], first: dict[str, Any], *, where: Any) -> dict[str, str]:
+    """``environment.columns`` as ``{dataset column: role}`` (AgileRL's reading: ``{nums: question,
+    target: answer}`` makes the ``nums`` column the question and ``target`` the answer).
+
+    ``{role: dataset column}`` (``{question: nums}``) is accepted too when the key is no column of
+    the dataset; the original columns stay, for prompt templates that name them.
+    """
+    copies: dict[str, str] = {}
+    for key, value in columns.items():
+        if key in first:
+            copies[key] = value
+        elif value in first:
+            copies[value] = key
+        else:
+            raise RolloutSourceError(
+                f"environment.columns: neither {key!r} nor {value!r} is a column of {where} (columns: "
+                f"{', '.join(map(str, first))}); write {{dataset column: role}}, e.g. {{nums: question, target: answer}}"
+            )
+    return copies
 
 
 def split_rows(rows: list[dict[str, Any]], fraction: float | None, seed: int | None) -> tuple[list[Any], list[Any]]:
@@ -482,6 +494,7 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
 
 __all__ = [
     "KNOWN_EXTERNAL_SOURCES",
+    "ROLLOUT_SOURCES",
     "RolloutSource",
     "RolloutSourceError",
     "RubricEnv",

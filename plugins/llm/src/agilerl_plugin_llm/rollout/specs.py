@@ -74,14 +74,12 @@ class VLLMConfig(Spec):
     dtype: str | None = None
     quantization: str | None = None
     strip_multimodal_towers: Annotated[
-        bool, Field(description="Not supported: a text-only copy of a multimodal model for vLLM.")
+        bool,
+        Field(
+            description="Drop a multimodal model's vision/audio towers before training (sets the algorithm's "
+            "strip_multimodal_towers)."
+        ),
     ] = False
-
-    @model_validator(mode="after")
-    def _check(self) -> VLLMConfig:
-        if self.strip_multimodal_towers:
-            raise ValueError("strip_multimodal_towers is not supported; remove it")
-        return self
 
     @property
     def server_url(self) -> str:
@@ -112,6 +110,8 @@ def _fold_vllm_fields(data: Any) -> Any:
         data.setdefault("vllm_gpu_memory_utilization", cfg.gpu_memory_utilization)
         data.setdefault("vllm_sleep_mode", cfg.sleep_mode)
         data["vllm_engine_args"] = {**cfg.engine_args(), **dict(data.get("vllm_engine_args") or {})}
+        if cfg.strip_multimodal_towers:
+            data.setdefault("strip_multimodal_towers", True)
         backend = data.get("generation_backend")
         if cfg.mode == "server" and backend not in (None, "auto", "vllm", "vllm_server"):
             raise ValueError(

@@ -30,7 +30,7 @@ def _accuracy(logits: torch.Tensor) -> torch.Tensor:
 
 
 class DPO(LLMAlgorithm):
-    """DPO (hyperparameters in :class:`agilerl_plugin_llm.specs.DPOSpec`).
+    """DPO (hyperparameters in :class:`agilerl_plugin_llm.dataset.specs.DPOSpec`).
 
     ``beta``: scale of the implicit reward ``log(pi / ref)``. ``nll_alpha``: weight of the chosen
     NLL. ``lr``, ``batch_size`` (pairs per iteration), ``update_epochs``, ``max_grad_norm``,

@@ -19,7 +19,7 @@ def _target_tokens(batch: Batch) -> float:
 
 
 class SFT(LLMAlgorithm):
-    """Supervised fine-tuning (hyperparameters in :class:`agilerl_plugin_llm.specs.SFTSpec`).
+    """Supervised fine-tuning (hyperparameters in :class:`agilerl_plugin_llm.dataset.specs.SFTSpec`).
 
     ``lr``: AdamW learning rate. ``batch_size``: rows per iteration. ``update_epochs``: passes over
     each batch. ``max_grad_norm``: gradient clipping (0: off). ``mini_batch_size`` /

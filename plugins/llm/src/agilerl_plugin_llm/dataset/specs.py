@@ -1,0 +1,115 @@
+"""The dataset (teacher-forced) algorithms' specs: SFT and DPO, and the fields they share.
+
+Pure pydantic, as :mod:`agilerl_plugin_llm.rollout.specs`: importing this module imports neither
+torch nor transformers, so ``agilerl validate`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, ClassVar
+
+from pydantic import Field, model_validator
+
+from agilerl.errors import Problem
+from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
+
+if TYPE_CHECKING:
+    from agilerl.models.manifest import TrainingManifest
+
+
+class DatasetLLMSpec(PluginLLMSpec):
+    """Fields every teacher-forced (dataset) LLM algorithm shares.
+
+    ``batch_size`` is the number of rows (SFT) or preference pairs (DPO) per training iteration;
+    ``training.max_steps`` and ``evo_steps`` count those iterations. Each iteration is split into
+    optimizer steps of ``mini_batch_size`` rows (default: all of them), each accumulated over forward
+    passes of ``micro_batch_size_per_gpu`` rows (default: the whole mini-batch).
+    """
+
+    regime: ClassVar[str] = "dataset"
+    default_env_type: ClassVar[str] = "dataset"
+    #: training.num_epochs: the run stops after that many passes over the training rows (or at
+    #: max_steps, whichever comes first), as in AgileRL's finetune_llm_sft / finetune_llm_preference.
+    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"num_epochs"}
+    #: The dataset env objective this algorithm trains on.
+    objective: ClassVar[str] = "sft"
+
+    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration.")] = 16
+
+    @model_validator(mode="after")
+    def _dataset_checks(self) -> DatasetLLMSpec:
+        problems = llm_algorithm_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
+        problems: list[Problem] = []
+        env = manifest.environment
+        if getattr(env, "env_type", None) != "dataset":
+            problems.append(Problem("environment.env_type", f"{self.name} trains on env_type: dataset"))
+        elif getattr(env, "objective", None) not in (None, type(self).objective):
+            problems.append(Problem(
+                "environment.objective",
+                f"{self.name} trains with objective {type(self).objective!r}, got {env.objective!r}; "  # type: ignore[attr-defined]
+                f"remove the field or set objective: {type(self).objective}",
+            ))  # fmt: skip
+        else:
+            from agilerl_plugin_llm.check_data import dataset_problems
+
+            problems += dataset_problems(env, type(self).objective)
+        problems += model_path_problems(self.pretrained_model_name_or_path)
+        mutation = manifest.mutation
+        if manifest.training.num_epochs is not None and mutation is not None and mutation.probabilities.rl_hp_mut > 0:
+            from agilerl.hpo import resolve_hp_ranges
+
+            if "batch_size" in resolve_hp_ranges(self, mutation):
+                problems.append(Problem(
+                    "training.num_epochs",
+                    "counts passes in iterations of algorithm.batch_size rows, so batch_size cannot be mutated "
+                    "with it; remove batch_size from mutation.rl_hp_selection or remove num_epochs",
+                ))  # fmt: skip
+        return problems
+
+
+class SFTSpec(DatasetLLMSpec):
+    """Supervised fine-tuning: next-token cross-entropy on the response tokens only."""
+
+    objective: ClassVar[str] = "sft"
+    has_reference: ClassVar[bool] = False
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        "batch_size": (1, 32),
+        "lr": (1e-7, 1e-3),
+        "max_grad_norm": (0.01, 10.0),
+    }
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
+
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-5
+    use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
+        False
+    )
+
+
+class DPOSpec(DatasetLLMSpec):
+    """Direct Preference Optimization (Rafailov et al. 2023) with an optional NLL term on chosen."""
+
+    objective: ClassVar[str] = "preference"
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        "batch_size": (1, 32),
+        "lr": (1e-7, 1e-3),
+        "max_grad_norm": (0.01, 10.0),
+        "beta": (0.01, 0.5),
+        "nll_alpha": (0.1, 2.0),
+    }
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
+
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-6
+    beta: Annotated[
+        float, Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref).")
+    ] = 0.1
+    nll_alpha: Annotated[
+        float, Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style).")
+    ] = 1.0
+
+
+__all__ = ["DPOSpec", "DatasetLLMSpec", "SFTSpec"]

@@ -1,0 +1,276 @@
+"""Checkpoints crafted by hand, damaged on disk, or used with the wrong manifest (docs/reliability.md).
+
+The trust rule: code a checkpoint's stored manifest names (a custom env ``entrypoint``, a wrapper,
+gymnasium's ``module:EnvId`` form of ``environment.name``) is imported only when it is registered
+code (the project's or an installed plugin's package) or the user trusts it (the manifest given,
+``--trust-checkpoint``, ``trust=True``). Every entry point that reads a checkpoint is tried with
+every kind of reference; each crafted checkpoint names a marker module that writes a file when
+imported, and is importable (its directory is on ``sys.path``), so only the rule keeps it out.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import agilerl
+from agilerl import checkpoint
+from agilerl.errors import AgileRLError
+from agilerl.training.trainer import LocalTrainer
+
+Run = Callable[..., tuple[int, str, str]]
+
+MASKED = ["agilerl_plugin_gym.pomdp.MaskVelocity"]  # the project's own recurrent-PPO wrapper
+
+
+def _manifest(run_dir: Path, algo: str = "PPO", max_steps: int = 128) -> dict[str, Any]:
+    on_policy = algo == "PPO"
+    return {
+        "algorithm": {"name": algo, "batch_size": 32, "learn_step": 64 if on_policy else 4},
+        "environment": {"name": "CartPole-v1", "num_envs": 2, "sync": True,
+                        **({"env_wrappers": MASKED} if on_policy else {})},
+        "network": {"encoder_config": {"arch": "mlp", "hidden_size": [16]}, "head_config": {"hidden_size": []}},
+        "replay_buffer": {"max_size": 500},
+        "training": {"max_steps": max_steps, "evo_steps": 64, "checkpoint_steps": 64, "pop_size": 1, "seed": 0,
+                     "eval_loop": 1, "progress": False, "run_dir": str(run_dir),
+                     **({} if on_policy else {"learning_delay": 16})},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished PPO run on velocity-masked CartPole (two checkpoints, best/last/elite)."""
+    run_dir = tmp_path_factory.mktemp("ppo") / "run"
+    LocalTrainer.from_manifest(_manifest(run_dir)).train()
+    return run_dir
+
+
+@pytest.fixture
+def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An importable module ``trust_marker`` that writes ``imported`` when imported."""
+    flag = tmp_path / "imported"
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "trust_marker.py").write_text(
+        "import pathlib\n"
+        "import gymnasium as gym\n"
+        f"pathlib.Path({str(flag)!r}).write_text('imported')\n"
+        "def Env(**kwargs):\n"
+        "    return gym.make('CartPole-v1', **kwargs)\n"
+        "class Wrap(gym.Wrapper):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    monkeypatch.delitem(sys.modules, "trust_marker", raising=False)
+    return flag
+
+
+#: Each way a stored manifest can name code.
+CRAFTED: dict[str, tuple[str, dict[str, Any]]] = {
+    "entrypoint": ("environment.entrypoint", {"entrypoint": "trust_marker:Env", "custom": True}),
+    "wrapper": ("environment.env_wrappers", {"env_wrappers": [*MASKED, "trust_marker.Wrap"]}),
+    "module:EnvId": ("environment.name", {"name": "trust_marker:CartPole-v1"}),
+}
+
+
+def _craft(ppo_run: Path, tmp_path: Path, kind: str) -> Path:
+    payload = checkpoint.load(ppo_run / "best.pt")
+    env = payload["manifest"]["environment"]
+    env.update(copy.deepcopy(CRAFTED[kind][1]))
+    out = tmp_path / f"crafted_{kind.replace(':', '_')}.pt"
+    checkpoint.save(out, payload)
+    return out
+
+
+def _entry(name: str, run_cli: Run, ckpt: Path, tmp_path: Path, *extra: str) -> tuple[int, str]:
+    """Run one entry point on ``ckpt``: ``(exit code, error text)``."""
+    if name == "eval":
+        code, _, err = run_cli("eval", ckpt, "--episodes", "1", *extra)
+        return code, err
+    if name == "export-policy":
+        code, _, err = run_cli("export-policy", ckpt, "--format", "torchscript", "-o", tmp_path / "p.pt", *extra)
+        return code, err
+    if name == "resume":
+        code, _, err = run_cli("train", "--resume", ckpt, "--run-dir", tmp_path / "resumed", "--no-progress", *extra)
+        return code, err
+    try:
+        if name == "agilerl.load":
+            agilerl.load(ckpt, trust=bool(extra))
+        else:
+            LocalTrainer.from_checkpoint(ckpt, trust_checkpoint=bool(extra), run_dir=tmp_path / "resumed")
+    except AgileRLError as exc:
+        return 1, str(exc)
+    return 0, ""
+
+
+ENTRIES = ["eval", "export-policy", "resume", "agilerl.load", "LocalTrainer.from_checkpoint"]
+
+
+@pytest.mark.parametrize("kind", list(CRAFTED))
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_code_a_checkpoint_names_is_not_imported_without_trust(
+    entry: str, kind: str, ppo_run: Path, tmp_path: Path, marker: Path, run_cli: Run
+) -> None:
+    ckpt = _craft(ppo_run, tmp_path, kind)
+    code, err = _entry(entry, run_cli, ckpt, tmp_path)
+    assert code == 1 and "names code that" in err and CRAFTED[kind][0] in err, err
+    assert "--trust-checkpoint" in err
+    assert not marker.exists() and "trust_marker" not in sys.modules
+
+
+@pytest.mark.parametrize("entry", ["eval", "agilerl.load"])
+def test_trust_imports_it(entry: str, ppo_run: Path, tmp_path: Path, marker: Path, run_cli: Run) -> None:
+    # The control: the marker is importable, so the refusals above are the rule's doing.
+    ckpt = _craft(ppo_run, tmp_path, "entrypoint")
+    code, err = _entry(entry, run_cli, ckpt, tmp_path, "--trust-checkpoint")
+    assert code == 0, err
+    assert marker.exists()
+
+
+def test_the_manifest_given_replaces_the_stored_one(ppo_run: Path, tmp_path: Path, marker: Path, run_cli: Run) -> None:
+    ckpt = _craft(ppo_run, tmp_path, "wrapper")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump(_manifest(tmp_path / "x")))
+    code, out, err = run_cli("eval", ckpt, "--episodes", "1", "--manifest", mine)
+    assert code == 0 and "1 episode(s)" in out, err
+    agent = agilerl.load(ckpt, manifest=mine)
+    assert agent.manifest.environment.env_wrappers == MASKED
+    assert not marker.exists()
+
+
+def test_the_projects_own_wrapper_needs_no_trust(ppo_run: Path, tmp_path: Path, run_cli: Run) -> None:
+    # Recurrent PPO's built-in MaskVelocity is registered code: every entry point takes it as is.
+    assert checkpoint.load(ppo_run / "best.pt")["manifest"]["environment"]["env_wrappers"] == MASKED
+    assert agilerl.load(ppo_run).manifest.environment.env_wrappers == MASKED
+    code, _, err = run_cli("eval", ppo_run, "--episodes", "1")
+    assert code == 0, err
+    code, _, err = run_cli("export-policy", ppo_run, "--format", "torchscript", "-o", tmp_path / "p.pt")
+    assert code == 0, err
+    LocalTrainer.from_checkpoint(ppo_run / "last.pt", run_dir=tmp_path / "resumed")
+
+
+# --- integrity -----------------------------------------------------------------------------------
+
+
+def test_flipped_bytes_are_detected_and_the_file_named(ppo_run: Path, tmp_path: Path) -> None:
+    src = sorted(ppo_run.glob("checkpoint_*.pt"))[0]
+    data = bytearray(src.read_bytes())
+    mid = len(data) // 2
+    data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
+    bad = tmp_path / src.name
+    bad.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointCorruptError, match=r"is damaged|cannot read") as info:
+        checkpoint.load(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_a_changed_tensor_fails_the_digest(ppo_run: Path, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    payload = checkpoint.load(ppo_run / "last.pt")
+    assert payload["digest"].startswith("sha256:")
+
+    def first_tensor(node: Any) -> Any:
+        if isinstance(node, torch.Tensor) and node.numel():
+            return node
+        items = node.values() if isinstance(node, dict) else node if isinstance(node, list) else []
+        for v in items:
+            found = first_tensor(v)
+            if found is not None:
+                return found
+        return None
+
+    first_tensor(payload["agents"])[..., 0] += 1.0  # one optimizer moment or weight, digest kept
+    bad = tmp_path / "last.pt"
+    torch.save(payload, bad)
+    with pytest.raises(checkpoint.CheckpointCorruptError, match=r"last\.pt is damaged: its contents do not match"):
+        checkpoint.load(bad)
+
+
+def test_a_truncated_newest_checkpoint_falls_back_on_resume(run_cli: Run, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    LocalTrainer.from_manifest(_manifest(run_dir, max_steps=128)).train()
+    ckpts = sorted(run_dir.glob("checkpoint_*.pt"), key=lambda p: p.stat().st_mtime_ns)
+    assert len(ckpts) >= 2
+    newest, older = ckpts[-1], ckpts[-2]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    code, _, err = run_cli("train", "--resume", run_dir, "--no-progress")
+    assert code == 0, err
+    assert f"{newest}" in err and f"falling back to {older}" in err
+
+
+def test_a_zero_byte_best_pt_falls_back_on_eval(ppo_run: Path, tmp_path: Path, run_cli: Run) -> None:
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(ppo_run, run_dir)
+    (run_dir / "best.pt").write_bytes(b"")
+    code, out, err = run_cli("eval", run_dir, "--episodes", "1")
+    assert code == 0, err
+    assert "best.pt is damaged: the file is empty" in err and f"falling back to {run_dir / 'elite.pt'}" in err
+    assert f"checkpoint: {run_dir / 'elite.pt'}" in out
+
+
+def test_no_checkpoint_is_one_message_and_one_exit_code(tmp_path: Path, run_cli: Run) -> None:
+    (tmp_path / "empty").mkdir()
+    tries = [
+        ("eval", tmp_path / "empty"),
+        ("eval", tmp_path / "missing.pt"),
+        ("export-policy", tmp_path / "empty"),
+        ("train", "--resume", tmp_path / "empty"),
+        ("train", "--resume", tmp_path / "missing.pt"),
+    ]
+    for args in tries:
+        code, _, err = run_cli(*args)
+        assert code == 2 and "error: no checkpoint at " in err, (args, err)
+
+
+def test_a_checkpoint_of_another_algorithm_names_the_mismatch(tmp_path: Path, run_cli: Run) -> None:
+    LocalTrainer.from_manifest(_manifest(tmp_path / "dqn", algo="DQN", max_steps=64)).train()
+    ckpt = next((tmp_path / "dqn").glob("checkpoint_*.pt"))
+    rainbow = _manifest(tmp_path / "rainbow", algo="RainbowDQN", max_steps=64)
+    path = tmp_path / "rainbow.yaml"
+    path.write_text(yaml.safe_dump(rainbow))
+    code, _, err = run_cli("train", path, "--resume", ckpt, "--no-progress")
+    assert code == 1 and "holds a DQN population, but the manifest names algorithm RainbowDQN" in err, err
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="holds a DQN population"):
+        agilerl.load(ckpt, manifest=rainbow)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "said"),
+    [(5, "its stored manifest is a int, not a mapping"), ({"algorithm": 5}, "manifest's algorithm is a int")],
+)
+def test_a_json_checkpoint_with_a_bad_manifest_says_what_is_wrong(
+    manifest: Any, said: str, tmp_path: Path, run_cli: Run
+) -> None:
+    import json
+
+    bad = tmp_path / "bad.pt"
+    bad.write_text(json.dumps({"format": checkpoint.FORMAT, "manifest": manifest, "agents": [{}]}))
+    for args in (("eval", bad), ("train", "--resume", bad), ("export-policy", bad)):
+        code, _, err = run_cli(*args)
+        assert code == 2 and said in err and "Traceback" not in err, (args, err)
+
+
+def test_which_references_count_as_registered_code() -> None:
+    from agilerl.trust import untrusted_references
+
+    def flagged(env: dict[str, Any]) -> list[str]:
+        return [path for path, _ in untrusted_references({"environment": env})]
+
+    assert flagged({"name": "CartPole-v1", "env_wrappers": MASKED}) == []  # the gym plugin's own
+    assert flagged({"name": "ALE/Pong-v5"}) == []  # a gymnasium id imports nothing by name
+    assert flagged({"name": "mpe2.simple_speaker_listener_v4"}) == []  # an env package the gym plugin declares
+    assert flagged({"name": "this:CartPole-v1"}) == ["environment.name"]  # stdlib `this` is nobody's plugin
+    assert flagged({"name": "this"}) == ["environment.name"]  # a PettingZoo-style module name
+    assert flagged({"name": "antigravity.x"}) == ["environment.name"]
+    assert flagged({"name": "x", "entrypoint": "envs/grid.py:GridEnv"}) == ["environment.entrypoint"]
+    assert flagged({"name": "x", "factory": "numpy:load"}) == ["environment.factory"]  # a dependency's callable
+    assert flagged({"name": "x", "entrypoint": "m:E", "path": "/tmp"}) == ["environment.entrypoint", "environment.path"]
+    assert flagged({"name": "x", "env_wrappers": [["agilerl_plugin_gym.pomdp.MaskVelocity", {}]]}) == []
+    assert flagged({"name": "x", "env_wrappers": ["agilerl_plugin_gym.__main__.X"]}) == ["environment.env_wrappers"]
