@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import random
 import subprocess
 import sys
@@ -106,6 +108,7 @@ def test_clone_is_independent_and_continues_identically() -> None:
 
     run = _Run()
     run.env = env  # type: ignore[attr-defined]
+    run.manifest = SimpleNamespace(training=SimpleNamespace(episode_steps=None))  # type: ignore[attr-defined]
     strategy.learn(agent, run, 300)  # type: ignore[arg-type]
     twin = agent.clone(index=7)
     assert twin.index == 7 and twin.steps == agent.steps
