@@ -114,15 +114,15 @@ EXPECTED: dict[str, str | list[str]] = {
     ),
     "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": needs_gem(
         "sudoku",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench.yaml": needs_gem(
         "sudoku",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": needs_gem(
         "guess",
-        "algorithm: activation_offload: activation offloading is not supported yet; use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
+        "algorithm: use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
     "configs/training/llm_finetuning/dpo.yaml": VALID,
     # Its rubric (reward.py) is not among AgileRL's published files: refused at validation, not at train.

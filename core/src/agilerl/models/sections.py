@@ -283,8 +283,8 @@ class TrainingSpec(Spec):
         "evo_epochs": "Refused unless the algorithm reads it (none does yet).",
         "max_wall_seconds": "AgileRL: one kind of run only. Here every run: it stops, checkpointing first, "
         "at the first generation end past the limit.",
-        "episode_steps": "Bandits (NeuralUCB, NeuralTS): steps per training episode, the env reset at each start and "
-        "each episode's total reward a training score (train_return). Refused for algorithms that do not read it.",
+        "episode_steps": "Read by algorithms that list it in training_fields, each with AgileRL's meaning for its "
+        "paradigm (steps per training episode; see that plugin's docs); refused for the others.",
         "sum_scores": "Refused for algorithms that do not read it.",
         "reporting_interval": "Only 1024: metrics are written once per generation.",
         "experience_sharing": "Refused for algorithms that do not read it.",

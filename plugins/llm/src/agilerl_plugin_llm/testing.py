@@ -191,7 +191,7 @@ def build_tiny_multimodal_model(path: str | Path, *, seed: int = 0, initializer_
         output_proj_dims=32,
     )  # fmt: skip
     # The image/audio marker ids only need to exist in the vocabulary (text-only runs never emit them).
-    markers = {"boi_token_id": 1, "eoi_token_id": 2, "image_token_id": 3, "video_token_id": 3,
+    markers: dict[str, Any] = {"boi_token_id": 1, "eoi_token_id": 2, "image_token_id": 3, "video_token_id": 3,
                "boa_token_id": 1, "eoa_token_index": 2, "audio_token_id": 3}  # fmt: skip
     config = Gemma4Config(
         text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict(),
