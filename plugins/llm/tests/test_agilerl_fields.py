@@ -194,7 +194,7 @@ def test_use_vllm_false_generates_with_hf_and_vllm_config_reaches_the_engine(
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
 def test_use_vllm_true_is_refused_without_vllm(tiny_model_dir: Path, tmp_path: Path) -> None:
     (found,) = problems_of(rollout_manifest(tiny_model_dir, tmp_path, use_vllm=True))
-    assert "use_vllm: true needs vLLM" in found and "CUDA" in found
+    assert "use_vllm: true needs vLLM" in found and "bash scripts/install.sh --vllm" in found
 
 
 def test_quantization_none_is_full_precision_and_nf4_needs_lora(tiny_model_dir: Path, tmp_path: Path) -> None:
