@@ -71,6 +71,7 @@ KINDS = {
 #: (kind, input, what happens, test).
 NOT_IN_CORPUS = [
     ("Ray", "`training.ray_address` where nothing listens", "`agilerl train` fails in seconds, before Ray or any model starts, naming the address", "tests/test_run_needs.py::test_a_ray_address_nothing_listens_on_fails_before_ray_starts"),
+    ("Ray", "`training.ray_address` at a service that is not Ray (`ray.init` would retry it for minutes)", "`agilerl train` fails in seconds: the address must answer gRPC's HTTP/2 handshake, as a Ray head does", "tests/test_run_needs.py::test_an_address_that_is_not_ray_fails_at_once_and_a_real_cluster_passes"),
     ("Ray", "`ray_workers` x `num_cpus_per_member` beyond this machine (local Ray)", "refused at validation (the extra workers would wait forever); against a cluster, refused when the run connects, as is a member larger than any node", "tests/test_run_needs.py::test_ray_workers_beyond_this_machine_are_refused"),
     ("OpenEnv (env_url)", "`action_field` / `observation_field` the live server's schema lacks, `mcp_tool` on a server without MCP, `action_field` on an MCP server", "refused at validation after one `GET /schema` (3 s timeout); `validation: {check_env: false}` skips asking", "plugins/openenv/tests/test_validation.py::test_fields_the_live_schema_rules_out_are_refused"),
     ("OpenEnv (env_url)", "one unreachable replica in a list", "refused at validation, naming its index", "plugins/openenv/tests/test_validation.py::test_one_bad_replica_in_a_list_is_named_by_its_index"),

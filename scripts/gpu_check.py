@@ -4,12 +4,12 @@ Each check prints one ``[gpu_check]`` line with its figures and timings and adds
 when it does not hold:
 
 1. ``fp32``: full fine-tuning keeps float32 master weights on the GPU (a bf16 checkpoint loads as fp32);
-2. ``colocate``: GRPO with colocated vLLM (``use_vllm: true``) and full-weight sync trains the tiny
-   model: the held-out reward rises;
-3. ``logprobs``: the log-probs vLLM reports for its own samples agree with the HF model's;
-4. ``server``: ``vllm_config.mode: server`` against a real ``vllm serve`` started here on the tiny
-   model: the served greedy replies follow each synced LoRA adapter, and GRPO's reward rises;
-5. ``qlora``: SFT on an nf4 base (bitsandbytes) under LoRA: the held-out loss falls.
+2. ``vllm``: the colocated-vLLM tests CI runs on CPU (``plugins/llm/tests/test_vllm_engine.py``), on
+   CUDA: weight sync (full and LoRA) changes generation, sampled-token log-probs agree with the
+   policy's, GRPO/GSPO/CISPO/LLMPPO/LLMREINFORCE learn with ``use_vllm: true``, failures are named;
+3. ``server``: the server-mode tests (``test_vllm_server.py``) against vLLM's own server started on
+   127.0.0.1, on CUDA: served greedy replies follow each synced LoRA adapter, and GRPO learns;
+4. ``qlora``: SFT on an nf4 base (bitsandbytes) under LoRA: the held-out loss falls.
 
     python scripts/gpu_check.py WORKDIR [CHECK ...]     # default: all; exit 0 held, 1 failed, 2 no GPU
 
@@ -20,35 +20,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "llm"
-CHECKS = ("fp32", "colocate", "logprobs", "server", "qlora")
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "llm"
+CHECKS = ("fp32", "vllm", "server", "qlora")
 
 
 def say(message: str) -> None:
     print(f"[gpu_check] {message}", flush=True)
-
-
-def grpo_manifest(model_dir: Path, run_dir: Path, *, steps: int, **algo: Any) -> dict[str, Any]:
-    """GRPO on say-the-word (examples/llm), 4 prompts x group 4, 16 new tokens, on cuda."""
-    network = algo.pop("network", {})
-    return {
-        "algorithm": {"name": "GRPO", "batch_size": 4, "group_size": 4, "lr": 0.01, "beta": 0.04,
-                      "max_output_tokens": 16, "temperature": 1.0, "gradient_checkpointing": False, **algo},
-        "network": {"pretrained_model_name_or_path": str(model_dir), "max_context_length": 128, **network},
-        "environment": {"env_type": "reasoning", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
-                        "rubric_file_path": str(EXAMPLES / "say_word_rubric.py"), "max_reward": 1.0},
-        "training": {"max_steps": steps, "evo_steps": max(steps // 3, 1), "seed": 0, "progress": False,
-                     "run_dir": str(run_dir), "device": "cuda"},
-    }  # fmt: skip
 
 
 def train(manifest: dict[str, Any], work: Path, name: str) -> tuple[int, list[dict[str, Any]], float]:
@@ -67,16 +52,6 @@ def train(manifest: dict[str, Any], work: Path, name: str) -> tuple[int, list[di
     return code, rows, wall
 
 
-def learned(code: int, rows: list[dict[str, Any]], wall: float, steps: int, label: str) -> str | None:
-    fitness = [r["fitness"] for r in rows if "fitness" in r]
-    rollout = [r["train/rollout_s"] for r in rows if "train/rollout_s" in r]
-    say(f"{label}: exit {code}, fitness {fitness}, {wall:.1f}s for {steps} iterations ({wall / steps:.3f} s/iter; "
-        f"rollout {sum(rollout) / max(len(rollout), 1):.3f} s/iter)")  # fmt: skip
-    if code != 0 or len(fitness) < 2 or not fitness[-1] > fitness[0] + 0.2:
-        return f"{label} did not learn: exit {code}, fitness {fitness}"
-    return None
-
-
 def check_fp32(work: Path, model_dir: Path) -> str | None:
     import torch
     from transformers import AutoModelForCausalLM
@@ -93,121 +68,30 @@ def check_fp32(work: Path, model_dir: Path) -> str | None:
     return None if dtypes == {torch.float32} else f"full fine-tuning weights are {dtypes}, not float32"
 
 
-def check_colocate(work: Path, model_dir: Path) -> str | None:
-    steps = 30
-    manifest = grpo_manifest(
-        model_dir, work / "run-colocate", steps=steps, use_vllm=True,
-        vllm_config={"gpu_memory_utilization": 0.2, "sleep_mode": True},
-        vllm_engine_args={"enforce_eager": True, "dtype": "float32"},
-    )  # fmt: skip
-    return learned(*train(manifest, work, "grpo_vllm"), steps, "GRPO + colocated vLLM (full-weight sync)")
+#: The vLLM checks are the CPU suite's own tests, run on CUDA: one test code for both paths.
+VLLM_TESTS = {
+    "vllm": ROOT / "plugins" / "llm" / "tests" / "test_vllm_engine.py",
+    "server": ROOT / "plugins" / "llm" / "tests" / "test_vllm_server.py",
+}
 
 
-def check_logprobs(work: Path, model_dir: Path) -> str | None:
-    import torch
-    from transformers import AutoModelForCausalLM
-    from vllm import LLM, SamplingParams
-
-    from agilerl_plugin_llm.algorithms.base import sequence_logprobs
-
-    llm = LLM(model=str(model_dir), dtype="float32", gpu_memory_utilization=0.2, enforce_eager=True, seed=0)
-    prompt = [4, 90, 266, 87, 204]
-    params = SamplingParams(max_tokens=12, temperature=1.0, logprobs=0, seed=0)
-    sample = llm.generate([{"prompt_token_ids": prompt}], params)[0].outputs[0]
-    vllm_lp = torch.tensor([next(iter(d.values())).logprob for d in sample.logprobs])
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).cuda().eval()
-    ids = torch.tensor([prompt + list(sample.token_ids)], device="cuda")
-    mask = torch.zeros_like(ids)
-    mask[:, len(prompt) :] = 1
-    with torch.no_grad():
-        hf_lp = sequence_logprobs(hf, ids, torch.ones_like(ids), mask)[0, len(prompt) :].cpu()
-    gap = float((hf_lp - vllm_lp).abs().max())
-    say(f"max |log p_HF - log p_vLLM| over {len(vllm_lp)} sampled tokens: {gap:.2e}")
-    del llm
-    return None if gap <= 1e-2 else f"vLLM and HF log-probs disagree by {gap:.3g}"
+def run_vllm_tests(name: str) -> str | None:
+    """``pytest -m vllm`` on the shared test file with ``AGILERL_TEST_DEVICE=cuda`` (vLLM required)."""
+    env = {**os.environ, "AGILERL_TEST_DEVICE": "cuda", "AGILERL_REQUIRE_VLLM": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "vllm", "-p", "no:cacheprovider", str(VLLM_TESTS[name])]
+    t0 = time.perf_counter()
+    code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
+    say(f"{name}: pytest -m vllm {VLLM_TESTS[name].relative_to(ROOT)} on cuda: exit {code} "
+        f"({time.perf_counter() - t0:.1f}s)")  # fmt: skip
+    return None if code == 0 else f"the {name} tests failed on cuda (exit {code}; pytest's 5 means none ran)"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(model_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    """``vllm serve`` on the tiny model with runtime LoRA loading, waited for on ``/health``."""
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--port", str(port), "--host", "127.0.0.1", "--dtype", "float32", "--enforce-eager",
-           "--gpu-memory-utilization", "0.2", "--max-model-len", "128", "--enable-lora",
-           "--max-lora-rank", "16", "--max-loras", "2", "--seed", "0"]  # fmt: skip
-    server = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"vllm serve exited with {server.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return server
-        except OSError:
-            time.sleep(2)
-    server.terminate()
-    raise RuntimeError(f"vllm serve did not come up in 300 s: {log.read_text()[-2000:]}")
+def check_vllm(work: Path, model_dir: Path) -> str | None:
+    return run_vllm_tests("vllm")
 
 
 def check_server(work: Path, model_dir: Path) -> str | None:
-    import torch
-
-    from agilerl_plugin_llm.model import load_model, load_tokenizer
-    from agilerl_plugin_llm.rollout.generation import HFGenerateBackend, SamplingConfig
-    from agilerl_plugin_llm.rollout.harness import stop_token_ids
-    from agilerl_plugin_llm.rollout.vllm_server import VLLMServerBackend
-
-    port = free_port()
-    t0 = time.perf_counter()
-    server = start_server(model_dir, port, work / "vllm-serve.log")
-    say(f"vllm serve up on port {port} in {time.perf_counter() - t0:.1f}s")
-    failures = []
-    try:
-        url = f"http://127.0.0.1:{port}"
-        tok = load_tokenizer(model_dir)
-        lora = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0}
-        model = load_model(model_dir, lora_config=lora, device="cuda")
-        client = VLLMServerBackend(url, stop_ids=stop_token_ids(tok), export_dir=str(work / "server-lora"))
-        local = HFGenerateBackend(model, tok, stop_ids=stop_token_ids(tok))
-        prompts = [
-            tok("what is the", add_special_tokens=False)["input_ids"],
-            tok("hi", add_special_tokens=False)["input_ids"],
-        ]
-        greedy = SamplingConfig(temperature=0.0)
-        for version in range(2):
-            with torch.no_grad():  # a different adapter each time: the server must follow the sync
-                for n, p in model.named_parameters():
-                    if "lora_B" in n:
-                        p.normal_(0, 0.5)
-            t1 = time.perf_counter()
-            client.sync_weights(model)
-            t2 = time.perf_counter()
-            served = client.generate(prompts, max_new_tokens=[8, 8], sampling=greedy)
-            t3 = time.perf_counter()
-            mine = local.generate(prompts, max_new_tokens=[8, 8], sampling=greedy)
-            say(f"server adapter v{version + 1}: sync {t2 - t1:.3f}s, generate {t3 - t2:.3f}s, "
-                f"served == HF greedy: {served == mine}")  # fmt: skip
-            if served != mine:
-                failures.append(f"server greedy {served} != HF greedy {mine} after sync {version + 1}")
-        client.close()
-        steps = 30
-        manifest = grpo_manifest(
-            model_dir, work / "run-server", steps=steps, use_vllm=True, network={"lora_config": lora}, lr=0.02,
-            vllm_config={"mode": "server", "server_base_url": url}, vllm_lora_export_dir=str(work / "grpo-lora"),
-        )  # fmt: skip
-        problem = learned(*train(manifest, work, "grpo_server"), steps, "GRPO + vLLM server (LoRA sync)")
-        if problem:
-            failures.append(problem)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-    return "; ".join(failures) or None
+    return run_vllm_tests("server")
 
 
 def check_qlora(work: Path, model_dir: Path) -> str | None:
@@ -242,8 +126,7 @@ def check_qlora(work: Path, model_dir: Path) -> str | None:
 
 RUNNERS: dict[str, Callable[[Path, Path], str | None]] = {
     "fp32": check_fp32,
-    "colocate": check_colocate,
-    "logprobs": check_logprobs,
+    "vllm": check_vllm,
     "server": check_server,
     "qlora": check_qlora,
 }

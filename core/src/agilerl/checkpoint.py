@@ -330,8 +330,8 @@ def stored_algorithm(payload_manifest: Mapping[str, Any] | None) -> str | None:
 def check_same_algorithm(
     path: str | os.PathLike[str], stored: Mapping[str, Any] | None, current: Mapping[str, Any]
 ) -> None:
-    """Refuse to use a checkpoint of one algorithm with a manifest naming another (a CQN population
-    resumed with a RainbowDQN manifest), naming both."""
+    """Refuse to use a checkpoint of one algorithm with a manifest naming another (one algorithm's
+    population resumed with another's manifest), naming both."""
     was, now = stored_algorithm(stored), stored_algorithm(current)
     if was is not None and now is not None and was != now:
         raise CheckpointMismatchError(

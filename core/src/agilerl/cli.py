@@ -67,7 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     try:
         manifest = _load(args.manifest, args.set or ())
-        check_algorithm(manifest.algorithm)  # imports the algorithm's module: a plugin's missing method
+        check_algorithm(manifest.algorithm, foreign_only=True)  # a third party's algorithm: its missing methods
     except ManifestError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [{"path": p.path, "message": p.message} for p in exc.problems]})
@@ -467,7 +467,7 @@ def _show_warning(
     from tqdm import tqdm
 
     text = str(message)
-    if not sys.stderr.isatty():  # gymnasium colours its warnings; a log file gets plain text
+    if not sys.stderr.isatty():  # libraries colour their warnings; a log file gets plain text
         text = strip_ansi(text)
     tqdm.write(f"warning: {text}", file=sys.stderr)  # above a progress bar, never through it
 

@@ -243,7 +243,7 @@ class EvalResult:
 
 
 def algorithm_and_plugin(agent: Any) -> str:
-    """``"A2C (from the plugin 'x', dist 1.0)"``, for messages that tell the user whom to ask."""
+    """``"Name (from the plugin 'x', dist 1.0)"``, for messages that tell the user whom to ask."""
     name = type(agent).__name__
     manifest = getattr(agent, "manifest", None)
     if manifest is None:

@@ -27,7 +27,7 @@ Required (:class:`EvolvableAlgorithm`):
     evaluation env is reset with it (round ``i``: ``seed + i``), so evaluations are reproducible
     and a resumed run evaluates exactly as the uninterrupted one.
 
-Paradigm protocols (a plugin's strategy <-> algorithm contract, such as the gym plugin's
+Paradigm protocols (a plugin's strategy <-> algorithm contract, such as a paradigm plugin's
 on-policy protocol) are :class:`VersionedProtocol` objects: a strategy names the one it needs in
 ``TrainingStrategy.algorithm_protocol``, an algorithm class may declare the version it was written
 for as ``protocol_version``, and :func:`check_algorithm_class` (run by ``agilerl validate`` and
@@ -95,7 +95,7 @@ class ActivationMutable(Protocol):
 class VersionedProtocol:
     """A strategy <-> algorithm protocol with a version and a history that plugins can check against.
 
-    :param title: how messages name it ("single_agent on-policy").
+    :param title: how messages name it ("<paradigm> on-policy").
     :param protocol: the :class:`typing.Protocol` class; its methods are what is checked.
     :param version: the version this installed package speaks.
     :param history: version -> what that version changed (the first entry: what version 1 is).

@@ -16,7 +16,7 @@ from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.env import make_env
 from agilerl.protocols import VersionedProtocol, check_algorithm_class
-from agilerl.registry import MANIFEST_REGISTRY, STRATEGIES, resolve
+from agilerl.registry import MANIFEST_REGISTRY, STRATEGIES, resolve, strategy_key
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -77,11 +77,11 @@ class TrainingStrategy:
         return train_env
 
     def setup(self, run: Run) -> None:
-        """Create shared run state (replay buffers, ...) before training starts."""
+        """Create shared run state (buffers the population shares, ...) before training starts."""
 
     def step_limit(self, run: Run) -> int:
         """Steps each agent trains for before the run stops: ``training.max_steps``. A strategy whose
-        algorithms read a tighter bound (e.g. ``training.num_epochs`` passes over a training set) returns it; a run
+        algorithms read a tighter bound (e.g. a number of passes over a training set) returns it; a run
         it ends reports ``stopped_by: step_limit``."""
         return run.manifest.training.max_steps
 
@@ -134,15 +134,34 @@ def select_strategy(spec: AlgorithmSpec) -> TrainingStrategy:
     return cls() if isinstance(cls, type) else cls  # type: ignore[no-any-return]
 
 
-def check_algorithm(spec: AlgorithmSpec, strategy: TrainingStrategy | None = None) -> None:
+def joins_another_plugin(spec: AlgorithmSpec) -> bool:
+    """Whether ``spec``'s algorithm comes from another plugin than the strategy that trains it (a
+    third party joining a paradigm). Reads the registries only: imports no strategy or algorithm."""
+    entry = MANIFEST_REGISTRY.entry_for(spec)
+    if entry is None or entry.extra.get("strategy") is not None:
+        return False  # an algorithm bringing its own strategy speaks its own protocol
+    cls = type(spec)
+    for key in (strategy_key(cls.paradigm, cls.regime), strategy_key(cls.paradigm, "*")):
+        if key in STRATEGIES:
+            return STRATEGIES.entry(key).provider != entry.provider
+    return False
+
+
+def check_algorithm(
+    spec: AlgorithmSpec, strategy: TrainingStrategy | None = None, *, foreign_only: bool = False
+) -> None:
     """Check the algorithm class registered for ``spec`` against its strategy's protocol.
 
     Imports the algorithm's module (so ``validate_manifest`` itself never calls this: it stays
-    torch-free); ``agilerl validate`` and the trainer do. Raises :class:`~agilerl.errors.PluginError`
+    torch-free). The trainer checks every algorithm; ``agilerl validate`` passes ``foreign_only``
+    and checks only one that joins another plugin's paradigm (a plugin's own algorithms are its
+    tests' business, and validating them stays light). Raises :class:`~agilerl.errors.PluginError`
     naming the methods the class lacks.
     """
     from agilerl.builders import AlgorithmBuilder
 
+    if foreign_only and not joins_another_plugin(spec):
+        return
     strategy = strategy or select_strategy(spec)
     expected = type(strategy).algorithm_protocol
     if expected is None:

@@ -2,8 +2,8 @@
 
 A checkpoint is loaded with ``torch.load(weights_only=True)``: the file itself runs nothing. But
 the manifest stored in it can name code (an env ``entrypoint``, a ``factory``, a ``path`` put on
-``sys.path``, wrappers, a rubric file, an observation processor, gymnasium's ``module:EnvId``
-form of ``environment.name``) that rebuilding the run would import and call.
+``sys.path``, wrappers, a rubric file, an observation processor, the ``module:EnvId`` form of
+``environment.name``) that rebuilding the run would import and call.
 
 Every entry point that reads a checkpoint (``agilerl train --resume``, ``agilerl eval``,
 ``agilerl export-policy``, :func:`agilerl.load`, ``LocalTrainer.from_checkpoint``) applies
@@ -11,9 +11,9 @@ Every entry point that reads a checkpoint (``agilerl train --resume``, ``agilerl
 code named by a checkpoint is imported only when it is
 
 - registered code: a module of ``agilerl`` or of an installed, loaded plugin's own package (for
-  example the recurrent PPO wrapper ``agilerl_plugin_gym.pomdp.MaskVelocity``); an environment
-  *module* named by ``environment.name`` (a PettingZoo module, gymnasium's ``module:EnvId``) may
-  also come from a package a plugin declares as a dependency (``pettingzoo``, ``mpe2``); or
+  example a wrapper a plugin ships for its own algorithms); an environment *module* named by
+  ``environment.name`` (a dotted env module, the head of ``module:EnvId``) may also come from a
+  package a plugin declares as a dependency; or
 - trusted by the user: the manifest file given instead of the stored one, or ``--trust-checkpoint``
   (``trust=True`` / ``trust_checkpoint=True`` in Python).
 
@@ -43,7 +43,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def _env_module(name: Any) -> str | None:
     """The module ``environment.name`` makes its env type import, if it names one: the head of
-    gymnasium's ``module:EnvId`` form, or a dotted module path (a PettingZoo env module), or a
+    the ``module:EnvId`` form, or a dotted module path (an env module), or a
     bare name that is an importable top-level module (found without importing it)."""
     if not isinstance(name, str) or not name:
         return None
@@ -52,7 +52,7 @@ def _env_module(name: Any) -> str | None:
         return head or None
     parts = name.split(".")
     if not all(_IDENT.match(p) for p in parts):
-        return None  # a gymnasium id (CartPole-v1, ALE/Pong-v5) or a label
+        return None  # a registry id (Name-v1, Namespace/Name-v5) or a label
     if len(parts) > 1:
         return name
     try:

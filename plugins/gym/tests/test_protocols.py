@@ -51,3 +51,15 @@ def test_multi_agent_algorithms_implement_their_protocol(algo: str) -> None:
             manifest.algorithm, env=env, manifest=manifest, runtime=AlgorithmBuildRuntime(seed=0)
         )
     _check(agent, MULTI[algo])
+
+
+@pytest.mark.parametrize("name", ["PPO", "DQN", "RainbowDQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3"])
+def test_every_builtin_algorithm_implements_its_strategys_protocol(name: str) -> None:
+    """What `agilerl train` checks for every algorithm (and `agilerl validate` for a third party's)."""
+    from agilerl.registry import MANIFEST_REGISTRY
+    from agilerl.strategies import check_algorithm, joins_another_plugin, select_strategy
+
+    spec = MANIFEST_REGISTRY.create(name)
+    assert type(select_strategy(spec)).algorithm_protocol is not None
+    assert not joins_another_plugin(spec)
+    check_algorithm(spec)

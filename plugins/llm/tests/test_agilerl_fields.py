@@ -62,9 +62,9 @@ UPSTREAM_LLM: dict[str, list[str] | None] = {
     "configs/training/llm_finetuning/gspo.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/reinforce_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/grpo_multiturn.yaml": ["use_vllm: true needs vLLM", *GEM],
-    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": ["activation_offload", *GEM],
-    "configs/training/llm_finetuning/cispo_quant_bench.yaml": ["activation_offload", *GEM],
-    "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": ["activation_offload", *GEM],
+    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": ["use_sequence_packing", *GEM],
+    "configs/training/llm_finetuning/cispo_quant_bench.yaml": ["use_sequence_packing", *GEM],
+    "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": ["use_sequence_packing", *GEM],
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": ["use_vllm: true needs vLLM", *GEM],
     "configs/training/llm_finetuning/ppo_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": ["use_vllm: true needs vLLM"],
@@ -194,7 +194,7 @@ def test_use_vllm_false_generates_with_hf_and_vllm_config_reaches_the_engine(
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
 def test_use_vllm_true_is_refused_without_vllm(tiny_model_dir: Path, tmp_path: Path) -> None:
     (found,) = problems_of(rollout_manifest(tiny_model_dir, tmp_path, use_vllm=True))
-    assert "use_vllm: true needs vLLM" in found and "CUDA" in found
+    assert "use_vllm: true needs vLLM" in found and "bash scripts/install.sh --vllm" in found
 
 
 def test_quantization_none_is_full_precision_and_nf4_needs_lora(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """``scripts/gpu_check.sh`` runs only on a CUDA machine; here it is kept valid: the shell script parses,
-its Python checks import, every check the shell documents exists, the manifests it trains validate
-where they can on this machine, and without CUDA it says so and exits 2."""
+its Python checks import, every check the shell documents exists, its vLLM checks are the CPU
+suite's own test files, and without CUDA it says so and exits 2."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from types import ModuleType
 
 import pytest
 import torch
-
-from agilerl.models import load_manifest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,13 +32,13 @@ def test_the_shell_script_parses_and_names_every_check() -> None:
         assert f"{name}:" in text  # the header lists what runs
 
 
-def test_the_server_mode_manifest_it_trains_validates(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_its_vllm_checks_run_the_cpu_suites_test_files_on_cuda() -> None:
     module = gpu_check()
-    lora = {"lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0}
-    manifest = module.grpo_manifest(tiny_model_dir, tmp_path, steps=3, use_vllm=True, network={"lora_config": lora},
-                                    vllm_config={"mode": "server", "server_base_url": "http://127.0.0.1:1"})  # fmt: skip
-    manifest["training"]["device"] = "cpu"  # validation refuses cuda where there is none
-    assert load_manifest(manifest).algorithm.generation_backend == "vllm_server"
+    assert set(module.VLLM_TESTS) <= set(module.CHECKS)
+    for path in module.VLLM_TESTS.values():
+        text = path.read_text()
+        assert 'os.environ.get("AGILERL_TEST_DEVICE", "cpu")' in text  # the device the tests train on
+        assert "@pytest.mark.vllm" in text or "pytest.mark.vllm" in text  # what `-m vllm` selects
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit")

@@ -158,23 +158,36 @@ BACKENDS: dict[str, Any] = {"local": "agilerl.training.backend:LocalBackend",
 CONNECT_TIMEOUT_S = 5.0
 
 
-def probe_ray_address(address: str) -> None:
-    """Refuse at once a ``host:port`` (or ``ray://host:port``) that does not accept connections."""
+#: The HTTP/2 client preface and an empty SETTINGS frame: a gRPC server (Ray's GCS, Ray Client) answers
+#: with a SETTINGS frame of its own; anything else (an HTTP/1 server, a database) does not.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def probe_ray_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse at once a ``host:port`` (or ``ray://host:port``) that does not accept connections or does
+    not answer as a Ray cluster (gRPC): ``ray.init`` retries such an address for minutes."""
     import socket
 
     text = address.removeprefix("ray://")
     host, sep, port = text.rpartition(":")
     if address in ("auto", "local") or not sep or not port.isdigit():
         return  # Ray's own forms (find a running cluster, start one): ray.init answers those quickly
+    fix = "start one with `ray start --head` or leave ray_address unset for a local instance"
     try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S):
-            pass
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(_H2_PREFACE)
+            head = sock.recv(9)
     except OSError as exc:
         raise AgileRLError(
             f"training.ray_address: cannot reach a Ray cluster at {address!r} ({exc.strerror or exc}, within "
-            f"{CONNECT_TIMEOUT_S:g} s); start one with `ray start --head` or leave ray_address unset for a "
-            "local instance"
+            f"{timeout:g} s); {fix}"
         ) from None
+    if len(head) < 4 or head[3] != 0x04:  # not an HTTP/2 SETTINGS frame
+        raise AgileRLError(
+            f"training.ray_address: {address!r} accepts connections but does not answer as a Ray cluster (its GCS "
+            f"speaks gRPC; `ray start --head` prints the address to use); {fix}"
+        )
 
 
 def make_backend(training: TrainingSpec) -> Backend:

@@ -139,8 +139,10 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
         where = "environment.dataset" if getattr(env, "dataset", None) else "environment.hf_dataset_id"
         value = named
     path = Path(str(value)).expanduser()
-    # Dataset envs read directories with `datasets`; a rollout reads one file.
-    checked = _file_problems(path, where, str(value), directories=objective != "rollout")
+    # Dataset envs read directories with `datasets`; a rollout reads one file from dataset_path, but a
+    # Hub id that names a local directory (a local copy of that dataset) is read with `datasets` too.
+    directories = objective != "rollout" or where != "environment.dataset_path"
+    checked = _file_problems(path, where, str(value), directories=directories)
     if checked is None or checked:
         return checked or []
     mapping = _mapping(env, objective)

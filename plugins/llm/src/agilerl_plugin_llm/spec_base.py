@@ -95,7 +95,12 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     cast_logprobs_to_fp32: bool = True
     seed: int = 42
     quantization: str | dict[str, Any] | None = None
-    activation_offload: bool = False
+    activation_offload: Annotated[
+        bool,
+        Field(description="Keep the tensors the training forward saves for the backward in host memory "
+                          "(torch.autograd.graph.save_on_cpu, pinned on CUDA): less GPU memory, a copy each way. "
+                          "On the CPU they are there already."),
+    ] = False  # fmt: skip
     moe_lora_recompute: bool | None = None
     use_sequence_packing: bool = False
     lora_target_scope: Annotated[

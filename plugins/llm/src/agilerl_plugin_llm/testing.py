@@ -4,6 +4,7 @@ Use as a pytest plugin (``pytest_plugins = ["agilerl_plugin_llm.testing"]``) to 
 ``tiny_model_dir``, or call :func:`build_tiny_model` yourself. From a shell::
 
     python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model
+    python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model --vllm   # head_dim 32, for vLLM on CPU
 
 What gets built (and why):
 
@@ -13,7 +14,8 @@ What gets built (and why):
   ``{% generation %}`` block, so ``apply_chat_template(..., return_assistant_tokens_mask=True)`` marks
   the tokens an SFT loss trains on;
 * a 2-layer ``LlamaConfig`` model (hidden 64, 4 heads, 2 KV heads, tied embeddings, ~100k
-  parameters). ``initializer_range`` is 0.2 rather than the usual 0.02: with tiny random tied
+  parameters; head_dim 16). ``vllm=True`` (``--vllm``) builds 2 heads of 32 instead, which vLLM's CPU
+  attention serves (it refuses head_dim 16). ``initializer_range`` is 0.2 rather than the usual 0.02: with tiny random tied
   embeddings a LoRA adapter alone cannot move the output distribution, so LoRA runs would not learn.
 """
 
@@ -26,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pytest
+
+#: Head size of ``build_tiny_model(vllm=True)``: vLLM's CPU attention refuses 16, serves 32 and 64.
+VLLM_HEAD_DIM = 32
 
 #: Special tokens of the tiny tokenizer, in id order (ids 0..5).
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>", "<|im_start|>", "<|im_end|>"]
@@ -102,6 +107,7 @@ def build_tiny_model(
     hidden_size: int = 64,
     max_position_embeddings: int = 2048,
     chat_template: str | None = CHAT_TEMPLATE,
+    vllm: bool = False,
 ) -> Path:
     """Build a tiny Llama causal LM and its tokenizer and ``save_pretrained`` both into ``path``.
 
@@ -111,6 +117,8 @@ def build_tiny_model(
     :param initializer_range: Std of the random weights; keep ~0.2 when LoRA must learn.
     :param chat_template: The tokenizer's chat template; ``None`` saves a tokenizer without one
         (for testing the "chat template missing" error).
+    :param vllm: Heads of size 32 (``hidden_size // 32`` heads, as many KV heads) instead of 4 heads
+        (2 KV heads) of ``hidden_size // 4``: vLLM's CPU attention serves head sizes 32 and up.
     :returns: ``path`` as a :class:`~pathlib.Path`.
     """
     import torch
@@ -128,8 +136,8 @@ def build_tiny_model(
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=max(1, hidden_size // VLLM_HEAD_DIM) if vllm else 4,
+        num_key_value_heads=max(1, hidden_size // VLLM_HEAD_DIM) if vllm else 2,
         max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         initializer_range=initializer_range,
@@ -183,7 +191,7 @@ def build_tiny_multimodal_model(path: str | Path, *, seed: int = 0, initializer_
         output_proj_dims=32,
     )  # fmt: skip
     # The image/audio marker ids only need to exist in the vocabulary (text-only runs never emit them).
-    markers = {"boi_token_id": 1, "eoi_token_id": 2, "image_token_id": 3, "video_token_id": 3,
+    markers: dict[str, Any] = {"boi_token_id": 1, "eoi_token_id": 2, "image_token_id": 3, "video_token_id": 3,
                "boa_token_id": 1, "eoa_token_index": 2, "audio_token_id": 3}  # fmt: skip
     config = Gemma4Config(
         text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict(),
@@ -226,7 +234,7 @@ else:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agilerl_plugin_llm.testing build-tiny-model DIR [--seed N]``."""
+    """``python -m agilerl_plugin_llm.testing build-tiny-model DIR [--seed N] [--vllm]``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m agilerl_plugin_llm.testing")
@@ -234,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     build = sub.add_parser("build-tiny-model", help="write a tiny causal LM + tokenizer to DIR")
     build.add_argument("dir")
     build.add_argument("--seed", type=int, default=0)
+    build.add_argument(
+        "--vllm", action="store_true", help=f"head_dim {VLLM_HEAD_DIM} (2 heads), which vLLM's CPU attention serves"
+    )
     args = parser.parse_args(argv)
-    path = build_tiny_model(args.dir, seed=args.seed)
+    path = build_tiny_model(args.dir, seed=args.seed, vllm=args.vllm)
     print(f"tiny model written to {path}")
     return 0
 

@@ -17,6 +17,7 @@ over mini-batches (one optimizer step each) and micro-batches (gradient accumula
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -201,6 +202,14 @@ class LLMAlgorithm(AlgorithmBase):
             fsdp.shard(self.model, self.fsdp_config)
         self.optimizer = self._make_optimizer()
 
+    def activation_offload(self) -> contextlib.AbstractContextManager[Any]:
+        """AgileRL's ``activation_offload``: the training forward runs under ``torch.autograd.graph.save_on_cpu``,
+        so the tensors it saves for the backward wait in (pinned) host memory instead of on the GPU. On the
+        CPU activations are in host memory already, so there it changes nothing."""
+        if getattr(self.spec, "activation_offload", False) and torch.is_grad_enabled():
+            return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
+        return contextlib.nullcontext()
+
     @property
     def logit_chunk_rows(self) -> int | None:
         """Rows per chunk of the log-prob computation (None: unchunked): ``chunk_rows``, else with
@@ -380,7 +389,8 @@ class LLMAlgorithm(AlgorithmBase):
                 micro_batch = self.to_device(trim_padding(slice_batch(mini_batch, a, b)))
                 if defer:  # reduce-scatter once, after the step's last micro-batch
                     self.model.set_requires_gradient_sync(i == len(parts) - 1)
-                loss_sum, stats = loss_fn(micro_batch)
+                with self.activation_offload():
+                    loss_sum, stats = loss_fn(micro_batch)
                 (loss_sum / denom * (1.0 if part else 0.0)).backward()
                 if part is None:
                     continue

@@ -76,7 +76,8 @@ def _offline() -> Iterator[None]:
             setattr(obj, name, value)
 
 
-def _load_path(path: Path, what: str, *, recursive: bool = False) -> Any:
+def load_local_dataset(path: Path, what: str, *, recursive: bool = False) -> Any:
+    """A local dataset: a data file, a folder of data files, or a ``save_to_disk`` directory."""
     import datasets
 
     if path.is_dir():
@@ -116,14 +117,14 @@ def load_rows(spec: LLMEnvSpec) -> list[dict[str, Any]]:
             raise DatasetError(
                 f"environment.dataset_path {spec.dataset_path!r} does not exist (relative to {Path.cwd()})"
             )
-        ds = _load_path(path, "environment.dataset_path")
+        ds = load_local_dataset(path, "environment.dataset_path")
     else:
         name = spec.hf_dataset_id or spec.dataset
         field_name = "hf_dataset_id" if spec.hf_dataset_id else "dataset"
         assert name is not None
         local = Path(name).expanduser()
         if local.exists():
-            ds = _load_path(local, f"environment.{field_name}")
+            ds = load_local_dataset(local, f"environment.{field_name}")
         else:
             ds = load_cached_dataset(name, f"environment.{field_name}", config=spec.hf_dataset_config)
     return _to_rows(ds, spec)
@@ -144,7 +145,7 @@ def load_cached_dataset(name: str, what: str, *, config: str | None = None) -> A
     except Exception as exc:
         snapshot = _hub_snapshot(name)
         if snapshot is not None:
-            return _load_path(snapshot, what, recursive=True)
+            return load_local_dataset(snapshot, what, recursive=True)
         raise DatasetError(
             f"{what} {name!r} is not a local path and could not be read from the local Hugging Face cache "
             f"({type(exc).__name__}: {str(exc)[:200]}). agilerl never downloads at run time: download it "

@@ -201,7 +201,14 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
             raise RolloutSourceError(f"environment.dataset_path: not found: {p} (relative to {Path.cwd()})")
         suffix = p.suffix.lower()
         try:
-            if suffix == ".jsonl":
+            if p.is_dir():  # a local copy of a Hub dataset: its data files or a save_to_disk directory
+                from agilerl_plugin_llm.dataset.env import DatasetError, load_local_dataset
+
+                try:
+                    rows = [dict(r) for r in load_local_dataset(p, "environment.dataset")]
+                except DatasetError as exc:
+                    raise RolloutSourceError(str(exc)) from None
+            elif suffix == ".jsonl":
                 rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
             elif suffix == ".json":
                 data = json.loads(p.read_text(encoding="utf-8"))

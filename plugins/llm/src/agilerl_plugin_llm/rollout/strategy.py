@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agilerl.strategies import TrainingStrategy
@@ -21,6 +23,23 @@ from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
     from agilerl.training.run import Run
+
+
+@contextmanager
+def engine_death_is_resumable(agent: Any) -> Iterator[None]:
+    """A vLLM engine that dies mid-run fails the member's step the way a lost worker does: the loop
+    writes a checkpoint of the population as it stood (an iteration whose rollout failed took no
+    optimizer step) and says how to resume."""
+    from agilerl.training.backend import MemberFailedError
+    from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
+
+    try:
+        yield
+    except VLLMEngineDied as exc:
+        raise MemberFailedError(
+            f"agent {agent.index} at iteration {agent.steps}: {exc}. The engine cannot be restarted in this "
+            "process; resuming starts a new one"
+        ) from exc
 
 
 class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
@@ -50,6 +69,10 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
         )
 
     def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
+        with engine_death_is_resumable(agent):
+            return self._learn(agent, run, num_steps)
+
+    def _learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
         totals: dict[str, float] = {}
         for i in range(int(num_steps)):
             stats = agent.learn_iteration(run.env)
@@ -64,7 +87,8 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
 
     def evaluate(self, agent: Any, run: Run) -> float:
         t = run.manifest.training
-        return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+        with engine_death_is_resumable(agent):
+            return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
 
     def setup(self, run: Run) -> None:
         if run.resume is None:

