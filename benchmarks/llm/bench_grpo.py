@@ -245,14 +245,10 @@ def main() -> None:
     record = benchlib.Record("llm/bench_grpo")
     sides = ["ours", "trl"] if benchlib.has_module("trl", "TRL") else ["ours"]
     model_dir = tempfile.mkdtemp(prefix="bench-grpo-model-")
-<<<<<<< HEAD
-    runs: dict[str, list[dict[str, float]]] = {which: [] for which in sides}
-=======
     if args.vllm:
         main_vllm(args, model_dir)
         return
-    runs: dict[str, list[dict[str, float]]] = {"ours": [], "trl": []}
->>>>>>> main
+    runs: dict[str, list[dict[str, float]]] = {which: [] for which in sides}
     for r in range(args.repeats):
         for which in sides if r % 2 == 0 else sides[::-1]:  # alternate against load drift
             res = spawn(which, args, model_dir)

@@ -20,11 +20,8 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.observations import batch_size
-<<<<<<< HEAD
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
-=======
 from agilerl_plugin_gym.sections.training import RLTrainingFields
->>>>>>> main
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
 from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
