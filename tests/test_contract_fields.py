@@ -40,7 +40,7 @@ def test_ippo_action_std_init_is_the_initial_log_std_too() -> None:
 
 
 def test_encoder_kind_is_inferred_from_its_keys_like_agilerl() -> None:
-    from agilerl.models.sections import infer_encoder_arch
+    from agilerl_plugin_gym.sections import infer_encoder_arch
 
     assert infer_encoder_arch({"hidden_size": [64]}) == "mlp"
     assert infer_encoder_arch({"channel_size": [8], "kernel_size": [3], "stride_size": [1]}) == "cnn"

@@ -70,7 +70,7 @@ def test_discriminators_survive_the_dump_even_at_their_defaults(network: dict[st
 
     # Built directly: the gym plugin refuses lstm/simba/multiinput, but the dump must not depend on that.
     base = validate_manifest({"algorithm": "PPO", "environment": {"name": "CartPole-v1"}})
-    from agilerl.models import NetworkSpec
+    from agilerl_plugin_gym.sections import NetworkSpec
 
     manifest = TrainingManifest.model_validate({**dict(base), "network": NetworkSpec.model_validate(network)})
     dumped = manifest.to_dict()["network"]

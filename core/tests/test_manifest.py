@@ -148,15 +148,6 @@ def test_wrong_api_version(example_plugin: Any, ucb_manifest: dict[str, Any]) ->
     assert problems(ucb_manifest) == ["apiVersion: must be 'agilerl.com/v1', got 'v2'"]
 
 
-def test_network_section_arch_moves_into_encoder() -> None:
-    from agilerl.models import NetworkSpec
-
-    n = NetworkSpec.model_validate(
-        {"arch": "cnn", "encoder_config": {"channel_size": [8], "kernel_size": [3], "stride_size": [1]}}
-    )
-    assert n.encoder_config is not None and n.encoder_config.arch == "cnn"
-
-
 def test_malformed_yaml_names_file_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("algorithm:\n  name: PPO\n  lr: [1, 2\nenvironment: {}\n")

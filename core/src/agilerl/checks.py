@@ -4,7 +4,8 @@
   pick at least one operator.
 - The device: a name torch knows, and present on this machine (``cuda`` without CUDA is refused
   here, not an hour into the run).
-- Resources: ``pop_size``, ``num_envs``, `the steps one update stores` and replay-buffer sizes against the memory
+- Resources: ``pop_size``, ``num_envs``, `the steps one update stores` and what the algorithm's plugin
+  adds (:meth:`~agilerl.models.AlgorithmSpec.memory_parts`: its buffers) against the memory
   this machine has available. The estimate is a *lower bound* (see :data:`FLOORS`): a manifest
   refused here could not run; one accepted may still need more.
 """
@@ -96,12 +97,7 @@ def resource_problems(manifest: TrainingManifest, available: int | None = None) 
             stored * FLOORS["transition"],
             f"{stored} stored steps per update x {FLOORS['transition']} B",
         )
-    if manifest.replay_buffer is not None and type(algo).regime != "on_policy":
-        size = manifest.replay_buffer.max_size
-        parts["replay_buffer.max_size"] = (
-            size * FLOORS["transition"],
-            f"{size} transitions x {FLOORS['transition']} B",
-        )
+    parts.update(algo.memory_parts(manifest))
     total = sum(b for b, _ in parts.values())
     if total <= avail:
         return []

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from agilerl.registration import RegisterAlgorithm, RegisterBuilder, RegisterEnvType, RegisterStrategy
+    from agilerl.registration import (
+        RegisterAlgorithm,
+        RegisterBuilder,
+        RegisterEnvType,
+        RegisterSection,
+        RegisterStrategy,
+    )
 
 PROJECT_NAME = "agilerl"
 
@@ -63,6 +69,18 @@ def agilerl_register_strategies(register: RegisterStrategy) -> None:
 
     Call ``register(paradigm, regime, strategy_cls)``. ``regime="*"`` matches any regime of the
     paradigm not registered more specifically; see :class:`agilerl.strategies.TrainingStrategy`.
+    """
+
+
+@hookspec
+def agilerl_register_sections(register: RegisterSection) -> None:
+    """Register the schema of a manifest section the plugin reads.
+
+    Call ``register(section, model)`` with a pydantic model class (or ``"module:Class"``).
+    ``network`` and ``replay_buffer`` take one owner: ``model`` validates that mapping, and a second
+    plugin registering the same section is an error naming both. ``training`` is core's and takes
+    extensions: ``model``'s fields join the section (same YAML mapping), and each of them is refused
+    at validation for an algorithm whose spec does not list it in ``training_fields``.
     """
 
 

@@ -144,11 +144,11 @@ def _entry_points() -> list[md.EntryPoint]:
     allow = _csv_env("AGILERL_LOAD_PLUGINS")
     deny = _csv_env("AGILERL_DISABLE_PLUGINS") or set()
     try:
-        eps = md.entry_points(group=ENTRY_POINT_GROUP)
+        found = md.entry_points(group=ENTRY_POINT_GROUP)
     except Exception as exc:  # pragma: no cover - broken metadata on disk
         raise PluginError(f"could not read the {ENTRY_POINT_GROUP!r} entry points: {exc}") from exc
     chosen: dict[str, md.EntryPoint] = {}
-    for ep in sorted(eps, key=lambda e: e.name):
+    for ep in sorted(found, key=lambda e: e.name):
         dist = ep.dist.name if ep.dist is not None else None
         names = {ep.name, dist or ""}
         if allow is not None and not names & allow:

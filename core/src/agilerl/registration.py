@@ -43,4 +43,8 @@ class RegisterStrategy(Protocol):
     def __call__(self, paradigm: str, regime: str, strategy: Any) -> None: ...
 
 
-__all__ = ["RegisterAlgorithm", "RegisterBuilder", "RegisterEnvType", "RegisterStrategy"]
+class RegisterSection(Protocol):
+    def __call__(self, section: str, model: Any) -> None: ...
+
+
+__all__ = ["RegisterAlgorithm", "RegisterBuilder", "RegisterEnvType", "RegisterSection", "RegisterStrategy"]

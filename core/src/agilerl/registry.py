@@ -4,6 +4,8 @@
 * :data:`ENV_TYPES`: ``environment.env_type`` -> spec class and factory.
 * :data:`BUILDERS`: paradigm -> builder class.
 * :data:`STRATEGIES`: (paradigm, regime) -> strategy class.
+* :data:`SECTION_SCHEMAS`: manifest section -> the plugin model that validates it (``network``,
+  ``replay_buffer``), and the plugin models that extend core's ``training`` section.
 
 Each fills itself from the plugin hooks on first use. A name registered twice is an error naming
 both providers; an unknown name lists what is registered, the closest match, and the plugin to
@@ -364,7 +366,67 @@ class StrategyRegistry(_Table[Any]):
         raise UnknownNameError(self.kind, strategy_key(paradigm, regime), list(table))
 
 
+# --------------------------------------------------------------------------------------------------
+# Section schemas
+# --------------------------------------------------------------------------------------------------
+
+#: Sections a plugin owns: core knows they exist, one plugin says what is in them.
+PLUGIN_SECTIONS = ("network", "replay_buffer")
+#: Core's sections that plugins extend with fields of their own.
+EXTENSIBLE_SECTIONS = ("training",)
+
+
+class SectionRegistry(_Table[Any]):
+    """``network`` / ``replay_buffer`` -> the model a plugin validates it with; ``training`` -> the
+    models whose fields plugins add to it (keyed ``training/<provider>/<Model>``)."""
+
+    kind = "section"
+    hook = "agilerl_register_sections"
+
+    def _entry(self, section: str, model: Any, provider: str) -> Entry[Any]:
+        if section in EXTENSIBLE_SECTIONS:
+            name = model if isinstance(model, str) else f"{model.__module__}:{model.__qualname__}"
+            return Entry(f"{section}/{provider}/{name}", model, provider, {"section": section})
+        if section not in PLUGIN_SECTIONS:
+            sections = ", ".join((*PLUGIN_SECTIONS, *EXTENSIBLE_SECTIONS))
+            raise PluginError(f"{provider}: section {section!r} cannot be registered (sections: {sections})")
+        return Entry(section, model, provider, {"section": section})
+
+    def _make_register(self, table: dict[str, Entry[Any]], provider: str) -> Callable[..., Any]:
+        def register(section: str, model: Any) -> None:
+            self._put(table, self._entry(section, model, provider))
+
+        return register
+
+    def add(self, section: str, model: Any) -> None:
+        """Register ``model`` for ``section`` in this process (plugins use the hook instead)."""
+        self._add(self._entry(section, model, IN_PROCESS))
+
+    def remove(self, section: str, model: Any = None) -> None:
+        """Undo :meth:`add` (tests)."""
+        self._remove(self._entry(section, model, IN_PROCESS).key if model is not None else section)
+
+    def owner(self, section: str) -> Any:
+        """The model class that validates ``section`` (None: no installed plugin reads it)."""
+        table = self._fill()
+        entry = table.get(section)
+        return None if entry is None else resolve(entry.value, f"schema of section {section!r}")
+
+    def provider(self, section: str) -> str | None:
+        entry = self._fill().get(section)
+        return None if entry is None else entry.provider
+
+    def extensions(self, section: str) -> list[Any]:
+        """The model classes extending core's ``section``, in a stable order."""
+        return [
+            resolve(e.value, f"fields of section {section!r}")
+            for e in self.entries()
+            if e.extra.get("section") == section and e.key != section
+        ]
+
+
 MANIFEST_REGISTRY = AlgorithmRegistry()
 ENV_TYPES = EnvTypeRegistry()
 BUILDERS = BuilderRegistry()
 STRATEGIES = StrategyRegistry()
+SECTION_SCHEMAS = SectionRegistry()

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agilerl.models.manifest import API_VERSION, SECTIONS
+from agilerl.models.manifest import API_VERSION, section_models
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
 
@@ -43,7 +43,7 @@ def manifest_json_schema() -> dict[str, Any]:
         "algorithm": {"oneOf": algo_variants} if algo_variants else {"type": "object"},
         "environment": {"oneOf": env_variants} if env_variants else {"type": "object"},
     }
-    for key, model in SECTIONS.items():
+    for key, model in section_models().items():
         if model is not None:
             props[key] = _model_schema(model, defs)
     props["selection_strategy"] = {"$ref": "#/properties/tournament_selection"}
@@ -104,10 +104,19 @@ def _first_line(obj: Any) -> str:
     return (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ")
 
 
+def _plugin_section(key: str, model: type[BaseModel] | None) -> list[tuple[str, type[BaseModel]]]:
+    """A plugin-owned section and the parts its model lists in ``reference_parts`` (title, model)."""
+    if model is None:
+        return []
+    return [(key, model), *getattr(model, "reference_parts", ())]
+
+
 def manifest_markdown() -> str:
     """The manifest reference page: every section and field, its default, and how it differs from
     AgileRL's (the ``vs AgileRL`` column: empty means AgileRL's name, meaning and default)."""
     from agilerl.models import sections
+
+    models = section_models()
 
     lines = [
         "# Manifest reference",
@@ -120,19 +129,14 @@ def manifest_markdown() -> str:
         "",
     ]
     shared: list[tuple[str, type[BaseModel]]] = [
-        ("network", sections.NetworkSpec),
-        ("network.encoder_config / head_config (arch: mlp)", sections.MlpSpec),
-        ("network.encoder_config (arch: cnn)", sections.CnnSpec),
-        ("network.encoder_config (arch: lstm)", sections.LstmSpec),
-        ("network.encoder_config (arch: simba)", sections.SimbaSpec),
-        ("network.encoder_config (arch: multiinput)", sections.MultiInputSpec),
-        ("training", sections.TrainingSpec),
+        *_plugin_section("network", models["network"]),
+        ("training", models["training"] or sections.TrainingSpec),
         ("mutation", sections.MutationSpec),
         ("mutation.probabilities", sections.MutationProbabilities),
         ("mutation.rl_hp_selection.<name>", sections.RLHyperparameter),
         ("tournament_selection (alias selection_strategy)", sections.TournamentSelectionSpec),
         ("selection_strategy (strategy: multi_frequency, MF-PBT)", sections.MultiFrequencySelectionSpec),
-        ("replay_buffer", sections.ReplayBufferSpec),
+        *_plugin_section("replay_buffer", models["replay_buffer"]),
     ]
     for title, model in shared:
         lines += [f"## `{title}`", "", _first_line(model), "", *_fields_table(model), ""]

@@ -77,11 +77,11 @@ class TrainingStrategy:
         return train_env
 
     def setup(self, run: Run) -> None:
-        """Create shared run state (replay buffers, ...) before training starts."""
+        """Create shared run state (buffers the population shares, ...) before training starts."""
 
     def step_limit(self, run: Run) -> int:
         """Steps each agent trains for before the run stops: ``training.max_steps``. A strategy whose
-        algorithms read a tighter bound (e.g. ``training.num_epochs`` passes over a training set) returns it; a run
+        algorithms read a tighter bound (e.g. a number of passes over a training set) returns it; a run
         it ends reports ``stopped_by: step_limit``."""
         return run.manifest.training.max_steps
 

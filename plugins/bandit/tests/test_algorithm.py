@@ -107,7 +107,10 @@ def test_clone_is_independent_and_continues_identically() -> None:
 
     run = _Run()
     run.env = env  # type: ignore[attr-defined]
-    run.manifest = SimpleNamespace(training=SimpleNamespace(episode_steps=None))  # type: ignore[attr-defined]
+    from agilerl.models import training_spec_class
+
+    # the training section as validation composes it (core's fields and the plugins')
+    run.manifest = SimpleNamespace(training=training_spec_class()())  # type: ignore[attr-defined]
     strategy.learn(agent, run, 300)  # type: ignore[arg-type]
     twin = agent.clone(index=7)
     assert twin.index == 7 and twin.steps == agent.steps

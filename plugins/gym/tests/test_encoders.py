@@ -21,13 +21,13 @@ from encoder_envs import DictReach, PixelChase
 from gymnasium import spaces
 
 from agilerl.errors import ManifestError
-from agilerl.models import NetworkSpec, validate_manifest
-from agilerl.models.sections import MultiInputSpec
+from agilerl.models import validate_manifest
 from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.networks.multi_input import EvolvableMultiInput
 from agilerl_plugin_gym.networks.simba import EvolvableSimBa
 from agilerl_plugin_gym.observations import field_layout
+from agilerl_plugin_gym.sections import MultiInputSpec, NetworkSpec
 
 HERE = str(Path(__file__).resolve().parent)
 TINY_CNN = {"arch": "cnn", "channel_size": [8], "kernel_size": [3], "stride_size": [1]}
@@ -514,3 +514,34 @@ def test_multi_input_image_part_too_small_is_refused_at_validation() -> None:
 def test_encoder_ranges_are_checked_as_agilerl_checks_them(encoder: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValueError, match=re.escape(needle)):
         NetworkSpec.model_validate({"encoder_config": encoder})
+
+
+def test_network_section_arch_moves_into_encoder() -> None:
+    n = NetworkSpec.model_validate(
+        {"arch": "cnn", "encoder_config": {"channel_size": [8], "kernel_size": [3], "stride_size": [1]}}
+    )
+    assert n.encoder_config is not None and n.encoder_config.arch == "cnn"
+
+
+def test_the_encoder_table_drives_validation_inference_and_building() -> None:
+    """One ``register_encoder`` line per kind: its spec validates ``encoder_config``, its keys are
+    inferred, its builder makes the network and its mutations are the network's."""
+    from agilerl_plugin_gym.networks import encoder_builder
+    from agilerl_plugin_gym.sections import ENCODERS, infer_encoder_arch
+
+    built = [k for k, e in ENCODERS.items() if e.builder is not None]
+    assert set(built) == {"mlp", "cnn", "lstm", "simba", "multiinput"}
+    for kind, entry in ENCODERS.items():
+        spec = NetworkSpec.model_validate({"encoder_config": {"arch": kind}}).encoder_config
+        assert type(spec) is entry.spec
+        assert (encoder_builder(kind) is not None) == (entry.builder is not None)
+    assert infer_encoder_arch({"channel_size": [8]}) == "cnn"
+    assert infer_encoder_arch({"channel_size": [8], "num_layers": 1}) == "cnn_lstm"
+    assert infer_encoder_arch({"hidden_size": 128}) == "simba"
+    assert infer_encoder_arch({"hidden_size": [64]}) == "mlp"
+    net = EvolvableNetwork.from_spec(
+        NetworkSpec(encoder_config={"arch": "simba", "hidden_size": 32}), spaces.Box(-1, 1, (3,)), 2
+    )
+    assert {m.removeprefix("encoder.") for m in net.mutation_methods() if m.startswith("encoder.")} == set(
+        ENCODERS["simba"].mutations
+    )

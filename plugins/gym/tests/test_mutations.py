@@ -21,13 +21,14 @@ import torch
 from gym_test_helpers import TINY_EVO, flat_state, tiny_manifest
 
 from agilerl.errors import ManifestError
-from agilerl.models import MlpSpec, NetworkSpec, validate_manifest
+from agilerl.models import validate_manifest
 from agilerl.training.trainer import LocalTrainer
 from agilerl_plugin_gym.multi_agent.ippo import IPPO
 from agilerl_plugin_gym.multi_agent.maddpg import MADDPG, MATD3
 from agilerl_plugin_gym.multi_agent.specs import IPPOSpec, MADDPGSpec, MATD3Spec
 from agilerl_plugin_gym.networks import EvolvableCNN, EvolvableNetwork
 from agilerl_plugin_gym.networks.layers import ACTIVATIONS
+from agilerl_plugin_gym.sections import MlpSpec, NetworkSpec
 from agilerl_plugin_gym.single_agent.dqn import DQN
 from agilerl_plugin_gym.single_agent.ppo import PPO
 from agilerl_plugin_gym.single_agent.specs import DQNSpec, PPOSpec

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
 from agilerl_plugin_gym.networks import EvolvableCNN, EvolvableMLP, EvolvableNetwork, add_parameter_noise
+from agilerl_plugin_gym.sections import CnnSpec, MlpSpec, NetworkSpec
 
 VEC = gym.spaces.Box(-1.0, 1.0, (6,), np.float32)
 IMG = gym.spaces.Box(0, 255, (32, 32, 3), np.uint8)

@@ -19,10 +19,11 @@ import torch
 from gymnasium import spaces
 
 from agilerl.errors import ManifestError
-from agilerl.models import NetworkSpec, validate_manifest
+from agilerl.models import validate_manifest
 from agilerl_plugin_gym.engine.replay_per import NStepCollector, PrioritizedReplayBuffer, SumTree, annealed_beta
 from agilerl_plugin_gym.networks import default_network_spec
 from agilerl_plugin_gym.networks.rainbow import NoisyLinear, RainbowNetwork, project_distribution
+from agilerl_plugin_gym.sections import NetworkSpec
 
 # --- sum tree ---------------------------------------------------------------------------------------
 

@@ -116,6 +116,9 @@ c("ppo_wrong_api_version", PPO, {"apiVersion": "agilerl.com/v9"}, "apiVersion", 
 c("ppo_continuous_actions_for_dqn", DQN, {"environment.name": "Pendulum-v1"}, "environment: DQN needs a Discrete action space", "DQN on a continuous action space")
 c("ppo_encoder_arch_unknown", PPO, {"network": {"encoder_config": {"arch": "transformer"}}}, "network: encoder_config.arch 'transformer' is not an encoder kind", "unknown encoder")
 c("ppo_mlp_ranges", PPO, {"network": {"encoder_config": {"arch": "mlp", "min_mlp_nodes": 512, "max_mlp_nodes": 8}}}, "network.encoder_config: min_mlp_nodes must be <= max_mlp_nodes", "min above max")
+c("ppo_cnn_channel_range_inverted", PPO, {"network": {"encoder_config": {"arch": "cnn", "min_channel_size": 64, "max_channel_size": 8}}}, "network.encoder_config: min_channel_size (64) must be <= max_channel_size (8)", "CNN channel range min above max")
+c("ppo_lstm_range_inverted", PPO, {"algorithm.recurrent": True, "network": {"encoder_config": {"arch": "lstm", "min_hidden_state_size": 128, "max_hidden_state_size": 16}}}, "network.encoder_config: min_hidden_state_size (128) must be <= max_hidden_state_size (16)", "LSTM range inverted")
+c("ppo_lstm_layers_above_max", PPO, {"algorithm.recurrent": True, "network": {"encoder_config": {"arch": "lstm", "num_layers": 4, "max_layers": 2}}}, "network.encoder_config: num_layers (4) must lie in [min_layers, max_layers] = [1, 2]", "LSTM num_layers above its max")
 c("ppo_llm_field_on_rl", PPO, {"network": {"pretrained_model_name_or_path": "gpt2"}}, "network.pretrained_model_name_or_path", "an LLM field on PPO")
 c("ppo_evo_epochs_without_num_epochs", PPO, {"training.evo_epochs": 2}, "training: evo_epochs needs num_epochs", "evo_epochs needs num_epochs")
 # --- cross-field ---

@@ -6,6 +6,7 @@ they resolve through the registries, and a missing plugin gives an "install X" e
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from pydantic import BaseModel
@@ -30,29 +31,35 @@ from agilerl.models.manifest import (
     TrainingManifest,
     load_manifest,
     read_manifest_file,
+    section_models,
+    training_spec_class,
     validate_manifest,
 )
 from agilerl.models.sections import (
-    CnnSpec,
-    LstmSpec,
-    MlpSpec,
     MultiFrequencySelectionSpec,
     MutationProbabilities,
     MutationSpec,
-    NetworkSpec,
-    ReplayBufferSpec,
     RLHyperparameter,
     TournamentSelectionSpec,
     TrainingSpec,
 )
-from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY, PLUGIN_SECTIONS, SECTION_SCHEMAS
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The model classes an annotation names (``A | B | None``, ``Annotated[...]``, ``list[A]``, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def _plugin_models() -> dict[str, type[BaseModel]]:
-    """Every pydantic model reachable from a registered spec class: its bases and field types."""
+    """Every pydantic model reachable from a registered spec or section class: bases and field types."""
     found: dict[str, type[BaseModel]] = {}
     todo: list[type[BaseModel]] = [cls for _, cls in MANIFEST_REGISTRY.items()]
     todo += list(ENV_TYPES.spec_classes().values())
+    todo += [m for m in (SECTION_SCHEMAS.owner(k) for k in PLUGIN_SECTIONS) if m is not None]
+    todo += SECTION_SCHEMAS.extensions("training")
     while todo:
         cls = todo.pop()
         for base in cls.__mro__:
@@ -60,9 +67,7 @@ def _plugin_models() -> dict[str, type[BaseModel]]:
                 continue
             found[base.__name__] = base
             for field in base.model_fields.values():
-                for arg in (field.annotation, *getattr(field.annotation, "__args__", ())):
-                    if isinstance(arg, type) and issubclass(arg, BaseModel):
-                        todo.append(arg)
+                todo += _models_in(field.annotation)
     return found
 
 
@@ -88,16 +93,11 @@ __all__ = [
     "API_VERSION",
     "MANIFEST_REGISTRY",
     "AlgorithmSpec",
-    "CnnSpec",
     "EnvSpec",
-    "LstmSpec",
-    "MlpSpec",
     "MultiFrequencySelectionSpec",
     "MutationProbabilities",
     "MutationSpec",
-    "NetworkSpec",
     "RLHyperparameter",
-    "ReplayBufferSpec",
     "Spec",
     "TournamentSelectionSpec",
     "TrainingManifest",
@@ -111,5 +111,7 @@ __all__ = [
     "make_rollout_env_factory",
     "make_single_env",
     "read_manifest_file",
+    "section_models",
+    "training_spec_class",
     "validate_manifest",
 ]

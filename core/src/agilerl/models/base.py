@@ -26,7 +26,7 @@ class Spec(BaseModel):
 
     #: Other libraries' names for this section's fields (SB3's name for a learning rate, ...):
     #: an unknown field listed here gets "did you mean" the field it names. A value is a field of
-    #: this section, or a dotted path into another section (``replay_buffer.max_size``). Names whose
+    #: this section, or a dotted path into another section (``training.max_steps``). Names whose
     #: target this spec does not have are skipped, so a base class may list its subclasses' names.
     field_synonyms: ClassVar[dict[str, str]] = {}
     #: Where a field differs from AgileRL's (meaning, default, values accepted), by field name: the
@@ -50,7 +50,7 @@ class AlgorithmSpec(Spec):
     #: Hyperparameters mutated when ``mutation.rl_hp_selection`` is empty.
     default_mutable: ClassVar[tuple[str, ...]] = ()
     #: The field giving how many env steps one update stores (an on-policy batch), for the
-    #: validation-time memory estimate; None: the algorithm stores none beyond its replay buffer.
+    #: validation-time memory estimate; None: the algorithm stores none (beyond :meth:`memory_parts`).
     stored_steps_field: ClassVar[str | None] = None
     #: Mutation operators this family supports (``rl_hp_mut`` always; others if the algorithm can).
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
@@ -64,8 +64,8 @@ class AlgorithmSpec(Spec):
     #: Fields that may be written under the manifest's ``network:`` section and are lifted onto
     #: this algorithm spec at validation (a field of the spec, or a validation alias of one).
     lifted_network_fields: ClassVar[frozenset[str]] = frozenset()
-    #: ``training`` fields among :data:`agilerl.models.sections.ALGORITHM_TRAINING_FIELDS` that this
-    #: algorithm's strategy reads; setting any other of them is a validation error.
+    #: ``training`` fields plugins add (``agilerl_register_sections``) that this algorithm's strategy
+    #: reads; setting any other of them is a validation error.
     training_fields: ClassVar[frozenset[str]] = frozenset()
     #: Non-empty: a name a plugin knows (e.g. from AgileRL's catalogue) but cannot train yet. A
     #: manifest naming it fails with exactly this one message, and nothing else is checked.
@@ -84,6 +84,11 @@ class AlgorithmSpec(Spec):
     def name(self) -> str:
         """The registry key this spec was resolved from."""
         return self._registry_name or self.default_name()
+
+    def memory_parts(self, manifest: TrainingManifest) -> dict[str, tuple[int, str]]:
+        """Bytes the run stores that core cannot see (a plugin's buffers), at the least: field path ->
+        ``(bytes, "how it was counted")``, added to the validation-time memory estimate."""
+        return {}
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         """Cross-section checks a spec wants run at validation time (override; default none)."""

@@ -9,39 +9,37 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 from agilerl.errors import ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
+from agilerl.models.composition import (
+    ALIASES,
+    SECTIONS,
+    plugin_training_fields,
+    section_models,
+    training_spec_class,
+)
 from agilerl.models.sections import (
-    ALGORITHM_TRAINING_FIELDS,
     LoggingSpec,
     MultiFrequencySelectionSpec,
     MutationSpec,
-    NetworkSpec,
-    ReplayBufferSpec,
     TournamentSelectionSpec,
     TrainingSpec,
     ValidationSpec,
     unsupported_operators_message,
 )
-from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY, PLUGIN_SECTIONS, SECTION_SCHEMAS
 
 API_VERSION = "agilerl.com/v1"
 
-SECTIONS: dict[str, type[BaseModel] | None] = {
-    "apiVersion": None,
-    "algorithm": None,
-    "environment": None,
-    "network": NetworkSpec,
-    "training": TrainingSpec,
-    "mutation": MutationSpec,
-    "replay_buffer": ReplayBufferSpec,
-    "tournament_selection": TournamentSelectionSpec,
-    "logging": LoggingSpec,
-    "validation": ValidationSpec,
-}
-ALIASES = {"api_version": "apiVersion", "selection_strategy": "tournament_selection"}
+
+def __getattr__(name: str) -> Any:
+    if name == "ComposedTrainingSpec":  # how pickle finds the composed class in another process
+        return training_spec_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: ``tournament_selection.strategy`` values: the model each selects.
 SELECTION_STRATEGIES = ("tournament", "multi_frequency")
 
@@ -54,16 +52,35 @@ class TrainingManifest(BaseModel):
     apiVersion: str = API_VERSION  # noqa: N815 - the manifest's own key
     algorithm: SerializeAsAny[AlgorithmSpec]
     environment: SerializeAsAny[EnvSpec]
-    network: NetworkSpec | None = None
-    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    #: The owning plugin's model (``agilerl_register_sections``).
+    network: SerializeAsAny[Any] = None
+    training: SerializeAsAny[TrainingSpec] = Field(default_factory=lambda: training_spec_class()())
     mutation: MutationSpec | None = None
-    replay_buffer: ReplayBufferSpec | None = None
+    #: The owning plugin's model.
+    replay_buffer: SerializeAsAny[Any] = None
     #: ``selection_strategy`` in AgileRL's manifests: tournament selection or MF-PBT, by ``strategy``.
     tournament_selection: TournamentSelectionSpec | MultiFrequencySelectionSpec | None = Field(
         default=None, discriminator="strategy"
     )
     logging: LoggingSpec | None = None
     validation: ValidationSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_sections(cls, data: Any) -> Any:
+        # Mappings given for plugin-owned sections (and training) validate with the registered models.
+        if not isinstance(data, Mapping):
+            return data
+        data = dict(data)
+        for key in PLUGIN_SECTIONS:
+            if isinstance(data.get(key), Mapping):
+                owner = SECTION_SCHEMAS.owner(key)
+                if owner is None:
+                    raise ValueError(f"{key}: no installed plugin reads this section")
+                data[key] = owner.model_validate(data[key])
+        if isinstance(data.get("training"), Mapping):
+            data["training"] = training_spec_class().model_validate(data["training"])
+        return data
 
     @property
     def evo_steps(self) -> int:
@@ -80,8 +97,8 @@ class TrainingManifest(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """A plain dict that :func:`validate_manifest` turns back into this same manifest.
 
-        Fields left at their default are omitted, except discriminators (``arch: mlp``,
-        ``env_type``, ...): without them an encoder's kind would be re-inferred from its keys. The
+        Fields left at their default are omitted, except discriminators (``env_type``, a union
+        member's tag, ...): without them a member's kind would be re-inferred from its keys. The
         copy stored in a checkpoint or run directory therefore re-validates to the same spec.
         """
         out: dict[str, Any] = {"apiVersion": self.apiVersion}
@@ -187,7 +204,7 @@ def _synonym(model: type[BaseModel] | None, loc: tuple[Any, ...], key: str) -> s
         return None
     if "." in target:  # another section's field
         section, _, name = target.partition(".")
-        other = SECTIONS.get(section)
+        other = section_models().get(section)
         return target if other is not None and name in other.model_fields else None
     return target if target in _fields_of(model, loc) else None
 
@@ -201,7 +218,7 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 
 def _user_loc(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
     """``loc`` as the user wrote it, without the tag pydantic inserts for a union of models
-    (``encoder_config.mlp.hidden_size`` is ``encoder_config.hidden_size`` in the manifest), and the
+    (``a.kind.b`` is ``a.b`` in the manifest, ``kind`` being the union member's tag), and the
     model that holds its last key (None when unknown)."""
     out: list[Any] = []
     current: list[type[BaseModel]] = [model] if model is not None else []
@@ -416,8 +433,7 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
             "true needs a mutation or tournament_selection section (evolution runs when one is given)"
             if training.hpo else "false, but a mutation or tournament_selection section is given: remove one"
         )))  # fmt: skip
-    for key in ALGORITHM_TRAINING_FIELDS:
-        default = TrainingSpec.model_fields[key].get_default()
+    for key, default in plugin_training_fields().items():
         if key in training.model_fields_set and getattr(training, key) != default:
             if key not in type(algo).training_fields:
                 problems.append(Problem(f"training.{key}", f"not used by {algo.name} (not supported yet); remove it"))
@@ -466,6 +482,15 @@ def _algorithm_class(data: Mapping[str, Any]) -> type[AlgorithmSpec] | None:
     return None
 
 
+def _unread_section(key: str, algo: AlgorithmSpec | None) -> str:
+    """The message for a plugin-owned section no installed plugin reads."""
+    who = f"{algo.name} does not read it" if algo is not None else "remove it"
+    return (
+        f"no installed plugin reads the {key} section ({who}, or install the plugin that owns it; "
+        f"`agilerl plugins` lists what is installed)"
+    )
+
+
 def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> TrainingManifest:
     """Validate a manifest given as a dict; raise :class:`ManifestError` listing every problem."""
     if isinstance(data, TrainingManifest):
@@ -507,8 +532,13 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
             f"unknown strategy {strategy!r}" + (f"; did you mean {hint!r}?" if hint else "")
             + f" (one of: {', '.join(SELECTION_STRATEGIES)})")))  # fmt: skip
         normalised.pop("tournament_selection")
-    models = {**SECTIONS, **({"tournament_selection": MultiFrequencySelectionSpec} if multi_frequency else {})}
+    models = {**section_models(), **({"tournament_selection": MultiFrequencySelectionSpec} if multi_frequency else {})}
+    for key in PLUGIN_SECTIONS:
+        if models[key] is None and normalised.get(key) is not None:
+            problems.append(Problem(key, _unread_section(key, algo)))
     sections = {key: _section(normalised, key, model, problems) for key, model in models.items() if model is not None}
+    if sections.get("training") is None and not any(p.path.startswith("training") for p in problems):
+        sections["training"] = training_spec_class()()
     if problems:
         raise ManifestError(problems, source)
     manifest = TrainingManifest.model_validate(

@@ -237,7 +237,7 @@ class EvolutionaryLoop:
         if t.target_score is not None and last_fitness(best) >= t.target_score:
             return "target_score"
         if all(a.steps >= self.max_steps for a in self.population):
-            # step_limit: a bound the strategy reads (e.g. num_epochs passes over a training set)
+            # step_limit: a bound the strategy reads (e.g. passes over a training set)
             return "step_limit" if self.max_steps < t.max_steps else "max_steps"
         # training.max_wall_seconds: checked between generations (a generation always finishes).
         if t.max_wall_seconds is not None and time.perf_counter() - self.t0 >= t.max_wall_seconds:

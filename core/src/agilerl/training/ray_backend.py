@@ -11,7 +11,7 @@ the trained agent, its learn metrics and any rows the strategy logged back.
   ``num_cpus_per_member`` CPUs and ``num_gpus_per_member`` GPUs. A worker builds the strategy and
   its envs once from the manifest and keeps them for the whole run.
 * Members that share state: a strategy whose members train independently (its class sets
-  ``independent_members = True``) fans out over all workers. Any other strategy (a replay buffer
+  ``independent_members = True``) fans out over all workers. Any other strategy (a buffer
   shared by the population, an env stream that continues from member to member) runs on a single
   worker, members in population order, with the strategy's state (:meth:`state_dict`) sent there
   and back every generation: same results as ``local``, on the cluster's hardware, no parallelism.

@@ -336,8 +336,10 @@ class BanditSpec(AlgorithmSpec):
                 "bandit fitness is the online mean reward unless training.eval_steps is set; set eval_steps "
                 "(greedy evaluation, AgileRL's scale) or remove eval_loop",
             ))  # fmt: skip
-        t = manifest.training
-        evo_steps = t.evo_steps or self.default_evo_steps
+        from agilerl_plugin_gym.sections.training import rl_training
+
+        t = rl_training(manifest)
+        evo_steps = manifest.training.evo_steps or self.default_evo_steps
         if t.episode_steps is not None and t.episode_steps > evo_steps:
             problems.append(Problem(
                 "training.episode_steps",

@@ -15,11 +15,12 @@ import torch
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.models.base import AlgorithmSpec
-from agilerl.models.sections import MlpSpec
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_bandit.env import BanditDataError, check_bandit_env
 from agilerl_plugin_bandit.neural_bandit import NeuralBandit
 from agilerl_plugin_bandit.specs import BanditSpec
+from agilerl_plugin_gym.sections import MlpSpec
+from agilerl_plugin_gym.sections.training import rl_training
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -156,7 +157,7 @@ class BanditStrategy(TrainingStrategy):
         each full episode's total reward is a training score;"""
         env = run.env
         optimal = getattr(env, "optimal_reward", None)
-        episode_steps = run.manifest.training.episode_steps
+        episode_steps = rl_training(run.manifest).episode_steps
         context = env.reset()
         total_reward = 0.0
         total_regret = 0.0

@@ -221,7 +221,7 @@ def batch_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Prob
                 "make batch_size <= learn_step",
             )]  # fmt: skip
     elif regime == "off_policy":
-        from agilerl.models.sections import ReplayBufferSpec
+        from agilerl_plugin_gym.sections import ReplayBufferSpec
 
         buffer = manifest.replay_buffer or ReplayBufferSpec()
         if batch > buffer.max_size:

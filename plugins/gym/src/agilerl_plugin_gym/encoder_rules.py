@@ -22,8 +22,7 @@ from gymnasium import spaces
 from pydantic import ValidationError
 
 from agilerl.errors import AgileRLError
-from agilerl.models import CnnSpec, MlpSpec, NetworkSpec
-from agilerl.models.sections import MultiInputSpec
+from agilerl_plugin_gym.sections import CnnSpec, MlpSpec, MultiInputSpec, NetworkSpec
 from agilerl_plugin_gym.space_kinds import is_channels_last, is_image_space, is_structured_space
 
 __all__ = [

@@ -36,3 +36,11 @@ def agilerl_register_builders(register: Any) -> None:
 def agilerl_register_strategies(register: Any) -> None:
     single.register_strategies(register)
     multi.register_strategies(register)
+
+
+@hookimpl
+def agilerl_register_sections(register: Any) -> None:
+    # The sections this plugin reads: their schemas are ours (agilerl_plugin_gym.sections).
+    register("network", "agilerl_plugin_gym.sections.network:NetworkSpec")
+    register("replay_buffer", "agilerl_plugin_gym.sections.replay_buffer:ReplayBufferSpec")
+    register("training", "agilerl_plugin_gym.sections.training:RLTrainingFields")

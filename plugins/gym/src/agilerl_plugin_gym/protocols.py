@@ -21,8 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from agilerl.models import TrainingSpec
 from agilerl.protocols import VersionedProtocol
+from agilerl_plugin_gym.sections.training import RLTrainingFields
 
 __all__ = [
     "MULTI_AGENT_OFF_POLICY",
@@ -118,7 +118,7 @@ class OffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     #: Transitions per sampled batch (on-policy algorithms need no such field).
     batch_size: int
 
-    def init_exploration(self, training: TrainingSpec) -> None:
+    def init_exploration(self, training: RLTrainingFields) -> None:
         """Read the exploration schedule from ``training`` (keeps a restored epsilon)."""
         ...
 

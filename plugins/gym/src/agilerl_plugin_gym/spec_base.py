@@ -19,6 +19,8 @@ from agilerl.models import AlgorithmSpec
 if TYPE_CHECKING:
     from gymnasium import spaces
 
+    from agilerl.models import TrainingManifest
+
 
 @dataclass(frozen=True)
 class SpaceRules:
@@ -48,7 +50,20 @@ CONTINUOUS_ACTIONS = SpaceRules("continuous")
 ANY_ACTIONS = SpaceRules("any")
 
 
-class SingleAgentAlgorithmSpec(AlgorithmSpec):
+class _ReplayMemory(AlgorithmSpec):
+    """The replay buffer's share of the validation-time memory estimate (off-policy algorithms)."""
+
+    def memory_parts(self, manifest: TrainingManifest) -> dict[str, tuple[int, str]]:
+        from agilerl.checks import FLOORS
+
+        rb = manifest.replay_buffer
+        if rb is None or type(self).regime == "on_policy":
+            return {}
+        per = FLOORS["transition"]
+        return {"replay_buffer.max_size": (rb.max_size * per, f"{rb.max_size} transitions x {per} B")}
+
+
+class SingleAgentAlgorithmSpec(_ReplayMemory):
     """Single-agent reinforcement learning algorithms."""
 
     paradigm: ClassVar[str] = "single_agent"
@@ -63,7 +78,7 @@ class SingleAgentAlgorithmSpec(AlgorithmSpec):
     net_config: dict[str, Any] | None = None
 
 
-class MultiAgentAlgorithmSpec(AlgorithmSpec):
+class MultiAgentAlgorithmSpec(_ReplayMemory):
     """Multi-agent reinforcement learning algorithms."""
 
     paradigm: ClassVar[str] = "multi_agent"

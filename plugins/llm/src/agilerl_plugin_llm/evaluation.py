@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from agilerl_plugin_llm.training_fields import llm_training
+
 if TYPE_CHECKING:
     from agilerl.training.run import Run
 
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 def evaluation_due(run: Run, agent: Any, *, steps_left: int) -> bool:
     """Whether ``agent`` (whose ``steps`` were just advanced) is evaluated now, with ``steps_left``
     more steps to take before the generation's evaluation."""
-    interval = run.manifest.training.evaluation_interval
+    interval = llm_training(run.manifest).evaluation_interval
     return interval is not None and steps_left > 0 and agent.steps % interval == 0
 
 

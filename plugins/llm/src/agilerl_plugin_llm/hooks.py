@@ -56,3 +56,9 @@ def agilerl_register_commands(subparsers: Any) -> None:
     from agilerl_plugin_llm.export import register_commands
 
     register_commands(subparsers)
+
+
+@hookimpl
+def agilerl_register_sections(register: Any) -> None:
+    # The training fields only LLM algorithms read (AgileRL's epochs, rollout and distributed settings).
+    register("training", "agilerl_plugin_llm.training_fields:LLMTrainingFields")

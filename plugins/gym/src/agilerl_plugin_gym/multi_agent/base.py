@@ -18,11 +18,11 @@ from gymnasium import spaces
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
-from agilerl.models.sections import NetworkSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.inference import MultiAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.optim import Adam
+from agilerl_plugin_gym.sections import NetworkSpec
 
 
 def network_space(space: spaces.Space) -> spaces.Space:

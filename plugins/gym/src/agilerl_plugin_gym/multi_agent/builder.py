@@ -17,8 +17,8 @@ from gymnasium import spaces
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError, closest
 from agilerl.models.base import AlgorithmSpec
-from agilerl.models.sections import CnnSpec, NetworkSpec
 from agilerl_plugin_gym.multi_agent.specs import group_of, is_per_agent, network_configs
+from agilerl_plugin_gym.sections import CnnSpec, NetworkSpec
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
-from agilerl.models.sections import NetworkSpec
 from agilerl_plugin_gym.multi_agent.names import moved_problem, resolve_module_name
+from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,

@@ -24,6 +24,7 @@ from agilerl_plugin_gym.engine.on_policy import MultiAgentOnPolicyEngine
 from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError, PettingZooVecEnv, make_pz_env
 from agilerl_plugin_gym.protocols import MULTI_AGENT_OFF_POLICY, MULTI_AGENT_ON_POLICY
+from agilerl_plugin_gym.sections.training import rl_training
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -87,7 +88,7 @@ class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
         env: PettingZooVecEnv = run.env
         memory: MultiAgentReplayBuffer = self.memory
         n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, run.manifest.training.learning_delay or 0, agent.batch_size)
+        schedule = UpdateSchedule(agent.learn_step, n, rl_training(run.manifest).learning_delay or 0, agent.batch_size)
         obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
         agent.reset_noise(n)
         episodes = EpisodeReturns(n, key="train_score")

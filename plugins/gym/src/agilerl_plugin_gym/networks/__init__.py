@@ -4,7 +4,7 @@ A network is an *encoder* (MLP for vector observations, CNN for H x W x C images
 observation to a ``latent_dim`` vector, followed by a *head* (an MLP) that maps the latent vector to
 the outputs an algorithm needs (action logits, Q-values, a value, ...)::
 
-    from agilerl.models import NetworkSpec
+    from agilerl_plugin_gym.sections import NetworkSpec
     from agilerl_plugin_gym.networks import EvolvableNetwork
 
     net = EvolvableNetwork.from_spec(NetworkSpec(latent_dim=64), observation_space, out_dim=2)
@@ -39,7 +39,8 @@ The package is roomed by job; each module imports only the ones above it, never 
 * :mod:`.layers` — activations, input sizes, initialisation, weight-preserving resizes;
 * :mod:`.mlp`, :mod:`.cnn`, :mod:`.simba`, :mod:`.lstm` — one encoder kind each;
 * :mod:`.multi_input` — one sub-encoder per part of a Dict/Tuple observation;
-* :mod:`.factory` — the encoder registry (:func:`register_encoder`) and :func:`build_encoder`;
+* :mod:`.factory` — the built-in kinds' builders and :func:`build_encoder` (the kinds' table is
+  :data:`agilerl_plugin_gym.sections.encoders.ENCODERS`);
 * :mod:`.network` — :class:`EvolvableNetwork`, encoder + head;
 * :mod:`.mutation` — parameter noise and the activation draw;
 * :mod:`.rainbow` — RainbowDQN's noisy, dueling, distributional network.
@@ -48,14 +49,7 @@ The package is roomed by job; each module imports only the ones above it, never 
 from __future__ import annotations
 
 from agilerl_plugin_gym.networks.cnn import EvolvableCNN
-from agilerl_plugin_gym.networks.factory import (
-    ENCODER_BUILDERS,
-    ENCODER_MUTATIONS,
-    build_encoder,
-    default_network_spec,
-    latent_range,
-    register_encoder,
-)
+from agilerl_plugin_gym.networks.factory import build_encoder, default_network_spec, encoder_builder, latent_range
 from agilerl_plugin_gym.networks.layers import activation_layer, image_chw, obs_dim
 from agilerl_plugin_gym.networks.lstm import EvolvableLSTM
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
@@ -66,8 +60,6 @@ from agilerl_plugin_gym.networks.simba import EvolvableSimBa
 from agilerl_plugin_gym.space_kinds import is_image_space
 
 __all__ = [
-    "ENCODER_BUILDERS",
-    "ENCODER_MUTATIONS",
     "EvolvableCNN",
     "EvolvableLSTM",
     "EvolvableMLP",
@@ -82,6 +74,6 @@ __all__ = [
     "is_image_space",
     "latent_range",
     "obs_dim",
+    "encoder_builder",
     "pick_activation",
-    "register_encoder",
 ]

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl.models import CnnSpec
 from agilerl_plugin_gym.networks.layers import activation_layer, init_linear, resized_linear, swap_activations
+from agilerl_plugin_gym.sections import CnnSpec
 
 __all__ = ["EvolvableCNN"]
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl.models import LstmSpec
+from agilerl_plugin_gym.sections import LstmSpec
 
 __all__ = ["EvolvableLSTM"]
 

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl.models import MlpSpec
 from agilerl_plugin_gym.networks.layers import activation_layer, init_linear, resized_linear, swap_activations
+from agilerl_plugin_gym.sections import MlpSpec
 
 __all__ = ["EvolvableMLP"]
 

@@ -32,12 +32,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models.sections import CnnSpec, MlpSpec, MultiInputSpec
 from agilerl_plugin_gym.encoder_rules import part_specs
 from agilerl_plugin_gym.networks.cnn import EvolvableCNN
 from agilerl_plugin_gym.networks.layers import activation_layer, image_chw, load_overlapping, obs_dim
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.observations import subspaces
+from agilerl_plugin_gym.sections import CnnSpec, MlpSpec, MultiInputSpec
 from agilerl_plugin_gym.space_kinds import is_channels_last, is_image_space, is_structured_space
 
 __all__ = ["EvolvableMultiInput"]

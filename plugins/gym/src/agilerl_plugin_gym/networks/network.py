@@ -10,11 +10,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import MlpSpec, NetworkSpec
 from agilerl_plugin_gym.encoder_rules import encoder_kind
 from agilerl_plugin_gym.networks.cnn import EvolvableCNN
 from agilerl_plugin_gym.networks.factory import (
-    ENCODER_MUTATIONS,
     LATENT_STEPS,
     build_encoder,
     default_network_spec,
@@ -22,9 +20,17 @@ from agilerl_plugin_gym.networks.factory import (
 )
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.networks.simba import EvolvableSimBa
+from agilerl_plugin_gym.sections import MlpSpec, NetworkSpec
+from agilerl_plugin_gym.sections.encoders import ENCODERS
 from agilerl_plugin_gym.space_kinds import is_channels_last, is_image_space
 
 __all__ = ["EvolvableNetwork"]
+
+
+def _encoder_mutations(kind: str) -> tuple[str, ...]:
+    entry = ENCODERS.get(kind)
+    return entry.mutations if entry is not None else ()
+
 
 _HEAD_METHODS = ("add_layer", "remove_layer", "add_node", "remove_node")
 _LAYER_METHODS = {"add_layer", "remove_layer", "add_block", "remove_block"}
@@ -156,7 +162,7 @@ class EvolvableNetwork(nn.Module):
         """Names accepted by :meth:`apply_mutation`, e.g. ``"encoder.add_node"``; ``"latent.add_node"``
         and ``"latent.remove_node"`` when a latent range is set and both parts can be resized."""
         own = getattr(self.encoder, "mutation_names", None)
-        encoder = list(own()) if callable(own) else list(ENCODER_MUTATIONS.get(self.encoder_arch, ()))
+        encoder = list(own()) if callable(own) else list(_encoder_mutations(self.encoder_arch))
         methods = [f"encoder.{m}" for m in encoder] + [f"head.{m}" for m in _HEAD_METHODS]
         resizable = hasattr(self.encoder, "resize_output") and hasattr(self.head, "resize_input")
         return methods + (["latent.add_node", "latent.remove_node"] if self.latent_range and resizable else [])

@@ -25,9 +25,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import NetworkSpec
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.networks.network import EvolvableNetwork
+from agilerl_plugin_gym.sections import NetworkSpec
 
 __all__ = ["NoisyLinear", "NoisyMLP", "RainbowNetwork", "project_distribution"]
 

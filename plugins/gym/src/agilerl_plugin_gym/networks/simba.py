@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl.models.sections import SimbaSpec
 from agilerl_plugin_gym.networks.layers import activation_layer, load_overlapping
+from agilerl_plugin_gym.sections import SimbaSpec
 
 __all__ = ["EvolvableSimBa", "SimbaBlock"]
 

@@ -25,6 +25,7 @@ from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gr
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.offline.datasets import read_dataset
 from agilerl_plugin_gym.offline.specs import OfflineEnvSpec
+from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.single_agent.strategies import MAX_EVAL_ENVS, GymStrategy
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class OfflineStrategy(ReplayState, GymStrategy):
 
     def learn(self, agent: OffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         buf: ReplayBuffer = self.memory
-        delay = run.manifest.training.learning_delay or 0
+        delay = rl_training(run.manifest).learning_delay or 0
         schedule = UpdateSchedule(agent.learn_step, 1, delay, agent.batch_size)
         stats: dict[str, Any] = {}
         updates = 0

@@ -19,13 +19,14 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
-from agilerl.models import AlgorithmSpec, NetworkSpec
+from agilerl.models import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.observations import as_tensors, is_structured
 from agilerl_plugin_gym.optim import Adam
+from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
     UnsupportedSpaceError,
     check_observation_space,

@@ -8,7 +8,8 @@ from gymnasium import spaces
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError
-from agilerl.models import AlgorithmSpec, NetworkSpec, TrainingManifest
+from agilerl.models import AlgorithmSpec, TrainingManifest
+from agilerl_plugin_gym.sections import NetworkSpec
 
 
 def network_spec(spec: AlgorithmSpec, manifest: TrainingManifest | None) -> NetworkSpec | None:

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
 from agilerl_plugin_gym.networks import obs_dim
 from agilerl_plugin_gym.observations import batch_size
+from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import DDPGSpec
 from agilerl_plugin_gym.space_kinds import is_image_space, is_structured_space
@@ -116,7 +116,7 @@ class DDPG(GymAlgorithm):
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
         return self.scale(self.policy(obs))
 
-    def init_exploration(self, training: TrainingSpec) -> None:
+    def init_exploration(self, training: RLTrainingFields) -> None:
         """No schedule: the noise parameters are hyperparameters."""
 
     def reset_noise(self, mask: np.ndarray | None) -> None:

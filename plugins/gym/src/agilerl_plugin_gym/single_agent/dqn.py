@@ -19,8 +19,8 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.observations import batch_size
+from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
 from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
@@ -56,7 +56,7 @@ class DQN(GymAlgorithm):
         self.optimizers = {"optimizer": self.make_optimizer(self.nets["actor"].parameters(), self.lr)}
 
     # --- acting -----------------------------------------------------------------------------------
-    def init_exploration(self, training: TrainingSpec) -> None:
+    def init_exploration(self, training: RLTrainingFields) -> None:
         """Set the epsilon schedule from the manifest (keeps a restored epsilon)."""
         self.eps_end = training.eps_end if training.eps_end is not None else EPS_END
         self.eps_decay = training.eps_decay if training.eps_decay is not None else EPS_DECAY

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from agilerl.errors import AgileRLError
-from agilerl.models import LstmSpec, MlpSpec, NetworkSpec
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
 from agilerl_plugin_gym.ppo_update import ppo_update
+from agilerl_plugin_gym.sections import LstmSpec, MlpSpec, NetworkSpec
 from agilerl_plugin_gym.single_agent.spaces import check_recurrent_observation_space
 
 if TYPE_CHECKING:

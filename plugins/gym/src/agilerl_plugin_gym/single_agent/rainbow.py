@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from agilerl.models import TrainingSpec
 from agilerl_plugin_gym.networks.rainbow import RainbowNetwork, project_distribution
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
+from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.dqn import DQN
 from agilerl_plugin_gym.single_agent.specs import RainbowDQNSpec
 
@@ -72,7 +72,7 @@ class RainbowDQN(DQN):
         self.nets["actor"].noisy = on
 
     # --- acting: noisy networks explore, no epsilon ----------------------------------------------
-    def init_exploration(self, training: TrainingSpec) -> None:
+    def init_exploration(self, training: RLTrainingFields) -> None:
         """No epsilon schedule: NoisyNet layers explore."""
 
     def end_step(self, done: np.ndarray) -> None:

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.spec_base import (
     ANY_ACTIONS,
     CONTINUOUS_ACTIONS,
@@ -53,7 +54,7 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         problems: list[Problem] = []
-        if type(self).regime == "off_policy" and manifest.training.experience_sharing is False:
+        if type(self).regime == "off_policy" and rl_training(manifest).experience_sharing is False:
             problems.append(Problem(
                 "training.experience_sharing",
                 "false is not supported yet: an off-policy population shares one replay buffer; "

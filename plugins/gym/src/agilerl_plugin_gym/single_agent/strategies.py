@@ -47,6 +47,7 @@ from agilerl_plugin_gym.engine.replay_per import (
 )
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
+from agilerl_plugin_gym.sections.training import rl_training
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -150,7 +151,7 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
         buf: ReplayBuffer = self.memory
         env, rng = run.env, self.rng
         n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, run.manifest.training.learning_delay or 0, agent.batch_size)
+        schedule = UpdateSchedule(agent.learn_step, n, rl_training(run.manifest).learning_delay or 0, agent.batch_size)
         obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset

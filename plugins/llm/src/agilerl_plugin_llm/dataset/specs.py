@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
+from agilerl_plugin_llm.training_fields import llm_training
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -60,7 +61,11 @@ class DatasetLLMSpec(PluginLLMSpec):
             problems += dataset_problems(env, type(self).objective)
         problems += model_path_problems(self.pretrained_model_name_or_path)
         mutation = manifest.mutation
-        if manifest.training.num_epochs is not None and mutation is not None and mutation.probabilities.rl_hp_mut > 0:
+        if (
+            llm_training(manifest).num_epochs is not None
+            and mutation is not None
+            and mutation.probabilities.rl_hp_mut > 0
+        ):
             from agilerl.hpo import resolve_hp_ranges
 
             if "batch_size" in resolve_hp_ranges(self, mutation):
