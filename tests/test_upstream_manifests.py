@@ -28,9 +28,13 @@ _HAS_BOX2D = importlib.util.find_spec("Box2D") is not None
 _HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
-def needs_vllm(refusal: str) -> str:
-    """AgileRL's use_vllm manifests validate where vLLM is installed (``install.sh --vllm``), else this refusal."""
-    return VALID if _HAS_VLLM else refusal
+#: Where vLLM is installed, the use_vllm manifests that name AgileRL's unpublished reward.py meet that next.
+_NO_REWARD_PY = "environment.rubric_file_path: no such file: reward.py"
+
+
+def needs_vllm(refusal: str, otherwise: str = _NO_REWARD_PY) -> str:
+    """A use_vllm manifest: this refusal without vLLM; with it (``install.sh --vllm``) only ``otherwise``."""
+    return otherwise if _HAS_VLLM else refusal
 
 
 def needs_box2d(env_id: str) -> str:

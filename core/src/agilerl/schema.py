@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agilerl.models.manifest import API_VERSION, section_models
+from agilerl.models.composition import section_models
+from agilerl.models.manifest import API_VERSION
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
 

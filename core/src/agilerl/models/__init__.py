@@ -17,6 +17,7 @@ from agilerl.models.base import (
     EnvSpec,
     Spec,
 )
+from agilerl.models.composition import section_models, training_spec_class
 from agilerl.models.env import (
     make_bandit_env,
     make_env,
@@ -31,8 +32,6 @@ from agilerl.models.manifest import (
     TrainingManifest,
     load_manifest,
     read_manifest_file,
-    section_models,
-    training_spec_class,
     validate_manifest,
 )
 from agilerl.models.sections import (

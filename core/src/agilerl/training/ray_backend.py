@@ -157,9 +157,8 @@ class RayBackend(Backend):
     def _num_workers(self, pop_size: int) -> int:
         t = self.training
         resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        node_cpus = max(
-            (float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0.0
-        )
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+        node_cpus = max((float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")), default=0.0)
         if t.num_cpus_per_member > node_cpus:
             # An actor is placed on one node: asking for more CPUs than any node has waits forever.
             raise AgileRLError(

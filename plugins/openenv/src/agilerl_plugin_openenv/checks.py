@@ -156,9 +156,9 @@ def live_problems(spec: Any, timeout: float = LIVE_CHECK_TIMEOUT_S) -> list[tupl
         return []
     action = schema.get("action") or {}
     if config.mcp_tool and action and not is_mcp_action(action):
-        names = ", ".join(p.name for p in params_of(action)) or "none"
+        fields = ", ".join(p.name for p in params_of(action)) or "none"
         problems.append(("mcp_tool", f"the server at {where} is not an MCP tool environment (its action has the "
-                         f"fields {names}); remove mcp_tool{off}"))  # fmt: skip
+                         f"fields {fields}); remove mcp_tool{off}"))  # fmt: skip
     names = [p.name for p in params_of(action)]
     if config.action_field and names and not is_mcp_action(action) and config.action_field not in names:
         problems.append(("action_field", f"{config.action_field!r} is not a field of the action the server at {where} "
