@@ -233,7 +233,8 @@ def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if models and _has("agilerl_plugin_llm"):
         from agilerl_plugin_llm.testing import build_tiny_model
 
-        template = build_tiny_model(root / "_tiny", vllm=True)  # head size 32, as vLLM's CPU attention needs
+        # head size 32, as vLLM's CPU attention needs; positions as long as Qwen2.5's (32k)
+        template = build_tiny_model(root / "_tiny", vllm=True, max_position_embeddings=32768)
         for model in models:
             shutil.copytree(template, root / model)
     datasets = {str(d) for data in manifests for d in _walk(data, "dataset") if isinstance(d, str)}

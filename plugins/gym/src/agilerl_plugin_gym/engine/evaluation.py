@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_EVAL_CAP", "EvalTicker", "eval_step_cap", "evaluation_progress"]
+__all__ = ["DEFAULT_EVAL_CAP", "EvalTicker", "eval_step_cap", "evaluate_bounded", "evaluation_progress"]
 
 log = logging.getLogger("agilerl.gym.eval")  # under "agilerl": the CLI shows it
 
@@ -101,3 +101,13 @@ class EvalTicker:
 
     def end_round(self, finished_in_round: int) -> None:
         self.finished += finished_in_round
+
+
+def evaluate_bounded(agent: Any, run: Any, said: set[str]) -> float:
+    """A gym strategy's ``evaluate``: ``agent.test`` on the run's eval env, seeded per evaluation (so
+    a resumed run evaluates alike), each episode bounded by :func:`eval_step_cap` (``said``: the
+    labels whose default cap was already logged) and progress shown while it runs."""
+    t = run.manifest.training
+    cap = eval_step_cap(t.eval_steps, run.eval_env, label=run.manifest.environment.label, said=said)
+    with evaluation_progress(enabled=run.progress, label=f"member {agent.index}"):
+        return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=run.eval_seed))

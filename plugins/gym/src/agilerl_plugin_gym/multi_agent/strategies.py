@@ -18,7 +18,7 @@ import numpy as np
 
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores, episode_seed
-from agilerl_plugin_gym.engine.evaluation import eval_step_cap, evaluation_progress
+from agilerl_plugin_gym.engine.evaluation import evaluate_bounded
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.engine.on_policy import MultiAgentOnPolicyEngine
 from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
@@ -52,17 +52,7 @@ class MultiAgentStrategy(TrainingStrategy):
         return make_pz_env(manifest.environment, sync=True, num_envs=n)
 
     def evaluate(self, agent: Any, run: Run) -> float:
-        # Seeded per evaluation (not a continuing env stream), so a resumed run evaluates alike.
-        t = run.manifest.training
-        # Bounded: eval_steps, else the env's own episode limit, else a default cap (said once).
-        cap = eval_step_cap(
-            t.eval_steps,
-            run.eval_env,
-            label=run.manifest.environment.label,
-            said=vars(self).setdefault("eval_cap_said", set()),
-        )
-        with evaluation_progress(enabled=run.progress, label=f"member {agent.index}"):
-            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=run.eval_seed))
+        return evaluate_bounded(agent, run, vars(self).setdefault("eval_cap_said", set()))
 
     def close(self, run: Run) -> None:
         for env in {id(run.env): run.env, id(run.eval_env): run.eval_env}.values():

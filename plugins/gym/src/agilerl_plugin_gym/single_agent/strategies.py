@@ -36,7 +36,7 @@ import numpy as np
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_gym.buffers import ReplayBuffer
 from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
-from agilerl_plugin_gym.engine.evaluation import eval_step_cap, evaluation_progress
+from agilerl_plugin_gym.engine.evaluation import evaluate_bounded
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
 from agilerl_plugin_gym.engine.replay_per import (
@@ -77,16 +77,7 @@ class GymStrategy(TrainingStrategy):
         return make_gym_env(spec.model_copy(update={"num_envs": n, "sync": True}))
 
     def evaluate(self, agent: Any, run: Run) -> float:
-        t = run.manifest.training
-        # Bounded: eval_steps, else the env's own episode limit, else a default cap (said once).
-        cap = eval_step_cap(
-            t.eval_steps,
-            run.eval_env,
-            label=run.manifest.environment.label,
-            said=vars(self).setdefault("eval_cap_said", set()),
-        )
-        with evaluation_progress(enabled=run.progress, label=f"member {agent.index}"):
-            return float(agent.test(run.eval_env, max_steps=cap, loop=t.eval_loop, seed=run.eval_seed))
+        return evaluate_bounded(agent, run, vars(self).setdefault("eval_cap_said", set()))
 
 
 # --------------------------------------------------------------------------------------------------
