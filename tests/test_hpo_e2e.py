@@ -179,14 +179,15 @@ def test_off_policy_population_shares_one_replay_buffer(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def grpo_manifest() -> dict[str, Any]:
+def grpo_manifest(model_dir: Path) -> dict[str, Any]:
     data: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "grpo_tiny.yaml").read_text())
     data["training"]["pop_size"] = 2
+    data["network"]["pretrained_model_name_or_path"] = str(model_dir)  # validation reads the model dir
     return data
 
 
-def test_llm_manifests_refuse_architecture_and_parameter_mutation() -> None:
-    data = grpo_manifest()
+def test_llm_manifests_refuse_architecture_and_parameter_mutation(tiny_model_dir: Path) -> None:
+    data = grpo_manifest(tiny_model_dir)
     data["mutation"] = {"probabilities": {"arch_mut": 0.3, "params_mut": 0.2, "rl_hp_mut": 0.5}}
     with pytest.raises(ManifestError) as info:
         load_manifest(data)
@@ -196,8 +197,8 @@ def test_llm_manifests_refuse_architecture_and_parameter_mutation() -> None:
     assert len(info.value.problems) == 1  # one root cause, one problem
 
 
-def test_llm_manifests_mutate_hyperparameters_only_by_default() -> None:
-    data = grpo_manifest()
+def test_llm_manifests_mutate_hyperparameters_only_by_default(tiny_model_dir: Path) -> None:
+    data = grpo_manifest(tiny_model_dir)
     data["mutation"] = {"rl_hp_selection": {"lr": {"min": 1e-3, "max": 0.05}, "beta": {"min": 0.01, "max": 0.1}}}
     manifest = load_manifest(data)
     muts = Mutations(manifest.mutation, manifest.algorithm)  # type: ignore[arg-type]
