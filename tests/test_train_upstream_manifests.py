@@ -38,6 +38,7 @@ import importlib.util
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,12 +170,19 @@ def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     (path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def _register_standin_envs() -> None:
+_STANDIN_ENVS = (("DummyImage-v0", "DummyImageEnv"), ("merge-env-v1", "MergeStandInEnv"))
+
+
+def _register_standin_envs() -> list[str]:
+    """Register the stand-in envs that are not registered yet; returns the ids it registered."""
     import gymnasium as gym
 
-    for env_id, entry in (("DummyImage-v0", "DummyImageEnv"), ("merge-env-v1", "MergeStandInEnv")):
+    added = []
+    for env_id, entry in _STANDIN_ENVS:
         if env_id not in gym.registry:
             gym.register(env_id, entry_point=f"{__name__}:{entry}", max_episode_steps=50)
+            added.append(env_id)
+    return added
 
 
 def _parity_env(observation_space: Any, frame: Any, action_space: Any) -> Any:
@@ -232,8 +240,23 @@ class MergeStandInEnv:
 
 
 @pytest.fixture(scope="module")
-def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("agilerl-root")
+def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The stand-in working directory. What it adds to the process (the stand-in gym ids, the Minari
+    path) is taken back afterwards: other modules check that these very names are refused."""
+    with pytest.MonkeyPatch.context() as patch:
+        root = tmp_path_factory.mktemp("agilerl-root")
+        added = _build_standins(root, patch)
+        try:
+            yield root
+        finally:
+            if added:
+                import gymnasium as gym
+
+                for env_id in added:
+                    gym.registry.pop(env_id, None)
+
+
+def _build_standins(root: Path, patch: pytest.MonkeyPatch) -> list[str]:
     (root / "tests" / "data").mkdir(parents=True)
     for name in ("iris_features.csv", "iris_targets.csv"):
         shutil.copy(UPSTREAM / "tests" / "data" / name, root / "tests" / "data" / name)
@@ -255,15 +278,13 @@ def standin_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _write_rows(root / "gsm8k", _GSM8K)
     minari_ids = {str(d) for data in manifests for d in _walk(data, "minari_dataset_id") if d}
     if minari_ids and _has("minari"):
-        os.environ["MINARI_DATASETS_PATH"] = str(root / "minari")
+        patch.setenv("MINARI_DATASETS_PATH", str(root / "minari"))
         helpers = _load_module(REPO / "plugins" / "gym" / "tests" / "offline_test_helpers.py")
         record_episodes, write_minari = helpers.record_episodes, helpers.write_minari
 
         for i, dataset_id in enumerate(sorted(minari_ids)):
             write_minari(dataset_id, record_episodes(None, 600, seed=10 + i))
-    if _has("gymnasium"):
-        _register_standin_envs()
-    return root
+    return _register_standin_envs() if _has("gymnasium") else []
 
 
 # --------------------------------------------------------------------------------------------------
