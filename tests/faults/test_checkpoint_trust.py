@@ -123,6 +123,61 @@ def test_code_a_checkpoint_names_is_not_imported_without_trust(
     assert not marker.exists() and "trust_marker" not in sys.modules
 
 
+#: Modules an entry point imports after the env is built (export-policy: sympy through torch;
+#: resume: tensorboard), planted in the folder a crafted ``environment.path`` names.
+SHADOWED = ("sympy", "tensorboard")
+
+
+@pytest.fixture
+def shadow_dir(tmp_path: Path) -> Path:
+    """A folder (not on ``sys.path``) of fake modules that write ``<name>_imported`` when imported."""
+    folder = tmp_path / "shadow"
+    folder.mkdir()
+    for name in SHADOWED:
+        flag = tmp_path / f"{name}_imported"
+        (folder / f"{name}.py").write_text(f"import pathlib\npathlib.Path({str(flag)!r}).write_text('x')\n")
+    return folder
+
+
+def _craft_path(ppo_run: Path, tmp_path: Path, folder: Path) -> Path:
+    payload = checkpoint.load(ppo_run / "best.pt")
+    payload["manifest"]["environment"]["path"] = str(folder)  # no entrypoint or factory beside it
+    out = tmp_path / "crafted_path.pt"
+    checkpoint.save(out, payload)
+    return out
+
+
+def _shadowed(tmp_path: Path, folder: Path) -> list[str]:
+    loaded = [n for n in SHADOWED if str(folder) in str(getattr(sys.modules.get(n), "__file__", "") or "")]
+    return loaded + [n for n in SHADOWED if (tmp_path / f"{n}_imported").exists()]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_an_environment_path_alone_is_code_that_needs_trust(
+    entry: str, ppo_run: Path, tmp_path: Path, shadow_dir: Path, run_cli: Run
+) -> None:
+    # The env loader puts environment.path first on sys.path even with no entrypoint or factory:
+    # every module imported after it (sympy, tensorboard) would come from the checkpoint's folder.
+    ckpt = _craft_path(ppo_run, tmp_path, shadow_dir)
+    code, err = _entry(entry, run_cli, ckpt, tmp_path)
+    assert code == 1 and "names code that" in err and "environment.path" in err, err
+    assert str(shadow_dir) not in sys.path
+    assert _shadowed(tmp_path, shadow_dir) == []
+
+
+def test_an_environment_path_alone_imports_nothing_in_a_fresh_process(
+    ppo_run: Path, tmp_path: Path, shadow_dir: Path
+) -> None:
+    # In a fresh process nothing has imported sympy yet: export-policy would import the fake one.
+    import subprocess
+
+    ckpt = _craft_path(ppo_run, tmp_path, shadow_dir)
+    cmd = [sys.executable, "-m", "agilerl.cli", "export-policy", str(ckpt), "-o", str(tmp_path / "p.pt")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "environment.path" in proc.stderr, proc.stderr
+    assert _shadowed(tmp_path, shadow_dir) == []
+
+
 @pytest.mark.parametrize("entry", ["eval", "agilerl.load"])
 def test_trust_imports_it(entry: str, ppo_run: Path, tmp_path: Path, marker: Path, run_cli: Run) -> None:
     # The control: the marker is importable, so the refusals above are the rule's doing.
@@ -272,5 +327,6 @@ def test_which_references_count_as_registered_code() -> None:
     assert flagged({"name": "x", "entrypoint": "envs/grid.py:GridEnv"}) == ["environment.entrypoint"]
     assert flagged({"name": "x", "factory": "numpy:load"}) == ["environment.factory"]  # a dependency's callable
     assert flagged({"name": "x", "entrypoint": "m:E", "path": "/tmp"}) == ["environment.entrypoint", "environment.path"]
+    assert flagged({"name": "CartPole-v1", "path": "/tmp"}) == ["environment.path"]  # put on sys.path all the same
     assert flagged({"name": "x", "env_wrappers": [["agilerl_plugin_gym.pomdp.MaskVelocity", {}]]}) == []
     assert flagged({"name": "x", "env_wrappers": ["agilerl_plugin_gym.__main__.X"]}) == ["environment.env_wrappers"]

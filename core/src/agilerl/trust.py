@@ -18,6 +18,9 @@ code named by a checkpoint is imported only when it is
   (``trust=True`` / ``trust_checkpoint=True`` in Python).
 
 Files (``path``, ``rubric_file_path``, ``envs/grid.py:GridEnv``) are never registered code.
+``environment.path`` counts as code even with no ``entrypoint`` or ``factory`` beside it: the env
+loaders put it first on ``sys.path``, so any module imported later (by the run, the exporter, the
+logger) may come from that directory.
 """
 
 from __future__ import annotations
@@ -69,8 +72,10 @@ def code_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
         if isinstance(node, Mapping):
             for k, v in node.items():
                 sub = f"{path}.{k}" if path else str(k)
-                # `path` only matters for imports (data tables resolve against it too)
-                imports = k != "path" or any(node.get(c) for c in ("entrypoint", "factory"))
+                # `environment.path` is put first on sys.path by the env loaders whatever else the
+                # section says (every later import may come from it); a nested `path` counts beside
+                # an entrypoint or factory
+                imports = k != "path" or path == "environment" or any(node.get(c) for c in ("entrypoint", "factory"))
                 if k in CODE_KEYS and v not in (None, "", [], {}) and imports:
                     found.append((sub, v))
                 else:
