@@ -49,7 +49,7 @@ def main() -> None:
     agent = select_builder(manifest.algorithm).build_for_run(
         manifest.algorithm, env=env, manifest=manifest, runtime=runtime
     )
-    run = SimpleNamespace(env=env)
+    run = SimpleNamespace(env=env, manifest=manifest)
     t0, c0 = time.perf_counter(), time.process_time()
     strategy.learn(agent, run, cfg["steps"])  # type: ignore[arg-type]
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
