@@ -330,3 +330,28 @@ def test_which_references_count_as_registered_code() -> None:
     assert flagged({"name": "CartPole-v1", "path": "/tmp"}) == ["environment.path"]  # put on sys.path all the same
     assert flagged({"name": "x", "env_wrappers": [["agilerl_plugin_gym.pomdp.MaskVelocity", {}]]}) == []
     assert flagged({"name": "x", "env_wrappers": ["agilerl_plugin_gym.__main__.X"]}) == ["environment.env_wrappers"]
+
+
+def test_the_llm_plugins_gem_factory_is_registered_code(tmp_path: Path) -> None:
+    # AgileRL's `env_name: game:...` is stored as entrypoint game:... with factory gem:make (the LLM
+    # plugin's, which builds only games registered with GEM): resuming or exporting needs no trust.
+    pytest.importorskip("agilerl_plugin_llm")
+    pytest.importorskip("gem")
+    from agilerl.trust import require_trust, untrusted_references
+
+    game = "game:GuessTheNumber-v0-easy"
+    stored = {"env_type": "rollout", "entrypoint": game, "env_name": game, "factory": "gem:make", "max_turns": 3}
+
+    def flagged(**env: Any) -> list[str]:
+        return [path for path, _ in untrusted_references({"environment": {**stored, **env}})]
+
+    assert flagged() == []
+    require_trust(str(tmp_path / "gem.pt"), {"environment": stored}, trusted=False)
+    # Only that factory, only for the env type that declares it; the rest of the section still counts.
+    assert flagged(entrypoint="trust_marker:Env") == []  # gem.make looks it up in GEM's registry: never imported
+    assert flagged(factory="gem.envs.registration:make") == ["environment.entrypoint", "environment.factory"]
+    assert flagged(factory="numpy:load") == ["environment.entrypoint", "environment.factory"]
+    assert flagged(env_type="dataset") == []  # the same spec class (the LLM plugin's)
+    assert flagged(env_type="gym") == ["environment.entrypoint", "environment.factory"]
+    assert flagged(env_type="nobody_registers_this") == ["environment.entrypoint", "environment.factory"]
+    assert flagged(path=str(tmp_path)) == ["environment.path"]

@@ -13,7 +13,9 @@ code named by a checkpoint is imported only when it is
 - registered code: a module of ``agilerl`` or of an installed, loaded plugin's own package (for
   example a wrapper a plugin ships for its own algorithms); an environment *module* named by
   ``environment.name`` (a dotted env module, the head of ``module:EnvId``) may also come from a
-  package a plugin declares as a dependency; or
+  package a plugin declares as a dependency; a ``factory`` the env type's plugin declares in its
+  spec's ``registered_factories`` (the LLM plugin's ``gem:make`` for AgileRL's ``env_name:
+  game:...``), whose ``entrypoint`` is then an id that factory looks up, not an import; or
 - trusted by the user: the manifest file given instead of the stored one, or ``--trust-checkpoint``
   (``trust=True`` / ``trust_checkpoint=True`` in Python).
 
@@ -153,14 +155,38 @@ def registered_roots() -> frozenset[str]:
     )
 
 
+def _registered_factory(env: Any) -> bool:
+    """Whether ``env`` (the ``environment`` section) builds through a factory its env type's plugin
+    vouches for (``EnvSpec.registered_factories``): then the ``entrypoint`` is an id that factory
+    looks up, not an import."""
+    if (
+        not isinstance(env, Mapping)
+        or not isinstance(env.get("factory"), str)
+        or not isinstance(env.get("env_type"), str)
+    ):
+        return False
+    from agilerl.registry import ENV_TYPES
+
+    try:
+        spec_cls = ENV_TYPES.spec_class(env["env_type"])
+    except Exception:  # an env type no loaded plugin registers: nobody vouches for its factory
+        return False
+    return env["factory"] in spec_cls.registered_factories
+
+
 def untrusted_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """The :func:`code_references` that are not registered code (see the module docstring)."""
     refs = code_references(manifest)
     if not refs:
         return []
     roots = registered_roots()
+    vouched = (
+        ("environment.factory", "environment.entrypoint") if _registered_factory(manifest.get("environment")) else ()
+    )
     out = []
     for path, value in refs:
+        if path in vouched:
+            continue
         leaf = path.rpartition(".")[2].partition("[")[0]
         if leaf in FILE_KEYS:
             out.append((path, value))

@@ -113,6 +113,10 @@ class AlgorithmSpec(Spec):
 class EnvSpec(Spec):
     """Base of environment sections. Plugins subclass it and register an ``env_type``."""
 
+    #: ``module:attr`` factories this env type's plugin vouches for (the trust rule, ``agilerl.trust``):
+    #: registered code, and the ``entrypoint`` passed to one is an id it looks up, not an import.
+    registered_factories: ClassVar[frozenset[str]] = frozenset()
+
     env_type: str
     num_envs: Annotated[int, Field(ge=1)] = 1
     version: str | int | None = None

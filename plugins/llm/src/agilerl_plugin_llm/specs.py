@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
@@ -121,6 +121,9 @@ class LLMEnvSpec(EnvSpec):
     ``preference``). ``env_type: rollout`` is generative and comes from exactly one source: dataset
     rows plus a rubric, an ``entrypoint`` (a Python text env), or an ``env_url`` (an OpenEnv service).
     """
+
+    #: GEM's ``gem.make`` builds only the games registered with GEM (``game:...`` ids, never imported).
+    registered_factories: ClassVar[frozenset[str]] = frozenset({GEM_FACTORY})
 
     env_type: Annotated[
         Literal["rollout", "dataset"],
