@@ -1,4 +1,17 @@
-"""The off-policy engine: one implementation of what DQN, DDPG, TD3, MADDPG and MATD3 share.
+"""The off-policy engine: collection, the learn loop, and what DQN, DDPG, TD3, MADDPG and MATD3 share.
+
+As Stable-Baselines3's ``OffPolicyAlgorithm``: the engine acts, steps the env, stores transitions
+in the replay buffer and runs gradient steps on the schedule; the algorithm owns only its loss,
+networks and exploration (``explore``/``get_actions``). Two env APIs, one schedule:
+
+* :class:`OffPolicyEngine` — a gymnasium vector env and an
+  :class:`~agilerl_plugin_gym.protocols.OffPolicyAlgorithm` (DQN, RainbowDQN, DDPG, TD3), with
+  prioritized replay and n-step returns (:mod:`.replay_per`) when the manifest asks for them;
+* :class:`MultiAgentOffPolicyEngine` — a PettingZoo vector env and a
+  :class:`~agilerl_plugin_gym.protocols.MultiAgentOffPolicyAlgorithm` (MADDPG, MATD3): a copy that
+  reset in a step stores the episode's last observation, an agent that did not act a terminal no-op.
+
+Their parts:
 
 * :class:`TargetSync` — target networks that track online ones, by Polyak averaging
   (:meth:`TargetSync.soft`, one fused ``lerp`` over all parameters) or by copying
@@ -12,12 +25,14 @@
   run updates on the very same steps.
 * :func:`gradient_steps` — sample from a replay buffer and call ``agent.learn`` as often as the
   schedule says (several batches of one env step in one draw).
+* :class:`ReplayState` — the population's replay buffer and exploration generator, which the
+  strategies keep and checkpoint and pass to the engines.
 
-The loops themselves (single-agent gymnasium vector env, multi-agent PettingZoo vector env) are in
-the strategies; they call only these pieces and the public algorithm protocol
+The strategies make the env, derive each ``learn`` call's reset seed
+(:func:`~agilerl_plugin_gym.engine.common.episode_seed`) and hand both to an engine; the engines
+import no strategy or algorithm, only the public algorithm protocol
 (:mod:`agilerl_plugin_gym.protocols`). The replay buffer itself is
-:class:`agilerl_plugin_gym.buffers.ReplayBuffer` (its sampling RNG is checkpointed with it). The
-buffer stores one-step transitions; ``n_step`` returns would be computed where ``add`` is called.
+:class:`agilerl_plugin_gym.buffers.ReplayBuffer` (its sampling RNG is checkpointed with it).
 """
 
 from __future__ import annotations
@@ -26,14 +41,36 @@ import copy
 import math
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from agilerl_plugin_gym.buffers import numpy_rng_state, set_numpy_rng_state
+from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
+from agilerl_plugin_gym.engine.replay_per import (
+    PrioritizedReplayBuffer,
+    ReplaySettings,
+    annealed_beta,
+    with_priority_update,
+)
 
-__all__ = ["ExplorationNoise", "ReplayState", "TargetSync", "UpdateSchedule", "gradient_steps", "lerp_params"]
+if TYPE_CHECKING:
+    from agilerl_plugin_gym.buffers import ReplayBuffer
+    from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
+    from agilerl_plugin_gym.protocols import MultiAgentOffPolicyAlgorithm, OffPolicyAlgorithm
+
+__all__ = [
+    "ExplorationNoise",
+    "MultiAgentOffPolicyEngine",
+    "OffPolicyEngine",
+    "ReplayState",
+    "TargetSync",
+    "UpdateSchedule",
+    "gradient_steps",
+    "lerp_params",
+]
 
 
 @torch.no_grad()
@@ -192,7 +229,8 @@ class ReplayState:
 
     ``memory`` is the shared replay buffer (AgileRL's experience sharing; its sampling RNG is part
     of its state) and ``rng`` the exploration generator (epsilon draws, action noise), seeded
-    from the run seed. Strategies inherit this and call :meth:`init_replay` in ``setup``.
+    from the run seed. Strategies inherit this, call :meth:`init_replay` in ``setup`` and pass
+    both to the engine's ``learn``.
     """
 
     memory: Any = None
@@ -213,3 +251,133 @@ class ReplayState:
             self.memory.load_state_dict(memory)
         if "rng" in state:
             set_numpy_rng_state(self.rng, state["rng"])
+
+
+class OffPolicyEngine:
+    """Act, store, update on a gymnasium vector env (see the module docstring).
+
+    :param replay: prioritized replay / n-step returns (:class:`~.replay_per.ReplaySettings`).
+    :param learning_delay: env steps of an agent before its first gradient step.
+    :param max_steps: the run's step budget (prioritized replay anneals ``beta`` to 1 over it).
+
+    Gymnasium 1.x vector envs auto-reset on the *next* step: after a sub-env's episode ends, its
+    next ``step`` ignores the action and returns the reset observation with reward 0; that
+    transition is not stored.
+    """
+
+    def __init__(self, replay: ReplaySettings, learning_delay: int, max_steps: int | None) -> None:
+        self.replay = replay
+        self.learning_delay = learning_delay
+        self.max_steps = max_steps
+
+    def learn(
+        self,
+        agent: OffPolicyAlgorithm,
+        env: Any,
+        buf: ReplayBuffer,
+        rng: np.random.Generator,
+        num_steps: int,
+        seed: int | None,
+    ) -> dict[str, float]:
+        """Collect ``num_steps`` env steps into ``buf`` from ``env.reset(seed=seed)``, updating as
+        the schedule says; the last update's stats, the exploration stats and the training
+        episodes' returns."""
+        n = env.num_envs
+        schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
+        obs, _ = env.reset(seed=seed)
+        agent.reset_noise(None)
+        fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
+        episodes = EpisodeReturns(n)
+        stats: dict[str, Any] = {}
+        nstep = self.replay.collector(agent.gamma)
+        per = isinstance(buf, PrioritizedReplayBuffer)
+        max_steps = self.max_steps
+        for _ in range(max(1, -(-num_steps // n))):
+            stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
+            next_obs, reward, terminated, truncated, _ = env.step(env_action)
+            keep = ~fresh
+            if nstep is None:
+                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
+            else:
+                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
+                if rows is not None:
+                    buf.add(**rows)
+            done = terminated | truncated
+            episodes.step(reward, done, keep)
+            agent.end_step(done)
+            fresh = done
+            obs = next_obs
+            agent.steps += n
+            agent.vec_steps += 1
+            due = schedule.due(agent.vec_steps, agent.steps, len(buf))
+            if due:
+                if per:  # one batch at a time (priorities change after every step); beta from the step count
+                    beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
+                    sample = partial(buf.sample, beta=beta)
+                    learn = with_priority_update(agent.learn, buf)
+                    stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
+                else:
+                    stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
+        if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
+            rows = nstep.flush(obs)
+            if rows is not None:
+                buf.add(**rows)
+        return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}
+
+
+class MultiAgentOffPolicyEngine:
+    """Act, store, update on a PettingZoo vector env (MADDPG, MATD3; see the module docstring).
+
+    :param learning_delay: env steps of an agent before its first gradient step.
+
+    A PettingZoo vector env resets a finished copy in the same step and reports ``final_obs``,
+    ``acted`` and ``episode_done``: the stored transition ends in the episode's last observation,
+    and an agent that did not act (it left the episode early) stores a terminal no-op.
+    """
+
+    def __init__(self, learning_delay: int) -> None:
+        self.learning_delay = learning_delay
+
+    def learn(
+        self,
+        agent: MultiAgentOffPolicyAlgorithm,
+        env: Any,
+        memory: MultiAgentReplayBuffer,
+        rng: np.random.Generator,
+        num_steps: int,
+        seed: int | None,
+    ) -> dict[str, float]:
+        """Collect ``num_steps`` env steps into ``memory`` from ``env.reset(seed=seed)``, updating
+        as the schedule says; the mean of the updates' stats and the training episodes' scores."""
+        n = env.num_envs
+        schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
+        obs, _ = env.reset(seed=seed)
+        agent.reset_noise(n)
+        episodes = EpisodeReturns(n, key="train_score")
+        losses: dict[str, list[float]] = {}
+        for _ in range(max(1, -(-num_steps // n))):
+            env_actions, stored = agent.get_actions(obs, explore=True, rng=rng)
+            next_obs, rewards, terms, _, infos = env.step(env_actions)
+            episode_done = infos["episode_done"]
+            store_next = next_obs
+            if episode_done.any():
+                # The copy was reset in this step: its transition ends in the episode's last observation.
+                store_next = {
+                    a: np.where(env_rows(episode_done, o), infos["final_obs"][a], o) for a, o in next_obs.items()
+                }
+            acted = infos["acted"]
+            # An agent that did not act (it left the episode early) contributes a terminal no-op.
+            dones = {a: (terms[a] | ~acted[a]).astype(np.float32) for a in agent.agent_ids}
+            mask = np.any(np.stack([acted[a] for a in agent.agent_ids]), axis=0)
+            memory.add(obs, stored, rewards, store_next, dones, mask=mask)
+            episodes.step(episode_scores(agent, rewards), episode_done)
+            obs = next_obs
+            agent.steps += n
+            agent.vec_steps += 1
+            due = schedule.due(agent.vec_steps, agent.steps, len(memory))
+            if due:
+                stats = gradient_steps(due, memory.sample, agent.learn, agent.batch_size, record=True)
+                for k, v in stats.items():
+                    losses.setdefault(k, []).extend(v)
+        out = {k: float(np.mean(v)) for k, v in losses.items()}
+        return {**out, **episodes.row()}

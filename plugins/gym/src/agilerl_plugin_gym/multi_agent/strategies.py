@@ -6,20 +6,20 @@ env steps on the shared vectorised env (counting every env copy's step, as Agile
 fixed seed. The off-policy strategy keeps one replay buffer for the whole population (AgileRL's
 experience sharing) and the exploration generator, both checkpointed. Every ``learn`` call resets
 the env with a seed derived from checkpointed state (``engine.common.episode_seed``), so a resumed
-run continues exactly. The training logic is the engines' (:mod:`agilerl_plugin_gym.engine`);
-only the PettingZoo env loop is here.
+run continues exactly. Collection and the learn loop are the engines'
+(:class:`~agilerl_plugin_gym.engine.on_policy.MultiAgentOnPolicyEngine`,
+:class:`~agilerl_plugin_gym.engine.off_policy.MultiAgentOffPolicyEngine`); here are the env, the
+seed and the shared buffer.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from agilerl.strategies import TrainingStrategy
-from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores, episode_seed
+from agilerl_plugin_gym.engine.common import episode_seed
 from agilerl_plugin_gym.engine.evaluation import evaluate_bounded
-from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
+from agilerl_plugin_gym.engine.off_policy import MultiAgentOffPolicyEngine, ReplayState
 from agilerl_plugin_gym.engine.on_policy import MultiAgentOnPolicyEngine
 from agilerl_plugin_gym.multi_agent.buffer import MultiAgentReplayBuffer
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError, PettingZooVecEnv, make_pz_env
@@ -61,7 +61,9 @@ class MultiAgentStrategy(TrainingStrategy):
 
 
 class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
-    """Off-policy multi-agent training (MADDPG, MATD3) with a shared multi-agent replay buffer."""
+    """Off-policy multi-agent training (MADDPG, MATD3) on the off-policy engine
+    (:class:`~agilerl_plugin_gym.engine.off_policy.MultiAgentOffPolicyEngine`) with a shared
+    multi-agent replay buffer."""
 
     regime = "off_policy"
     algorithm_protocol = MULTI_AGENT_OFF_POLICY
@@ -73,42 +75,11 @@ class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
             MultiAgentReplayBuffer(size, run.env.possible_agents, device=run.device, seed=run.seed), run.seed
         )
         run.extras["memory"] = self.memory
+        self.engine = MultiAgentOffPolicyEngine(rl_training(run.manifest).learning_delay or 0)
 
     def learn(self, agent: MultiAgentOffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
-        env: PettingZooVecEnv = run.env
-        memory: MultiAgentReplayBuffer = self.memory
-        n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, rl_training(run.manifest).learning_delay or 0, agent.batch_size)
-        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
-        agent.reset_noise(n)
-        episodes = EpisodeReturns(n, key="train_score")
-        losses: dict[str, list[float]] = {}
-        for _ in range(max(1, -(-num_steps // n))):
-            env_actions, stored = agent.get_actions(obs, explore=True, rng=self.rng)
-            next_obs, rewards, terms, _, infos = env.step(env_actions)
-            episode_done = infos["episode_done"]
-            store_next = next_obs
-            if episode_done.any():
-                # The copy was reset in this step: its transition ends in the episode's last observation.
-                store_next = {
-                    a: np.where(env_rows(episode_done, o), infos["final_obs"][a], o) for a, o in next_obs.items()
-                }
-            acted = infos["acted"]
-            # An agent that did not act (it left the episode early) contributes a terminal no-op.
-            dones = {a: (terms[a] | ~acted[a]).astype(np.float32) for a in agent.agent_ids}
-            mask = np.any(np.stack([acted[a] for a in agent.agent_ids]), axis=0)
-            memory.add(obs, stored, rewards, store_next, dones, mask=mask)
-            episodes.step(episode_scores(agent, rewards), episode_done)
-            obs = next_obs
-            agent.steps += n
-            agent.vec_steps += 1
-            due = schedule.due(agent.vec_steps, agent.steps, len(memory))
-            if due:
-                stats = gradient_steps(due, memory.sample, agent.learn, agent.batch_size, record=True)
-                for k, v in stats.items():
-                    losses.setdefault(k, []).extend(v)
-        out = {k: float(np.mean(v)) for k, v in losses.items()}
-        return {**out, **episodes.row()}
+        seed = episode_seed(run.seed, agent.index, agent.steps)
+        return self.engine.learn(agent, run.env, self.memory, self.rng, num_steps, seed)
 
 
 class MultiAgentOnPolicyStrategy(MultiAgentStrategy):

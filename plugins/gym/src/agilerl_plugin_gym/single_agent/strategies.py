@@ -15,10 +15,12 @@ evolution are the core's. Here is the part that touches the env:
 * On-policy collection (rollouts, recurrent hidden states, GAE) is the on-policy engine's
   (:class:`~agilerl_plugin_gym.engine.on_policy.OnPolicyEngine`); the strategy passes it the env
   and the seed.
-* Off-policy runs keep one replay buffer for the whole population (AgileRL's experience sharing);
-  it and the exploration RNG are in the strategy's ``state_dict``
+* Off-policy collection (act, store, update on the schedule; prioritized replay, n-step returns) is
+  the off-policy engine's (:class:`~agilerl_plugin_gym.engine.off_policy.OffPolicyEngine`); the
+  strategy keeps one replay buffer for the whole population (AgileRL's experience sharing) and the
+  exploration RNG, both in its ``state_dict``
   (:class:`~agilerl_plugin_gym.engine.off_policy.ReplayState`), so resume continues with the same
-  buffer contents and random stream.
+  buffer contents and random stream, and passes them to the engine with the env and the seed.
 
 GAE, the update schedule, target updates and noise are the engines' (:mod:`agilerl_plugin_gym.engine`),
 the PPO update is PPO's (:mod:`agilerl_plugin_gym.ppo_update`); the algorithms are reached only through
@@ -28,23 +30,17 @@ the PPO update is PPO's (:mod:`agilerl_plugin_gym.ppo_update`); the algorithms a
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_gym.buffers import ReplayBuffer
-from agilerl_plugin_gym.engine.common import EpisodeReturns, episode_seed
+from agilerl_plugin_gym.engine.common import episode_seed
 from agilerl_plugin_gym.engine.evaluation import evaluate_bounded
-from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
+from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine, ReplayState
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
-from agilerl_plugin_gym.engine.replay_per import (
-    PrioritizedReplayBuffer,
-    ReplaySettings,
-    annealed_beta,
-    with_priority_update,
-)
+from agilerl_plugin_gym.engine.replay_per import ReplaySettings
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
 from agilerl_plugin_gym.sections.training import rl_training
@@ -109,7 +105,11 @@ class OnPolicyStrategy(GymStrategy):
 
 
 class OffPolicyStrategy(ReplayState, GymStrategy):
-    """Act, store in the shared replay buffer, and update every ``learn_step`` env steps."""
+    """Off-policy training on the off-policy engine (:class:`~agilerl_plugin_gym.engine.off_policy.OffPolicyEngine`:
+    act, store in the shared replay buffer, update every ``learn_step`` env steps).
+
+    Any :class:`~agilerl_plugin_gym.protocols.OffPolicyAlgorithm` (DQN, RainbowDQN, DDPG, TD3) trains here.
+    """
 
     regime = "off_policy"
     algorithm_protocol = OFF_POLICY
@@ -127,9 +127,10 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
         max_size = rb.max_size if rb is not None else 100_000
         # Rewards and done flags are stored as float32 so a sampled batch needs no conversion.
         dtypes = {"reward": np.float32, "done": np.float32}
-        self.replay = ReplaySettings.from_manifest(m)  # prioritized replay / n-step returns
-        self.init_replay(self.replay.make_buffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes), run.seed)
+        replay = ReplaySettings.from_manifest(m)  # prioritized replay / n-step returns
+        self.init_replay(replay.make_buffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes), run.seed)
         run.extras["memory"] = self.memory
+        self.engine = OffPolicyEngine(replay, rl_training(m).learning_delay or 0, m.training.max_steps)
         t = m.training
         for agent in run.population:
             agent.init_exploration(t)
@@ -139,46 +140,5 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
             agent.init_exploration(run.manifest.training)
 
     def learn(self, agent: OffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
-        buf: ReplayBuffer = self.memory
-        env, rng = run.env, self.rng
-        n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, rl_training(run.manifest).learning_delay or 0, agent.batch_size)
-        obs, _ = env.reset(seed=episode_seed(run.seed, agent.index, agent.steps))
-        agent.reset_noise(None)
-        fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
-        episodes = EpisodeReturns(n)
-        stats: dict[str, Any] = {}
-        nstep = self.replay.collector(agent.gamma)
-        per = isinstance(buf, PrioritizedReplayBuffer)
-        max_steps = run.manifest.training.max_steps
-        for _ in range(max(1, -(-num_steps // n))):
-            stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
-            next_obs, reward, terminated, truncated, _ = env.step(env_action)
-            keep = ~fresh
-            if nstep is None:
-                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
-            else:
-                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
-                if rows is not None:
-                    buf.add(**rows)
-            done = terminated | truncated
-            episodes.step(reward, done, keep)
-            agent.end_step(done)
-            fresh = done
-            obs = next_obs
-            agent.steps += n
-            agent.vec_steps += 1
-            due = schedule.due(agent.vec_steps, agent.steps, len(buf))
-            if due:
-                if per:  # one batch at a time (priorities change after every step); beta from the step count
-                    beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
-                    sample = partial(buf.sample, beta=beta)
-                    learn = with_priority_update(agent.learn, buf)
-                    stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
-                else:
-                    stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
-        if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
-            rows = nstep.flush(obs)
-            if rows is not None:
-                buf.add(**rows)
-        return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}
+        seed = episode_seed(run.seed, agent.index, agent.steps)
+        return self.engine.learn(agent, run.env, self.memory, self.rng, num_steps, seed)
