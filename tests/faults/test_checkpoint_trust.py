@@ -296,6 +296,47 @@ def test_a_checkpoint_of_another_algorithm_names_the_mismatch(tmp_path: Path, ru
         agilerl.load(ckpt, manifest=rainbow)
 
 
+def test_an_agent_state_that_does_not_fit_the_manifest_names_the_mismatch(
+    ppo_run: Path, tmp_path: Path, run_cli: Run
+) -> None:
+    # A feed-forward PPO population resumed with a recurrent manifest: the saved state has no LSTM.
+    rec = _manifest(tmp_path / "rec", max_steps=192)
+    rec["algorithm"]["recurrent"] = True
+    rec["network"]["encoder_config"] = {"arch": "lstm", "hidden_state_size": 16}
+    path = tmp_path / "rec.yaml"
+    path.write_text(yaml.safe_dump(rec))
+    ckpt = sorted(ppo_run.glob("checkpoint_*.pt"))[0]
+    code, _, err = run_cli("train", path, "--resume", ckpt, "--no-progress")
+    assert code == 1 and "Traceback" not in err, err
+    assert f"{ckpt}: its saved agent (member 0) does not fit a PPO built from this manifest" in err, err
+    assert "'hidden_state_size'" in err and "use the manifest it was trained with" in err
+
+
+def test_a_stored_manifest_swapped_for_another_algorithms_names_the_mismatch(
+    ppo_run: Path, tmp_path: Path, run_cli: Run
+) -> None:
+    # The stored manifest says DQN, the agents are PPO's: building a DQN and loading PPO's state.
+    payload = checkpoint.load(ppo_run / "last.pt")
+    payload["manifest"] = _manifest(tmp_path / "dqn", algo="DQN")
+    ckpt = tmp_path / "swapped.pt"
+    checkpoint.save(ckpt, payload)
+    code, _, err = run_cli("train", "--resume", ckpt, "--run-dir", tmp_path / "resumed", "--no-progress")
+    assert code == 1 and "Traceback" not in err, err
+    assert f"{ckpt}: its saved agent (member 0) does not fit a DQN built from this manifest" in err, err
+
+
+def test_a_checkpoint_with_no_agent_state_is_refused(ppo_run: Path, tmp_path: Path, run_cli: Run) -> None:
+    payload = checkpoint.load(ppo_run / "last.pt")
+    payload["agents"] = []
+    ckpt = tmp_path / "empty_agents.pt"
+    checkpoint.save(ckpt, payload)
+    code, _, err = run_cli("train", "--resume", ckpt, "--run-dir", tmp_path / "resumed", "--no-progress")
+    assert code == 1 and f"{ckpt} holds no agent state" in err and "Traceback" not in err, err
+    assert not (tmp_path / "resumed").exists()  # refused before the run directory is touched
+    with pytest.raises(checkpoint.CheckpointMismatchError, match="holds no agent state"):
+        LocalTrainer.from_checkpoint(ckpt, run_dir=tmp_path / "resumed")
+
+
 @pytest.mark.parametrize(
     ("manifest", "said"),
     [(5, "its stored manifest is a int, not a mapping"), ({"algorithm": 5}, "manifest's algorithm is a int")],

@@ -340,6 +340,12 @@ def check_same_algorithm(
         )
 
 
+def check_has_agents(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> None:
+    """Refuse to resume a checkpoint that holds no agent state (an empty or missing ``agents`` list)."""
+    if not payload.get("agents"):
+        raise CheckpointMismatchError(f"{path} holds no agent state (its agents list is empty): nothing to resume")
+
+
 def newest_intact(candidates: list[Path], warn: Any = None) -> tuple[Path, dict[str, Any]]:
     """The first of ``candidates`` (newest first) that loads and verifies, with its payload.
 

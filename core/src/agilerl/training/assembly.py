@@ -128,21 +128,72 @@ def changed_hyperparameters(manifest: TrainingManifest, resume: dict[str, Any] |
     return changed
 
 
+def member_runtime(
+    manifest: TrainingManifest,
+    *,
+    index: int,
+    device: str,
+    seed: int | None,
+    state: dict[str, Any] | None = None,
+    hp_config: dict[str, tuple[float, float]] | None = None,
+) -> AlgorithmBuildRuntime:
+    """The build inputs of one member: the one place a member's runtime is set up, for a run's
+    population (:func:`build_members`) and for the agent a checkpoint gives (:func:`build_member`)."""
+    return AlgorithmBuildRuntime(
+        index=index, device=device, seed=seed, hp_config=dict(hp_config or {}), resume_state=state, manifest=manifest
+    )
+
+
+def load_member_state(agent: Any, state: dict[str, Any], manifest: TrainingManifest, source: str | Path) -> None:
+    """Load a checkpointed agent ``state`` into the freshly built ``agent``; a state that does not fit
+    it (another architecture, another algorithm's state) raises
+    :class:`~agilerl.checkpoint.CheckpointMismatchError` naming ``source`` and what is missing."""
+    from agilerl.checkpoint import CheckpointMismatchError
+
+    try:
+        agent.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as exc:
+        if isinstance(exc, KeyError) and exc.args:
+            what = f"the saved state has no {exc.args[0]!r}, which it needs"
+        else:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            what = f"{type(exc).__name__}: {first}"
+        raise CheckpointMismatchError(
+            f"{source}: its saved agent (member {state.get('index', '?')}) does not fit a {manifest.algorithm.name} "
+            f"built from this manifest ({what}); use the manifest it was trained with, or start a new run"
+        ) from exc
+
+
 def build_members(
-    manifest: TrainingManifest, *, env: Any, device: str, seed: int | None, resume: dict[str, Any] | None
+    manifest: TrainingManifest,
+    *,
+    env: Any,
+    device: str,
+    seed: int | None,
+    resume: dict[str, Any] | None,
+    source: str | Path = "the checkpoint",
 ) -> list[Any]:
-    """The population: ``pop_size`` members (or as many as ``resume`` holds, with their states loaded)."""
+    """The population: ``pop_size`` members (or as many as ``resume`` holds, with their states loaded).
+
+    Member ``i`` is built with seed ``seed + i`` (distinct initial weights). A resumed state that does
+    not fit the member the manifest builds raises :class:`~agilerl.checkpoint.CheckpointMismatchError`
+    naming ``source``; a checkpoint holding no agent state is refused.
+    """
+    from agilerl.checkpoint import check_has_agents
+
     builder = select_builder(manifest.algorithm)
-    saved = (resume or {}).get("agents")
+    if resume is not None:
+        check_has_agents(source, resume)
+    saved = None if resume is None else resume.get("agents")
     ranges = hp_config(manifest)
     runtimes = [
-        AlgorithmBuildRuntime(
+        member_runtime(
+            manifest,
             index=i,
             device=device,
             seed=None if seed is None else seed + i,
+            state=saved[i] if saved else None,
             hp_config=ranges,
-            resume_state=saved[i] if saved else None,
-            manifest=manifest,
         )
         for i in range(len(saved) if saved else manifest.training.pop_size)
     ]
@@ -150,7 +201,7 @@ def build_members(
     changed = changed_hyperparameters(manifest, resume)
     for agent, runtime in zip(population, runtimes, strict=True):
         if runtime.resume_state is not None:
-            agent.load_state_dict(runtime.resume_state)
+            load_member_state(agent, runtime.resume_state, manifest, source)
             for name, value in changed.items():
                 if hasattr(agent, "set_hyperparameter") and hasattr(agent, name):
                     agent.set_hyperparameter(name, value)
@@ -168,6 +219,7 @@ def assemble_run(
     resume: dict[str, Any] | None = None,
     progress: bool = True,
     backend: Any = None,
+    source: str | Path = "the checkpoint",
 ) -> tuple[Run, TrainingStrategy]:
     """Assemble a run from ``manifest``: the one path of the driver, a worker and a resume.
 
@@ -176,6 +228,7 @@ def assemble_run(
         worker's run: envs and strategy only, members arrive with each generation.
     :param resume: a checkpoint payload whose members, generation, best, strategy state and
         random streams the run continues.
+    :param source: where ``resume`` was read from, for the error a state that does not fit names.
     :returns: the run (its strategy ``setup`` done) and its strategy.
     """
     t = manifest.training
@@ -185,7 +238,9 @@ def assemble_run(
     env = strategy.make_env(manifest, seed=seed)
     eval_env = strategy.make_eval_env(manifest, seed=eval_seed(seed), train_env=env)
     selection, mutations = make_evolution(manifest) if members else (None, None)
-    population = build_members(manifest, env=env, device=device, seed=seed, resume=resume) if members else []
+    population = (
+        build_members(manifest, env=env, device=device, seed=seed, resume=resume, source=source) if members else []
+    )
     run = Run(
         manifest=manifest,
         population=population,
@@ -225,15 +280,11 @@ def build_member(
     and closed again. A state that does not fit the built agent raises
     :class:`~agilerl.checkpoint.CheckpointMismatchError` naming ``source``.
     """
-    from agilerl.checkpoint import CheckpointMismatchError
-
     builder = select_builder(manifest.algorithm)
-    runtime = AlgorithmBuildRuntime(
-        index=int(state.get("index", 0)),
-        device=device,
-        seed=manifest.training.seed,
-        resume_state=state,
-        manifest=manifest,
+    # Seeded with training.seed whatever the member's index: the seed only shapes what the state
+    # loaded below replaces (initial weights, the agent's own generators, all saved in the state).
+    runtime = member_runtime(
+        manifest, index=int(state.get("index", 0)), device=device, seed=manifest.training.seed, state=state
     )
     build_for_inference = getattr(builder, "build_for_inference", None)
     if callable(build_for_inference):
@@ -249,13 +300,7 @@ def build_member(
             close = getattr(env, "close", None)
             if callable(close):
                 close()
-    try:
-        agent.load_state_dict(state)
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError) as exc:
-        raise CheckpointMismatchError(
-            f"{source}: its saved agent does not fit a {manifest.algorithm.name} built from this manifest "
-            f"({type(exc).__name__}: {exc}); use the manifest it was trained with"
-        ) from exc
+    load_member_state(agent, state, manifest, source)
     return agent
 
 
@@ -268,7 +313,9 @@ __all__ = [
     "eval_seed",
     "evolution_seed",
     "hp_config",
+    "load_member_state",
     "make_evolution",
+    "member_runtime",
     "resolve_device",
     "seed_everything",
 ]

@@ -47,7 +47,8 @@ class LocalTrainer:
         self._resume: dict[str, Any] | None = resume_payload
         if self.resume_from is not None and self._resume is None:  # a checkpoint, or a run dir's newest
             self.resume_from, self._resume = resume_point(self.resume_from)
-        if self._resume is not None:  # another algorithm's population: say so, not KeyError
+        if self._resume is not None:  # no agents, another algorithm's population: say so, not KeyError
+            checkpoint.check_has_agents(self.resume_from or "the checkpoint", self._resume)
             checkpoint.check_same_algorithm(self.resume_from or "the checkpoint", self._resume.get("manifest"),
                                             manifest.to_dict())  # fmt: skip
         t = manifest.training
@@ -128,6 +129,7 @@ class LocalTrainer:
             resume=self._resume,
             progress=self.progress,
             backend=backend,
+            source=self.resume_from or "the checkpoint",
         )
         logger = run.logger
         kwargs = strategy.get_trainer_kwargs(
