@@ -388,9 +388,24 @@ def test_a_pickle_payload_in_a_checkpoint_does_not_run(tmp_path: Path, monkeypat
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.pt"
     torch.save({"format": checkpoint.FORMAT, "agents": [_Payload()]}, bad)
-    with pytest.raises(AgileRLError, match="cannot read checkpoint"):
+    with pytest.raises(checkpoint.CheckpointCorruptError) as info:
         checkpoint.load(bad)
     assert not (tmp_path / "PWNED").exists()
+    # Said as it is: the file holds non-data objects and is refused; never "damaged", and never
+    # torch's advice to load it again with weights_only=False (which would run it).
+    said = str(info.value)
+    assert f"checkpoint {bad} holds non-data objects (it names posix.system): refused" in said, said
+    assert "weights_only" not in said and "damaged" not in said and "trust" not in said
+
+
+def test_a_non_data_checkpoint_is_refused_on_the_command_line(tmp_path: Path, run_cli: Run) -> None:
+    torch = pytest.importorskip("torch")
+    bad = tmp_path / "bad.pt"
+    torch.save({"format": checkpoint.FORMAT, "agents": [Path("x")]}, bad)  # an object, not data
+    for args in (("eval", bad), ("train", "--resume", bad), ("export-policy", bad)):
+        code, _, err = run_cli(*args)
+        assert code == 2 and "holds non-data objects (it names pathlib" in err, (args, err)
+        assert "weights_only" not in err and "damaged" not in err and "Traceback" not in err, (args, err)
 
 
 def test_old_torch_is_refused_for_loading() -> None:

@@ -20,6 +20,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import struct
 import tempfile
 from collections.abc import Mapping
@@ -247,11 +248,36 @@ def _check_torch_version(version: str) -> None:
         )
 
 
+def _read_error(p: Path, exc: Exception) -> CheckpointCorruptError:
+    """What a file :func:`load` could not read is: one holding non-data objects (torch's weights-only
+    unpickler names the global it refused), or a damaged one. torch's own advice (load it again with
+    ``weights_only=False``, which would run the file's code) is never passed on."""
+    text = str(exc)
+    refused = re.search(r"\bGLOBAL ([\w.]+)", text)  # "Unsupported global: GLOBAL x", "unsupported GLOBAL x"
+    if refused:
+        return CheckpointCorruptError(
+            f"checkpoint {p} holds non-data objects (it names {refused.group(1)}): refused. A checkpoint holds only "
+            "tensors, numbers, strings and containers of those, and is never loaded as a pickle that runs code; "
+            "use a checkpoint written by agilerl train"
+        )
+    unpickler = re.search(r"WeightsUnpickler error: ([^\n]*)", text)
+    if unpickler:
+        first = unpickler.group(1).strip()
+    else:
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        if "weights_only" in first:  # torch's advice, not a reason
+            first = ""
+    return CheckpointCorruptError(
+        f"cannot read checkpoint {p} (damaged or truncated?): {type(exc).__name__}" + (f": {first}" if first else "")
+    )
+
+
 def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save`, verifying its digest.
 
     :raises NoCheckpointError: no file at ``path``.
-    :raises CheckpointCorruptError: the file is truncated, unreadable or changed since it was written.
+    :raises CheckpointCorruptError: the file is truncated, unreadable or changed since it was written, or
+        holds non-data objects (refused, never unpickled).
     """
     p = Path(path)
     if not p.is_file():
@@ -274,10 +300,7 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
     except AgileRLError:
         raise
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise CheckpointCorruptError(
-            f"cannot read checkpoint {p} (damaged or truncated?): {type(exc).__name__}: {first}"
-        ) from exc
+        raise _read_error(p, exc) from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise AgileRLError(f"{p} is not an agilerl population checkpoint")
     stored = payload.get(DIGEST_KEY)
