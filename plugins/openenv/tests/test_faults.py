@@ -17,7 +17,7 @@ from agilerl_plugin_openenv.errors import (
 )
 from agilerl_plugin_openenv.server import serve_in_thread
 
-SECRETS = ("hunter2-pw", "tok-abcdef123", "trainer")
+SECRETS = ("hunter2-pw", "tok-abcdef123", "trainer", "SECRETBAREQ", "SECRETKEY")
 
 
 def _free_port() -> int:
@@ -288,11 +288,20 @@ def test_validate_refuses_written_out_credentials_and_missing_max_turns_without_
     _assert_no_secrets(out, err)
     # A token as the user name, secrets under keys no pattern knows: refused by name, never shown,
     # by validate and by validate --json.
-    for url in ("http://tok-abcdef123@127.0.0.1:9", "http://127.0.0.1:9/?pw=hunter2-pw&code=tok-abcdef123"):
+    # All query text counts: a bare query (?SECRETBAREQ) and a key with an empty value (SECRETKEY=)
+    # are named by their position.
+    named = {
+        "http://tok-abcdef123@127.0.0.1:9": "the user name",
+        "http://127.0.0.1:9/?pw=hunter2-pw&code=tok-abcdef123": "the query parameter 'code'",
+        "http://127.0.0.1:9/?SECRETBAREQ": "query part 1 (text with no '=')",
+        "http://127.0.0.1:9/?mode=${W19_MODE}&SECRETKEY=": "query part 2 (a key with an empty value)",
+    }
+    monkeypatch.setenv("W19_MODE", "fast")
+    for url, part in named.items():
         for json_flag in ((), ("--json",)):
             code, out, err = run_cli("validate", manifest({"env_url": url, "max_turns": 1}), *json_flag)
             assert code == 1 and "${VARIABLE}" in out + err, out + err
-            assert ("the user name" if "@" in url else "the query parameter 'code'") in out + err
+            assert part in out + err, out + err
             _assert_no_secrets(out, err)
     ok = {"env_url": "http://${W19_USER}:${W19_PW}@127.0.0.1:9/?token=${W19_TOKEN}", "max_turns": 1}
     code, out, err = run_cli("validate", manifest(ok))

@@ -203,7 +203,14 @@ def test_validation_wants_max_turns_and_no_written_out_credentials(monkeypatch: 
     assert url_credentials("http://h:1/?pw=hunter2&code=0xbeef") == ["the query parameter 'pw'",
                                                                     "the query parameter 'code'"]  # fmt: skip
     assert url_credentials("http://user@h:1/?mode=fast") == ["the user name", "the query parameter 'mode'"]
-    assert url_credentials("http://${USER}@h:1/?mode=${MODE}&flag=") == []
+    assert url_credentials("http://${USER}@h:1/?mode=${MODE}&${FLAG}&${KEY}=&") == []
+    # All query text is written out: a bare part or a key with an empty value may be the token
+    # itself, so it is named by its position, never by its text.
+    assert url_credentials("http://h:1/?SECRETBAREQ") == ["query part 1 (text with no '=')"]
+    assert url_credentials("http://h:1/?mode=${MODE}&SECRETKEY=") == ["query part 2 (a key with an empty value)"]
+    problems = dict(env_url_problems(_Spec("http://h:1/?SECRETBAREQ&x=${U}&SECRETKEY=")))
+    assert "query part 1 (text with no '=') and query part 3 (a key with an empty value)" in problems["env_url"]
+    assert "SECRET" not in str(problems) and "${VARIABLE}" in problems["env_url"]
     assert (
         "keys are <role>_<position>"
         in dict(env_url_problems(_Spec("http://h:1", 1, {"prompt": "x"})))["prompt_template"]

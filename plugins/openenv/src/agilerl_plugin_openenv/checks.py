@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 _VAR = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 
@@ -19,10 +19,12 @@ def url_credentials(url: str) -> list[str]:
     """What in ``url`` is written out that may be a secret, by name only (never the value).
 
     Every user-info part (``http://TOKEN@host``: a token as the user name is as secret as a
-    password) and every query value (``?pw=...&code=...``: no key name tells a secret from a
-    setting) counts: a literal one would be printed by ``validate`` and stored with the manifest
-    in every checkpoint and the run directory. ``${VARIABLE}`` (read from the environment when the
-    run starts) is the way to pass them.
+    password) and all query text count: every query value (``?pw=...&code=...``: no key name tells
+    a secret from a setting), and a query part with no value, whose text is all there is (a bare
+    ``?TOKEN``, or ``TOKEN=`` with nothing after it). A literal one would be printed by ``validate``
+    and stored with the manifest in every checkpoint and the run directory. ``${VARIABLE}`` as the
+    whole value (or the whole part), read from the environment when the run starts, is the way to
+    pass them.
     """
     try:
         parts = urlsplit(url if "://" in url else "http://" + url)
@@ -31,7 +33,16 @@ def url_credentials(url: str) -> list[str]:
         return []
     found = ["the user name"] if username and _literal(unquote(username)) else []
     found += ["a password"] if password is not None and _literal(unquote(password)) else []
-    found += [f"the query parameter {k!r}" for k, v in parse_qsl(parts.query, keep_blank_values=True) if _literal(v)]
+    for n, piece in enumerate((p for p in parts.query.split("&") if p), start=1):
+        key, sep, value = (unquote_plus(x) for x in piece.partition("="))
+        if not sep:
+            if _literal(key):  # never named by its text: the text may be the token itself
+                found.append(f"query part {n} (text with no '=')")
+        elif value:
+            if _literal(value):
+                found.append(f"the query parameter {key!r}")
+        elif _literal(key):
+            found.append(f"query part {n} (a key with an empty value)")
     return found
 
 
