@@ -98,3 +98,39 @@ def test_a_request_body_over_the_limit_is_refused(served: ServedEnv) -> None:
         assert conn.getresponse().status == 200  # the server is fine
     finally:
         conn.close()
+
+
+def _post(served: ServedEnv, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+    try:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        status, text = reply.status, reply.read().decode()
+    finally:
+        conn.close()
+    assert reply.getheader("content-type", "").startswith("application/json"), text
+    return status, json.loads(text)
+
+
+def test_step_over_http_is_an_error_not_a_server_fault(
+    served: ServedEnv, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # HTTP requests are stateless (each gets a fresh env): a step there has no episode to step.
+    status, reply = _post(served, "/step", json.dumps({"action": {"text": "one"}}).encode())
+    assert status == 409, reply
+    assert "step before reset" in reply["detail"] and "/ws" in reply["detail"], reply
+    # reset over HTTP still answers (one fresh episode per request), and the server is fine
+    status, reply = _post(served, "/reset", b"{}")
+    assert status == 200 and "observation" in reply, reply
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err + caplog.text
+
+
+@pytest.mark.parametrize("path", ["/reset", "/step"])
+@pytest.mark.parametrize(("body", "kind"), [(b"[1, 2]", "list"), (b"5", "int"), (b'"reset"', "str")])
+def test_a_body_that_is_not_a_json_object_is_a_protocol_error(
+    served: ServedEnv, path: str, body: bytes, kind: str
+) -> None:
+    status, reply = _post(served, path, body)
+    assert status == 400, reply
+    assert "a request body is a JSON object" in reply["detail"] and f"got a JSON {kind}" in reply["detail"], reply

@@ -87,7 +87,9 @@ class _Limits:
     session for, answered with a protocol error instead (the session goes on).
 
     * an HTTP request body over ``max_bytes`` gets ``413`` (by ``Content-Length``, or once a
-      streamed body passes the limit);
+      streamed body passes the limit); a ``/reset`` or ``/step`` body that is JSON but not an object
+      gets ``400``, and ``POST /step`` gets ``409`` (:data:`HTTP_STEP_ERROR`: HTTP requests are
+      stateless, so a step there never follows a reset), each as ``{"detail": message}``;
     * on a WebSocket, a binary frame, a text frame over ``max_bytes`` or a JSON value that is not
       an object (a list, a number) is answered with ``{"type": "error", "data": {"message": ...,
       "code": "INVALID_JSON"}}`` and never reaches the env.
@@ -142,36 +144,76 @@ class _Limits:
             declared = int(headers.get(b"content-length", b"0") or 0)
         except ValueError:
             declared = 0
-        refused = False
-
-        async def too_large() -> None:
-            nonlocal refused
-            refused = True
-            body = json.dumps({"detail": f"request body over this server's limit of {limit} bytes"}).encode()
-            await send({"type": "http.response.start", "status": 413,
-                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
-            await send({"type": "http.response.body", "body": body})
-
+        too_large = f"request body over this server's limit of {limit} bytes"
         if declared > limit:
-            await too_large()
+            await _http_error(send, 413, too_large)
             return
-        seen = 0
-
-        async def counted() -> Any:
-            nonlocal seen
+        if scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        # A POST body is read whole (at most the limit) and checked before the app sees it.
+        body = b""
+        while True:
             message = await receive()
-            if message.get("type") == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit and not refused:
-                    await too_large()
-                    return {"type": "http.disconnect"}
-            return message
+            if message.get("type") != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            if len(body) > limit:  # a streamed body (no Content-Length) counted as it comes in
+                await _http_error(send, 413, too_large)
+                return
+            if not message.get("more_body", False):
+                break
+        problem = _http_problem(str(scope.get("path", "")), body)
+        if problem is not None:
+            await _http_error(send, *problem)
+            return
+        replayed = False
 
-        async def guarded_send(message: Any) -> None:
-            if not refused:
-                await send(message)
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
 
-        await self.app(scope, counted, guarded_send)
+        await self.app(scope, replay, send)
+
+
+#: What ``POST /step`` over HTTP answers: each HTTP request gets a fresh env (openenv-core's HTTP
+#: routes are stateless), so a step there always comes before any reset of that env.
+HTTP_STEP_ERROR = (
+    "step before reset: each HTTP request gets a fresh env (HTTP is stateless), so POST /step has no episode "
+    "to step; play an episode in a WebSocket session at /ws (reset, then step)"
+)
+
+
+def _http_problem(path: str, body: bytes) -> tuple[int, str] | None:
+    """``(status, message)`` for a POST this server refuses before it reaches openenv-core: a JSON
+    body of ``/reset`` or ``/step`` that is not an object (400), ``/step`` over HTTP (409); ``None``
+    to pass it on (``/mcp`` takes JSON-RPC, whose batches are lists)."""
+    path = path.rstrip("/")
+    if path not in ("/reset", "/step"):
+        return None
+    if body.strip():
+        try:
+            value = json.loads(body)
+        except ValueError:
+            value = {}  # not JSON: openenv-core's validation answers it (422)
+        if not isinstance(value, dict):
+            return 400, (
+                f'a request body is a JSON object such as {{"seed": 0}} for /reset; got a JSON {type(value).__name__}'
+            )
+    if path == "/step":
+        return 409, HTTP_STEP_ERROR
+    return None
+
+
+async def _http_error(send: Any, status: int, message: str) -> None:
+    """Answer an HTTP request with ``{"detail": message}`` (FastAPI's error shape) and ``status``."""
+    body = json.dumps({"detail": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
