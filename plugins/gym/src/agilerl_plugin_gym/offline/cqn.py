@@ -46,12 +46,7 @@ class CQN(DQN):
         conservative = (torch.logsumexp(q_all, dim=1) - q_all.mean(dim=1)).mean()
         td = nn.functional.mse_loss(q, y)
         loss = conservative + 0.5 * td
-        opt = self.optimizers["optimizer"]
-        opt.zero_grad()
-        loss.backward()
-        self.flat.clip_grad_norm_(MAX_GRAD_NORM)
-        opt.step()
-        self.soft_update()
+        self.optimize(loss, MAX_GRAD_NORM)
         return {
             "loss": loss.detach(),
             "td_loss": td.detach(),

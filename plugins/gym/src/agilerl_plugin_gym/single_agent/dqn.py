@@ -115,6 +115,18 @@ class DQN(GymAlgorithm):
         next_a = self.nets["actor"](next_obs).argmax(1, keepdim=True)
         return q_target.gather(1, next_a).squeeze(1)
 
+    def optimize(self, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
+        """One Adam step on ``loss`` (its gradient's global norm clipped to ``max_grad_norm`` when
+        given), then the soft target update: the step every Q-learner here (DQN, RainbowDQN, CQN)
+        ends its ``learn`` with, one kernel each on the flat buffers."""
+        opt = self.optimizers["optimizer"]
+        opt.zero_grad()
+        loss.backward()
+        if max_grad_norm is not None:
+            self.flat.clip_grad_norm_(max_grad_norm)
+        opt.step()
+        self.soft_update()
+
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on a sampled batch; soft-update the target."""
         net = self.nets["actor"]
@@ -128,11 +140,7 @@ class DQN(GymAlgorithm):
         weights = batch.get("weights")  # prioritized replay: importance-weighted per-sample loss
         loss_i = nn.functional.smooth_l1_loss(q, y, reduction="none" if weights is not None else "mean")
         loss = (loss_i * weights).mean() if weights is not None else loss_i
-        opt = self.optimizers["optimizer"]
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        self.soft_update()  # one lerp over the flat buffers
+        self.optimize(loss)
         out = {"loss": loss.detach(), "q": q.detach().mean()}
         if weights is not None:  # new priorities: |TD error| (+ a floor so none is zero)
             out["priorities"] = (q - y).detach().abs() + PER_PRIOR_EPS

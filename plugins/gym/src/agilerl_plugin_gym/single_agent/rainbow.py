@@ -126,12 +126,7 @@ class RainbowDQN(DQN):
             )
         weights = batch.get("weights")
         loss = (loss_i * weights).mean() if weights is not None else loss_i.mean()
-        opt = self.optimizers["optimizer"]
-        opt.zero_grad()
-        loss.backward()
-        self.flat.clip_grad_norm_(MAX_GRAD_NORM)
-        opt.step()
-        self.soft_update()
+        self.optimize(loss, MAX_GRAD_NORM)
         net.reset_noise()
         target.reset_noise()
         out = {"loss": loss.detach()}
