@@ -17,6 +17,7 @@ from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
+    RL_HPO_RANGES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
@@ -26,13 +27,9 @@ from agilerl_plugin_gym.spec_checks import (
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
 
-_RL_RANGES: dict[str, tuple[float, float]] = {
-    "batch_size": (8, 512),
-    "lr": (6.25e-5, 1e-2),
-    "lr_actor": (6.25e-5, 1e-2),
-    "lr_critic": (6.25e-5, 1e-2),
-    "gamma": (0.9, 0.9999),
-    "tau": (1e-4, 1e-2),
+#: The multi-agent specs' mutation ranges (AgileRL's): the shared ones and the actor-critic extras.
+_RANGES: dict[str, tuple[float, float]] = {
+    **RL_HPO_RANGES,
     "gae_lambda": (0.9, 1.0),
     "clip_coef": (0.05, 0.35),
     "ent_coef": (1e-3, 0.1),
@@ -188,7 +185,7 @@ def net_config_problems(net_config: dict[str, Any] | None) -> list[Problem]:
 
 
 class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RL_RANGES
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RANGES
     field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -239,7 +236,7 @@ class IPPOSpec(_MultiAgentSpecBase):
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "batch_size")
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "learn_step": (512, 8192)}
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RANGES, "learn_step": (512, 8192)}
 
     num_envs: Annotated[int, Field(ge=1, description="Copied from environment.num_envs.")] = 1
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per rollout before an update.")] = 4096
@@ -277,7 +274,6 @@ class MADDPGSpec(_MultiAgentSpecBase):
     default_evo_steps: ClassVar[int] = 10_000
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size")
     training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores", "learning_delay"})
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "learn_step": (1, 10)}
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per gradient update.")] = 5
     gamma: Annotated[float, Field(ge=0, le=1, description="Discount factor.")] = 0.95

@@ -13,8 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl_plugin_gym.env_spec import GymEnvSpec
-from agilerl_plugin_gym.single_agent.specs import _RL_RANGES, GymAlgorithmSpec
-from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS, SpaceRules
+from agilerl_plugin_gym.single_agent.specs import QLearningSpec
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
@@ -83,16 +82,12 @@ class OfflineEnvSpec(GymEnvSpec):
         return f"minari:{self.minari_dataset_id}" if self.minari_dataset_id else str(self.dataset_path)
 
 
-class CQNSpec(GymAlgorithmSpec):
+class CQNSpec(QLearningSpec):
     """Conservative Q-Network: CQL applied to DQN, trained offline from a dataset, discrete actions."""
 
-    paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "offline"
-    space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
     default_env_type: ClassVar[str] = "offline"
     default_evo_steps: ClassVar[int] = 5_000
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
-    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay"})
     upstream_notes: ClassVar[dict[str, str]] = {
         "learn_step": "Steps per gradient step (AgileRL's offline loop ignores it: one gradient step per step).",
@@ -102,8 +97,6 @@ class CQNSpec(GymAlgorithmSpec):
         int,
         Field(ge=1, description="Steps per gradient step: a generation of evo_steps takes evo_steps // learn_step."),
     ] = 5
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
     double: bool = Field(default=False, description="Double Q-learning: the online net picks the next action.")
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:

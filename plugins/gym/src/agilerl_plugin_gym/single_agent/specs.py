@@ -21,6 +21,7 @@ from agilerl_plugin_gym.spec_base import (
 )
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
+    RL_HPO_RANGES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
@@ -31,16 +32,6 @@ from agilerl_plugin_gym.spec_checks import (
 
 if TYPE_CHECKING:
     from agilerl.models import TrainingManifest
-
-_RL_RANGES: dict[str, tuple[float, float]] = {
-    "batch_size": (8, 512),
-    "lr": (6.25e-5, 1e-2),
-    "lr_actor": (6.25e-5, 1e-2),
-    "lr_critic": (6.25e-5, 1e-2),
-    "gamma": (0.9, 0.9999),
-    "tau": (1e-4, 1e-2),
-    "learn_step": (1, 10),
-}
 
 
 class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
@@ -142,7 +133,7 @@ class PPOSpec(GymAlgorithmSpec):
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **_RL_RANGES,
+        **RL_HPO_RANGES,
         "learn_step": (512, 8192),
         "gae_lambda": (0.8, 0.99),
         "clip_coef": (0.05, 0.35),
@@ -225,18 +216,14 @@ class PPOSpec(GymAlgorithmSpec):
         return super().manifest_problems(manifest)
 
 
-class DQNSpec(GymAlgorithmSpec):
-    """Deep Q-Network (double DQN, soft target updates), discrete actions."""
+class QLearningSpec(GymAlgorithmSpec):
+    """What the Q-learners here (DQN, RainbowDQN, CQN) share: discrete actions, their mutation
+    defaults and the ``learn_step``/``lr``/``tau`` fields."""
 
     paradigm: ClassVar[str] = "single_agent"
-    regime: ClassVar[str] = "off_policy"
     space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(RL_HPO_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
-    training_fields: ClassVar[frozenset[str]] = frozenset(
-        {"learning_delay", "eps_start", "eps_end", "eps_decay", "experience_sharing"}
-    )
-    replay_features: ClassVar[frozenset[str]] = frozenset({"per", "n_step"})
 
     learn_step: Annotated[
         int,
@@ -244,6 +231,16 @@ class DQNSpec(GymAlgorithmSpec):
     ] = 5
     lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
     tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+
+
+class DQNSpec(QLearningSpec):
+    """Deep Q-Network (double DQN, soft target updates), discrete actions."""
+
+    regime: ClassVar[str] = "off_policy"
+    training_fields: ClassVar[frozenset[str]] = frozenset(
+        {"learning_delay", "eps_start", "eps_end", "eps_decay", "experience_sharing"}
+    )
+    replay_features: ClassVar[frozenset[str]] = frozenset({"per", "n_step"})
     upstream_notes: ClassVar[dict[str, str]] = {"cudagraphs": "Only false (not supported yet)."}
 
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
@@ -263,7 +260,7 @@ class DDPGSpec(GymAlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
     space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RL_RANGES, "policy_freq": (1, 10)}
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**RL_HPO_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -301,14 +298,10 @@ class TD3Spec(DDPGSpec):
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
 
 
-class RainbowDQNSpec(GymAlgorithmSpec):
+class RainbowDQNSpec(QLearningSpec):
     """Rainbow DQN: prioritized replay, n-step returns, noisy dueling C51 network; discrete actions."""
 
-    paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
-    space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(_RL_RANGES)
-    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
     replay_features: ClassVar[frozenset[str]] = frozenset({"per", "n_step"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -318,9 +311,6 @@ class RainbowDQNSpec(GymAlgorithmSpec):
         "(AgileRL: only with replay_buffer.per_buffer: true); alpha is replay_buffer.per_buffer_args.alpha.",
     }
 
-    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 5
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
     beta: Annotated[
         float,
         Field(ge=0, le=1, description="Initial importance-sampling exponent of prioritized replay; "
