@@ -10,7 +10,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.networks.layers import activation_layer, init_linear, resized_linear, swap_activations
+from agilerl_plugin_gym.networks.layers import (
+    activation_layer,
+    init_linear,
+    resized_linear,
+    spec_kwargs,
+    swap_activations,
+)
 from agilerl_plugin_gym.sections import CnnSpec
 
 __all__ = ["EvolvableCNN"]
@@ -61,20 +67,7 @@ class EvolvableCNN(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: CnnSpec, input_shape: Sequence[int], out_dim: int) -> EvolvableCNN:
-        return cls(
-            input_shape,
-            out_dim,
-            spec.channel_size,
-            spec.kernel_size,
-            spec.stride_size,
-            activation=spec.activation,
-            layer_norm=spec.layer_norm,
-            init_layers=spec.init_layers,
-            min_hidden_layers=spec.min_hidden_layers,
-            max_hidden_layers=spec.max_hidden_layers,
-            min_channel_size=spec.min_channel_size,
-            max_channel_size=spec.max_channel_size,
-        )
+        return cls(input_shape, out_dim, **spec_kwargs(spec))
 
     def _build(self) -> None:
         c_in = self.input_shape[0]

@@ -21,6 +21,7 @@ __all__ = [
     "load_overlapping",
     "obs_dim",
     "resized_linear",
+    "spec_kwargs",
     "swap_activations",
 ]
 
@@ -50,6 +51,15 @@ def activation_layer(name: str | None) -> nn.Module:
     except KeyError:
         raise ValueError(f"unknown activation {name!r}; choose from {sorted(ACTIVATIONS)}") from None
     return cls(dim=-1) if cls is nn.Softmax else cls()
+
+
+def spec_kwargs(spec: Any, **overrides: Any) -> dict[str, Any]:
+    """A network's keyword arguments from its encoder spec (``MlpSpec``, ``CnnSpec``, ...): every
+    field but ``arch`` (the network classes name their parameters as the spec's fields), then
+    ``overrides``. What each ``from_spec`` builds its network from."""
+    kwargs = {name: getattr(spec, name) for name in type(spec).model_fields if name != "arch"}
+    kwargs.update(overrides)
+    return kwargs
 
 
 def obs_dim(space: spaces.Space[Any]) -> int:

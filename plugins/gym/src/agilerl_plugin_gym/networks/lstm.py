@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from agilerl_plugin_gym.networks.layers import spec_kwargs
 from agilerl_plugin_gym.sections import LstmSpec
 
 __all__ = ["EvolvableLSTM"]
@@ -69,17 +70,7 @@ class EvolvableLSTM(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: LstmSpec, in_dim: int, out_dim: int) -> EvolvableLSTM:
-        return cls(
-            in_dim,
-            out_dim,
-            hidden_state_size=spec.hidden_state_size,
-            num_layers=spec.num_layers,
-            dropout=spec.dropout,
-            min_hidden_state_size=spec.min_hidden_state_size,
-            max_hidden_state_size=spec.max_hidden_state_size,
-            min_layers=spec.min_layers,
-            max_layers=spec.max_layers,
-        )
+        return cls(in_dim, out_dim, **spec_kwargs(spec))
 
     def _build(self) -> None:
         H, L = self.hidden_state_size, self.num_layers

@@ -11,7 +11,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.networks.layers import activation_layer, init_linear, resized_linear, swap_activations
+from agilerl_plugin_gym.networks.layers import (
+    activation_layer,
+    init_linear,
+    resized_linear,
+    spec_kwargs,
+    swap_activations,
+)
 from agilerl_plugin_gym.sections import MlpSpec
 
 __all__ = ["EvolvableMLP"]
@@ -61,20 +67,7 @@ class EvolvableMLP(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: MlpSpec, in_dim: int, out_dim: int, **overrides: Any) -> EvolvableMLP:
-        kwargs: dict[str, Any] = {
-            "hidden_size": spec.hidden_size,
-            "activation": spec.activation,
-            "output_activation": spec.output_activation,
-            "layer_norm": spec.layer_norm,
-            "init_layers": spec.init_layers,
-            "output_vanish": spec.output_vanish,
-            "min_hidden_layers": spec.min_hidden_layers,
-            "max_hidden_layers": spec.max_hidden_layers,
-            "min_mlp_nodes": spec.min_mlp_nodes,
-            "max_mlp_nodes": spec.max_mlp_nodes,
-        }
-        kwargs.update(overrides)
-        return cls(in_dim, out_dim, **kwargs)
+        return cls(in_dim, out_dim, **spec_kwargs(spec, **overrides))
 
     # --- structure -----------------------------------------------------------------------------
     def _build(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.networks.layers import activation_layer, load_overlapping
+from agilerl_plugin_gym.networks.layers import activation_layer, load_overlapping, spec_kwargs
 from agilerl_plugin_gym.sections import SimbaSpec
 
 __all__ = ["EvolvableSimBa", "SimbaBlock"]
@@ -82,15 +82,7 @@ class EvolvableSimBa(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: SimbaSpec, in_dim: int, out_dim: int, **overrides: Any) -> EvolvableSimBa:
-        kwargs: dict[str, Any] = {
-            "scale_factor": spec.scale_factor,
-            "min_blocks": spec.min_blocks,
-            "max_blocks": spec.max_blocks,
-            "min_mlp_nodes": spec.min_mlp_nodes,
-            "max_mlp_nodes": spec.max_mlp_nodes,
-        }
-        kwargs.update(overrides)
-        return cls(in_dim, out_dim, spec.hidden_size, spec.num_blocks, **kwargs)
+        return cls(in_dim, out_dim, **spec_kwargs(spec, **overrides))
 
     def _build(self) -> None:
         h = self.hidden_size
