@@ -61,12 +61,12 @@ def test_gradient_factors_equal_per_sample_autograd_gradients(activation: str) -
             assert torch.allclose(grads[2 * layer + 1], d[k], atol=1e-5)
     # the regression gradient too
     target = torch.randn(3, generator=gen)
-    flat_grad = net.zeros()
-    mse = net.mse_gradient(x, target, flat_grad)
+    mse = net.mse_gradient(x, target)  # into the flat gradient buffer FlatAdam reads
     loss = torch.nn.functional.mse_loss(seq(x).squeeze(-1), target)
     assert torch.allclose(mse, loss, atol=1e-6)
     expected = torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])
-    assert torch.allclose(flat_grad, expected, atol=1e-5)
+    assert torch.allclose(net.grad, expected, atol=1e-5)
+    assert all(torch.equal(p.grad, g) for p, g in zip(net.params.params, net.params.views(net.grad), strict=True))
 
 
 def _agent(algo: str = "NeuralUCB", seed: int = 0, **fields: Any) -> tuple[NeuralBandit, Any]:
@@ -146,6 +146,52 @@ def test_checkpoint_is_weights_only_and_resume_continues(tmp_path: Path) -> None
     assert torch.equal(fresh.net.flat, reference.net.flat)
 
 
+def test_learning_steps_the_network_with_gyms_flat_adam() -> None:
+    """The bandit's Adam is the gym plugin's FlatAdam over the network's FlatParameters: one step
+    equals torch.optim.Adam's on the same loss (MSE + the pull towards theta0)."""
+    from agilerl_plugin_gym.optim import FlatAdam
+
+    agent, env = _agent(reg=0.01)
+    assert isinstance(agent.optimizer, FlatAdam) and agent.optimizer.flat is agent.net.params
+    context = env.reset()
+    for arm in range(agent.arms):
+        agent.observe(context[arm], float(arm == 0))
+    seq, params = _autograd_net(agent.net)
+    reference = torch.optim.Adam(params, lr=agent.lr)
+    theta0 = agent.theta0.clone()
+    rng_state = agent.rng.bit_generator.state
+    agent.learn()
+    agent.rng.bit_generator.state = rng_state
+    x, r = agent.memory.sample(agent.batch_size, agent.rng)
+    flat = torch.cat([p.flatten() for p in params])
+    loss = torch.nn.functional.mse_loss(seq(x).squeeze(-1), r) + agent.reg * ((flat - theta0) ** 2).sum()
+    loss.backward()
+    reference.step()
+    assert torch.allclose(agent.net.flat, torch.cat([p.detach().flatten() for p in params]), atol=1e-6)
+
+
+def test_checkpoints_with_the_former_optimizer_state_load() -> None:
+    """Checkpoints written before the bandit used FlatAdam hold its own Adam's flat
+    ``{lr, betas, eps, m, v, t}``: they load and continue as the same state in FlatAdam's format."""
+    agent, env = _agent()
+    context = env.reset()
+    for step in range(40):
+        arm = agent.get_action(context)
+        agent.observe(context[arm], float(step % 3 == 0))
+        agent.learn()
+    state = agent.state_dict()
+    opt = agent.optimizer
+    state_old = {**state, "optimizer": {"lr": agent.lr, "betas": [0.9, 0.999], "eps": 1e-8, "m": opt.exp_avg.clone(),
+                                        "v": opt.exp_avg_sq.clone(), "t": int(opt.step_count)}}  # fmt: skip
+    new, old = _agent(seed=5)[0], _agent(seed=6)[0]
+    new.load_state_dict(state)
+    old.load_state_dict(state_old)
+    assert float(old.optimizer.step_count) == 40 and torch.equal(old.optimizer.exp_avg_sq, opt.exp_avg_sq)
+    new.learn()
+    old.learn()
+    assert torch.equal(new.net.flat, old.net.flat)
+
+
 def test_architecture_mutation_preserves_the_function_and_keeps_learning() -> None:
     agent, env = _agent()
     context = torch.as_tensor(env.reset())
@@ -185,7 +231,8 @@ def test_activation_mutation_swaps_the_activation_keeps_weights_and_statistics()
     )
     after = agent.net(context)
     assert after.shape == before.shape and not torch.allclose(after, before)
-    assert agent.optimizer.t == 0  # Adam starts afresh, as AgileRL reinitialises its optimizers
+    assert not agent.optimizer.started  # Adam starts afresh, as AgileRL reinitialises its optimizers
+    assert agent.optimizer.flat is agent.net.params
     assert agent.mutate_activation(rng, choices=[agent.net.activation]) is None
     agent.get_action(context.numpy())  # gradients of the new activation drive the bonus
     agent.learn()
@@ -215,7 +262,7 @@ def test_latent_layer_grows_only_up_to_max_latent_dim() -> None:
 def test_lr_mutation_updates_the_optimizer() -> None:
     agent, _ = _agent()
     agent.set_hyperparameter("lr", 5e-4)
-    assert agent.optimizer.lr == 5e-4
+    assert agent.optimizer.param_groups[0]["lr"] == 5e-4
     agent.set_hyperparameter("batch_size", 20.6)
     assert agent.batch_size == 21
 

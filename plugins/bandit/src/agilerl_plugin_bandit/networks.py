@@ -1,4 +1,4 @@
-"""The reward network of the neural bandits, its optimiser, and the replay memory they learn from.
+"""The reward network of the neural bandits and the replay memory they learn from.
 
 NeuralUCB and NeuralTS need, for every arm's context ``x``, the gradient ``g = d f(x) / d theta`` of
 the predicted reward with respect to *all* network parameters, and the quadratic form
@@ -11,19 +11,24 @@ never need to be materialised. :meth:`RewardNet.gradient_factors` returns every 
 delta)`` pairs from one forward and one hand-written backward pass.
 
 Speed is the point of this module: a bandit step works on a handful of tiny tensors, where
-autograd's and ``torch.optim``'s per-call overhead costs more than the arithmetic. So all
-parameters live in one flat tensor (layers are views into it), and so do their gradient, the
-design-matrix diagonal, the anchor ``theta0`` and Adam's moments: each elementwise update is one
-call on one tensor, and a checkpoint is a few flat tensors.
+autograd's per-call overhead costs more than the arithmetic. So the parameters are the gym plugin's
+:class:`~agilerl_plugin_gym.optim.FlatParameters` (layers are views into one flat tensor, their
+gradients views into another), the regression gradient is written straight into that flat gradient
+buffer, and the gym plugin's :class:`~agilerl_plugin_gym.optim.FlatAdam` steps it (one fused kernel).
+The design-matrix diagonal and the anchor ``theta0`` are flat tensors of the same layout: each
+elementwise update is one call on one tensor, and a checkpoint is a few flat tensors.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
+
+from agilerl_plugin_gym.optim import FlatParameters
 
 ActivationPair = tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
 
@@ -51,7 +56,7 @@ ACTIVATIONS: dict[str, ActivationPair] = {
 
 
 class RewardNet:
-    """An MLP mapping a context to a scalar predicted reward, with its parameters in one flat tensor.
+    """An MLP mapping a context to a scalar predicted reward, its parameters one flat buffer.
 
     :param input_dim: context size (``arms * features`` for a table bandit).
     :param hidden_size: width of each hidden layer.
@@ -80,27 +85,41 @@ class RewardNet:
         self.shapes = list(zip(sizes[1:], sizes[:-1], strict=False))
         self.num_params = sum(o * i + o for o, i in self.shapes)
         self.device = torch.device(device)
-        flat = torch.empty(self.num_params)
-        for w, b in self.views(flat):
-            bound = math.sqrt(3.0 / w.shape[1])  # unit output variance for unit-variance inputs
-            w.uniform_(-bound, bound, generator=generator)
-            b.zero_()
-        self.flat = flat.to(self.device)
+        tensors: list[torch.Tensor] = []
+        for o, i in self.shapes:
+            bound = math.sqrt(3.0 / i)  # unit output variance for unit-variance inputs
+            tensors += [torch.empty(o, i).uniform_(-bound, bound, generator=generator), torch.zeros(o)]
+        #: Weight and bias of each layer, in that order, as views of one flat buffer (and their
+        #: gradients as views of another): the layout of every flat tensor of this network.
+        self.params = FlatParameters([t.to(self.device) for t in tensors])
         self._bind()
 
+    @property
+    def flat(self) -> torch.Tensor:
+        """All parameters, one flat tensor (the layers are views into it)."""
+        return self.params.data
+
+    @property
+    def grad(self) -> torch.Tensor:
+        """The flat gradient buffer :meth:`mse_gradient` writes and the optimizer reads."""
+        assert self.params.grad is not None
+        return self.params.grad
+
     def _bind(self) -> None:
+        self.params.ensure()  # a copy or an unpickled network re-seats its parameters first
         self.layers = self.views(self.flat)
+        self._grad_layers = self.views(self.grad)
         # Transposed weight views, made once: forward passes use them every step.
         self.weights_t = [w.t() for w, _ in self.layers]
 
     def __getstate__(self) -> dict[str, object]:
         # Layer views are rebuilt on unpickling / deepcopy so they keep pointing into ``flat``.
         state = dict(self.__dict__)
-        for key in ("layers", "weights_t", "_act", "_act_grad"):
+        for key in ("layers", "_grad_layers", "weights_t", "_act", "_act_grad"):
             state.pop(key, None)
         return state
 
-    def __setstate__(self, state: dict[str, object]) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._act, self._act_grad = ACTIVATIONS[self.activation]
         self._bind()
@@ -114,19 +133,12 @@ class RewardNet:
 
     def views(self, flat: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(weight, bias)`` views of each layer into a flat tensor of this network's layout."""
-        out = []
-        start = 0
-        for o, i in self.shapes:
-            w = flat[start : start + o * i].view(o, i)
-            start += o * i
-            b = flat[start : start + o]
-            start += o
-            out.append((w, b))
-        return out
+        parts = self.params.views(flat)
+        return list(zip(parts[0::2], parts[1::2], strict=True))
 
     def zeros(self) -> torch.Tensor:
-        """A zero flat tensor with this network's layout (gradients, moments, statistics)."""
-        return torch.zeros(self.num_params, device=self.device)
+        """A zero flat tensor with this network's layout (moments, statistics)."""
+        return torch.zeros_like(self.flat)
 
     @property
     def width(self) -> int:
@@ -183,57 +195,32 @@ class RewardNet:
         deltas = self._backward(torch.ones_like(out), grads)
         return out.squeeze(-1), inputs, deltas
 
-    def mse_gradient(self, x: torch.Tensor, target: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """Write ``d mean((f(x) - target)^2) / d theta`` into the flat ``grad``; return the MSE."""
+    def mse_gradient(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Write ``d mean((f(x) - target)^2) / d theta`` into the flat gradient buffer
+        (:attr:`grad`, overwritten); return the MSE."""
         out, inputs, grads = self._forward_cached(x)
         err = out.squeeze(-1) - target
         deltas = self._backward((err * (2.0 / err.shape[0])).unsqueeze(-1), grads)
-        for (gw, gb), a, d in zip(self.views(grad), inputs, deltas, strict=True):
+        for (gw, gb), a, d in zip(self._grad_layers, inputs, deltas, strict=True):
             torch.mm(d.t(), a, out=gw)
             torch.sum(d, 0, out=gb)
         return (err * err).mean()
 
 
-class Adam:
-    """Adam (Kingma and Ba, 2015) on one flat parameter tensor.
-
-    :param lr: step size. :param betas: moment decay rates. :param eps: denominator guard.
-    """
-
-    def __init__(self, size: int, *, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 device: str | torch.device = "cpu") -> None:  # fmt: skip
-        self.lr = float(lr)
-        self.betas = betas
-        self.eps = eps
-        self.m = torch.zeros(size, device=device)
-        self.v = torch.zeros(size, device=device)
-        self.t = 0
-
-    def step(self, params: torch.Tensor, grad: torch.Tensor) -> None:
-        b1, b2 = self.betas
-        self.t += 1
-        self.m.mul_(b1).add_(grad, alpha=1.0 - b1)
-        self.v.mul_(b2).addcmul_(grad, grad, value=1.0 - b2)
-        denom = self.v.sqrt().div_(math.sqrt(1.0 - b2**self.t)).add_(self.eps)
-        params.addcdiv_(self.m, denom, value=-self.lr / (1.0 - b1**self.t))
-
-    def state_dict(self) -> dict[str, object]:
-        return {
-            "lr": self.lr,
-            "betas": list(self.betas),
-            "eps": self.eps,
-            "m": self.m.clone(),
-            "v": self.v.clone(),
-            "t": self.t,
-        }
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.lr = float(state["lr"])  # type: ignore[arg-type]
-        self.betas = tuple(state["betas"])  # type: ignore[assignment,arg-type]
-        self.eps = float(state["eps"])  # type: ignore[arg-type]
-        self.m.copy_(state["m"])  # type: ignore[arg-type]
-        self.v.copy_(state["v"])  # type: ignore[arg-type]
-        self.t = int(state["t"])  # type: ignore[call-overload]
+def adam_state(state: dict[str, Any], net: RewardNet) -> dict[str, Any]:
+    """An optimizer state in ``torch.optim.Adam``'s format (what :class:`FlatAdam` saves), also from
+    checkpoints written before the bandit used it: their own flat Adam's ``{lr, betas, eps, m, v, t}``."""
+    if "param_groups" in state:
+        return state
+    t = int(state["t"])
+    moments = zip(net.params.views(state["m"]), net.params.views(state["v"]), strict=True)
+    return {
+        "state": {} if t == 0 else {
+            i: {"step": torch.tensor(float(t)), "exp_avg": m, "exp_avg_sq": v} for i, (m, v) in enumerate(moments)
+        },
+        "param_groups": [{"lr": float(state["lr"]), "betas": tuple(state["betas"]), "eps": float(state["eps"]),
+                          "weight_decay": 0.0, "params": list(range(len(net.params.params)))}],
+    }  # fmt: skip
 
 
 class BanditMemory:

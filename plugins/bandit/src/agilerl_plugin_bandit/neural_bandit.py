@@ -23,8 +23,9 @@ import torch
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl_plugin_bandit.env import BanditEnvProtocol
-from agilerl_plugin_bandit.networks import Adam, BanditMemory, RewardNet
+from agilerl_plugin_bandit.networks import BanditMemory, RewardNet, adam_state
 from agilerl_plugin_bandit.specs import BanditSpec
+from agilerl_plugin_gym.optim import FlatAdam
 
 #: Hidden layers a network may grow to, and the widest a hidden layer may be (architecture mutation).
 MAX_HIDDEN_LAYERS = 4
@@ -102,21 +103,19 @@ class NeuralBandit(AlgorithmBase):
         self.theta0 = net.flat.clone()
         #: Diagonal of U minus lamb: running sum of squared (width-scaled) gradients, per parameter.
         self.grad_sq = net.zeros()
-        self.optimizer = Adam(net.num_params, lr=self.lr, device=self.device)
+        self.optimizer = FlatAdam(net.params, lr=self.lr)
         self._bind()
 
     def _bind(self) -> None:
         """(Re)create the per-layer views and scratch tensors derived from the flat state."""
         net = self.net
-        self._grad = net.zeros()
-        self._grad_views = net.views(self._grad)
         self._grad_sq_views = net.views(self.grad_sq)
         self._inv = net.zeros()
         self._inv_views = [(w.t(), b) for w, b in net.views(self._inv)]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_grad", "_grad_views", "_grad_sq_views", "_inv", "_inv_views"):
+        for key in ("_grad_sq_views", "_inv", "_inv_views"):
             state.pop(key, None)
         return state
 
@@ -127,7 +126,7 @@ class NeuralBandit(AlgorithmBase):
     def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
         if name == "lr":
             # Keep Adam's moment estimates: only the step size changed.
-            self.optimizer.lr = float(new)
+            self.optimizer.param_groups[0]["lr"] = float(new)
 
     # --- acting ------------------------------------------------------------------------------
     def score(self, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -186,10 +185,11 @@ class NeuralBandit(AlgorithmBase):
         if len(self.memory) == 0:
             return torch.zeros((), device=self.device)
         x, r = self.memory.sample(self.batch_size, self.rng)
-        mse = self.net.mse_gradient(x, r, self._grad)
+        net = self.net
+        mse = net.mse_gradient(x, r)  # into the flat gradient buffer FlatAdam steps with
         if self.reg > 0:
-            self._grad.add_(self.net.flat - self.theta0, alpha=2.0 * self.reg)
-        self.optimizer.step(self.net.flat, self._grad)
+            net.grad.add_(net.flat - self.theta0, alpha=2.0 * self.reg)
+        self.optimizer.step()
         return mse
 
     def record(self, reward: float, regret: float | None) -> None:
@@ -239,7 +239,7 @@ class NeuralBandit(AlgorithmBase):
         if name == self.net.activation:
             return None
         self.net.set_activation(name)
-        self.optimizer = Adam(self.net.num_params, lr=self.lr, device=self.device)
+        self.optimizer = FlatAdam(self.net.params, lr=self.lr)
         return f"act:{name}"
 
     def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
@@ -291,7 +291,7 @@ class NeuralBandit(AlgorithmBase):
         self.net = new
         self.theta0 = theta0
         self.grad_sq = grad_sq
-        self.optimizer = Adam(new.num_params, lr=self.lr, device=self.device)
+        self.optimizer = FlatAdam(new.params, lr=self.lr)
         self._bind()
 
     # --- checkpoints -------------------------------------------------------------------------
@@ -329,9 +329,9 @@ class NeuralBandit(AlgorithmBase):
         self.net.load_flat(state["params"].to(self.device))
         self.theta0 = state["theta0"].to(self.device).clone()
         self.grad_sq = state["grad_sq"].to(self.device).clone()
-        self.optimizer = Adam(self.net.num_params, lr=self.lr, device=self.device)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.optimizer.lr = float(self.lr)
+        self.optimizer = FlatAdam(self.net.params, lr=self.lr)
+        self.optimizer.load_state_dict(adam_state(state["optimizer"], self.net))
+        self.optimizer.param_groups[0]["lr"] = float(self.lr)
         capacity = int(state["memory"]["capacity"])
         if capacity != self.memory.capacity:
             self.memory = BanditMemory(capacity, self.context_dim, device=self.device)
