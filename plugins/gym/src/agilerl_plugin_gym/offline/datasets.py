@@ -36,7 +36,6 @@ from gymnasium import spaces
 from agilerl.errors import AgileRLError, Problem, closest
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
     from agilerl_plugin_gym.offline.specs import OfflineEnvSpec
 
 __all__ = [
@@ -105,14 +104,11 @@ def read_dataset(
         raise OfflineDatasetError(f"{bad.field}: {bad.message}") from None
 
 
-def dataset_problems(manifest: TrainingManifest) -> list[Problem]:
-    """Validation-time check of ``manifest.environment``'s dataset against one env made from it."""
+def dataset_problems(spec: OfflineEnvSpec, batch: int) -> list[Problem]:
+    """Validation-time check of an offline env's dataset against one env made from it, and of the
+    algorithm's ``batch_size`` (``batch``) against its size."""
     from agilerl_plugin_gym.envs import make_single_env
-    from agilerl_plugin_gym.offline.specs import OfflineEnvSpec
 
-    spec = manifest.environment
-    if not isinstance(spec, OfflineEnvSpec):
-        return []
     try:
         env = make_single_env(spec)
     except Exception:  # the env's own failure is reported by the env checks (or the run)
@@ -123,7 +119,6 @@ def dataset_problems(manifest: TrainingManifest) -> list[Problem]:
         return [Problem(bad.field, bad.message)]
     finally:
         env.close()
-    batch = manifest.algorithm.batch_size
     if batch > len(data):
         return [Problem(
             "algorithm.batch_size",

@@ -101,8 +101,9 @@ class CQNSpec(QLearningSpec):
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         problems = super().manifest_problems(manifest)
-        if problems or not isinstance(manifest.environment, OfflineEnvSpec):
+        env = manifest.environment
+        if problems or not isinstance(env, OfflineEnvSpec):
             return problems
         from agilerl_plugin_gym.offline.datasets import dataset_problems
 
-        return dataset_problems(manifest)
+        return dataset_problems(env, self.batch_size)
