@@ -208,7 +208,7 @@ def test_half_open_probes_do_not_reset_backoff_and_warnings_are_rate_limited(gam
 
     from websockets.sync.server import serve
 
-    from agilerl_plugin_openenv.client import OpenEnvSource, SourceConfig
+    from agilerl_plugin_openenv.client import OpenEnvSource, OpenEnvTextEnv, SourceConfig
     from agilerl_plugin_openenv.urls import parse_replica
 
     def accept_then_drop(ws: Any) -> None:
@@ -227,7 +227,7 @@ def test_half_open_probes_do_not_reset_backoff_and_warnings_are_rate_limited(gam
         start = time.monotonic()
         episodes = 0
         while time.monotonic() - start < 2.5:  # bounded: ~2.5 s of episodes
-            env = source.make_env()
+            env = OpenEnvTextEnv(source)
             assert env.reset()[1]["env_url"] == good.url  # every episode lands on the good replica
             assert env.step("one")[1] == pytest.approx(1.0)
             failures.append(bad.failures)

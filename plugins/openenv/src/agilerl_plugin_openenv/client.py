@@ -318,7 +318,8 @@ def build_env_url_source(spec: Any, *, seed: int | None = None) -> tuple[Callabl
     """
     source = OpenEnvSource(SourceConfig.from_spec(spec))
     source.probe()
-    return source.make_env, source.config.max_turns
+    # Each call is a fresh text env; its session is opened on first ``reset``.
+    return partial(OpenEnvTextEnv, source), source.config.max_turns
 
 
 __all__ = [

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import urllib.error
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agilerl_plugin_openenv.actions import ActionFormat, Tool, is_mcp_action, params_of
 from agilerl_plugin_openenv.config import SourceConfig
@@ -23,9 +23,6 @@ from agilerl_plugin_openenv.pool import Replica, ReplicaSet, SessionPool, capaci
 from agilerl_plugin_openenv.prompts import PromptRenderer
 from agilerl_plugin_openenv.session import ErrorFrame, Lost, NotOpenEnv, Unreachable
 from agilerl_plugin_openenv.urls import ReplicaURL, http_get_json
-
-if TYPE_CHECKING:
-    from agilerl_plugin_openenv.client import OpenEnvTextEnv
 
 log = logging.getLogger("agilerl_plugin_openenv")
 
@@ -187,12 +184,6 @@ class OpenEnvSource:
             )
         self.action_format = fmt
         self.prompts = PromptRenderer(fmt, self.config.prompt_template, obs)
-
-    def make_env(self) -> OpenEnvTextEnv:
-        """A fresh text env: its session is opened on first ``reset``."""
-        from agilerl_plugin_openenv.client import OpenEnvTextEnv
-
-        return OpenEnvTextEnv(self)
 
 
 __all__ = ["OpenEnvSource"]
