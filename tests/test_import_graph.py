@@ -1,4 +1,4 @@
-"""No import circle inside core, nor inside the gym plugin's ``networks`` package.
+"""No import circle inside core, the gym plugin or the openenv plugin.
 
 A circle is what makes a module impossible to read (or import) on its own: each side needs the
 other. The graph counts every import a module can run: at module level and inside functions (a
@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (package name, its directory, the part of the graph to check).
 PACKAGES = [
     ("agilerl", ROOT / "core/src/agilerl", "agilerl"),
-    ("agilerl_plugin_gym", ROOT / "plugins/gym/src/agilerl_plugin_gym", "agilerl_plugin_gym.networks"),
+    ("agilerl_plugin_gym", ROOT / "plugins/gym/src/agilerl_plugin_gym", "agilerl_plugin_gym"),
+    ("agilerl_plugin_openenv", ROOT / "plugins/openenv/src/agilerl_plugin_openenv", "agilerl_plugin_openenv"),
 ]
 
 
