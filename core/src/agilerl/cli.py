@@ -24,6 +24,15 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, default=str))
 
 
+def _print_rows(rows: list[dict[str, Any]], as_json: bool, line: str) -> None:
+    """``rows`` as JSON (``--json``), else one ``line.format(**row)`` per row."""
+    if as_json:
+        _print_json(rows)
+    else:
+        for r in rows:
+            print(line.format(**r))
+
+
 def _parse_set(values: Sequence[str]) -> dict[str, Any]:
     """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML, strictly)."""
     from agilerl.safe_load import loads_yaml
@@ -310,11 +319,7 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
         for e in MANIFEST_REGISTRY.entries()
         if not e.value.not_supported  # known names a plugin refuses: not trainable, not listed
     ]  # fmt: skip
-    if args.json:
-        _print_json(rows)
-    else:
-        for r in rows:
-            print(f"{r['name']:<14} {r['paradigm']}/{r['regime']:<12} env_type={r['env_type']:<8} ({r['provider']})")
+    _print_rows(rows, args.json, "{name:<14} {paradigm}/{regime:<12} env_type={env_type:<8} ({provider})")
     return 0
 
 
@@ -326,11 +331,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
          "functions": sorted(e.value.functions)}
         for e in ENV_TYPES.entries()
     ]  # fmt: skip
-    if args.json:
-        _print_json(rows)
-    else:
-        for r in rows:
-            print(f"{r['env_type']:<10} {r['spec']:<16} ({r['provider']})")
+    _print_rows(rows, args.json, "{env_type:<10} {spec:<16} ({provider})")
     return 0
 
 
