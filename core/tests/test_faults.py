@@ -309,6 +309,51 @@ def test_resume_from_a_run_dir_takes_its_newest_checkpoint(
     assert "training.max_steps: 300 -> 500" in err
 
 
+def _snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["run dir", "checkpoint file in it"])
+def test_resuming_a_copy_of_a_run_dir_continues_in_the_copy(
+    how: str, run_cli: Run, evolving: dict[str, Any], write_manifest: Callable[..., Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    assert run_cli("train", write_manifest(evolving), "--no-progress", "--set", "training.max_steps=300")[0] == 0
+    original, copy = tmp_path / "run", tmp_path / "copy"
+    shutil.copytree(original, copy)
+    before = _snapshot(original)
+    target = copy if how == "run dir" else copy / "checkpoint_300.pt"
+    code, _, err = run_cli("train", "--resume", target, "--set", "training.max_steps=500", "--no-progress")
+    assert code == 0, err
+    assert f"continuing the run in {copy}" in err  # said before it writes
+    assert _snapshot(original) == before  # the original run is untouched
+    assert max(r["steps"] for r in rows(copy)) == 500
+    assert checkpoint.load(copy / "checkpoint_500.pt")["run_dir"] == str(copy)
+    # the copy is locked like any run dir: a second resume into it while one runs is refused at once
+    with RunDirLock(copy):
+        code, _, err = run_cli("train", "--resume", copy / "checkpoint_500.pt", "--no-progress")
+    assert code == 2 and f"run directory {copy} is in use" in err, err
+
+
+def test_resume_writes_where_run_dir_says_and_a_lone_checkpoint_to_its_stored_run_dir(
+    run_cli: Run, evolving: dict[str, Any], write_manifest: Callable[..., Path], tmp_path: Path
+) -> None:
+    assert run_cli("train", write_manifest(evolving), "--no-progress", "--set", "training.max_steps=300")[0] == 0
+    run_dir = tmp_path / "run"
+    more = ("--set", "training.max_steps=400", "--no-progress")
+    code, _, err = run_cli("train", "--resume", run_dir, "--run-dir", tmp_path / "elsewhere", *more)
+    assert code == 0 and f"continuing the run in {tmp_path / 'elsewhere'}" in err, err
+    assert max(r["steps"] for r in rows(tmp_path / "elsewhere")) == 400
+    # A checkpoint copied on its own (no run records beside it) continues the run it came from.
+    (tmp_path / "kept").mkdir()
+    lone = tmp_path / "kept" / "checkpoint_300.pt"
+    lone.write_bytes((run_dir / "checkpoint_300.pt").read_bytes())
+    code, _, err = run_cli("train", "--resume", lone, *more)
+    assert code == 0 and f"continuing the run in {run_dir}" in err, err
+    assert max(r["steps"] for r in rows(run_dir)) == 400 and not (tmp_path / "kept" / "metrics.jsonl").exists()
+
+
 def test_a_resumed_run_does_not_duplicate_rows_logged_after_its_checkpoint(
     evolving: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -153,9 +153,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         kwargs["device"] = args.device
     if args.overwrite:
         kwargs["overwrite"] = True
-    from agilerl.training.rundir import check_not_in_use
+    from agilerl.training.rundir import check_not_in_use, run_dir_of
 
-    for busy in (args.run_dir, args.resume if args.resume and Path(args.resume).is_dir() else None):
+    resumed = Path(args.resume) if args.resume else None
+    if resumed is not None and resumed.is_file():
+        resumed = run_dir_of(resumed)  # a checkpoint in a run dir resumes into that dir
+    for busy in (args.run_dir, resumed if resumed is not None and resumed.is_dir() else None):
         if busy:  # refuse at once, before a checkpoint another run may be rotating is read
             check_not_in_use(Path(busy))
     from agilerl.training import processes
@@ -233,7 +236,10 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     manifest = validate_manifest(data, source=source)
     if not quiet:  # (a launcher's processes print it)
         print(describe_diff(manifest_diff(stored, manifest.to_dict())), file=sys.stderr)
-    return LocalTrainer(manifest, resume_from=args.resume, resume_payload=payload, **kwargs)
+    trainer = LocalTrainer(manifest, resume_from=args.resume, resume_payload=payload, **kwargs)
+    if not quiet:
+        print(f"continuing the run in {trainer.run_dir}", file=sys.stderr)  # where it writes, before it does
+    return trainer
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@
   stale lock behind.
 - :func:`claim`: a directory that already holds a run (metrics or checkpoints) is refused unless
   the run resumes (``--resume``) or ``overwrite`` asks to replace it.
-- :func:`resume_point`: what ``--resume PATH`` continues (a checkpoint, or a run directory's newest).
+- :func:`resume_point`: what ``--resume PATH`` continues (a checkpoint, or a run directory's newest);
+  :func:`run_dir_of`: the run directory a checkpoint lies in, where the resumed run writes.
 - :func:`truncate_records`: a resumed run first cuts every record file (``metrics.jsonl``,
   ``metrics.csv``, ``population.jsonl``) back to the checkpoint it resumes from, so the rows it
   logs again are not duplicated (and a line a kill or a full disk cut short is dropped).
@@ -133,6 +134,16 @@ def resume_point(path: Path) -> tuple[Path, dict[str, Any]]:
     return _newest_intact(path) if path.is_dir() else (path, checkpoint.load(path))
 
 
+def run_dir_of(checkpoint_file: Path) -> Path | None:
+    """The run directory ``checkpoint_file`` lies in: its folder, when that holds a run's records
+    (``metrics.jsonl``, ``population.jsonl``, ``metrics.csv``) or lock file; ``None`` for a checkpoint
+    kept anywhere else (``training.checkpoint_path`` outside the run dir, a file copied on its own).
+    A resumed run continues in it (a copy of a run dir continues in the copy), unless told otherwise."""
+    folder = checkpoint_file.parent
+    marks = (*RECORD_FILES, "metrics.csv", LOCK_NAME)
+    return folder if any((folder / name).is_file() for name in marks) else None
+
+
 def remove_stale_temp_files(run_dir: Path) -> list[Path]:
     """Temp files a killed checkpoint write left behind (never loaded; removed under the lock)."""
     removed = []
@@ -233,5 +244,5 @@ def _rewrite_csv(csv_path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 __all__ = ["LOCK_NAME", "RECORD_FILES", "RUN_FILES", "RunDirError", "RunDirLock", "check_not_in_use", "claim", "holds_run",
-           "latest_checkpoint", "numbered_checkpoints", "prune_checkpoints", "remove_stale_temp_files", "resume_point",
+           "latest_checkpoint", "numbered_checkpoints", "prune_checkpoints", "remove_stale_temp_files", "resume_point", "run_dir_of",
            "truncate_records"]  # fmt: skip

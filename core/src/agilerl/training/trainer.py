@@ -56,18 +56,30 @@ class LocalTrainer:
         self.progress = t.progress if progress is None else progress
         #: replace a run already in ``run_dir`` (otherwise a fresh run there is refused)
         self.overwrite = overwrite
-        # A resumed run writes to its own directory unless told otherwise: by `run_dir`, or by a
-        # training.run_dir that differs from the one the checkpoint's manifest had.
-        stored_dir = (self._resume or {}).get("run_dir")
-        stored_run_dir = ((self._resume or {}).get("manifest") or {}).get("training", {}).get("run_dir")
-        manifest_dir = t.run_dir if t.run_dir != stored_run_dir or not stored_dir else None
-        self.run_dir = Path(run_dir or manifest_dir or stored_dir or self._default_run_dir())
+        self.run_dir = Path(run_dir or self._resumed_run_dir() or t.run_dir or self._default_run_dir())
         self.builder = select_builder(manifest.algorithm)
         self.strategy = select_strategy(manifest.algorithm)
         check_algorithm(manifest.algorithm, self.strategy)  # a plugin's missing method, named before anything is built
         # Started in several processes (torchrun, accelerate launch, agilerl train --num-processes):
         # only a strategy that splits its work may run so.
         require_multi_process(self.strategy, manifest.algorithm.name, world_size())
+
+    def _resumed_run_dir(self) -> str | Path | None:
+        """Where a resumed run writes, unless ``run_dir`` says: a ``training.run_dir`` that differs
+        from the one the checkpoint's manifest had (the manifest given, ``--set``); else the run
+        directory the checkpoint lies in (``--resume RUN_DIR`` continues in ``RUN_DIR``, a copy of a
+        run dir in the copy); else the run directory stored in the checkpoint."""
+        if self._resume is None:
+            return None
+        from agilerl.training.rundir import run_dir_of
+
+        t = self.manifest.training
+        stored_dir = self._resume.get("run_dir")
+        stored_run_dir = ((self._resume.get("manifest") or {}).get("training") or {}).get("run_dir")
+        if t.run_dir and (t.run_dir != stored_run_dir or not stored_dir):
+            return t.run_dir
+        here = run_dir_of(self.resume_from) if self.resume_from is not None else None
+        return here or stored_dir
 
     @classmethod
     def from_manifest(
