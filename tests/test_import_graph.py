@@ -1,4 +1,4 @@
-"""No import circle inside core, the gym plugin or the openenv plugin.
+"""No import circle inside core, the gym, openenv or bandit plugin.
 
 A circle is what makes a module impossible to read (or import) on its own: each side needs the
 other. The graph counts every import a module can run: at module level and inside functions (a
@@ -23,6 +23,7 @@ PACKAGES = [
     ("agilerl", ROOT / "core/src/agilerl", "agilerl"),
     ("agilerl_plugin_gym", ROOT / "plugins/gym/src/agilerl_plugin_gym", "agilerl_plugin_gym"),
     ("agilerl_plugin_openenv", ROOT / "plugins/openenv/src/agilerl_plugin_openenv", "agilerl_plugin_openenv"),
+    ("agilerl_plugin_bandit", ROOT / "plugins/bandit/src/agilerl_plugin_bandit", "agilerl_plugin_bandit"),
 ]
 
 

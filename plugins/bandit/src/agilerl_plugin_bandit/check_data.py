@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import Problem
+from agilerl_plugin_bandit.tables import BUILTIN_DATASETS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,8 +58,6 @@ def data_problems(manifest: TrainingManifest) -> list[Problem]:
         return []
     if spec.features is None:
         if spec.builtin_dataset is None:
-            from agilerl_plugin_bandit.specs import BUILTIN_DATASETS
-
             return [Problem(
                 "environment.name",
                 f"{spec.name!r} is not a shipped dataset ({', '.join(sorted(BUILTIN_DATASETS))}) and no "

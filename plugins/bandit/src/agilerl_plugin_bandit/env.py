@@ -11,14 +11,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 import pandas as pd
 
 from agilerl.errors import AgileRLError
 from agilerl.imports import import_object
-from agilerl_plugin_bandit.specs import BUILTIN_DATASETS, BanditEnvSpec, table_path_problem
+from agilerl_plugin_bandit.tables import BUILTIN_DATASETS, table_path_problem
+
+if TYPE_CHECKING:
+    from agilerl_plugin_bandit.specs import BanditEnvSpec
 
 TableInput: TypeAlias = pd.DataFrame | pd.Series | np.ndarray | str | os.PathLike[str]
 

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -16,17 +15,10 @@ from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models.base import AlgorithmSpec, EnvSpec
+from agilerl_plugin_bandit.tables import BUILTIN_DATASETS, table_path_problem
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
-
-#: Datasets that scikit-learn ships inside its wheel: ``environment.name`` may name them instead of
-#: giving ``features``/``targets`` paths. Loaded from the local install, never downloaded.
-BUILTIN_DATASETS: dict[str, str] = {
-    "iris": "load_iris",
-    "wine": "load_wine",
-    "breast_cancer": "load_breast_cancer",
-}
 
 #: Activations whose derivative the bandit network knows in closed form (the exploration bonus
 #: back-propagates by hand, see :mod:`agilerl_plugin_bandit.networks`).
@@ -106,25 +98,6 @@ class BanditEnvSpec(EnvSpec):
             return None
         key = self.name.strip().lower().replace("-", "_")
         return key if key in BUILTIN_DATASETS else None
-
-
-def table_path_problem(value: str, base: str | None, field: str) -> tuple[Path, str | None]:
-    """Where a table path points (relative to ``environment.path`` when set, else the working
-    directory) and, when it cannot be read, the message saying why."""
-    p = Path(value).expanduser()
-    if not p.is_absolute() and base is not None:
-        p = Path(base).expanduser() / p
-    if not p.exists():
-        hint = f" (relative to environment.path {base!r})" if base is not None and not Path(value).is_absolute() else ""
-        return p, (
-            f"environment.{field}: file not found: {p}{hint}. Check the path; relative paths resolve against "
-            f"environment.path when set, else the working directory ({Path.cwd()})."
-        )
-    if p.is_dir():
-        return p, f"environment.{field}: {p} is a directory; give a .csv or .parquet file"
-    if not os.access(p, os.R_OK):
-        return p, f"environment.{field}: {p} is not readable (check its permissions)"
-    return p, None
 
 
 def _csv_header(path: Path) -> list[str] | None:
