@@ -242,3 +242,25 @@ def test_a_pettingzoo_env_renders(monkeypatch: pytest.MonkeyPatch) -> None:
         )
     (episode,) = agent.run_episodes(manifest.environment, episodes=1, seed=0, render=True)
     assert episode.length == 10
+
+
+def test_render_reads_env_config_files_as_training_does(tmp_path: Path) -> None:
+    """``--render``/``--video`` re-read ``env_config`` with the env makers' loader: a file that
+    is gone or unparsable is the same named error as in training, never an empty config."""
+    from agilerl_plugin_gym.env_spec import GymEnvSpec
+    from agilerl_plugin_gym.envs import GymEnvError
+    from agilerl_plugin_gym.inference import render_spec
+    from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("sutton_barto_reward: true\n")
+    spec = GymEnvSpec(name="CartPole-v1", env_config=str(cfg))
+    assert render_spec(spec, "rgb_array").env_config == {"sutton_barto_reward": True, "render_mode": "rgb_array"}
+    cfg.write_text("sutton_barto_reward: [true\n")
+    with pytest.raises(GymEnvError, match=rf"^environment\.env_config: {cfg} could not be parsed"):
+        render_spec(spec, "rgb_array")
+    cfg.unlink()
+    with pytest.raises(GymEnvError, match="neither a mapping nor an existing YAML/JSON file"):
+        render_spec(spec, "human")
+    with pytest.raises(PettingZooEnvError, match="neither a mapping nor an existing YAML/JSON file"):
+        render_spec(spec, "human", multi_agent=True)

@@ -22,7 +22,6 @@ the greedy action either way.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,19 +37,46 @@ from agilerl.inference import Episode
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
 
 
-def render_spec(env_spec: Any, render_mode: str) -> Any:
-    """A copy of the environment section whose env is made with ``render_mode``."""
-    cfg = env_spec.env_config
-    if isinstance(cfg, str):  # a YAML/JSON file of constructor kwargs
-        path = Path(cfg)
-        text = path.read_text(encoding="utf-8") if path.is_file() else "{}"
-        if path.suffix.lower() == ".json":
-            cfg = json.loads(text)
-        else:
-            import yaml
+def render_spec(env_spec: Any, render_mode: str, *, multi_agent: bool = False) -> Any:
+    """A copy of the environment section whose env is made with ``render_mode``.
 
-            cfg = yaml.safe_load(text)
-    return env_spec.model_copy(update={"env_config": {**(cfg or {}), "render_mode": render_mode}})
+    ``env_config`` (a mapping, or a YAML/JSON file of constructor kwargs) is read by the env
+    makers' own loader, so a missing or unparsable file is the error training gives.
+    """
+    from agilerl_plugin_gym.env_config import load_env_config
+    from agilerl_plugin_gym.envs import GymEnvError
+
+    error: type[AgileRLError] = GymEnvError
+    if multi_agent:
+        from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
+
+        error = PettingZooEnvError
+    cfg = load_env_config(env_spec, error)
+    return env_spec.model_copy(update={"env_config": {**cfg, "render_mode": render_mode}})
+
+
+class _EpisodeBound:
+    """How ``run_episodes`` bounds and reports its episodes, as training's evaluation does
+    (:mod:`agilerl_plugin_gym.engine.evaluation`): the manifest's ``training.eval_steps``, else the
+    env's own step limit, else the default cap (said in the log); a progress line every few seconds."""
+
+    def __init__(self, agent: Any, env_spec: Any, env: Any, episodes: int) -> None:
+        from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
+
+        manifest = getattr(agent, "manifest", None)
+        eval_steps = getattr(getattr(manifest, "training", None), "eval_steps", None)
+        label = str(getattr(env_spec, "label", None) or getattr(env_spec, "name", "env"))
+        self.cap = eval_step_cap(eval_steps, env, label=label, said=set(), single=True)
+        with evaluation_progress(enabled=True, label=label):
+            self.ticker = EvalTicker(episodes)
+
+    def step(self, length: int) -> bool:
+        """One env step taken (the episode is ``length`` steps long now): whether the cap ends it."""
+        self.ticker.tick(0)
+        return self.cap is not None and length >= self.cap
+
+    def episode_done(self) -> None:
+        self.ticker.end_round(1)
 
 
 def _is_batch(space: spaces.Space[Any], obs: np.ndarray) -> bool:
@@ -202,6 +228,9 @@ class SingleAgentInference:
 
         ``render`` shows a window (``render_mode="human"``); ``video`` records every episode with
         gymnasium's ``RecordVideo``: the first to ``video``, episode N to ``<stem>-episode-N.mp4``.
+        Episodes are bounded as training's evaluation bounds them (the manifest's
+        ``training.eval_steps``, else the env's own limit, else a default cap that the log names),
+        and a long evaluation logs a progress line every few seconds.
         """
         from agilerl_plugin_gym.envs import make_single_env
 
@@ -228,6 +257,7 @@ class SingleAgentInference:
             )
         try:
             out = []
+            bound = _EpisodeBound(self, env_spec, env, episodes)
             for i in range(episodes):
                 obs, _ = env.reset(seed=None if seed is None else seed + i)
                 total, length, done = 0.0, 0, False
@@ -237,8 +267,9 @@ class SingleAgentInference:
                     obs, reward, terminated, truncated, _ = env.step(action)
                     total += float(reward)
                     length += 1
-                    done = bool(terminated or truncated)
+                    done = bool(terminated or truncated) or bound.step(length)
                 out.append(Episode(ret=total, length=length))
+                bound.episode_done()
         except BaseException:
             env.close()
             if tmp_dir is not None:  # no half-written videos left behind
@@ -358,16 +389,18 @@ class MultiAgentInference:
         """Play ``episodes`` greedy episodes on one PettingZoo ``ParallelEnv`` made from ``env_spec``.
 
         The return of an episode is the sum of the agents' returns (their mean when the run set
-        ``training.sum_scores: false``), as training's evaluation scores it.
+        ``training.sum_scores: false``), as training's evaluation scores it; episodes are bounded
+        and reported as the single-agent ``run_episodes`` does.
         """
         from agilerl_plugin_gym.envs import make_single_env
 
         if video:
             raise AgileRLError("eval: --video records gymnasium envs; for PettingZoo envs use --render")
-        spec = render_spec(env_spec, "human") if render else env_spec
+        spec = render_spec(env_spec, "human", multi_agent=True) if render else env_spec
         env = make_single_env(spec, multi_agent=True)
         try:
             out = []
+            bound = _EpisodeBound(self, env_spec, env, episodes)
             for i in range(episodes):
                 obs, _ = env.reset(seed=None if seed is None else seed + i)
                 returns = dict.fromkeys(self.agent_ids, 0.0)
@@ -378,9 +411,12 @@ class MultiAgentInference:
                     for a, r in rewards.items():
                         returns[a] = returns.get(a, 0.0) + float(r)
                     length += 1
+                    if bound.step(length):
+                        break
                 values = list(returns.values())
                 score = float(np.sum(values)) if self.sum_scores else float(np.mean(values))
                 out.append(Episode(ret=score, length=length))
+                bound.episode_done()
         finally:
             env.close()
         return out

@@ -17,7 +17,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_EVAL_CAP", "EvalTicker", "eval_step_cap", "evaluate_bounded", "evaluation_progress"]
+__all__ = [
+    "DEFAULT_EVAL_CAP",
+    "EvalTicker",
+    "env_step_limit",
+    "eval_step_cap",
+    "evaluate_bounded",
+    "evaluation_progress",
+    "single_env_step_limit",
+]
 
 log = logging.getLogger("agilerl.gym.eval")  # under "agilerl": the CLI shows it
 
@@ -28,24 +36,41 @@ DEFAULT_EVAL_CAP = 10_000
 PROGRESS_INTERVAL_S = 10.0
 
 
+def single_env_step_limit(env: Any) -> int | None:
+    """The episode step limit one (not vectorised) env declares itself, or None: its registered
+    ``max_episode_steps``, a ``TimeLimit`` among its wrappers (a custom env has no spec), or
+    PettingZoo's ``max_cycles``."""
+    from gymnasium.wrappers import TimeLimit
+
+    spec = getattr(env, "spec", None)
+    limit = getattr(spec, "max_episode_steps", None)
+    if isinstance(limit, int):
+        return limit
+    inner = env
+    for _ in range(64):  # the wrapper chain, outermost first
+        if inner is None:
+            break
+        if isinstance(inner, TimeLimit):
+            return int(inner._max_episode_steps)
+        inner = getattr(inner, "env", None)
+    cycles = getattr(getattr(env, "unwrapped", env), "max_cycles", None)  # PettingZoo's MPE and friends
+    return cycles if isinstance(cycles, int) else None
+
+
 def env_step_limit(env: Any) -> int | None:
     """The episode step limit the (vector) eval env declares itself, or None."""
     for sub in list(getattr(env, "envs", None) or [])[:1]:
-        spec = getattr(sub, "spec", None)
-        limit = getattr(spec, "max_episode_steps", None)
-        if isinstance(limit, int):
-            return limit
-        cycles = getattr(getattr(sub, "unwrapped", sub), "max_cycles", None)  # PettingZoo's MPE and friends
-        if isinstance(cycles, int):
-            return cycles
+        return single_env_step_limit(sub)
     return None
 
 
-def eval_step_cap(eval_steps: int | None, env: Any, *, label: str, said: set[str]) -> int | None:
-    """``eval_steps`` if set; None when the env bounds its episodes; else the default cap (logged once)."""
+def eval_step_cap(eval_steps: int | None, env: Any, *, label: str, said: set[str], single: bool = False) -> int | None:
+    """``eval_steps`` if set; None when the env bounds its episodes; else the default cap (logged once).
+
+    ``env`` is a vector env, or one env when ``single`` (``agilerl eval``'s)."""
     if eval_steps is not None:
         return eval_steps
-    if env_step_limit(env) is not None:
+    if (single_env_step_limit(env) if single else env_step_limit(env)) is not None:
         return None  # the env ends every episode by itself
     if label not in said:
         said.add(label)
