@@ -102,7 +102,11 @@ def train_member(strategy: TrainingStrategy, run: Run, agent: Any, budget: int) 
 
 
 class Backend:
-    """Runs :func:`train_member` for a population; selection and mutation stay with the caller."""
+    """Runs :func:`train_member` for a population; selection and mutation stay with the caller.
+
+    This base trains the members one after another in this process (what :class:`LocalBackend`
+    is); a backend that trains them elsewhere overrides :meth:`train_generation`.
+    """
 
     name = ""
 
@@ -119,7 +123,13 @@ class Backend:
     ) -> list[MemberResult]:
         """Train and evaluate every member (``budgets[i]`` steps for ``population[i]``); return
         the results in population order, calling ``on_member`` as each member finishes."""
-        raise NotImplementedError
+        results = []
+        for pos, (agent, budget) in enumerate(zip(population, budgets, strict=True)):
+            before = agent.steps
+            results.append(MemberResult(agent, train_member(strategy, run, agent, budget)))
+            if on_member is not None:
+                on_member(pos, before, results[-1])
+        return results
 
     def close(self) -> None:
         """Release workers."""
@@ -129,22 +139,6 @@ class LocalBackend(Backend):
     """Members train one after another in this process (``training.backend: local``)."""
 
     name = "local"
-
-    def train_generation(
-        self,
-        run: Run,
-        strategy: TrainingStrategy,
-        population: list[Any],
-        budgets: list[int],
-        on_member: MemberCallback | None = None,
-    ) -> list[MemberResult]:
-        results = []
-        for pos, (agent, budget) in enumerate(zip(population, budgets, strict=True)):
-            before = agent.steps
-            results.append(MemberResult(agent, train_member(strategy, run, agent, budget)))
-            if on_member is not None:
-                on_member(pos, before, results[-1])
-        return results
 
 
 #: ``training.backend`` -> the backend class, or a ``"module:Class"`` imported only when asked
