@@ -12,21 +12,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from agilerl.errors import KNOWN_PROVIDERS, MissingPluginError
+from agilerl.models import env
 from agilerl.models.base import (
     AlgorithmSpec,
     EnvSpec,
     Spec,
 )
 from agilerl.models.composition import section_models, training_spec_class
-from agilerl.models.env import (
-    make_bandit_env,
-    make_env,
-    make_gym_env,
-    make_llm_env,
-    make_pz_env,
-    make_rollout_env_factory,
-    make_single_env,
-)
+from agilerl.models.env import *  # noqa: F403  (the env factories: env.__all__, listed below)
 from agilerl.models.manifest import (
     API_VERSION,
     TrainingManifest,
@@ -102,15 +95,9 @@ __all__ = [
     "TrainingManifest",
     "TrainingSpec",
     "load_manifest",
-    "make_bandit_env",
-    "make_env",
-    "make_gym_env",
-    "make_llm_env",
-    "make_pz_env",
-    "make_rollout_env_factory",
-    "make_single_env",
     "read_manifest_file",
     "section_models",
     "training_spec_class",
     "validate_manifest",
 ]
+__all__ += env.__all__
