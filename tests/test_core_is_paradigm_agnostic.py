@@ -1,7 +1,9 @@
 """Core knows no paradigm: its source (code, strings, comments, docstrings) names no paradigm, env
 type, algorithm or plugin hyperparameter of any installed plugin, and none of the vocabulary of the
-sections plugins own: encoders, replay buffers, exploration epsilons, nor any field of a section
-schema a plugin registers (``agilerl_register_sections``). Core knows the sections' names only.
+sections plugins own: encoders (and the kinds in the gym plugin's encoder table), replay buffers,
+exploration epsilons, the model classes and fields of a section schema a plugin registers
+(``agilerl_register_sections``), nor the env RL floors are measured on (CartPole). Core knows the
+sections' names only.
 
 The one exception is the seed API's forwarding: names AgileRL users import from core
 (``agilerl.models.make_gym_env`` ...) and the table saying which plugin to install for a name
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from agilerl.models import AlgorithmSpec, EnvSpec, sections
 from agilerl.registry import BUILDERS, ENV_TYPES, MANIFEST_REGISTRY, PLUGIN_SECTIONS, SECTION_SCHEMAS, STRATEGIES
+from agilerl_plugin_gym.sections.encoders import ENCODERS
 
 CORE = Path(__file__).resolve().parents[1] / "core" / "src" / "agilerl"
 
@@ -62,6 +65,13 @@ def _forbidden() -> dict[str, str]:
     for paradigm in ("llm", "gym", "bandit", "single_agent", "multi_agent", "pettingzoo", "gymnasium"):
         words.setdefault(paradigm, f"paradigm {paradigm}")
     words.update(SECTION_VOCABULARY)
+    # the encoder kinds (the gym plugin's table), the model classes of the plugin-owned sections
+    # (MlpSpec, NetworkSpec, ReplayBufferSpec, ...) and the env the RL floors were measured on
+    for arch in ENCODERS:
+        words.setdefault(arch.lower(), f"encoder kind {arch}")
+    for section, model in _plugin_section_models():
+        words.setdefault(model.__name__.lower(), f"{model.__name__}, a model of the plugin-owned {section} section")
+    words.setdefault("cartpole", "the gym env CartPole")
     return words
 
 
@@ -168,6 +178,9 @@ def test_the_check_sees_section_vocabulary(tmp_path: Path) -> None:
         "ENCODER_ARCHS = ('mlp', 'cnn')\n"
         "eps_start: float = 1.0  # the exploration epsilon\n"
         "size = manifest.replay_buffer.max_size\n"
+        '"""A readable type: ``MlpSpec | CnnSpec``."""\n'
+        "# the default network for CartPole is about 70 KiB\n"
+        "KINDS = ('simba', 'multiinput', 'cnn_lstm')\n"
     )
     global CORE
     saved, CORE = CORE, tmp_path
@@ -179,3 +192,6 @@ def test_the_check_sees_section_vocabulary(tmp_path: Path) -> None:
     assert any("eps_start" in v for v in found) and any("epsilon" in v for v in found)
     assert any("'max_size' names field max_size" in v for v in found)
     assert not any("'replay_buffer'" in v for v in found)  # the section's name is core's to know
+    assert any("'MlpSpec' names MlpSpec" in v for v in found) and any("'CnnSpec' names CnnSpec" in v for v in found)
+    assert any("'CartPole' names the gym env" in v for v in found)
+    assert {"simba", "multiinput", "lstm"} <= {v.split("names encoder kind ")[-1] for v in found}

@@ -4,10 +4,11 @@
   pick at least one operator.
 - The device: a name torch knows, and present on this machine (``cuda`` without CUDA is refused
   here, not an hour into the run).
-- Resources: ``pop_size``, ``num_envs``, `the steps one update stores` and what the algorithm's plugin
-  adds (:meth:`~agilerl.models.AlgorithmSpec.memory_parts`: its buffers) against the memory
-  this machine has available. The estimate is a *lower bound* (see :data:`FLOORS`): a manifest
-  refused here could not run; one accepted may still need more.
+- Resources: ``num_envs`` (core's :data:`FLOORS`) and what the algorithm's plugin adds
+  (:meth:`~agilerl.models.AlgorithmSpec.memory_parts`: its members, what one update stores, its
+  buffers, from floors the plugin measured for its own paradigm) against the memory this machine
+  has available. The estimate is a *lower bound*: a manifest refused here could not run; one
+  accepted may still need more.
 """
 
 from __future__ import annotations
@@ -22,13 +23,12 @@ from agilerl.errors import Problem
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
 
-#: Bytes each unit costs at the least (measured on CPU, torch 2.13): a freshly built small policy-gradient agent with
-#: the default network for CartPole is about 70 KiB resident (before its optimizer state exists);
-#: one CartPole env made and reset is about 4 KiB; an env in its own worker process (a vector env
-#: with ``sync: false``) is a forked Python process, about 22 MiB proportional set size each; a
-#: stored transition or on-policy step holds at least an observation, action, reward and done flag
-#: as 4-byte values.
-FLOORS = {"agent": 64 << 10, "env": 4 << 10, "env_process": 16 << 20, "transition": 16}
+#: Bytes each env costs at the least, whatever the paradigm: an env object made and reset holds at
+#: least 4 KiB (a Python object with its state and spaces; the smallest measured, about 4 KiB); an
+#: env in its own worker process (``sync: false``) is a forked Python process, about 22 MiB
+#: proportional set size each (measured on CPU). What a member or a stored step costs is the
+#: plugin's to say (:meth:`~agilerl.models.AlgorithmSpec.memory_parts`).
+FLOORS = {"env": 4 << 10, "env_process": 16 << 20}
 
 _DEVICE = re.compile(r"^(cpu|auto|mps|cuda(:\d+)?|xpu(:\d+)?)$")
 
@@ -81,23 +81,15 @@ def resource_problems(manifest: TrainingManifest, available: int | None = None) 
     avail = available_memory() if available is None else available
     if avail is None:
         return []
-    algo, env, t = manifest.algorithm, manifest.environment, manifest.training
+    algo, env = manifest.algorithm, manifest.environment
     num_envs = int(getattr(env, "num_envs", None) or 1)
     # an env section declaring `sync: false` runs each env in a worker process
     per_env, kind = (FLOORS["env_process"], "worker processes") if getattr(env, "use_sync", getattr(env, "sync", True)) is False else (
         FLOORS["env"], "envs")  # fmt: skip
     parts: dict[str, tuple[int, str]] = {
-        "training.pop_size": (t.pop_size * FLOORS["agent"], f"{t.pop_size} agents x {_gib(FLOORS['agent'])}"),
         "environment.num_envs": (num_envs * per_env, f"{num_envs} {kind} x {_gib(per_env)}"),
+        **algo.memory_parts(manifest),  # the plugin's members and buffers (it may refine the envs' part)
     }
-    batch_field = type(algo).stored_steps_field
-    stored = getattr(algo, batch_field, None) if batch_field else None
-    if isinstance(stored, int):
-        parts[f"algorithm.{batch_field}"] = (
-            stored * FLOORS["transition"],
-            f"{stored} stored steps per update x {FLOORS['transition']} B",
-        )
-    parts.update(algo.memory_parts(manifest))
     total = sum(b for b, _ in parts.values())
     if total <= avail:
         return []

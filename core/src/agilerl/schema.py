@@ -65,7 +65,7 @@ def manifest_json_schema() -> dict[str, Any]:
 
 
 def _type_text(ann: Any) -> str:
-    """A short readable type: ``int | None``, ``list[int]``, ``MlpSpec | CnnSpec``."""
+    """A short readable type: ``int | None``, ``list[int]``, ``FooSpec | BarSpec``."""
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if origin is typing.Annotated:
         return _type_text(args[0])

@@ -103,7 +103,7 @@ def _references(value: Any) -> list[str] | None:
     anything that is not a plain ``module:attr`` / ``module.attr`` reference."""
     if isinstance(value, str):
         if ":" not in value and not is_file_reference(value) and not all(_IDENT.match(p) for p in value.split(".")):
-            return []  # a registered id (entrypoint: CartPole-v1), not an import
+            return []  # a registered id (entrypoint: MyEnv-v0), not an import
         head = value.rpartition(":")[0] if ":" in value else value.rpartition(".")[0]
         if not head or is_file_reference(head) or not all(_IDENT.match(p) for p in head.split(".")):
             return None

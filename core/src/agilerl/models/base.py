@@ -49,9 +49,6 @@ class AlgorithmSpec(Spec):
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {}
     #: Hyperparameters mutated when ``mutation.rl_hp_selection`` is empty.
     default_mutable: ClassVar[tuple[str, ...]] = ()
-    #: The field giving how many env steps one update stores (an on-policy batch), for the
-    #: validation-time memory estimate; None: the algorithm stores none (beyond :meth:`memory_parts`).
-    stored_steps_field: ClassVar[str | None] = None
     #: Mutation operators this family supports (``rl_hp_mut`` always; others if the algorithm can).
     supported_mutations: ClassVar[frozenset[str]] = frozenset(
         {"no_mut", "rl_hp_mut", "arch_mut", "new_layer", "params_mut", "act_mut"}
@@ -86,8 +83,9 @@ class AlgorithmSpec(Spec):
         return self._registry_name or self.default_name()
 
     def memory_parts(self, manifest: TrainingManifest) -> dict[str, tuple[int, str]]:
-        """Bytes the run stores that core cannot see (a plugin's buffers), at the least: field path ->
-        ``(bytes, "how it was counted")``, added to the validation-time memory estimate."""
+        """Bytes the run needs that core cannot count (its members, what one update stores, its
+        buffers), at the least: field path -> ``(bytes, "how it was counted")``, added to the
+        validation-time memory estimate (core counts the envs)."""
         return {}
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:

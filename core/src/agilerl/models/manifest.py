@@ -371,7 +371,13 @@ class _Refused(Exception):
 def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: list[Problem]) -> EnvSpec | None:
     raw = data.get("environment")
     if raw is None:
-        problems.append(Problem("environment", "required section missing (e.g. environment: {name: CartPole-v1})"))
+        problems.append(
+            Problem(
+                "environment",
+                "required section missing: name the env to train on "
+                "(environment: {name: ...}; its plugin's guide lists the fields)",
+            )
+        )
         return None
     if not isinstance(raw, Mapping):
         problems.append(Problem("environment", f"must be a mapping, got {type(raw).__name__}"))

@@ -220,6 +220,13 @@ def mlp_problems(net: Any, name: str) -> list[Problem]:
     return problems
 
 
+#: Replay memory when the manifest has no ``replay_buffer`` section.
+DEFAULT_MEMORY_SIZE = 10_000
+#: Bytes one remembered (context, reward) pair takes at the least: the memory is preallocated as
+#: float32, and a context has at least two arms' blocks of one feature (a one-class target is refused).
+MEMORY_PAIR_FLOOR = 3 * 4
+
+
 class BanditSpec(AlgorithmSpec):
     """Fields shared by the neural contextual-bandit algorithms (unregistered base)."""
 
@@ -276,6 +283,14 @@ class BanditSpec(AlgorithmSpec):
         default=None,
         description="Network override: {hidden_size: [..], activation: ReLU}; else the manifest's network section.",
     )
+
+    def memory_parts(self, manifest: TrainingManifest) -> dict[str, tuple[int, str]]:
+        """Every member preallocates its replay memory (``replay_buffer.max_size`` pairs)."""
+        rb, pop = manifest.replay_buffer, manifest.training.pop_size
+        size = rb.max_size if rb is not None else DEFAULT_MEMORY_SIZE
+        field = "replay_buffer.max_size" if rb is not None else "training.pop_size"
+        what = f"{pop} agents x {size} remembered pairs x at least {MEMORY_PAIR_FLOOR} B"
+        return {field: (pop * size * MEMORY_PAIR_FLOOR, what)}
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         problems: list[Problem] = []

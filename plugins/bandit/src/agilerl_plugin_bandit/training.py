@@ -18,7 +18,7 @@ from agilerl.models.base import AlgorithmSpec
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_bandit.env import BanditDataError, check_bandit_env
 from agilerl_plugin_bandit.neural_bandit import NeuralBandit
-from agilerl_plugin_bandit.specs import BanditSpec
+from agilerl_plugin_bandit.specs import DEFAULT_MEMORY_SIZE, BanditSpec
 from agilerl_plugin_gym.sections import MlpSpec
 from agilerl_plugin_gym.sections.training import rl_training
 
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 #: Reward network when neither ``algorithm.net_config`` nor the manifest's ``network`` says otherwise.
 DEFAULT_HIDDEN_SIZE = [128]
-#: Replay memory when the manifest has no ``replay_buffer`` section.
-DEFAULT_MEMORY_SIZE = 10_000
 
 
 def network_config(spec: BanditSpec, manifest: TrainingManifest | None) -> tuple[list[int], str]:
