@@ -17,6 +17,7 @@ from pydantic import Field
 from agilerl import hookimpl
 from agilerl.errors import DuplicateRegistrationError, ManifestError, PluginError
 from agilerl.models import Spec, section_models, training_spec_class, validate_manifest
+from agilerl.models.composition import training_as
 from agilerl.models.sections import TrainingSpec
 from agilerl.registry import SECTION_SCHEMAS
 
@@ -65,6 +66,9 @@ def test_a_plugins_training_fields_join_the_section_and_are_refused_where_unread
     del ucb_manifest["training"]["smoothing_factor"]
     manifest = validate_manifest(ucb_manifest)
     assert type(manifest.training) is cls and manifest.training.smoothing == 0.0  # type: ignore[attr-defined]
+    assert training_as(manifest, SmoothingFields) is manifest.training  # the plugin's typed view of it
+    with pytest.raises(TypeError, match="TinyBuffer"):  # fields no installed plugin added
+        training_as(manifest, TinyBuffer)
     # The composed class is found by name in another process: checkpoints and Ray pickle it.
     assert pickle.loads(pickle.dumps(manifest)).training == manifest.training
 

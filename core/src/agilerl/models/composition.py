@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from agilerl.models.sections import LoggingSpec, MutationSpec, TournamentSelectionSpec, TrainingSpec, ValidationSpec
 from agilerl.registry import EXTENSIBLE_SECTIONS, PLUGIN_SECTIONS, SECTION_SCHEMAS
 
-__all__ = ["ALIASES", "SECTIONS", "plugin_training_fields", "section_models", "training_spec_class"]
+__all__ = ["ALIASES", "SECTIONS", "plugin_training_fields", "section_models", "training_as", "training_spec_class"]
+
+FieldsT = TypeVar("FieldsT", bound=BaseModel)
 
 #: The manifest's sections in order; ``None``: validated elsewhere (the registries for ``algorithm``
 #: and ``environment``, the owning plugin for ``network`` and ``replay_buffer``).
@@ -59,6 +61,19 @@ def training_spec_class() -> type[TrainingSpec]:
         cls = type("ComposedTrainingSpec", (*reversed(extensions), TrainingSpec), namespace)
         _composed[extensions] = cls
     return cls
+
+
+def training_as(manifest: Any, fields: type[FieldsT]) -> FieldsT:
+    """``manifest.training`` as the ``fields`` model a plugin added to it (``register("training",
+    fields)``): the composed section is an instance of every plugin's model, so a plugin reads its
+    own fields typed. A manifest validated without that plugin is a ``TypeError`` naming it."""
+    training = manifest.training
+    if not isinstance(training, fields):
+        raise TypeError(
+            f"manifest.training lacks the fields of {fields.__module__}.{fields.__qualname__}: "
+            "validate the manifest with the plugin that registers them installed"
+        )
+    return training
 
 
 def plugin_training_fields() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.models import TrainingManifest
 from agilerl_plugin_llm.model import load_tokenizer
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
+from agilerl_plugin_llm.training_fields import llm_training
 
 
 def share_frozen_copy(model: Any) -> Any:
@@ -36,7 +37,10 @@ class LLMBuilder(AlgorithmBuilder):
                 raise ValueError("network.pretrained_model_name_or_path is required")
             tokenizer = load_tokenizer(spec.pretrained_model_name_or_path)
         return cls.build(
-            spec, tokenizer=tokenizer, runtime=runtime, rollout_mode=manifest.training.rollout_mode if manifest else ""
+            spec,
+            tokenizer=tokenizer,
+            runtime=runtime,
+            rollout_mode=llm_training(manifest).rollout_mode if manifest else "",
         )
 
     @classmethod
@@ -59,7 +63,7 @@ class LLMBuilder(AlgorithmBuilder):
         so per-agent state (seeds, optimizer) is its own. An FSDP-sharded policy cannot be copied:
         then the member loads and shards its own and copies ``first``'s trainable weights.
         """
-        rollout_mode = manifest.training.rollout_mode if manifest else ""
+        rollout_mode = llm_training(manifest).rollout_mode if manifest else ""
         if not getattr(first, "sharded", False):
             return cls.build(
                 spec,

@@ -14,6 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agilerl.models.base import Spec
+from agilerl.models.composition import training_as
 
 __all__ = ["LLMTrainingFields", "llm_training"]
 
@@ -66,7 +67,4 @@ class LLMTrainingFields(Spec):
 def llm_training(manifest: Any) -> LLMTrainingFields:
     """``manifest.training`` as the fields this plugin adds to it (core composes the section from
     every plugin's fields, so a validated manifest's ``training`` is one of these)."""
-    training = manifest.training
-    if not isinstance(training, LLMTrainingFields):
-        raise TypeError("manifest.training lacks the LLM plugin's fields: validate it with this plugin installed")
-    return training
+    return training_as(manifest, LLMTrainingFields)

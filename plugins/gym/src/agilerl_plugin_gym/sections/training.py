@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from agilerl.models.base import Spec
+from agilerl.models.composition import training_as
 
 __all__ = ["RLTrainingFields", "rl_training"]
 
@@ -45,7 +46,4 @@ class RLTrainingFields(Spec):
 def rl_training(manifest: Any) -> RLTrainingFields:
     """``manifest.training`` as the fields this plugin adds to it (core composes the section from
     every plugin's fields, so a validated manifest's ``training`` is one of these)."""
-    training = manifest.training
-    if not isinstance(training, RLTrainingFields):
-        raise TypeError("manifest.training lacks the gym plugin's fields: validate it with this plugin installed")
-    return training
+    return training_as(manifest, RLTrainingFields)
