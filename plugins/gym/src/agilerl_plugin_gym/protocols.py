@@ -117,6 +117,8 @@ class OffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
 
     #: Transitions per sampled batch (on-policy algorithms need no such field).
     batch_size: int
+    #: Discount (the engine's n-step returns discount with it).
+    gamma: float
 
     def init_exploration(self, training: RLTrainingFields) -> None:
         """Read the exploration schedule from ``training`` (keeps a restored epsilon)."""

@@ -290,7 +290,7 @@ class OffPolicyEngine:
         episodes = EpisodeReturns(n)
         stats: dict[str, Any] = {}
         nstep = self.replay.collector(agent.gamma)
-        per = isinstance(buf, PrioritizedReplayBuffer)
+        per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         max_steps = self.max_steps
         for _ in range(max(1, -(-num_steps // n))):
             stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
@@ -311,10 +311,10 @@ class OffPolicyEngine:
             agent.vec_steps += 1
             due = schedule.due(agent.vec_steps, agent.steps, len(buf))
             if due:
-                if per:  # one batch at a time (priorities change after every step); beta from the step count
+                if per is not None:  # one batch at a time (priorities change after each); beta from the steps
                     beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
-                    sample = partial(buf.sample, beta=beta)
-                    learn = with_priority_update(agent.learn, buf)
+                    sample = partial(per.sample, beta=beta)
+                    learn = with_priority_update(agent.learn, per)
                     stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
                 else:
                     stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
