@@ -101,6 +101,38 @@ def needs_hf_dataset(dataset_id: str, missing: str) -> str:
     return VALID if cached_locally(dataset_id) else missing
 
 
+def needs_hub(field: str, repo_id: str, *, dataset: bool = False) -> str:
+    """A Hub model or dataset id: valid where the local Hugging Face cache holds it (nothing is
+    downloaded at run time, so validation refuses it otherwise, naming where it looked)."""
+    from agilerl_plugin_llm.hf_cache import dataset_cached, datasets_cache, hub_cache, hub_snapshot
+
+    if dataset_cached(repo_id) if dataset else hub_snapshot(repo_id) is not None:
+        return VALID
+    if dataset:
+        where = f"{hub_cache()} (hub) and {datasets_cache()} (datasets)"
+        fetch = f"--repo-type dataset {repo_id}"
+        local = "or export its rows to a file and give it as environment.dataset_path (.jsonl, .json, .csv or .parquet)"
+    else:
+        where, fetch = str(hub_cache()), repo_id
+        local = ("or give the directory of a local copy written with save_pretrained "
+                 "(e.g. python -m agilerl_plugin_llm.testing build-tiny-model DIR)")  # fmt: skip
+    return (
+        f"{field}: {repo_id!r} is not a local path and not in the local Hugging Face cache (looked in {where}; set "
+        "HF_HOME or HF_HUB_CACHE if yours is elsewhere). agilerl never downloads at run time: cache it beforehand "
+        f"on a machine with internet (huggingface-cli download {fetch}) and copy the cache here, {local}"
+    )
+
+
+def outcome(*lines: str) -> str | list[str]:
+    """The problem lines that apply here (VALID ones dropped): VALID, one line, or the list."""
+    left = [line for line in lines if line != VALID]
+    return VALID if not left else left[0] if len(left) == 1 else left
+
+
+_QWEN = "network.pretrained_model_name_or_path"
+_DPO_ROWS = ("environment.dataset", "HumanLLMs/Human-Like-DPO-Dataset")
+
+
 # path under UPSTREAM -> "valid", the one problem line, or the list of problem lines.
 EXPECTED: dict[str, str | list[str]] = {
     "configs/training/bandit/neural_ts.yaml": VALID,
@@ -128,9 +160,15 @@ EXPECTED: dict[str, str | list[str]] = {
         "guess",
         "algorithm: use_sequence_packing: sequence packing is not supported yet; vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not implemented; remove it or set it to false (got {'batch_size': 2, 'beta': 0.0, 'lr': 2e-05, 'clip_coef': ...)",
     ),
-    "configs/training/llm_finetuning/dpo.yaml": VALID,
+    "configs/training/llm_finetuning/dpo.yaml": outcome(
+        needs_hub(*_DPO_ROWS, dataset=True), needs_hub(_QWEN, "Qwen/Qwen2.5-0.5B")
+    ),
     # Its rubric (reward.py) is not among AgileRL's published files: refused at validation, not at train.
-    "configs/training/llm_finetuning/grpo.yaml": "environment.rubric_file_path: no such file: reward.py",
+    "configs/training/llm_finetuning/grpo.yaml": outcome(
+        needs_hub("environment.dataset", "Jiayi-Pan/Countdown-Tasks-3to4", dataset=True),
+        "environment.rubric_file_path: no such file: reward.py",
+        needs_hub(_QWEN, "Qwen/Qwen2.5-0.5B-Instruct"),
+    ),
     "configs/training/llm_finetuning/grpo_multiturn.yaml": needs_gem(
         "guess",
         *(
@@ -174,11 +212,14 @@ EXPECTED: dict[str, str | list[str]] = {
     "configs/training/ppo/ppo_image.yaml": _ALE,
     "configs/training/ppo/ppo_mfpbt.yaml": needs_box2d("LunarLander-v3"),
     "configs/training/ppo/ppo_recurrent.yaml": VALID,
-    "configs/training/sft.yaml": VALID,
+    "configs/training/sft.yaml": outcome(needs_hub(*_DPO_ROWS, dataset=True), needs_hub(_QWEN, "Qwen/Qwen2.5-0.5B")),
     "configs/training/td3.yaml": needs_box2d("LunarLanderContinuous-v3"),
-    "docs/_static/examples/gsm8k_grpo.yaml": needs_hf_dataset(
-        "openai/gsm8k",
-        "environment.name: 'gsm8k' is the catalog's grade-school maths word problems (question, answer ending in '#### <number>'): its dataset 'openai/gsm8k' (config 'main') is not in the local Hugging Face caches (HF_DATASETS_CACHE or HF_HUB_CACHE; by default ~/.cache/huggingface/datasets and ~/.cache/huggingface/hub). Nothing is downloaded at run time: fetch it beforehand (python -c \"import datasets; datasets.load_dataset('openai/gsm8k', 'main')\"), or give a local copy as environment.dataset_path (.jsonl, .json, .csv or .parquet with columns question, answer); the catalog's rubric and prompt template still apply",
+    "docs/_static/examples/gsm8k_grpo.yaml": outcome(
+        needs_hf_dataset(
+            "openai/gsm8k",
+            "environment.name: 'gsm8k' is the catalog's grade-school maths word problems (question, answer ending in '#### <number>'): its dataset 'openai/gsm8k' (config 'main') is not in the local Hugging Face caches (HF_DATASETS_CACHE or HF_HUB_CACHE; by default ~/.cache/huggingface/datasets and ~/.cache/huggingface/hub). Nothing is downloaded at run time: fetch it beforehand (python -c \"import datasets; datasets.load_dataset('openai/gsm8k', 'main')\"), or give a local copy as environment.dataset_path (.jsonl, .json, .csv or .parquet with columns question, answer); the catalog's rubric and prompt template still apply",
+        ),
+        needs_hub(_QWEN, "Qwen/Qwen2.5-0.5B-Instruct"),
     ),
     "docs/_static/examples/merge_ppo.yaml": "environment.name: 'merge-env-v1' is not a registered gymnasium environment. For your own env class set environment.entrypoint: 'module:Class' (and custom: true).",
     "tests/manifests/cqn.yaml": needs_minari("cartpole-v0"),

@@ -177,11 +177,11 @@ c("grpo_tournament_larger_than_population", GRPO, {"training.pop_size": 2, "tour
 J = "tests/data/bad/jsonl"
 DPO = {**SFT, "algorithm": {"name": "DPO", "batch_size": 4}}
 for stem, expect in [
-    ("empty", "empty.jsonl: the file has no rows"),
+    ("empty", "empty.jsonl: the file has no rows (it is empty); put the rows in it"),
     ("missing_response", "missing_response.jsonl:2: no column 'response'"),
-    ("nan", "nan.jsonl:1: not a JSON object (NaN is not valid JSON)"),
-    ("not_json", "not_json.jsonl:2: not a JSON object"),
-    ("number", "number.jsonl:1: column 'response' is int"),
+    ("nan", "nan.jsonl:1: not a JSON object: each line of a .jsonl file is one JSON object ({\"column\": value, ...}); fix or delete this line (NaN is not valid JSON)"),
+    ("not_json", "not_json.jsonl:2: not a JSON object: each line of a .jsonl file is one JSON object"),
+    ("number", "number.jsonl:1: column 'response' is int (42), not text; write it as a string"),
 ]:
     c(
         f"sft_dataset_{stem}",
@@ -249,6 +249,9 @@ c("ppo_ray_cpus_per_member_huge", PPO, {"training.backend": "ray", "training.num
 M, R, RJ = "tests/data/bad/models", "tests/data/bad/rubrics", "tests/data/bad/jsonl"
 for base, prefix in ((GRPO, "grpo"), (SFT, "sft")):
     c(f"{prefix}_no_model", base, {"network.pretrained_model_name_or_path": DEL}, "network.pretrained_model_name_or_path: required", "no model at all")
+c("grpo_model_hub_id_not_cached", GRPO, {"network.pretrained_model_name_or_path": "agilerl-corpus/not-cached-model"}, "network.pretrained_model_name_or_path: 'agilerl-corpus/not-cached-model' is not a local path", "a Hub model id this machine has not cached (the run never downloads)")
+c("grpo_dataset_hub_id_not_cached", GRPO, {"environment.dataset_path": DEL, "environment.hf_dataset_id": "agilerl-corpus/not-cached-rows"}, "environment.hf_dataset_id: 'agilerl-corpus/not-cached-rows' is not a local path", "a Hub dataset id this machine has not cached, as rollout rows")
+c("sft_dataset_hub_id_not_cached", SFT, {"environment.dataset_path": DEL, "environment.dataset": "agilerl-corpus/not-cached-sft"}, "environment.dataset: 'agilerl-corpus/not-cached-sft' is not a local path", "a Hub dataset id this machine has not cached, as SFT rows")
 c("grpo_model_dir_missing", GRPO, {"network.pretrained_model_name_or_path": "./no-such-model"}, "network.pretrained_model_name_or_path: './no-such-model': no such directory", "a model directory that does not exist")
 c("grpo_model_is_a_file", GRPO, {"network.pretrained_model_name_or_path": f"{M}/ok/config.json"}, "config.json' is a file; give the model's directory", "a model path that is a file")
 c("grpo_model_config_broken", GRPO, {"network.pretrained_model_name_or_path": f"{M}/broken_config"}, "config.json does not parse as JSON", "a config.json that is not JSON")
@@ -258,8 +261,9 @@ c("grpo_model_no_weights", GRPO, {"network.pretrained_model_name_or_path": f"{M}
 c("grpo_model_weights_truncated", GRPO, {"network.pretrained_model_name_or_path": f"{M}/truncated"}, "model.safetensors: truncated: its header describes", "a safetensors file cut short (an interrupted copy)")
 c("grpo_model_weights_not_safetensors", GRPO, {"network.pretrained_model_name_or_path": f"{M}/garbage_weights"}, "model.safetensors: not a safetensors file, or truncated", "weights that are not safetensors")
 c("grpo_dataset_missing_file", GRPO, {"environment.dataset_path": f"{RJ}/nope.jsonl"}, "environment.dataset_path: no such file: tests/data/bad/jsonl/nope.jsonl", "rollout rows that do not exist")
-c("grpo_dataset_empty", GRPO, {"environment.dataset_path": f"{RJ}/empty.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/empty.jsonl: the file has no rows", "rollout rows: an empty file")
-c("grpo_dataset_not_json", GRPO, {"environment.dataset_path": f"{RJ}/not_json.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/not_json.jsonl:2: not a JSON object", "rollout rows: a line that is not JSON")
+c("grpo_dataset_empty", GRPO, {"environment.dataset_path": f"{RJ}/empty.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/empty.jsonl: the file has no rows (it is empty); put the rows in it (.jsonl: one JSON object per line)", "rollout rows: an empty file")
+c("grpo_dataset_blank_lines_only", GRPO, {"environment.dataset_path": f"{RJ}/blank_lines.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/blank_lines.jsonl: the file has no rows; put the rows in it", "rollout rows: a file of blank lines only")
+c("grpo_dataset_not_json", GRPO, {"environment.dataset_path": f"{RJ}/not_json.jsonl"}, "environment.dataset_path: tests/data/bad/jsonl/not_json.jsonl:2: not a JSON object: each line of a .jsonl file is one JSON object", "rollout rows: a line that is not JSON")
 c("grpo_dataset_wrong_columns", GRPO, {"environment.dataset_path": f"{RJ}/no_question.jsonl"}, "no_question.jsonl:1: no column 'question' (or 'prompt'), which a rollout needs", "rollout rows without a question column")
 c("grpo_dataset_directory", GRPO, {"environment.dataset_path": "tests/data/bad/jsonl"}, "environment.dataset_path: tests/data/bad/jsonl is a directory", "a directory where one rows file goes")
 c("grpo_dataset_not_a_data_file", GRPO, {"environment.dataset_path": "/etc/passwd"}, "environment.dataset_path: /etc/passwd is not a dataset file", "a system file as rollout rows")
@@ -455,7 +459,8 @@ for name, text in {
     (OUT / "rubrics" / name).write_text(text)
 (OUT / "jsonl" / "no_question.jsonl").write_text('{"query": "say eight", "answer": "eight"}\n')
 (OUT / "jsonl" / "not_rows.json").write_text('{"version": 1}\n')
+(OUT / "jsonl" / "blank_lines.jsonl").write_text("\n  \n\n")
 (OUT / "jsonl" / "no_question.csv").write_text("query,answer\nsay eight,eight\n")
 (OUT / "jsonl" / "garbage.parquet").write_text("prompt,response\n")
-written += 17
+written += 18
 print(f"wrote {written} files to {OUT}")

@@ -8,7 +8,8 @@ objective reads (after ``environment.columns`` remapping), a text column that is
 lines in JSON Lines are skipped, as the run skips them. ``.json``, ``.jsonl`` and ``.csv`` are read
 row by row (at most :data:`MAX_ROWS`; at most :data:`MAX_PROBLEMS` problems are reported); a
 ``.parquet`` file's magic bytes are checked (its columns when the run starts). A Hub dataset id
-(``hf_dataset_id``, or ``dataset`` naming no local path) is looked up when the run starts.
+(``hf_dataset_id``, or ``dataset`` naming no local path) must be in a local Hugging Face cache
+(:mod:`agilerl_plugin_llm.hf_cache`), as the run never downloads; its rows are read when the run starts.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ _NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "rollout": (("question",), ("prompt",)),  # agilerl_plugin_llm.rollout.sources.QUESTION_COLUMNS
 }
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq")
+_UTF8_FIX = "save the file as UTF-8 text"
+_JSONL_FIX = 'each line of a .jsonl file is one JSON object ({"column": value, ...}); fix or delete this line'
+_NO_ROWS_FIX = "put the rows in it (.jsonl: one JSON object per line) or give the file that holds them"
 
 
 def _reject_constant(name: str) -> Any:
@@ -66,29 +70,36 @@ def _rows(path: Path, where: str, problems: list[Problem]) -> Iterator[tuple[int
                 try:
                     line = raw.decode("utf-8").strip()
                 except UnicodeDecodeError as exc:
-                    problems.append(Problem(where, f"{path}:{lineno}: not UTF-8 text (byte {exc.start})"))
+                    problems.append(Problem(where, f"{path}:{lineno}: not UTF-8 text (byte {exc.start}); {_UTF8_FIX}"))
                     continue
                 if not line:
                     continue
                 try:
                     yield lineno, json.loads(line, parse_constant=_reject_constant)
                 except ValueError as exc:
-                    problems.append(Problem(where, f"{path}:{lineno}: not a JSON object ({exc})"))
+                    problems.append(Problem(where, f"{path}:{lineno}: not a JSON object: {_JSONL_FIX} ({exc})"))
     elif suffix == ".json":
         if path.stat().st_size > _MAX_JSON_BYTES:
             return  # too large to parse at validation: the run reads it
         try:
             data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_reject_constant)
         except UnicodeDecodeError as exc:
-            problems.append(Problem(where, f"{path}: not UTF-8 text (byte {exc.start})"))
+            problems.append(Problem(where, f"{path}: not UTF-8 text (byte {exc.start}); {_UTF8_FIX}"))
             return
         except ValueError as exc:
-            problems.append(Problem(where, f"{path}: not JSON ({exc})"))
+            problems.append(Problem(where, f"{path}: not JSON ({exc}); fix the JSON there: a .json dataset is a list "
+                                           "of row objects ([{...}, ...])"))  # fmt: skip
             return
         if isinstance(data, dict):
             data = data.get("data", data.get("rows"))
         if not isinstance(data, list):
-            problems.append(Problem(where, f"{path}: a .json dataset is a list of row objects ([{{...}}, ...])"))
+            problems.append(
+                Problem(
+                    where,
+                    f"{path}: a .json dataset is a list of row objects ([{{...}}, ...]) or "
+                    '{"data": [...]}; write the rows so, or as .jsonl (one object per line)',
+                )
+            )
             return
         yield from ((i, row) for i, row in enumerate(data, start=1))
     elif suffix == ".csv":
@@ -96,9 +107,15 @@ def _rows(path: Path, where: str, problems: list[Problem]) -> Iterator[tuple[int
             with path.open(newline="", encoding="utf-8") as fh:
                 yield from ((i, row) for i, row in enumerate(csv.DictReader(fh), start=2))
         except UnicodeDecodeError as exc:
-            problems.append(Problem(where, f"{path}: not UTF-8 text (byte {exc.start})"))
+            problems.append(Problem(where, f"{path}: not UTF-8 text (byte {exc.start}); {_UTF8_FIX}"))
         except csv.Error as exc:
-            problems.append(Problem(where, f"{path}: not CSV ({exc})"))
+            problems.append(
+                Problem(
+                    where,
+                    f"{path}: not CSV ({exc}); write a header row of column names, then one "
+                    "row per line (quote fields that hold commas or line breaks)",
+                )
+            )
 
 
 def _file_problems(path: Path, where: str, value: str, *, directories: bool) -> list[Problem] | None:
@@ -117,14 +134,20 @@ def _file_problems(path: Path, where: str, value: str, *, directories: bool) -> 
         return [Problem(where, (f"{value} is not a dataset file (suffix {path.suffix or 'none'!r}); "
                                 "use .jsonl, .json, .csv or .parquet"))]  # fmt: skip
     if path.stat().st_size == 0:
-        return [Problem(where, f"{path}: the file has no rows (it is empty)")]
+        return [Problem(where, f"{path}: the file has no rows (it is empty); {_NO_ROWS_FIX}")]
     if path.suffix.lower() in (".parquet", ".pq"):
         with path.open("rb") as fh:
             head = fh.read(4)
             fh.seek(-4, 2)
             tail = fh.read(4)
         if head != b"PAR1" or tail != b"PAR1":
-            return [Problem(where, f"{path} is not a Parquet file (no PAR1 magic bytes at its ends)")]
+            return [
+                Problem(
+                    where,
+                    f"{path} is not a Parquet file (no PAR1 magic bytes at its ends); write it again "
+                    "(pandas: DataFrame.to_parquet) or give the rows as .jsonl",
+                )
+            ]
         return None
     return []
 
@@ -133,11 +156,16 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
     """Problems with the local rows ``env`` names for ``objective`` (sft, preference or rollout)."""
     where, value = "environment.dataset_path", getattr(env, "dataset_path", None)
     if not value:
-        named = getattr(env, "dataset", None) or getattr(env, "hf_dataset_id", None)
-        if not named or not Path(str(named)).expanduser().exists():
-            return []  # a Hub id: read from the local cache when the run starts
-        where = "environment.dataset" if getattr(env, "dataset", None) else "environment.hf_dataset_id"
+        # The run reads hf_dataset_id (else dataset) as a local path when one exists, else as a Hub id
+        # from the local caches (it never downloads).
+        hub_id, dataset = getattr(env, "hf_dataset_id", None), getattr(env, "dataset", None)
+        named = hub_id or dataset
+        if not named:
+            return []
+        where = "environment.hf_dataset_id" if hub_id else "environment.dataset"
         value = named
+        if not Path(str(named)).expanduser().exists():
+            return _hub_dataset_problems(str(named), where, getattr(env, "hf_dataset_config", None))
     path = Path(str(value)).expanduser()
     # Dataset envs read directories with `datasets`; a rollout reads one file from dataset_path, but a
     # Hub id that names a local directory (a local copy of that dataset) is read with `datasets` too.
@@ -155,7 +183,13 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
             break
         rows += 1
         if not isinstance(row, dict):
-            problems.append(Problem(where, f"{path}:{lineno}: a row is a JSON object, got {type(row).__name__}"))
+            problems.append(
+                Problem(
+                    where,
+                    f"{path}:{lineno}: a row is a JSON object, got {type(row).__name__}; "
+                    'write each row as {"column": value, ...}',
+                )
+            )
             continue
         if forms and not any(all(mapping.get(c, c) in row for c in form) for form in forms):
             missing = tuple(c for c in forms[0] if mapping.get(c, c) not in row)
@@ -167,7 +201,7 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
             if objective != "rollout" and actual in row and not isinstance(row[actual], (str, list)):
                 problems.append(Problem(
                     where, f"{path}:{lineno}: column {actual!r} is {type(row[actual]).__name__} "
-                           f"({row[actual]!r}), not text",
+                           f"({row[actual]!r}), not text; write it as a string",
                 ))  # fmt: skip
                 break
     for missing, (lines, keys) in absent.items():
@@ -181,8 +215,21 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
             f"column(s) or map them with environment.columns: {{{hint}}}"
         )))  # fmt: skip
     if rows == 0 and not problems:
-        problems.append(Problem(where, f"{path}: the file has no rows"))
+        problems.append(Problem(where, f"{path}: the file has no rows; {_NO_ROWS_FIX}"))
     return problems
+
+
+def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Problem]:
+    """A dataset named by Hub id must be in a local cache (a name written as a path must exist)."""
+    from agilerl_plugin_llm.check_inputs import looks_like_path
+    from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
+
+    if looks_like_path(name) or Path(name).suffix.lower() in _SUFFIXES:
+        return [Problem(where, f"no such file: {name} (relative to {Path.cwd()}); give an existing data file "
+                               "(.jsonl, .json, .csv or .parquet) or a Hub id in the local cache")]  # fmt: skip
+    if dataset_cached(name, config):
+        return []
+    return [Problem(where, not_cached_advice(name, dataset=True, config=config))]
 
 
 def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:

@@ -2,8 +2,9 @@
 rubric file. Standard library only (no torch, no transformers), and no user code runs.
 
 - **Model** (``pretrained_model_name_or_path``): a local directory, or a Hub id's snapshot in the local
-  Hugging Face cache (a Hub id this machine has not cached is looked up when the run starts, which
-  never downloads: manifests are often validated on one machine and trained on another). The directory must hold a ``config.json``
+  Hugging Face cache (:mod:`agilerl_plugin_llm.hf_cache` reads its layout). A Hub id this machine has
+  not cached is refused, as the run would refuse it (it never downloads), with where to cache it or
+  put a local copy; validate on the machine that trains. The directory must hold a ``config.json``
   that parses and names its ``model_type``, a tokenizer file, and weights whose headers read back:
   a safetensors file's header parses and the file is as long as its tensors say (a truncated copy
   is caught); a sharded index names shards that are there; a ``.bin`` file starts like a torch save.
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import Problem, closest
+from agilerl_plugin_llm.hf_cache import hub_snapshot, not_cached_advice
 
 MODEL_FIELD = "network.pretrained_model_name_or_path"
 #: Files any of which gives transformers a tokenizer.
@@ -41,6 +43,7 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 _MAX_JSON_BYTES = 16 << 20
+_WEIGHTS_FIX = "copy the model again, or re-save it with model.save_pretrained(DIR)"
 _BUILD_HINT = (
     "save one with model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), or build a tiny one "
     "with python -m agilerl_plugin_llm.testing build-tiny-model DIR"
@@ -52,16 +55,6 @@ def looks_like_path(text: str) -> bool:
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep in text.replace("/", "")
 
 
-def _hub_snapshot(repo_id: str) -> Path | None:
-    """The local Hub-cache snapshot of model ``repo_id`` (never downloads), as the run finds it."""
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:  # not cached, not a valid id, huggingface_hub missing
-        return None
-
-
 def model_problems(value: str | None, where: str = MODEL_FIELD) -> list[Problem]:
     """Problems with the model a run would load (nothing is loaded)."""
     if not value:
@@ -71,13 +64,11 @@ def model_problems(value: str | None, where: str = MODEL_FIELD) -> list[Problem]
     text = str(value)
     path = Path(text).expanduser()
     if not path.exists():
-        snapshot = None if looks_like_path(text) else _hub_snapshot(text)
-        if snapshot is None and looks_like_path(text):
+        if looks_like_path(text):
             return [Problem(where, f"{text!r}: no such directory (relative to {Path.cwd()}); {_BUILD_HINT}")]
-        if snapshot is None:
-            # A Hub id not cached here: a manifest is often validated on one machine and trained on
-            # another that holds the cache, so the run checks it when it starts (before any training).
-            return []
+        snapshot = hub_snapshot(text)
+        if snapshot is None:  # the run would stop here: it never downloads
+            return [Problem(where, not_cached_advice(text))]
         path = snapshot
     if not path.is_dir():
         return [Problem(where, f"{text!r} is a file; give the model's directory (the one holding config.json)")]
@@ -95,7 +86,8 @@ def model_dir_problem(path: Path) -> str | None:
     except (OSError, ValueError) as exc:
         return f"config.json does not parse as JSON ({exc}); re-save the model with save_pretrained"
     if not isinstance(data, dict) or not data.get("model_type"):
-        return "config.json names no model_type, which transformers needs to pick the architecture"
+        return ("config.json names no model_type, which transformers needs to pick the architecture; re-save the "
+                "model with model.save_pretrained(DIR)")  # fmt: skip
     if not any((path / name).is_file() and (path / name).stat().st_size > 0 for name in TOKENIZER_FILES):
         return (f"no tokenizer files (one of {', '.join(TOKENIZER_FILES[:4])}, ...); save the tokenizer into "
                 "the same directory with tokenizer.save_pretrained(DIR)")  # fmt: skip
@@ -104,7 +96,9 @@ def model_dir_problem(path: Path) -> str | None:
         try:
             _read_json(tok_config)
         except (OSError, ValueError) as exc:
-            return f"tokenizer_config.json does not parse as JSON ({exc})"
+            return (
+                f"tokenizer_config.json does not parse as JSON ({exc}); re-save it with tokenizer.save_pretrained(DIR)"
+            )
     present = [name for name in WEIGHT_FILES if (path / name).is_file()]
     if not present:
         return f"no weights ({' or '.join(WEIGHT_FILES[::2])}); save the model with model.save_pretrained(DIR)"
@@ -123,16 +117,16 @@ def _weights_problem(directory: Path, name: str) -> str | None:
             index = _read_json(directory / name)
             shards = sorted(set((index.get("weight_map") or {}).values()))
         except (OSError, ValueError, AttributeError) as exc:
-            return f"{name} does not parse as a weight index ({exc})"
+            return f"{name} does not parse as a weight index ({exc}); {_WEIGHTS_FIX}"
         if not shards:
-            return f"{name} maps no weights to shard files"
+            return f"{name} maps no weights to shard files; {_WEIGHTS_FIX}"
         for shard in shards:
             why = _weight_file_problem(directory / shard)
             if why:
-                return f"shard {shard} (named in {name}): {why}"
+                return f"shard {shard} (named in {name}): {why}; {_WEIGHTS_FIX}"
         return None
     why = _weight_file_problem(directory / name)
-    return f"{name}: {why}" if why else None
+    return f"{name}: {why}; {_WEIGHTS_FIX}" if why else None
 
 
 def _weight_file_problem(path: Path) -> str | None:
@@ -162,7 +156,7 @@ def _weight_file_problem(path: Path) -> str | None:
     end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)
                and isinstance(v.get("data_offsets"), list) and len(v["data_offsets"]) == 2), default=0)  # fmt: skip
     if 8 + length + end > size:
-        return f"truncated: its header describes {8 + length + end} bytes but the file has {size}; copy it again"
+        return f"truncated: its header describes {8 + length + end} bytes but the file has {size}"
     return None
 
 
@@ -211,12 +205,13 @@ def _arity_problem(args: ast.arguments, name: str, skip_self: bool = False) -> s
     kw_required = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
     takes = ", ".join(a.arg for a in positional) + (", *" + args.vararg.arg if args.vararg else "")
     call = f"{name}({', '.join(RUBRIC_CALL)})"
+    fix = f"; define it to take {', '.join(RUBRIC_CALL)} (unused ones may default, e.g. question=None)"
     if kw_required:
-        return f"{name} requires keyword argument(s) {', '.join(kw_required)}, but the run calls {call}"
+        return f"{name} requires keyword argument(s) {', '.join(kw_required)}, but the run calls {call}{fix}"
     if required > len(RUBRIC_CALL):
-        return f"{name}({takes}) needs {required} arguments, but the run calls {call}"
+        return f"{name}({takes}) needs {required} arguments, but the run calls {call}{fix}"
     if len(positional) < len(RUBRIC_CALL) and args.vararg is None:
-        return f"{name}({takes}) takes {len(positional)} argument(s), but the run calls {call}"
+        return f"{name}({takes}) takes {len(positional)} argument(s), but the run calls {call}{fix}"
     return None
 
 
@@ -224,7 +219,8 @@ def _definition_problem(name: str, node: ast.AST | None) -> str | None:
     if node is None:
         return None  # imported or computed: only running the file could tell (the run's probe call does)
     if isinstance(node, ast.AsyncFunctionDef):
-        return f"{name} is an async def; a reward function is called synchronously and must return a number"
+        return (f"{name} is an async def; a reward function is called synchronously and must return a number: "
+                "make it a plain def")  # fmt: skip
     if isinstance(node, ast.FunctionDef):
         return _arity_problem(node.args, name)
     if isinstance(node, ast.Lambda):
@@ -237,14 +233,17 @@ def _definition_problem(name: str, node: ast.AST | None) -> str | None:
             args = init.args
             required = len([*args.posonlyargs, *args.args]) - 1 - len(args.defaults)
             if required > 0:
-                return f"class {name} is instantiated without arguments by the run, but its __init__ needs {required}"
+                return (f"class {name} is instantiated without arguments by the run, but its __init__ needs "
+                        f"{required}; give its arguments defaults")  # fmt: skip
         call = methods.get("__call__")
         if call is None:
-            return None if node.bases else f"class {name} has no __call__: its instances cannot score a completion"
+            return None if node.bases else (f"class {name} has no __call__: its instances cannot score a completion; "
+                                            f"define __call__(self, {', '.join(RUBRIC_CALL)})")  # fmt: skip
         return _arity_problem(call.args, f"{name}.__call__", skip_self=True)
     if isinstance(node, (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.ListComp,
                          ast.DictComp, ast.SetComp, ast.BinOp)):  # fmt: skip
-        return f"{name} is bound to a {type(node).__name__.lower()} value, not a function: it is not callable"
+        return (f"{name} is bound to a {type(node).__name__.lower()} value, not a function: it is not callable; "
+                f"define def {name}({', '.join(RUBRIC_CALL)}) -> float")  # fmt: skip
     return None
 
 
@@ -261,16 +260,19 @@ def rubric_problems(spec: Any) -> list[tuple[str, str]]:
         return [("rubric_file_path", f"{path_value} is a directory; give the Python file defining the reward function")]
     try:
         if path.stat().st_size > _MAX_RUBRIC_BYTES:
-            return [("rubric_file_path", f"{path_value} is larger than {_MAX_RUBRIC_BYTES >> 20} MiB: not a rubric")]
+            return [("rubric_file_path", f"{path_value} is larger than {_MAX_RUBRIC_BYTES >> 20} MiB: not a rubric; "
+                     "give the Python file defining the reward function")]  # fmt: skip
         source = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        return [("rubric_file_path", f"{path_value}: not UTF-8 text (byte {exc.start}): not a Python file")]
+        return [("rubric_file_path", f"{path_value}: not UTF-8 text (byte {exc.start}): not a Python file; give the "
+                 ".py file defining the reward function, saved as UTF-8")]  # fmt: skip
     except OSError as exc:
-        return [("rubric_file_path", f"{path_value} cannot be read ({exc.strerror or exc})")]
+        return [("rubric_file_path", f"{path_value} cannot be read ({exc.strerror or exc}); check its permissions")]
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as exc:
-        return [("rubric_file_path", f"{path_value}:{exc.lineno}:{(exc.offset or 0)}: syntax error: {exc.msg}")]
+        return [("rubric_file_path", f"{path_value}:{exc.lineno}:{(exc.offset or 0)}: syntax error: {exc.msg}; fix "
+                 "the file (python -m py_compile FILE shows the same)")]  # fmt: skip
     names, star = _bindings(tree.body)
     wanted = [n for n, _ in getattr(spec, "reward_functions", None) or [("reward_fn", 1.0)]]
     problems: list[tuple[str, str]] = []

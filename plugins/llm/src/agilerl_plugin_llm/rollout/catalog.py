@@ -9,7 +9,6 @@ Pure Python: validation imports neither torch nor ``datasets``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,31 +70,21 @@ def apply_catalog(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _hf_cache_dirs() -> list[Path]:
-    """``datasets``' cache and the hub cache, as the libraries that read them resolve them."""
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
-    datasets_cache = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")).expanduser()
-    try:  # light (no torch); the hub cache path as snapshot_download will look it up
-        from huggingface_hub import constants
+def cached_locally(dataset_id: str, config: str | None = None) -> bool:
+    """Whether a Hugging Face dataset is in either local cache (``datasets``' or the hub's), read as
+    the run reads them (:func:`agilerl_plugin_llm.hf_cache.dataset_cached`)."""
+    from agilerl_plugin_llm.hf_cache import dataset_cached
 
-        hub = Path(constants.HF_HUB_CACHE).expanduser()
-    except ImportError:  # pragma: no cover - transformers always brings it
-        hub = Path(os.environ.get("HF_HUB_CACHE", home / "hub")).expanduser()
-    return [datasets_cache, hub]
-
-
-def cached_locally(dataset_id: str) -> bool:
-    """Whether a Hugging Face dataset is in either local cache (``datasets``' or the hub's)."""
-    datasets_cache, hub = _hf_cache_dirs()
-    owner_name = dataset_id.replace("/", "___")
-    return (datasets_cache / owner_name).is_dir() or (hub / f"datasets--{dataset_id.replace('/', '--')}").is_dir()
+    return dataset_cached(dataset_id, config)
 
 
 def missing_dataset(spec: Any) -> list[tuple[str, str]]:
     """Validation check: the catalog's dataset, when the spec reads it, must be on this machine."""
     entry = CATALOG.get(str(getattr(spec, "name", "") or "").lower())
     dataset_id = getattr(spec, "hf_dataset_id", None)
-    if entry is None or dataset_id != entry.hf_dataset_id or cached_locally(dataset_id):
+    if entry is None or dataset_id != entry.hf_dataset_id:
+        return []
+    if cached_locally(dataset_id, getattr(spec, "hf_dataset_config", None)):
         return []
     config = f", '{entry.hf_dataset_config}'" if entry.hf_dataset_config else ""
     return [(
