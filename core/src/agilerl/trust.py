@@ -14,8 +14,8 @@ code named by a checkpoint is imported only when it is
   example a wrapper a plugin ships for its own algorithms); an environment *module* named by
   ``environment.name`` (a dotted env module, the head of ``module:EnvId``) may also come from a
   package a plugin declares as a dependency; a ``factory`` the env type's plugin declares in its
-  spec's ``registered_factories`` (the LLM plugin's ``gem:make`` for AgileRL's ``env_name:
-  game:...``), whose ``entrypoint`` is then an id that factory looks up, not an import; or
+  spec's ``registered_factories`` (say, a game library's ``make`` that builds only the games
+  registered with it), whose ``entrypoint`` is then an id that factory looks up, not an import; or
 - trusted by the user: the manifest file given instead of the stored one, or ``--trust-checkpoint``
   (``trust=True`` / ``trust_checkpoint=True`` in Python).
 

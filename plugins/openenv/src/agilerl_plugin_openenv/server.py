@@ -148,22 +148,20 @@ class _Limits:
         if declared > limit:
             await _http_error(send, 413, too_large)
             return
-        if scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        # A POST body is read whole (at most the limit) and checked before the app sees it.
-        body = b""
+        # The body is read whole (at most the limit) and checked before the app sees it.
+        buffer = bytearray()
         while True:
             message = await receive()
             if message.get("type") != "http.request":
                 return  # the client went away
-            body += message.get("body", b"")
-            if len(body) > limit:  # a streamed body (no Content-Length) counted as it comes in
+            buffer += message.get("body", b"")
+            if len(buffer) > limit:  # a streamed body (no Content-Length) counted as it comes in
                 await _http_error(send, 413, too_large)
                 return
             if not message.get("more_body", False):
                 break
-        problem = _http_problem(str(scope.get("path", "")), body)
+        body = bytes(buffer)
+        problem = _http_problem(str(scope.get("path", "")), body) if scope.get("method") == "POST" else None
         if problem is not None:
             await _http_error(send, *problem)
             return
