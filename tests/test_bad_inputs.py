@@ -112,3 +112,20 @@ for p in files:
     assert proc.returncode == 0, proc.stderr
     imported = [line for line in proc.stdout.splitlines() if line.startswith("IMPORTED")]
     assert all(any(n in line for n in NEEDS_TORCH) for line in imported), imported
+
+
+@pytest.mark.parametrize(
+    ("value", "got"),
+    [("64,64", "unable to parse string as an integer (got '64,64')"), ("[64,64]", "(got [64, 64])"),
+     ("0.5,0.6", "unable to parse string as an integer (got '0.5,0.6')")],
+)  # fmt: skip
+def test_set_gives_a_list_where_one_value_goes_and_is_told_the_fix(
+    value: str, got: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--set algorithm.learn_step=64,64`` (YAML reads text) and ``=[64,64]`` (a list) name the same fix."""
+    monkeypatch.chdir(ROOT)
+    rc = main(["validate", "examples/ppo_cartpole.yaml", "--set", f"algorithm.learn_step={value}"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "algorithm.learn_step: Input should be a valid integer" in err, err
+    assert f"{got}; this field takes one value, not a list" in err, err

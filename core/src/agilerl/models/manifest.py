@@ -238,6 +238,10 @@ def _user_loc(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[tupl
     return tuple(out), holder
 
 
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def problems_from_validation(exc: ValidationError, prefix: str, model: type[BaseModel] | None = None) -> list[Problem]:
     """One :class:`Problem` per pydantic error, with did-you-mean for unknown keys."""
     out: list[Problem] = []
@@ -270,6 +274,8 @@ def problems_from_validation(exc: ValidationError, prefix: str, model: type[Base
                 msg += f"; write a list in brackets, e.g. [{err['input']}] (with --set, quote it: --set '{path}=[...]')"
             elif kind in {"int_type", "float_type", "string_type", "bool_type"} and isinstance(err.get("input"), list):
                 msg += "; this field takes one value, not a list"
+            elif kind in {"int_parsing", "float_parsing", "bool_parsing"} and "," in _text(err.get("input")):
+                msg += "; this field takes one value, not a list"  # --set x=64,64 reads as the text '64,64'
             if msg.startswith("Value error, "):
                 msg = msg[len("Value error, ") :]
         out.append(Problem(path, msg))
