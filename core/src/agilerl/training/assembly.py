@@ -281,8 +281,10 @@ def build_member(
     :class:`~agilerl.checkpoint.CheckpointMismatchError` naming ``source``.
     """
     builder = select_builder(manifest.algorithm)
-    # Seeded with training.seed whatever the member's index: the seed only shapes what the state
-    # loaded below replaces (initial weights, the agent's own generators, all saved in the state).
+    # Seeded with training.seed whatever the member's index (not seed + index as in build_members):
+    # kept, not a bug. What a member's seed shapes (initial weights, its own generators) the state
+    # loaded below replaces; a builder that also seeds torch's global generator leaves the same
+    # stream for evaluation as before, whichever member is loaded.
     runtime = member_runtime(
         manifest, index=int(state.get("index", 0)), device=device, seed=manifest.training.seed, state=state
     )
