@@ -258,10 +258,13 @@ def test_accelerate_launches_that_cannot_run_stop_before_the_model_loads(
 
 @pytest.mark.parametrize(
     ("fsdp", "expected"),
-    [({"fsdp_version": 2}, "fsdp.fsdp_version: not an FSDPConfig field"),
-     (True, "fsdp.param_dtype: 'bfloat16' (AgileRL's default; set it explicitly) cannot run here"),
-     ({**FSDP_F32, "tp": 2}, "fsdp.tp: 2 cannot run here: tensor parallelism is not implemented"),
-     ({**FSDP_F32, "cpu_offload": True}, "fsdp.cpu_offload: True cannot run here")],
+    [({"fsdp_version": 2}, "  - algorithm.fsdp.fsdp_version: not an FSDPConfig field"),
+     ({"shard_size": 2}, "  - algorithm.fsdp.shard_size: not an FSDPConfig field; did you mean 'shard_group_size'?"),
+     (True, "  - algorithm.fsdp.param_dtype: AgileRL's default cannot run here: mixed-precision FSDP is not "
+            "implemented (weights train in float32 here); set it explicitly to 'float32' (got 'bfloat16')"),
+     ({**FSDP_F32, "tp": 2}, "  - algorithm.fsdp.tp: cannot run here: tensor parallelism is not implemented; use 1 (got 2)"),
+     ({**FSDP_F32, "cpu_offload": True}, "  - algorithm.fsdp.cpu_offload: cannot run here"),
+     ({**FSDP_F32, "shard_group_size": 0}, "  - algorithm.fsdp.shard_group_size: expected null or an integer >= 1 (got 0)")],
 )  # fmt: skip
 def test_fsdp_settings_not_implemented_are_refused_by_name(
     fsdp: Any, expected: str, tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],

@@ -295,8 +295,8 @@ c("openenv_replica_list_one_bad", OE, {"environment.env_url": ["http://127.0.0.1
 c("openenv_request_timeout_zero", OE, {"environment.request_timeout_s": 0}, "environment.request_timeout_s: 0 seconds would fail every request at once", "a zero request timeout")
 c("openenv_unreachable", OE, {}, "environment.env_url: the OpenEnv server at http://127.0.0.1:9 is not reachable", "no server at the URL (validation.check_env: false skips asking)")
 c("openenv_no_max_turns", OE, {"environment.max_turns": DEL}, "environment.max_turns: required with env_url", "an env_url without a turn budget")
-c("sft_fsdp_unknown_field", SFT, {"algorithm.fsdp": {"shard_size": 2, "param_dtype": "float32"}}, "algorithm: fsdp.shard_size: not an FSDPConfig field", "a typo in the fsdp mapping (checked without torch)")
-c("sft_fsdp_mixed_precision", SFT, {"algorithm.fsdp": True}, "fsdp.param_dtype: 'bfloat16' (AgileRL's default; set it explicitly) cannot run here", "FSDP with AgileRL's bfloat16 default, which runs in float32 only here")
+c("sft_fsdp_unknown_field", SFT, {"algorithm.fsdp": {"shard_size": 2, "param_dtype": "float32"}}, "algorithm.fsdp.shard_size: not an FSDPConfig field; did you mean 'shard_group_size'? (got 2)", "a typo in the fsdp mapping (checked without torch)")
+c("sft_fsdp_mixed_precision", SFT, {"algorithm.fsdp": True}, "algorithm.fsdp.param_dtype: AgileRL's default cannot run here: mixed-precision FSDP is not implemented (weights train in float32 here); set it explicitly to 'float32' (got 'bfloat16')", "FSDP with AgileRL's bfloat16 default, which runs in float32 only here")
 c("ippo_mfpbt_pop_not_divisible", IPPO, {"training.pop_size": 7, "mutation": {"probabilities": {"no_mut": 1.0}}, "selection_strategy": {"strategy": "multi_frequency", "n_subpopulations": 2}}, "selection_strategy: training.pop_size (7) must split into 2 sub-populations", "MF-PBT on a multi-agent env, a population that does not split")
 # fmt: on
 

@@ -1,5 +1,5 @@
 """The ``fsdp`` field and ``accelerate launch --use_fsdp`` flags, read without torch: what validation
-checks (:func:`field_problems`, :func:`env_problems`) and which sharding a run applies
+checks (:func:`check_field`, :func:`env_problems`) and which sharding a run applies
 (:func:`settings`). The sharding itself is :mod:`agilerl_plugin_llm.fsdp`.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
+
+from agilerl.errors import closest
 
 #: AgileRL's ``FSDPConfig`` fields and defaults (``agilerl.arena.models.fsdp``).
 UPSTREAM_DEFAULTS: dict[str, Any] = {
@@ -52,30 +54,52 @@ _ONLY: dict[str, tuple[Any, str]] = {
 }
 
 
-def field_problems(value: Any) -> list[str]:
-    """Why the manifest's ``fsdp`` value cannot run here (empty: it can, or it is off)."""
+def field_problems(value: Any) -> list[tuple[str, str, Any]]:
+    """Why the manifest's ``fsdp`` value cannot run here, as ``(key, why, value)`` per ``fsdp.<key>``
+    (key ``""``: the field itself); empty when it can, or when it is off."""
     if value in (None, False):
         return []
     if value is True:
         value = {}
     if not isinstance(value, Mapping):
-        return [f"fsdp: expected true, false or a mapping of FSDPConfig fields, got {value!r}"]
-    problems = []
+        return [("", "expected true, false or a mapping of FSDPConfig fields", value)]
+    problems: list[tuple[str, str, Any]] = []
     settings = {**UPSTREAM_DEFAULTS, **dict(value)}
     for key in value:
         if key not in UPSTREAM_DEFAULTS:
-            problems.append(f"fsdp.{key}: not an FSDPConfig field (known: {', '.join(sorted(UPSTREAM_DEFAULTS))})")
+            hint = closest(str(key), list(UPSTREAM_DEFAULTS))
+            fix = f"; did you mean {hint!r}?" if hint else f" (known: {', '.join(sorted(UPSTREAM_DEFAULTS))})"
+            problems.append((str(key), f"not an FSDPConfig field{fix}", value[key]))
     for key, (only, why) in _ONLY.items():
         if settings[key] != only:
-            default = " (AgileRL's default; set it explicitly)" if key not in value else ""
-            problems.append(f"fsdp.{key}: {settings[key]!r}{default} cannot run here: {why}; use {only!r}")
+            if key in value:
+                problems.append((key, f"cannot run here: {why}; use {only!r}", settings[key]))
+            else:
+                problems.append((key, f"AgileRL's default cannot run here: {why}; set it explicitly to {only!r}",
+                                 settings[key]))  # fmt: skip
     threshold = settings["param_persistence_threshold"]
     if not isinstance(threshold, int) or threshold < 0:
-        problems.append(f"fsdp.param_persistence_threshold: expected an integer >= 0, got {threshold!r}")
+        problems.append(("param_persistence_threshold", "expected an integer >= 0", threshold))
     group = settings["shard_group_size"]
     if group is not None and (not isinstance(group, int) or group < 1):
-        problems.append(f"fsdp.shard_group_size: expected null or an integer >= 1, got {group!r}")
+        problems.append(("shard_group_size", "expected null or an integer >= 1", group))
     return problems
+
+
+def check_field(value: Any) -> Any:
+    """``value`` when :func:`field_problems` finds nothing; else a pydantic ``ValidationError`` with one
+    error per ``fsdp.<key>`` (a field validator raising it reports ``algorithm.fsdp.<key>``)."""
+    problems = field_problems(value)
+    if not problems:
+        return value
+    from pydantic import ValidationError
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    errors = [
+        InitErrorDetails(type=PydanticCustomError("fsdp", why), loc=(key,) if key else (), input=given)
+        for key, why, given in problems
+    ]
+    raise ValidationError.from_exception_data("fsdp", errors)
 
 
 def _flag(env: Mapping[str, str], key: str, default: str = "false") -> bool:
@@ -144,4 +168,4 @@ def settings(spec_value: Any, env: Mapping[str, str] | None = None) -> dict[str,
     return out
 
 
-__all__ = ["UPSTREAM_DEFAULTS", "env_problems", "field_problems", "settings"]
+__all__ = ["UPSTREAM_DEFAULTS", "check_field", "env_problems", "field_problems", "settings"]

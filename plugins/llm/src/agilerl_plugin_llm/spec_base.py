@@ -137,6 +137,14 @@ class LLMAlgorithmSpec(AlgorithmSpec):
             raise ValueError("false is not supported: log-probs are always computed in float32 here")
         return value
 
+    @field_validator("fsdp")
+    @classmethod
+    def _fsdp_runs_here(cls, value: Any) -> Any:
+        # Each problem at algorithm.fsdp.<key> (agilerl_plugin_llm.fsdp_config, no torch).
+        from agilerl_plugin_llm.fsdp_config import check_field
+
+        return check_field(value)
+
     @field_validator("pretrained_model_name_or_path", "vllm_lora_export_dir", mode="before")
     @classmethod
     def _absolute_path(cls, value: Any) -> Any:

@@ -383,10 +383,6 @@ def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] |
     for name, why in (unsupported if unsupported is not None else UNSUPPORTED_ALGORITHM_FIELDS).items():
         if name in spec.model_fields_set and getattr(spec, name) not in _OFF_VALUES:
             problems.append(f"{name}: {why}")
-    if "fsdp" in spec.model_fields_set:
-        from agilerl_plugin_llm.fsdp_config import field_problems
-
-        problems.extend(field_problems(spec.fsdp))
     micro, mini = spec.micro_batch_size_per_gpu, spec.mini_batch_size
     if micro is not None and mini is not None and mini % micro:
         problems.append(f"mini_batch_size ({mini}) must be a multiple of micro_batch_size_per_gpu ({micro})")
