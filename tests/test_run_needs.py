@@ -8,6 +8,8 @@ import os
 import socket
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,66 @@ def test_an_address_that_is_not_ray_fails_at_once_and_a_real_cluster_passes() ->
     finally:
         if context is not None:
             ray.shutdown()
+
+
+#: A Ray head of one CPU in its own process (``ray.init`` starts a real local cluster): prints its
+#: GCS address, then holds the cluster until its stdin closes and shuts it down (its own processes only).
+RAY_HEAD = """
+import sys, ray
+ctx = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+print("GCS", ctx.address_info["gcs_address"], flush=True)
+sys.stdin.read()
+ray.shutdown()
+print("STOPPED", flush=True)
+"""
+
+
+def ray_env() -> dict[str, str]:
+    """This process's environment for Ray's head and the run: one thread, no RAY_ADDRESS, and Ray's token
+    auth (on by default for a new local cluster; a driver given an address needs the mode and the token)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "AGILERL_TRACEBACK", "RAY_AUTH_TOKEN_PATH")}
+    return {**env, "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": RAY_TOKEN}
+
+
+RAY_TOKEN = uuid.uuid4().hex + uuid.uuid4().hex
+
+
+@pytest.fixture
+def one_cpu_ray_cluster() -> Iterator[str]:
+    pytest.importorskip("ray")
+    head = subprocess.Popen(
+        [sys.executable, "-c", RAY_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env=ray_env(),
+    )  # fmt: skip
+    assert head.stdin is not None and head.stdout is not None
+    try:
+        line = head.stdout.readline()
+        assert line.startswith("GCS "), f"the Ray head did not start: {line!r}"
+        yield line.split()[1]
+    finally:
+        head.stdin.close()  # the head shuts its cluster down and exits
+        rest = head.stdout.read()
+        assert head.wait(timeout=120) == 0 and "STOPPED" in rest
+
+
+@pytest.mark.slow  # ~20 s: a Ray head and a run that connects to it, each its own process
+def test_num_cpus_per_member_above_the_clusters_largest_node_fails_when_the_run_connects(
+    tmp_path: Path, one_cpu_ray_cluster: str
+) -> None:
+    """With ray_address the machine running validation is not the limit (the cluster is); the run,
+    once connected, compares num_cpus_per_member with the cluster's largest node and stops, naming
+    both numbers, instead of waiting forever for an actor no node can hold."""
+    address = one_cpu_ray_cluster
+    training = {**PPO["training"], "ray_address": address, "num_cpus_per_member": 2, "run_dir": str(tmp_path / "run")}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({**PPO, "training": training}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "agilerl.cli", "train", str(tmp_path / "m.yaml")],
+        cwd=tmp_path, capture_output=True, text=True, env=ray_env(), check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert (
+        "error: training.num_cpus_per_member: 2 CPUs per member, but the largest node of the Ray cluster has 1; "
+        "lower num_cpus_per_member or add larger nodes"
+    ) in out, out
+    assert "Traceback" not in out and not (tmp_path / "run" / "metrics.jsonl").exists()
