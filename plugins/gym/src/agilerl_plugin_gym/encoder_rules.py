@@ -8,6 +8,9 @@ As in AgileRL, the observation space decides the kind and ``encoder_config`` con
 * vectors (``Box`` of rank <= 2, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``): an MLP, or a
   SimBa residual MLP with ``arch: simba`` / ``network.simba: true``.
 
+Which kind reads which observations is the kind's registration (``EncoderKind.reads``, ``default``),
+so a kind registered from elsewhere takes part in the same rule.
+
 :func:`encoder_kind` answers with the kind (or raises :class:`EncoderSpaceError` naming the
 mismatch); the validation step (``agilerl validate``) and the network builder both use it, so a
 wrong combination is refused before anything trains. :func:`part_specs` resolves a multi-input
@@ -23,6 +26,7 @@ from pydantic import ValidationError
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.sections import CnnSpec, MlpSpec, MultiInputSpec, NetworkSpec
+from agilerl_plugin_gym.sections.encoders import ENCODERS, Reads, default_kind
 from agilerl_plugin_gym.space_kinds import is_channels_last, is_image_space, is_structured_space
 
 __all__ = [
@@ -32,6 +36,7 @@ __all__ = [
     "check_cnn_fits",
     "check_network_for_space",
     "encoder_kind",
+    "observation_reads",
     "part_specs",
 ]
 
@@ -47,8 +52,16 @@ class EncoderSpaceError(AgileRLError):
     """The ``network`` section asks for an encoder the observation space cannot take."""
 
 
+def observation_reads(space: spaces.Space[Any]) -> Reads:
+    """What an encoder of ``space`` must read: ``"structured"`` (Dict/Tuple), ``"image"`` or ``"vector"``."""
+    return "structured" if is_structured_space(space) else "image" if is_image_space(space) else "vector"
+
+
 def encoder_kind(net: NetworkSpec | None, space: spaces.Space[Any]) -> str:
-    """``"mlp"``, ``"simba"``, ``"cnn"`` or ``"multiinput"`` (another ``arch`` comes back as given)."""
+    """The registered kind (:data:`~agilerl_plugin_gym.sections.encoders.ENCODERS`) that encodes
+    ``space``: the ``arch`` the section names when it reads such observations, else the default kind
+    for them (an MLP config on an image space gets a CNN, as in AgileRL). A recurrent kind, or one
+    without a network here, comes back as given: who takes it decides."""
     enc = net.encoder_config if net is not None else None
     simba = net is not None and net.simba
     arch = enc.arch if enc is not None else None
@@ -56,31 +69,38 @@ def encoder_kind(net: NetworkSpec | None, space: spaces.Space[Any]) -> str:
         raise EncoderSpaceError(
             f"network.simba: true needs a SimBa encoder_config (hidden_size: int, num_blocks), not arch: {arch}"
         )
-    if is_structured_space(space):
-        if arch not in (None, "multiinput"):
-            raise EncoderSpaceError(
-                f"network.encoder_config: {type(space).__name__} observations are read by a multi-input encoder "
-                f"(arch: multiinput: latent_dim, cnn_config, mlp_config, vector_space_mlp, init_dicts), not arch: "
-                f"{arch}"
-            )
-        return "multiinput"
-    if arch == "multiinput":
+    if simba:
+        arch = "simba"
+    kind = ENCODERS.get(arch) if arch is not None else None
+    reads = observation_reads(space)
+    if reads == "structured":
+        if kind is None or kind.reads == "structured":
+            return arch or default_kind("structured")
+        multi = ENCODERS[default_kind("structured")]
+        keys = [f for f in multi.spec.model_fields if f != "arch" and not f.startswith(("min_", "max_"))]
         raise EncoderSpaceError(
-            f"network.encoder_config: arch: multiinput needs Dict or Tuple observations; {space} is not one"
+            f"network.encoder_config: {type(space).__name__} observations are read by a {multi.label} encoder "
+            f"(arch: {multi.arch}: {', '.join(keys)}), not arch: {arch}"
         )
-    if is_image_space(space):
-        if simba or arch == "simba":
-            raise EncoderSpaceError(
-                f"network.encoder_config: SimBa encoders read vector observations; {space} is an image: use arch: cnn"
-            )
-        return "cnn" if arch in (None, "mlp", "cnn") else str(arch)
-    if arch == "cnn":
+    if kind is None:
+        return default_kind(reads)
+    if kind.reads == "structured":
         raise EncoderSpaceError(
-            f"network.encoder_config.arch 'cnn' needs image observations; {space} is a vector space: use arch: mlp"
+            f"network.encoder_config: arch: {arch} needs Dict or Tuple observations; {space} is not one"
         )
-    if simba or arch == "simba":
-        return "simba"
-    return "mlp" if arch in (None, "mlp") else str(arch)
+    if kind.reads == reads or kind.recurrent or kind.builder is None:
+        return kind.arch
+    if kind.default and kind.reads == "vector":  # an MLP config on an image: the space decides (AgileRL)
+        return default_kind(reads)
+    if reads == "image":
+        raise EncoderSpaceError(
+            f"network.encoder_config: {kind.label} encoders read vector observations; {space} is an image: "
+            f"use arch: {default_kind('image')}"
+        )
+    raise EncoderSpaceError(
+        f"network.encoder_config.arch {arch!r} needs image observations; {space} is a vector space: use arch: "
+        f"{default_kind('vector')}"
+    )
 
 
 def part_specs(spec: MultiInputSpec, space: spaces.Dict | spaces.Tuple) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Validation-time checks shared by this plugin's algorithm specs (no torch imported).
 
 They turn what a run would need and this plugin cannot give into one problem naming the missing
-feature or package, before anything is built: network kinds our evolvable networks lack (LSTM,
-CNN-LSTM) and gymnasium ids whose package is missing. Whether an encoder fits the env's
+feature or package, before anything is built: encoder kinds the algorithm cannot use (from the
+kind's registration: no network here, recurrent only, single-agent only) and gymnasium ids whose
+package is missing. Whether an encoder fits the env's
 observation space is checked where the env is made
 (:func:`agilerl_plugin_gym.encoder_rules.check_network_for_space`).
 """
@@ -52,29 +53,40 @@ ACTIVATION_NAMES: frozenset[str] = frozenset(
     {"Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax", "PReLU", "Identity"}
 )
 
-#: Encoder kinds AgileRL has and this plugin's networks do not, with what to write instead.
-UNSUPPORTED_ENCODERS: dict[str, str] = {
-    "lstm": "LSTM encoders (arch: lstm) are for recurrent policies: only PPO with recurrent: true takes one; "
-    "use an mlp encoder",
-    "cnn_lstm": "CNN-LSTM encoders (arch: cnn_lstm) are not supported yet; use a cnn encoder",
-}
-#: Refused by the multi-agent algorithms: their PettingZoo vector env flattens Dict/Tuple observations.
-MULTI_AGENT_MULTI_INPUT = (
-    "multi-input encoders (arch: multiinput) are supported by the single-agent algorithms only; the multi-agent "
-    "vector env flattens Dict/Tuple observations into vectors: use an mlp encoder"
-)
+
+def encoder_kind_problem(arch: str, *, recurrent: bool = False, multi_agent: bool = False) -> str | None:
+    """Why the registered encoder kind ``arch`` cannot be used here (None: it can), from its
+    registration (:class:`~agilerl_plugin_gym.sections.encoders.EncoderKind`): no network here, a
+    recurrent kind for a policy without memory (``recurrent``: the algorithm has one), or a kind the
+    multi-agent algorithms do not take (``multi_agent``)."""
+    from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
+
+    kind = ENCODERS.get(arch)
+    if kind is None:
+        return None
+    what, vector = f"{kind.label} encoders (arch: {arch})", default_kind("vector")
+    if kind.builder is None:
+        return f"{what} are not supported yet; use arch: {default_kind(kind.reads)}"
+    if kind.recurrent and not recurrent:
+        return f"{what} are for recurrent policies: only PPO with recurrent: true takes one; use arch: {vector}"
+    if multi_agent and not kind.multi_agent:
+        flattened = (" the multi-agent vector env flattens Dict/Tuple observations into vectors:"
+                     if kind.reads == "structured" else "")  # fmt: skip
+        return f"{what} are supported by the single-agent algorithms only;{flattened} use arch: {vector}"
+    return None
 
 
-def network_problems(manifest: TrainingManifest, *, multi_input: bool = True) -> list[Problem]:
+def network_problems(manifest: TrainingManifest, *, multi_agent: bool = False) -> list[Problem]:
     """What the ``network`` section asks for that this plugin's networks cannot do
-    (``multi_input``: whether the algorithm takes multi-input encoders)."""
+    (``multi_agent``: for the multi-agent algorithms)."""
     net = manifest.network
     if net is None:
         return []
     enc = net.encoder_config
-    recurrent_lstm = enc is not None and enc.arch == "lstm" and getattr(manifest.algorithm, "recurrent", False)
-    if enc is not None and enc.arch in UNSUPPORTED_ENCODERS and not recurrent_lstm:
-        return [Problem("network.encoder_config", UNSUPPORTED_ENCODERS[enc.arch])]
+    recurrent = bool(getattr(manifest.algorithm, "recurrent", False))
+    refused = encoder_kind_problem(enc.arch, recurrent=recurrent, multi_agent=multi_agent) if enc is not None else None
+    if refused is not None:
+        return [Problem("network.encoder_config", refused)]
     cnn_norm = getattr(enc, "layer_norm", False) if enc is not None and enc.arch == "cnn" else False
     cnn_norm = cnn_norm or bool(getattr(getattr(enc, "cnn_config", None), "layer_norm", False))
     if cnn_norm:
@@ -84,8 +96,6 @@ def network_problems(manifest: TrainingManifest, *, multi_input: bool = True) ->
             "set layer_norm: false",
         )]  # fmt: skip
     if enc is not None and enc.arch == "multiinput":
-        if not multi_input:
-            return [Problem("network.encoder_config", MULTI_AGENT_MULTI_INPUT)]
         if getattr(enc, "lstm_config", None) is not None:
             return [Problem(
                 "network.encoder_config.lstm_config",

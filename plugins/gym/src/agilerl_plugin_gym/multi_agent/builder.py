@@ -18,7 +18,10 @@ from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError, closest
 from agilerl.models.base import AlgorithmSpec
 from agilerl_plugin_gym.multi_agent.specs import group_of, is_per_agent, network_configs
-from agilerl_plugin_gym.sections import CnnSpec, NetworkSpec
+from agilerl_plugin_gym.sections import NetworkSpec
+from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
+from agilerl_plugin_gym.space_kinds import is_image_space
+from agilerl_plugin_gym.spec_checks import encoder_kind_problem
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -92,14 +95,18 @@ def resolve_networks(
         ns = net_specs[keys[a]]
         enc = ns.encoder_config if ns is not None else None
         obs_space = observation_spaces[a]
-        is_image = isinstance(obs_space, spaces.Box) and len(obs_space.shape) == 3
-        if isinstance(enc, CnnSpec) and not is_image:
+        entry = ENCODERS.get(enc.arch) if enc is not None else None
+        if entry is None:
+            continue
+        refused = encoder_kind_problem(entry.arch, multi_agent=True)
+        if refused is not None:
+            raise MultiAgentConfigError(f"network for agent {a!r}: {refused}")
+        if entry.reads == "image" and not is_image_space(obs_space):
             raise MultiAgentConfigError(
-                f"network for agent {a!r}: encoder arch 'cnn' needs image (H x W x C) observations, but its "
-                f"observation space is {obs_space}; use arch: mlp for this agent (net_config per agent)."
+                f"network for agent {a!r}: encoder arch {entry.arch!r} needs image (H x W x C) observations, but its "
+                f"observation space is {obs_space}; use arch: {default_kind('vector')} for this agent (net_config per "
+                "agent)."
             )
-        if enc is not None and enc.arch not in ("mlp", "cnn", "simba"):
-            raise MultiAgentConfigError(f"network for agent {a!r}: encoder arch {enc.arch!r} is not supported here")
     return keys, net_specs
 
 

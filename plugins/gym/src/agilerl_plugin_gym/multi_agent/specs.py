@@ -217,7 +217,7 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         return value
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
-        network = network_problems(manifest, multi_input=False)
+        network = network_problems(manifest, multi_agent=True)
         network += buffer_problems(manifest)
         network += compat_problems(self, manifest)
         if network:  # a feature this plugin lacks: that is the answer, whatever the env

@@ -40,19 +40,19 @@ __all__ = [
 #: ``builder(encoder_config or None, observation_space, latent_dim, normalize_images) -> encoder``.
 EncoderBuilder = Callable[[Any, spaces.Space[Any], int, bool], nn.Module]
 
+#: ``"module:attr"`` -> the builder it names (imported once).
 _builders: dict[str, EncoderBuilder] = {}
 
 
 def encoder_builder(kind: str) -> EncoderBuilder | None:
     """The builder :data:`~agilerl_plugin_gym.sections.encoders.ENCODERS` names for ``kind`` (imported
     on first use), or None when the kind has no network here."""
-    builder = _builders.get(kind)
+    entry = ENCODERS.get(kind)
+    if entry is None or entry.builder is None:
+        return None
+    builder = _builders.get(entry.builder)
     if builder is None:
-        entry = ENCODERS.get(kind)
-        if entry is None or entry.builder is None:
-            return None
-        builder = import_object(entry.builder, what=f"builder of encoder kind {kind!r}")
-        _builders[kind] = builder
+        builder = _builders[entry.builder] = import_object(entry.builder, what=f"builder of encoder kind {kind!r}")
     return builder
 
 

@@ -85,6 +85,9 @@ class EvolvableNetwork(nn.Module):
         self.detach_encoder = detach_encoder
         self._one_hot = int(observation_space.n) if isinstance(observation_space, spaces.Discrete) else 0
         self._channels_last = is_image_space(observation_space) and is_channels_last(observation_space)
+        #: What the encoder kind reads (its registration): how :meth:`preprocess` hands observations over.
+        entry = ENCODERS.get(self.encoder_arch)
+        self._reads = entry.reads if entry is not None else "vector"
 
     @classmethod
     def from_spec(
@@ -136,9 +139,9 @@ class EvolvableNetwork(nn.Module):
         """Observation batch as the encoder wants it (float, one-hot, channels-first)."""
         if self._one_hot:
             return nn.functional.one_hot(obs.long().flatten(), self._one_hot).float()
-        if self.encoder_arch == "multiinput":  # per part, inside the encoder
+        if self._reads == "structured":  # per part, inside the encoder
             return obs
-        if self.encoder_arch == "cnn":
+        if self._reads == "image":
             x = obs.float()
             if self._channels_last:
                 x = x.permute(0, 3, 1, 2)

@@ -2,9 +2,12 @@
 
 AgileRL's keys, one spec class per kind, and the table :data:`ENCODERS` that ties each kind to its
 spec class, the keys that identify it in a config without ``arch``, its network builder (a
-``"module:attr"`` string, imported only when a network is built) and the architecture mutations its
-encoder takes. Adding a kind is its spec class and network module plus one :func:`register_encoder`
-line at the bottom of this file.
+``"module:attr"`` string, imported only when a network is built), the architecture mutations its
+encoder takes and the facts the rest of the plugin asks about a kind (which observations it reads,
+whether the multi-agent algorithms take it, ...). The ``network`` section's ``encoder_config``
+union is rebuilt from the table on every registration, so a kind may live in any module: adding one
+is its spec class, its network builder and one :func:`register_encoder` line (docs/gym.md,
+"Adding an encoder kind").
 """
 
 from __future__ import annotations
@@ -26,9 +29,13 @@ __all__ = [
     "LstmSpec",
     "MlpSpec",
     "MultiInputSpec",
+    "Reads",
     "SimbaSpec",
+    "default_kind",
     "infer_encoder_arch",
+    "on_encoders_changed",
     "register_encoder",
+    "unregister_encoder",
 ]
 
 Activation = Literal[
@@ -181,29 +188,91 @@ _LSTM_KEYS = frozenset({"hidden_state_size", "num_layers", "min_hidden_state_siz
                         "min_layers", "max_layers", "dropout"})  # fmt: skip
 
 
+#: The observations an encoder kind reads (and how :class:`~agilerl_plugin_gym.networks.EvolvableNetwork`
+#: hands them over): ``"vector"`` (Box of rank <= 2, Discrete, MultiDiscrete, MultiBinary: flattened
+#: floats), ``"image"`` (a rank-3 Box: channels-first floats, scaled to [0, 1] with
+#: ``normalize_images``), ``"structured"`` (Dict/Tuple: passed as they are; the encoder splits them).
+Reads = Literal["vector", "image", "structured"]
+
+
 @dataclass(frozen=True)
 class EncoderKind:
-    """One ``encoder_config.arch``: its spec class, how a config without ``arch`` is recognised
-    (``matches``; kinds are tried in registration order, ``mlp`` last), the builder that makes its
-    network (``"module:attr"``: ``builder(config, observation_space, latent_dim, normalize_images)``;
-    None: no network here, the kind is refused where it would be built) and its mutations."""
+    """One ``encoder_config.arch`` and what the plugin needs to know about it.
+
+    :param arch: the ``arch`` value (the spec class's ``arch: Literal[...]`` default).
+    :param spec: the pydantic class ``encoder_config`` validates into (a :class:`Spec` with ``arch``).
+    :param matches: whether a config without ``arch`` describes this kind (its keys); the default
+        vector kind is the fallback, tried last.
+    :param builder: ``"module:attr"`` of ``builder(config, observation_space, latent_dim,
+        normalize_images) -> nn.Module``; None: no network here, the kind is refused where it would be
+        built (``refusal``).
+    :param mutations: the architecture mutations its encoder module implements.
+    :param reads: the observations it takes (:data:`Reads`).
+    :param default: the kind a space of its ``reads`` gets when the section names none (one per ``reads``).
+    :param multi_agent: whether the multi-agent algorithms take it.
+    :param recurrent: only policies with memory take it (PPO with ``recurrent: true``).
+    :param title: how messages name it (``"SimBa"``); default: the ``arch``.
+    """
 
     arch: str
     spec: type[Spec]
     matches: Callable[[Mapping[str, Any]], bool]
     builder: str | None = None
     mutations: tuple[str, ...] = ()
+    reads: Reads = "vector"
+    default: bool = False
+    multi_agent: bool = True
+    recurrent: bool = False
+    title: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.title or self.arch
 
 
 #: ``arch`` -> its :class:`EncoderKind`, in the order :func:`infer_encoder_arch` tries them.
 ENCODERS: dict[str, EncoderKind] = {}
+#: Called after every change of :data:`ENCODERS` (the ``network`` section rebuilds its union).
+_LISTENERS: list[Callable[[], None]] = []
 
 
 def register_encoder(kind: EncoderKind) -> None:
-    """Add an encoder kind (before :mod:`.network` builds the ``encoder_config`` union)."""
+    """Add an encoder kind: ``network.encoder_config`` validates it from now on."""
     if kind.arch in ENCODERS:
         raise ValueError(f"encoder kind {kind.arch!r} is registered twice")
+    arch_field = kind.spec.model_fields.get("arch")
+    if arch_field is None or arch_field.default != kind.arch:
+        raise ValueError(f"encoder kind {kind.arch!r}: its spec {kind.spec.__name__} needs the field "
+                         f"arch: Literal[{kind.arch!r}] = {kind.arch!r}")  # fmt: skip
+    if kind.default and any(k.default and k.reads == kind.reads for k in ENCODERS.values()):
+        raise ValueError(f"encoder kind {kind.arch!r}: {default_kind(kind.reads)!r} is already the default for "
+                         f"{kind.reads} observations")  # fmt: skip
     ENCODERS[kind.arch] = kind
+    _changed()
+
+
+def unregister_encoder(arch: str) -> None:
+    """Remove an encoder kind (a test's, or a plugin unloaded)."""
+    if ENCODERS.pop(arch, None) is not None:
+        _changed()
+
+
+def on_encoders_changed(listener: Callable[[], None]) -> None:
+    """Call ``listener`` after every registration (``sections.network`` rebuilds ``encoder_config``)."""
+    _LISTENERS.append(listener)
+
+
+def _changed() -> None:
+    for listener in _LISTENERS:
+        listener()
+
+
+def default_kind(reads: Reads) -> str:
+    """The ``arch`` a space of ``reads`` observations gets when the section names none."""
+    for kind in ENCODERS.values():
+        if kind.default and kind.reads == reads:
+            return kind.arch
+    raise LookupError(f"no default encoder kind for {reads} observations is registered")
 
 
 def infer_encoder_arch(config: Mapping[str, Any]) -> str:
@@ -211,12 +280,14 @@ def infer_encoder_arch(config: Mapping[str, Any]) -> str:
 
     Per-input configs (``mlp_config``, ``cnn_config``, ...) mean ``multiinput``; CNN keys with LSTM
     keys mean ``cnn_lstm``; then ``cnn``, ``lstm``, ``simba`` (its block keys, or an integer
-    ``hidden_size``); anything else is an ``mlp``.
+    ``hidden_size``), then any other registered kind whose keys match; anything else is the default
+    vector kind (``mlp``).
     """
+    fallback = default_kind("vector")
     for kind in ENCODERS.values():
-        if kind.matches(config):
+        if kind.arch != fallback and kind.matches(config):
             return kind.arch
-    return "mlp"
+    return fallback
 
 
 _NETS = "agilerl_plugin_gym.networks.factory"
@@ -225,17 +296,21 @@ register_encoder(EncoderKind(
     "multiinput", MultiInputSpec,
     lambda c: bool(set(c) & {"mlp_config", "cnn_config", "lstm_config", "vector_space_mlp", "init_dicts", "latent_dim"}),
     builder=f"{_NETS}:build_multi_input",  # EvolvableMultiInput.mutation_names() answers for its parts
+    reads="structured", default=True, multi_agent=False, title="multi-input",
 ))  # fmt: skip
-register_encoder(
-    EncoderKind("cnn_lstm", CnnLstmSpec, lambda c: bool(set(c) & _CNN_KEYS and set(c) & (_LSTM_KEYS - {"dropout"})))
-)
+register_encoder(EncoderKind(
+    "cnn_lstm", CnnLstmSpec, lambda c: bool(set(c) & _CNN_KEYS and set(c) & (_LSTM_KEYS - {"dropout"})),
+    reads="image", multi_agent=False, recurrent=True, title="CNN-LSTM",
+))  # fmt: skip
 register_encoder(EncoderKind("cnn", CnnSpec, lambda c: bool(set(c) & _CNN_KEYS), builder=f"{_NETS}:build_cnn",
-                             mutations=("add_layer", "remove_layer", "add_channel", "remove_channel")))  # fmt: skip
+                             mutations=("add_layer", "remove_layer", "add_channel", "remove_channel"), reads="image",
+                             default=True, title="CNN"))  # fmt: skip
 register_encoder(EncoderKind("lstm", LstmSpec, lambda c: bool(set(c) & _LSTM_KEYS), builder=f"{_NETS}:build_lstm",
-                             mutations=_MLP_MUTATIONS))  # fmt: skip
+                             mutations=_MLP_MUTATIONS, multi_agent=False, recurrent=True, title="LSTM"))  # fmt: skip
 register_encoder(EncoderKind(
     "simba", SimbaSpec,
     lambda c: bool(set(c) & {"num_blocks", "scale_factor", "min_blocks", "max_blocks"}) or isinstance(c.get("hidden_size"), int),
-    builder=f"{_NETS}:build_simba", mutations=("add_block", "remove_block", "add_node", "remove_node"),
+    builder=f"{_NETS}:build_simba", mutations=("add_block", "remove_block", "add_node", "remove_node"), title="SimBa",
 ))  # fmt: skip
-register_encoder(EncoderKind("mlp", MlpSpec, lambda c: True, builder=f"{_NETS}:build_mlp", mutations=_MLP_MUTATIONS))
+register_encoder(EncoderKind("mlp", MlpSpec, lambda c: True, builder=f"{_NETS}:build_mlp", mutations=_MLP_MUTATIONS,
+                             default=True, title="MLP"))  # fmt: skip

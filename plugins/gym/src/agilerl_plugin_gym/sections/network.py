@@ -14,12 +14,27 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from agilerl.models.base import Spec
-from agilerl_plugin_gym.sections.encoders import ENCODERS, MlpSpec, infer_encoder_arch
+from agilerl_plugin_gym.sections.encoders import ENCODERS, MlpSpec, infer_encoder_arch, on_encoders_changed
 
-__all__ = ["EncoderSpec", "NetworkSpec"]
+__all__ = ["EncoderSpec", "NetworkSpec", "encoder_spec_type"]
 
-#: ``encoder_config``: one of the registered kinds, by ``arch``.
-EncoderSpec = Annotated[reduce(or_, [k.spec for k in ENCODERS.values()]), Field(discriminator="arch")]  # type: ignore[valid-type]
+
+def encoder_spec_type() -> Any:
+    """``encoder_config``'s type: one of the kinds registered now, told apart by ``arch``."""
+    return Annotated[reduce(or_, [k.spec for k in ENCODERS.values()]), Field(discriminator="arch")]
+
+
+def _reference_parts() -> tuple[tuple[str, type[Spec]], ...]:
+    return tuple(
+        (f"network.encoder_config{' / head_config' if k.arch == 'mlp' else ''} (arch: {k.arch})", k.spec)
+        for k in ENCODERS.values()
+        if k.builder is not None
+    )
+
+
+#: ``encoder_config`` of the kinds registered when this module was imported (the built-in ones);
+#: :class:`NetworkSpec` itself follows every later registration.
+EncoderSpec = encoder_spec_type()
 
 
 class NetworkSpec(Spec):
@@ -44,11 +59,7 @@ class NetworkSpec(Spec):
     }
 
     #: The reference page's sub-sections (``agilerl schema --markdown``): one per encoder kind with a network.
-    reference_parts: ClassVar[tuple[tuple[str, type[Spec]], ...]] = tuple(
-        (f"network.encoder_config{' / head_config' if k.arch == 'mlp' else ''} (arch: {k.arch})", k.spec)
-        for k in ENCODERS.values()
-        if k.builder is not None
-    )
+    reference_parts: ClassVar[tuple[tuple[str, type[Spec]], ...]] = _reference_parts()
 
     latent_dim: Annotated[int, Field(ge=1)] = 64
     min_latent_dim: Annotated[int | None, Field(ge=1, description="Smallest latent_dim mutation may reach.")] = None
@@ -99,3 +110,13 @@ class NetworkSpec(Spec):
         if (lo is not None and self.latent_dim < lo) or (hi is not None and self.latent_dim > hi):
             raise ValueError(f"latent_dim ({self.latent_dim}) must lie in [min_latent_dim, max_latent_dim]")
         return self
+
+
+def _rebuild() -> None:
+    """Make ``encoder_config`` (and the reference page's parts) the union of the kinds registered now."""
+    NetworkSpec.model_fields["encoder_config"].annotation = encoder_spec_type() | None
+    NetworkSpec.reference_parts = _reference_parts()
+    NetworkSpec.model_rebuild(force=True)
+
+
+on_encoders_changed(_rebuild)
