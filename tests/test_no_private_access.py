@@ -38,6 +38,7 @@ EXTERNAL = {
     "_getframe",  # sys._getframe
     "_SubParsersAction",  # argparse: the type of add_subparsers()'s result (annotations only)
     "_fused_adam_",  # torch: the fused Adam kernel torch.optim.Adam(fused=True) calls (optim.py)
+    "_max_episode_steps",  # gymnasium: TimeLimit's limit; no public attribute when the env has no spec
     "_no_split_modules",  # transformers: a model's block classes, what accelerate's FSDP auto-wrap reads too
 }
 

@@ -52,23 +52,43 @@ def problems_of(data: dict[str, Any]) -> list[str]:
 #: Where gem-llm (the gem extra) is missing, GEM game manifests also get its install message.
 GEM = [] if HAS_GEM else ["gem-llm"]
 
+
+
+def hub(field: str, repo_id: str, *, dataset: bool = False) -> list[str]:
+    """A Hub id the manifest names: refused where the local Hugging Face cache lacks it (no downloads)."""
+    from agilerl_plugin_llm.hf_cache import dataset_cached, hub_snapshot
+
+    cached = dataset_cached(repo_id) if dataset else hub_snapshot(repo_id) is not None
+    return [] if cached else [f"{field}: '{repo_id}' is not a local path"]
+
+
+DPO_ROWS = hub("environment.dataset", "HumanLLMs/Human-Like-DPO-Dataset", dataset=True)
+QWEN = "network.pretrained_model_name_or_path"
+
 #: file -> None (validates unchanged) or the substrings the refusal must contain (one per problem).
 UPSTREAM_LLM: dict[str, list[str] | None] = {
     # its rubric, reward.py, is not among AgileRL's published files
-    "configs/training/llm_finetuning/grpo.yaml": ["environment.rubric_file_path: no such file: reward.py"],
-    "configs/training/llm_finetuning/dpo.yaml": None,
-    "configs/training/sft.yaml": None,
+    "configs/training/llm_finetuning/grpo.yaml": [
+        *hub("environment.dataset", "Jiayi-Pan/Countdown-Tasks-3to4", dataset=True),
+        "environment.rubric_file_path: no such file: reward.py",
+        *hub(QWEN, "Qwen/Qwen2.5-0.5B-Instruct"),
+    ],
+    "configs/training/llm_finetuning/dpo.yaml": [*DPO_ROWS, *hub(QWEN, "Qwen/Qwen2.5-0.5B")] or None,
+    "configs/training/sft.yaml": [*DPO_ROWS, *hub(QWEN, "Qwen/Qwen2.5-0.5B")] or None,
     "configs/training/llm_finetuning/cispo.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/gspo.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/reinforce_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/grpo_multiturn.yaml": ["use_vllm: true needs vLLM", *GEM],
-    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": ["use_sequence_packing", *GEM],
-    "configs/training/llm_finetuning/cispo_quant_bench.yaml": ["use_sequence_packing", *GEM],
-    "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": ["use_sequence_packing", *GEM],
+    "configs/training/llm_finetuning/cispo_gemma4_group5.yaml": ["use_vllm: true needs vLLM", *GEM],
+    "configs/training/llm_finetuning/cispo_quant_bench.yaml": ["use_vllm: true needs vLLM", *GEM],
+    "configs/training/llm_finetuning/cispo_quant_bench_qwen.yaml": ["use_vllm: true needs vLLM", *GEM],
     "configs/training/llm_finetuning/reinforce_quant_bench.yaml": ["use_vllm: true needs vLLM", *GEM],
     "configs/training/llm_finetuning/ppo_llm.yaml": ["use_vllm: true needs vLLM"],
     "configs/training/llm_finetuning/ppo_llm_quant_bench.yaml": ["use_vllm: true needs vLLM"],
-    "docs/_static/examples/gsm8k_grpo.yaml": ["environment.name: 'gsm8k' is the catalog's"],
+    "docs/_static/examples/gsm8k_grpo.yaml": [
+        "environment.name: 'gsm8k' is the catalog's",
+        *hub(QWEN, "Qwen/Qwen2.5-0.5B-Instruct"),
+    ],
 }
 
 

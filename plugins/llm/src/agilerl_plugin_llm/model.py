@@ -273,6 +273,11 @@ def load_model(
         kwargs["dtype"] = dtype
     else:
         kwargs["dtype"] = "auto"
+    if attn_implementation == "flex_attention" and device.type == "cpu":
+        # torch's FlexAttention has no backward on the CPU ("does not support backward on CPU"): the
+        # same attention, computed by sdpa, which trains there (AgileRL's manifests ask for flex).
+        log.warning("attn_implementation: flex_attention cannot train on the CPU (no backward there): using sdpa")
+        attn_implementation = "sdpa"
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     quantized = quantization not in (None, "none", "None", False, {})

@@ -102,7 +102,13 @@ class LLMAlgorithmSpec(AlgorithmSpec):
                           "On the CPU they are there already."),
     ] = False  # fmt: skip
     moe_lora_recompute: bool | None = None
-    use_sequence_packing: bool = False
+    use_sequence_packing: Annotated[
+        bool,
+        Field(description="Pack the log-prob forward passes padding-free: the sequences of a micro-batch share "
+                          "rows (each numbered from position 0, kept apart by the attention masks), so no padding "
+                          "is computed. Same log-probs and gradients within float tolerance; fewer tokens "
+                          "computed where lengths differ (docs/llm.md). Replaces GRPO's shared-prompt pass."),
+    ] = False  # fmt: skip
     lora_target_scope: Annotated[
         str | None,
         Field(description="LoRA targets only the modules under this path component, e.g. language_model: the "

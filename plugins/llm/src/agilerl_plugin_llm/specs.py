@@ -337,7 +337,6 @@ class LLMEnvSpec(EnvSpec):
 #: Inherited ``LLMAlgorithmSpec`` fields no code path here implements yet; setting one is an error.
 UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
     "moe_lora_recompute": "MoE LoRA recomputation is not supported yet",
-    "use_sequence_packing": "sequence packing is not supported yet",
     "use_liger_kernel": "Liger kernels are not supported yet",
     "use_mamba_kernels": "Mamba kernels are not supported yet",
 }

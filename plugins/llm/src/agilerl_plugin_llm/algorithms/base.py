@@ -86,6 +86,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     position_ids_from_mask: bool = True,
     chunk_rows: int | None = None,
+    pack: bool = False,
 ) -> torch.Tensor:
     """Per-token log-probabilities of the tokens selected by ``loss_mask`` (shape ``[B, T]``, zeros elsewhere).
 
@@ -99,6 +100,10 @@ def sequence_logprobs(
     when the model exposes its decoder and ``lm_head``; otherwise the full logits are used. With
     ``chunk_rows`` (``use_liger_loss`` / ``chunk_rows``) even ``[N, V]`` is never held: see
     :func:`agilerl_plugin_llm.logprobs.token_logprobs`.
+
+    ``pack`` (``use_sequence_packing``): the forward runs on the rows' real tokens packed together,
+    padding-free (:mod:`agilerl_plugin_llm.packing`); each row's positions count its real tokens, as
+    with ``position_ids_from_mask``. Same log-probs within float tolerance.
     """
     targets = input_ids[:, 1:]
     select = loss_mask[:, 1:].bool()
@@ -109,6 +114,9 @@ def sequence_logprobs(
     base = model.get_base_model() if llm_model.is_peft(model) else model
     decoder = _decoder(base)
     lm_head = getattr(base, "lm_head", None)
+    if pack:
+        return _packed_logprobs(model, base, decoder, lm_head, input_ids, attention_mask, select, out,
+                                temperature=temperature, chunk_rows=chunk_rows)  # fmt: skip
     extra: dict[str, Any] = {}
     mask_arg: torch.Tensor | None = attention_mask
     if bool((attention_mask.cumprod(-1) == attention_mask).all()):
@@ -133,6 +141,30 @@ def sequence_logprobs(
         return out + 0.0 * out_all.logits.sum()  # a backward through every FSDP unit, of zeros
     logits = out_all.logits[:, :-1][select]
     out[:, 1:][select] = token_logprobs(logits, lambda rows: rows, targets[select], temperature=temperature)
+    return out
+
+
+def _packed_logprobs(
+    model: Any, base: Any, decoder: Any, lm_head: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    select: torch.Tensor, out: torch.Tensor, *, temperature: float, chunk_rows: int | None,
+) -> torch.Tensor:  # fmt: skip
+    """:func:`sequence_logprobs` through one padding-free forward over the packed rows."""
+    from agilerl_plugin_llm.packing import pack_rows, packed_decoder_hidden, packed_logits
+
+    packed = pack_rows(input_ids, attention_mask)
+    # A selected token is predicted from the real token before it (a pad before it predicts nothing).
+    select = select & packed.real[:, :-1]
+    before = packed.predictors(select)
+    if decoder is not None and lm_head is not None:
+        hidden = packed.select(packed_decoder_hidden(decoder, packed), before)
+        out[:, 1:][select] = token_logprobs(hidden, lambda rows: scale_logits(base, lm_head(rows)),
+                                            input_ids[:, 1:][select], temperature=temperature, chunk_rows=chunk_rows)  # fmt: skip
+        return out
+    logits = packed_logits(model, packed)
+    if not bool(select.any()):  # sharded: a backward through every FSDP unit, of zeros
+        return out + 0.0 * logits.sum()
+    out[:, 1:][select] = token_logprobs(packed.select(logits, before), lambda rows: rows, input_ids[:, 1:][select],
+                                        temperature=temperature)  # fmt: skip
     return out
 
 
@@ -209,6 +241,11 @@ class LLMAlgorithm(AlgorithmBase):
         if getattr(self.spec, "activation_offload", False) and torch.is_grad_enabled():
             return torch.autograd.graph.save_on_cpu(pin_memory=self.device.type == "cuda")
         return contextlib.nullcontext()
+
+    @property
+    def sequence_packing(self) -> bool:
+        """``use_sequence_packing``: the log-prob forwards run padding-free (:mod:`agilerl_plugin_llm.packing`)."""
+        return bool(getattr(self.spec, "use_sequence_packing", False))
 
     @property
     def logit_chunk_rows(self) -> int | None:
@@ -331,6 +368,7 @@ class LLMAlgorithm(AlgorithmBase):
         ids, am, lm = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
         kwargs.setdefault("position_ids_from_mask", bool(getattr(self, "calc_position_embeddings", True)))
         kwargs.setdefault("chunk_rows", self.logit_chunk_rows)
+        kwargs.setdefault("pack", self.sequence_packing)
         if reference:
             with self.reference() as ref:
                 return sequence_logprobs(ref, ids, am, lm, **kwargs)

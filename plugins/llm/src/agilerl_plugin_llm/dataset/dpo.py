@@ -52,6 +52,7 @@ class DPO(LLMAlgorithm):
             flat["attention_mask"],
             flat["loss_mask"],
             position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
+            pack=self.sequence_packing,
         )
         counts = flat["loss_mask"][:, 1:].sum(-1).clamp(min=1).float()
         return logps.sum(-1).view(b, sides), counts.view(b, sides)

@@ -31,7 +31,8 @@ class SFT(LLMAlgorithm):
     def _logps(self, batch: Batch) -> torch.Tensor:
         flag = bool(getattr(self, "calc_position_embeddings", True))
         ids, mask, loss_mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-        return sequence_logprobs(self.model, ids, mask, loss_mask, position_ids_from_mask=flag)
+        return sequence_logprobs(self.model, ids, mask, loss_mask, position_ids_from_mask=flag,
+                                 pack=self.sequence_packing)  # fmt: skip
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         logps = self._logps(batch)

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -49,12 +50,14 @@ def collect(
     *,
     seeds: Sequence[int | None],
     generation_seed: int | None = None,
+    logprobs: bool = False,
 ) -> list[Trajectory]:
     """Play one episode in every harness (``harnesses[i].reset(seeds[i])``), turn by turn, batched.
 
     Envs that wait on I/O (``concurrent = True``, e.g. OpenEnv sessions) are reset and stepped
     concurrently, one thread per env: a batch costs about one round trip per turn instead of one per
-    env. Tokenisation stays on this thread either way.
+    env. Tokenisation stays on this thread either way. ``logprobs``: the backend also returns each
+    sampled token's log-prob (``generate_with_logprobs``), kept as ``Trajectory.sampling_logprobs``.
     """
     out: list[Trajectory | None] = [None] * len(harnesses)
     waiting = list(range(len(harnesses)))
@@ -71,7 +74,7 @@ def collect(
                 harnesses[i].begin(result)
         _check_room([harnesses[i] for i in started])
         _play([harnesses[i] for i in started], backend, sampling, run,
-              None if generation_seed is None else generation_seed + 104_729 * wave)  # fmt: skip
+              None if generation_seed is None else generation_seed + 104_729 * wave, logprobs)  # fmt: skip
         for i in started:
             out[i] = harnesses[i].trajectory()
         waiting = [i for i in waiting if i not in started]
@@ -101,22 +104,28 @@ def _check_room(harnesses: Sequence[RolloutHarness]) -> None:
 
 
 def _play(harnesses: Sequence[RolloutHarness], backend: GenerationBackend, sampling: SamplingConfig,
-          run: Callable[[list[Callable[[], Any]]], list[Any]], generation_seed: int | None) -> None:  # fmt: skip
+          run: Callable[[list[Callable[[], Any]]], list[Any]], generation_seed: int | None,
+          logprobs: bool = False) -> None:  # fmt: skip
     turn = 0
     while True:
         active = [h for h in harnesses if not h.done]
         if not active:
             break
-        new = backend.generate(
-            [h.context() for h in active],
-            max_new_tokens=[h.generation_budget() for h in active],
-            sampling=sampling,
-            seed=None if generation_seed is None else generation_seed + 7919 * turn,
-        )
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": [h.generation_budget() for h in active],
+            "sampling": sampling,
+            "seed": None if generation_seed is None else generation_seed + 7919 * turn,
+        }
+        contexts = [h.context() for h in active]
+        if logprobs:
+            pairs = backend.generate_with_logprobs(contexts, **kwargs)  # type: ignore[attr-defined]
+            new, scores = [p[0] for p in pairs], [p[1] for p in pairs]
+        else:
+            new, scores = backend.generate(contexts, **kwargs), [None] * len(active)
         replies = []
-        for h, ids in zip(active, new, strict=False):
+        for h, ids, lps in zip(active, new, scores, strict=False):
             ids, stopped = cut_at_stop_string(list(ids), h.tokenizer, sampling.stop_strings)
-            replies.append(h.reply(ids, stopped=stopped))
+            replies.append(h.reply(ids, stopped=stopped, logprobs=None if lps is None else list(lps)[: len(ids)]))
         results = run([partial(h.env.step, a) for h, a in zip(active, replies, strict=True)])
         for harness, result in zip(active, results, strict=True):
             harness.finish_step(result)
@@ -188,7 +197,16 @@ def pad_trajectories(trajs: Sequence[Trajectory], pad_id: int) -> dict[str, torc
         attention[i, :k] = 1
         loss_mask[i, :k] = torch.tensor(t.policy_mask, dtype=torch.long)
         turn[i, :k] = torch.tensor(t.turn_index, dtype=torch.long)
-    return {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask, "turn_index": turn}
+    out = {"input_ids": ids, "attention_mask": attention, "loss_mask": loss_mask, "turn_index": turn}
+    if any(t.sampling_logprobs is not None for t in trajs):
+        # The sampling engine's log-probs at the policy tokens (NaN where it gave none: weight 1).
+        sampled = torch.full((n, width), float("nan"), dtype=torch.float32)
+        for i, t in enumerate(trajs):
+            where = loss_mask[i].nonzero().squeeze(-1)
+            if t.sampling_logprobs is not None and len(t.sampling_logprobs) == len(where):
+                sampled[i, where] = torch.tensor(t.sampling_logprobs, dtype=torch.float32)
+        out["sampling_logprobs"] = sampled
+    return out
 
 
 def masked_mean_per_row(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -224,6 +242,49 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, clamp: float | None) -> to
     diff = ref_logp - logp
     kl = torch.exp(diff) - diff - 1.0
     return kl.clamp(max=clamp) if clamp is not None else kl
+
+
+def truncated_is_weight(
+    log_ratio: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """AgileRL's vLLM importance-sampling weight ``min(exp(log_ratio), cap)`` per token, no gradient.
+
+    ``log_ratio`` is ``log p_policy - log p_engine`` of each sampled token; outside ``mask`` and where it
+    is not finite (the engine gave no log-prob) the weight is 1. Also returns ``vllm_is_ratio`` (mean
+    weight), ``vllm_is_clamped`` (the share of tokens at the cap) and ``vllm_is_logprob_gap`` (mean
+    ``|log_ratio|``) over the masked tokens.
+    """
+    with torch.no_grad():
+        keep = mask.bool() & torch.isfinite(log_ratio)
+        log_ratio = torch.where(keep, log_ratio, torch.zeros_like(log_ratio)).float()
+        weight = torch.exp(log_ratio).clamp(max=float(cap))
+        count = keep.sum().clamp(min=1).float()
+        stats = {
+            "vllm_is_ratio": float(weight[keep].sum() / count),
+            "vllm_is_clamped": float((weight[keep] >= float(cap)).sum() / count),
+            "vllm_is_logprob_gap": float(log_ratio.abs()[keep].sum() / count),
+        }
+    return weight, stats
+
+
+@dataclass
+class PolicyTokens:
+    """What every rollout loss starts from (see :meth:`RolloutLLMAlgorithm.policy_tokens`)."""
+
+    #: ``[B, T]`` float: the policy tokens, first column zeroed (nothing predicts a row's first token).
+    mask: torch.Tensor
+    #: ``[B, T]`` the current policy's log-probs (with gradient).
+    logp: torch.Tensor
+    #: ``[B, T]`` the sampling policy's log-probs (``old_logprobs``; the current ones, detached, in a single pass).
+    old: torch.Tensor
+    #: ``[B, T]`` the vLLM importance-sampling weight, or None when it does not apply.
+    is_weight: torch.Tensor | None
+    #: Stats for the loss's log (the weight's, when it applies).
+    stats: dict[str, float]
+
+    def weighted(self, per_token: torch.Tensor) -> torch.Tensor:
+        """``per_token`` (the policy term) times the importance-sampling weight, when there is one."""
+        return per_token if self.is_weight is None else per_token * self.is_weight
 
 
 class RolloutLLMAlgorithm(LLMAlgorithm):
@@ -306,12 +367,20 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         harnesses = [make_harness() for _ in seeds]
         for h in harnesses:  # the ids generation stops on (eos_token_id, generation_config) end replies there too
             h.stop_ids = set(h.stop_ids) | set(self.stop_ids)
+        logprobs = not greedy and self.importance_sampling(backend)
         try:
             return collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
-                           generation_seed=generation_seed)  # fmt: skip
+                           generation_seed=generation_seed, logprobs=logprobs)  # fmt: skip
         finally:
             for h in harnesses:
                 h.close()
+
+    def importance_sampling(self, backend: GenerationBackend | None = None) -> bool:
+        """Whether ``vllm_importance_sampling_correction`` applies: on (or unset, AgileRL's default) and the
+        colocated vLLM engine samples (it returns each sampled token's log-prob)."""
+        backend = backend if backend is not None else self.backend()
+        wanted = bool(getattr(self.spec, "importance_sampling_correction", False))
+        return wanted and backend.name == "vllm" and hasattr(backend, "generate_with_logprobs")
 
     def _iteration_seeds(self, count: int) -> list[int]:
         # A function of (seed, steps): resuming from a checkpoint replays the same prompts.
@@ -382,14 +451,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
                 batch["old_logprobs"] = self._chunked_logprobs(batch, reference=False)
             if self.beta > 0:
                 batch["ref_logprobs"] = self._chunked_logprobs(batch, reference=True)
+            if "sampling_logprobs" in batch:
+                self._importance_log_ratio(batch)
         stats: dict[str, float] = {}
         for _ in range(int(self.update_epochs)):
             stats = self.optimize(batch, self.loss, **optimize_kwargs)
         return stats
 
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
-        """Per-token log-probs of the policy (or reference); shared prompts run once per group."""
-        if "group_id" not in batch or not supports_shared_prefix(self.model):
+        """Per-token log-probs of the policy (or reference); shared prompts run once per group, unless
+        ``use_sequence_packing`` packs whole sequences instead."""
+        if "group_id" not in batch or self.sequence_packing or not supports_shared_prefix(self.model):
             return super().logprobs(batch, reference=reference, **kwargs)
         args = (batch["input_ids"], batch["attention_mask"], batch["loss_mask"], batch["prefix_len"], batch["group_id"])
         kwargs.setdefault("chunk_rows", self.logit_chunk_rows)
@@ -398,7 +470,35 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
                 return shared_prefix_logprobs(ref, *args, **kwargs)
         return shared_prefix_logprobs(self.model, *args, **kwargs)
 
-    def _chunked_logprobs(self, batch: dict[str, torch.Tensor], *, reference: bool) -> torch.Tensor:
+    def _importance_log_ratio(self, batch: dict[str, torch.Tensor]) -> None:
+        """``batch["is_log_ratio"]``: log p_policy - log p_vLLM of each sampled token, both of the model's own
+        distribution (temperature 1: vLLM's sampled-token log-probs are taken before its temperature,
+        top-k and top-p). At temperature 1 the loss takes it from the sampling policy's log-probs (no
+        extra pass); at another temperature one more forward pass, without gradient, gives them."""
+        if self._logit_temperature() == 1.0:
+            if "old_logprobs" in batch:
+                batch["is_log_ratio"] = batch["old_logprobs"] - batch["sampling_logprobs"]
+            return  # single pass: the loss's own log-probs, detached, are the sampling policy's
+        policy = self._chunked_logprobs(batch, reference=False, temperature=1.0)
+        batch["is_log_ratio"] = policy - batch["sampling_logprobs"]
+
+    def policy_tokens(self, batch: Mapping[str, torch.Tensor], logp: torch.Tensor) -> PolicyTokens:
+        """The loss's starting point: the policy-token mask, ``logp``, the sampling policy's log-probs and
+        (``vllm_importance_sampling_correction``) the importance-sampling weight of each token."""
+        mask = batch["loss_mask"].float()
+        mask[:, 0] = 0.0
+        old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
+        log_ratio = batch.get("is_log_ratio")
+        if log_ratio is None and "sampling_logprobs" in batch:  # temperature 1, single pass
+            log_ratio = old - batch["sampling_logprobs"]
+        if log_ratio is None:
+            return PolicyTokens(mask, logp, old, None, {})
+        weight, stats = truncated_is_weight(log_ratio, mask, float(self.spec.vllm_importance_sampling_cap))
+        return PolicyTokens(mask, logp, old, weight, stats)
+
+    def _chunked_logprobs(
+        self, batch: dict[str, torch.Tensor], *, reference: bool, temperature: float | None = None
+    ) -> torch.Tensor:
         from agilerl_plugin_llm.algorithms.base import slice_batch, trim_padding
 
         toggle = has_dropout(self.model)
@@ -413,7 +513,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         for lo, hi in distributed.local_rows(n, self.mini_batch_size, rank, world) if split else [(0, n)]:
             for start in range(lo, hi, size):
                 part = self.to_device(trim_padding(slice_batch(batch, start, min(start + size, hi))))
-                lp = self.logprobs(part, reference=reference, temperature=self._logit_temperature())
+                lp = self.logprobs(part, reference=reference,
+                                   temperature=self._logit_temperature() if temperature is None else temperature)  # fmt: skip
                 out[start : min(start + size, hi), : lp.shape[1]] = lp.cpu()
         if toggle:
             self.model.train()
@@ -479,6 +580,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
 
 
 __all__ = [
+    "PolicyTokens",
     "RolloutLLMAlgorithm",
     "collect",
     "env_runner",
@@ -486,4 +588,5 @@ __all__ = [
     "masked_mean_per_row",
     "pad_trajectories",
     "returns_to_go",
+    "truncated_is_weight",
 ]

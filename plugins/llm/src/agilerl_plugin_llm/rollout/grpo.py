@@ -231,16 +231,15 @@ class GRPO(RolloutLLMAlgorithm):
         return postprocess_advantages(adv, pad_trajectories(trajs, self.pad_id)["loss_mask"], self.spec)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        mask = batch["loss_mask"].float()
-        mask[:, 0] = 0.0
-        logp = self.logprobs(batch, temperature=self._logit_temperature())
-        old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
+        x = self.policy_tokens(batch, self.logprobs(batch, temperature=self._logit_temperature()))
+        mask = x.mask
         per_token, clipped = policy_loss(
-            logp, old, batch["advantages"], mask, clip_coef=self.clip_range(), loss_type=self.spec.loss_type,
+            x.logp, x.old, batch["advantages"], mask, clip_coef=self.clip_range(), loss_type=self.spec.loss_type,
             level=self.spec.ratio_level, turn_index=batch.get("turn_index"),
         )  # fmt: skip
-        stats: dict[str, float] = {}
-        per_token = self.with_kl(per_token, logp, batch, mask, stats, self.spec.kl_clamp)
+        stats = dict(x.stats)
+        # The vLLM importance-sampling weight scales the policy term, before the KL penalty (as AgileRL).
+        per_token = self.with_kl(x.weighted(per_token), x.logp, batch, mask, stats, self.spec.kl_clamp)
         stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
         loss_sum = normalised_loss_sum(per_token, mask, batch, self.spec.loss_norm, self.spec.new_tokens)
         stats["loss"] = float(loss_sum.detach()) / max(len(per_token), 1)

@@ -62,6 +62,9 @@ class Trajectory:
     info: dict[str, Any] = field(default_factory=dict)
     #: Whether a reply was cut at the token budget (it ended without a stop token).
     cut_off: bool = False
+    #: The engine's log-prob of each policy token when it was sampled (in order; NaN where the engine
+    #: gave none), for ``vllm_importance_sampling_correction``; None when not recorded.
+    sampling_logprobs: list[float] | None = None
 
     @property
     def total_reward(self) -> float:
@@ -159,6 +162,7 @@ class RolloutHarness:
         self.terminated = False
         self.truncated = False
         self._ended_with_stop = False
+        self.sampling_logprobs: list[float] | None = None
         #: The prompt alone filled ``max_model_len``: the episode ended before the policy wrote a token.
         self.no_room = False
         self.info: dict[str, Any] = {}
@@ -245,16 +249,24 @@ class RolloutHarness:
         """Record the policy's reply (token ids as generated), play it in the env; return the reward."""
         return self.finish_step(self.env.step(self.reply(new_ids)))
 
-    def reply(self, new_ids: list[int], *, stopped: bool = False) -> str:
+    def reply(self, new_ids: list[int], *, stopped: bool = False, logprobs: list[float] | None = None) -> str:
         """Record the policy's reply (token ids as generated); return it as the env's action text.
 
         ``step`` = ``reply`` + ``env.step`` + :meth:`finish_step`; split so that a batch of remote
         envs can be stepped concurrently while the tokenizer stays on one thread. ``stopped``: the
-        reply was ended by a stop string (so it was not cut at the token budget).
+        reply was ended by a stop string (so it was not cut at the token budget). ``logprobs``: the
+        sampling engine's log-prob of each new token (kept as ``Trajectory.sampling_logprobs``).
         """
         if self.done:
             raise RuntimeError("step() on a finished episode; call reset() first")
         new_ids = [int(t) for t in new_ids][: self.generation_budget()]
+        if logprobs is not None or self.sampling_logprobs is not None:
+            given = [float(x) for x in (logprobs or [])][: len(new_ids)]
+            missing = [float("nan")] * (len(new_ids) - len(given))
+            before = self.sampling_logprobs
+            if before is None:  # the episode's earlier replies carried none
+                before = [float("nan")] * sum(self.policy_mask)
+            self.sampling_logprobs = before + given + missing
         self._append(new_ids, policy=True)
         self._ended_with_stop = bool(new_ids) and new_ids[-1] in self.stop_ids
         # ``stopped``: the reply ended at a stop string (a proper end, though not a stop token).
@@ -321,6 +333,7 @@ class RolloutHarness:
             truncated=self.truncated,
             info=dict(self.info),
             cut_off=self.cut_off,
+            sampling_logprobs=None if self.sampling_logprobs is None else list(self.sampling_logprobs),
         )
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ import torch
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.algorithms.base import _decoder, scale_logits
 from agilerl_plugin_llm.logprobs import token_logprobs
+from agilerl_plugin_llm.packing import check_packing, pack_rows, packed_decoder_hidden
 from agilerl_plugin_llm.rollout.base import (
     RolloutLLMAlgorithm,
     masked_mean_per_row,
@@ -126,16 +127,35 @@ class LLMPPO(RolloutLLMAlgorithm):
         select = loss_mask[:, 1:].bool()
         base = self._base()
         decoder, lm_head = _decoder(base), getattr(base, "lm_head", None)
+        packed = pack_rows(ids, attention) if self.sequence_packing else None
+        if packed is not None:  # use_sequence_packing: one padding-free forward (see agilerl_plugin_llm.packing)
+            select = select & packed.real[:, :-1]
         targets = ids[:, 1:][select]
         if decoder is not None and lm_head is not None:
-            hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-            chosen = hidden[:, :-1][select]
+            if packed is not None:
+                chosen = packed.select(packed_decoder_hidden(decoder, packed), packed.predictors(select))
+            else:
+                hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+                chosen = hidden[:, :-1][select]
             token_logp = token_logprobs(
                 chosen,
                 lambda rows: scale_logits(base, lm_head(rows)),
                 targets,
                 temperature=temperature,
                 chunk_rows=self.logit_chunk_rows,
+            )
+        elif packed is not None:
+
+            def run(i: torch.Tensor, p: torch.Tensor) -> Any:
+                return self.model(input_ids=i, position_ids=p, attention_mask=None, use_cache=False,
+                                  output_hidden_states=True)  # fmt: skip
+
+            check_packing(self.model, lambda i, p: run(i, p).logits)
+            out = run(packed.input_ids, packed.position_ids)
+            before = packed.predictors(select)
+            chosen = packed.select(out.hidden_states[-1], before)
+            token_logp = token_logprobs(
+                packed.select(out.logits, before), lambda r: r, targets, temperature=temperature
             )
         else:
             out = self.model(input_ids=ids, attention_mask=attention, use_cache=False, output_hidden_states=True)
@@ -177,16 +197,15 @@ class LLMPPO(RolloutLLMAlgorithm):
 
     # --- the loss ------------------------------------------------------------------------------
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        mask = batch["loss_mask"].float()
-        mask[:, 0] = 0.0
         logp, values = self.logprobs_and_values(batch, temperature=self._logit_temperature())
-        old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
-        pg, clipped = policy_loss(logp, old, batch["advantages"], mask, clip_coef=self.clip_range())
+        x = self.policy_tokens(batch, logp)
+        pg, clipped = policy_loss(x.logp, x.old, batch["advantages"], x.mask, clip_coef=self.clip_range())
         vf = 0.5 * (values - batch["returns"]) ** 2
-        per_token = pg + float(self.vf_coef) * vf
-        stats: dict[str, float] = {"value_loss": float(masked_mean_per_row(vf.detach(), mask).mean())}
-        per_token = self.with_kl(per_token, logp, batch, mask, stats, self.spec.kl_clamp)
-        return sequence_mean_loss(per_token, clipped, mask, stats)
+        # The vLLM importance-sampling weight scales the policy surrogate only (as AgileRL), not the value loss.
+        per_token = x.weighted(pg) + float(self.vf_coef) * vf
+        stats: dict[str, float] = {"value_loss": float(masked_mean_per_row(vf.detach(), x.mask).mean()), **x.stats}
+        per_token = self.with_kl(per_token, x.logp, batch, x.mask, stats, self.spec.kl_clamp)
+        return sequence_mean_loss(per_token, clipped, x.mask, stats)
 
     # --- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -54,17 +54,14 @@ class LLMREINFORCE(RolloutLLMAlgorithm):
         return {"advantages": adv}
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        mask = batch["loss_mask"].float()
-        mask[:, 0] = 0.0
-        logp = self.logprobs(batch, temperature=self._logit_temperature())
-        old = batch["old_logprobs"] if "old_logprobs" in batch else logp.detach()
+        x = self.policy_tokens(batch, self.logprobs(batch, temperature=self._logit_temperature()))
         per_token, clipped = policy_loss(
-            logp, old, batch["advantages"], mask, clip_coef=self.clip_range(), level=self.spec.ratio_level,
+            x.logp, x.old, batch["advantages"], x.mask, clip_coef=self.clip_range(), level=self.spec.ratio_level,
             turn_index=batch.get("turn_index"),
         )  # fmt: skip
-        stats: dict[str, float] = {}
-        per_token = self.with_kl(per_token, logp, batch, mask, stats, 10.0)
-        return sequence_mean_loss(per_token, clipped, mask, stats)
+        stats = dict(x.stats)
+        per_token = self.with_kl(x.weighted(per_token), x.logp, batch, x.mask, stats, 10.0)
+        return sequence_mean_loss(per_token, clipped, x.mask, stats)
 
 
 __all__ = ["LLMREINFORCE", "returns_to_go"]

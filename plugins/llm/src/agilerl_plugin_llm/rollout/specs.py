@@ -216,11 +216,19 @@ class RolloutLLMSpec(PluginLLMSpec):
     ] = None
     vllm_importance_sampling_correction: Annotated[
         bool | None,
-        Field(description="Not implemented (the vLLM backend here returns no sampling log-probs): only false "
-                          "or unset is accepted."),
+        Field(description="AgileRL's truncated importance sampling for the colocated vLLM engine: each policy "
+                          "token's loss term is weighted by min(exp(log p_policy - log p_vLLM), "
+                          "vllm_importance_sampling_cap), the policy's probability of the sampled token over the "
+                          "engine's (both of the model's own distribution, temperature 1), with no gradient. "
+                          "Unset: on when the colocated vLLM engine generates (AgileRL's default); true needs "
+                          "use_vllm: true."),
     ] = None  # fmt: skip
 
     @model_validator(mode="before")
+    vllm_importance_sampling_cap: Annotated[
+        float,
+        Field(gt=0.0, description="Upper bound of the vLLM importance-sampling weight (AgileRL's default 2.0)."),
+    ] = 2.0
     @classmethod
     def _agilerl_generation_fields(cls, data: Any) -> Any:
         return _fold_vllm_fields(data)
@@ -234,9 +242,7 @@ class RolloutLLMSpec(PluginLLMSpec):
         problems = llm_algorithm_problems(self)
         if self.stop_strings is not None and not all(self.stop_strings):
             problems.append("stop_strings: an empty string would end every reply at once; remove it")
-        if self.vllm_importance_sampling_correction:
-            problems.append("vllm_importance_sampling_correction: correcting for vLLM's sampling log-probs is not "
-                            "implemented; remove it or set it to false")  # fmt: skip
+        problems += self._importance_sampling_problems()
         if problems:
             raise ValueError("; ".join(problems))
         if self.generation_backend == "vllm_server":
@@ -268,6 +274,28 @@ class RolloutLLMSpec(PluginLLMSpec):
                 raise ValueError(
                     f"min_output_tokens ({self.min_output_tokens}) is greater than "
                     f"max_output_tokens ({self.max_output_tokens})"
+    def _importance_sampling_problems(self) -> list[str]:
+        """``vllm_importance_sampling_correction`` / ``_cap`` where no colocated vLLM engine samples."""
+        correction = self.vllm_importance_sampling_correction
+        if self.generation_backend == "vllm" and correction is not False:
+            return []
+        if correction and self.generation_backend == "vllm_server":
+            return ["vllm_importance_sampling_correction: true is implemented for the colocated vLLM engine "
+                    "(vllm_config.mode: colocate), not for mode: server yet; remove it"]  # fmt: skip
+        if correction:
+            return ["vllm_importance_sampling_correction: true weights each token by the policy's probability over "
+                    "that of the vLLM engine that sampled it, but use_vllm is not true here (HF generate samples "
+                    "from the policy itself: nothing to correct); set use_vllm: true, or remove it"]  # fmt: skip
+        if "vllm_importance_sampling_cap" in self.model_fields_set:
+            return ["vllm_importance_sampling_cap: it bounds the vLLM importance-sampling weight, which applies only "
+                    "with use_vllm: true and vllm_importance_sampling_correction not false; remove it"]  # fmt: skip
+        return []
+
+    @property
+    def importance_sampling_correction(self) -> bool:
+        """Whether the vLLM importance-sampling weight applies (when the colocated engine samples)."""
+        return self.vllm_importance_sampling_correction is not False and self.generation_backend in ("vllm", "auto")
+
                 )
         return self
 

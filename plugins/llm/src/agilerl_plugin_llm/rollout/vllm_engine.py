@@ -315,7 +315,8 @@ class VLLMColocatedBackend:
     def sync_weights(self, model: Any) -> None:
         """LoRA: the actor adapter, as a new ``LoRARequest``. Full fine-tuning: every weight, through
         the workers' ``reload_weights`` (vLLM's in-place reload: its CPU backend repacks linear layers
-        after loading, which a bare ``model.load_weights`` would leave half-updated)."""
+        after loading, which a bare ``model.load_weights`` would leave half-updated), then the prefix
+        cache is emptied (its KV blocks were computed with the old weights)."""
         self._check_alive()
         self.wake_up()
         try:
@@ -376,6 +377,26 @@ class VLLMColocatedBackend:
     def _check_alive(self) -> None:
         if self.dead:
             raise VLLMEngineDied("the vLLM engine died earlier in this process; start the run again (or resume it)")
+
+    def generate_with_logprobs(
+        self, prompts: list[list[int]], *, max_new_tokens: list[int], sampling: SamplingConfig, seed: int | None = None
+    ) -> list[tuple[list[int], list[float]]]:
+        """:meth:`generate`, and each kept token's log-prob as vLLM sampled it (``logprobs=0``: the model's
+        own distribution, before temperature, top-k and top-p; NaN where vLLM gave none)."""
+        outputs = self.generate_outputs(prompts, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
+                                        logprobs=0)  # fmt: skip
+        stop = set(self.stop_ids)
+        out = []
+        for o, budget in zip(outputs, max_new_tokens, strict=False):
+            sample = o.outputs[0]
+            ids = _cut(list(sample.token_ids), stop, budget)
+            entries = list(sample.logprobs or [])
+            scores = []
+            for i, token in enumerate(ids):
+                entry = entries[i] if i < len(entries) else None
+                scores.append(float(entry[token].logprob) if entry and token in entry else float("nan"))
+            out.append((ids, scores))
+        return out
 
     def _died(self, exc: BaseException, doing: str) -> GenerationError:
         if isinstance(exc, GenerationError):
