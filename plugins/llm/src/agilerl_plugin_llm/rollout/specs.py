@@ -223,12 +223,12 @@ class RolloutLLMSpec(PluginLLMSpec):
                           "Unset: on when the colocated vLLM engine generates (AgileRL's default); true needs "
                           "use_vllm: true."),
     ] = None  # fmt: skip
-
-    @model_validator(mode="before")
     vllm_importance_sampling_cap: Annotated[
         float,
         Field(gt=0.0, description="Upper bound of the vLLM importance-sampling weight (AgileRL's default 2.0)."),
     ] = 2.0
+
+    @model_validator(mode="before")
     @classmethod
     def _agilerl_generation_fields(cls, data: Any) -> Any:
         return _fold_vllm_fields(data)
@@ -274,6 +274,9 @@ class RolloutLLMSpec(PluginLLMSpec):
                 raise ValueError(
                     f"min_output_tokens ({self.min_output_tokens}) is greater than "
                     f"max_output_tokens ({self.max_output_tokens})"
+                )
+        return self
+
     def _importance_sampling_problems(self) -> list[str]:
         """``vllm_importance_sampling_correction`` / ``_cap`` where no colocated vLLM engine samples."""
         correction = self.vllm_importance_sampling_correction
@@ -295,9 +298,6 @@ class RolloutLLMSpec(PluginLLMSpec):
     def importance_sampling_correction(self) -> bool:
         """Whether the vLLM importance-sampling weight applies (when the colocated engine samples)."""
         return self.vllm_importance_sampling_correction is not False and self.generation_backend in ("vllm", "auto")
-
-                )
-        return self
 
     @property
     def ratio_level(self) -> str:
