@@ -101,6 +101,21 @@ NOT_TRAINED_HERE: dict[str, str] = {
 }
 HEAVY_SKIPPED = {} if os.environ.get("AGILERL_TRAIN_HEAVY_MANIFESTS") == "1" else dict.fromkeys(_HEAVY, _NO_HEAVY)
 
+#: The refusal each missing package gives at validation. A manifest of NOT_TRAINED_HERE is skipped only
+#: when every problem its validation reports is one of these, of a package its reason names: any other
+#: refusal (a feature we lack, a broken stand-in) fails the test, whatever the reason says.
+PACKAGE_REFUSALS: dict[str, str] = {
+    "vLLM": "use_vllm: true needs vLLM, which is not installed here",
+    "gem-llm": "is a GEM env, built with gem.make: install gem-llm",
+    "bitsandbytes": "needs the bitsandbytes package, which is not installed here",
+}
+
+
+def unexplained_problems(reason: str, problems: list[str]) -> list[str]:
+    """The problems that are not the refusal of a package ``reason`` names (empty: the skip is honest)."""
+    named = [refusal for package, refusal in PACKAGE_REFUSALS.items() if package in reason]
+    return [p for p in problems if not any(refusal in p for refusal in named)]
+
 
 #: A missing resource a manifest names that only a manifest field can point elsewhere: the field its
 #: refusal names as the fix, set with ``--set`` like the budget (the catalog's rubric and prompt still apply).
@@ -345,7 +360,12 @@ def test_upstream_manifest_trains_and_resumes(
         validate_manifest(_with(data, standins))
     except ManifestError as exc:
         if rel in NOT_TRAINED_HERE:
-            pytest.skip(f"{NOT_TRAINED_HERE[rel]} ({exc.problems[0]})")
+            problems = [f"{p.path}: {p.message}" for p in exc.problems]
+            other = unexplained_problems(NOT_TRAINED_HERE[rel], problems)
+            assert not other, (
+                f"{rel} may skip because {NOT_TRAINED_HERE[rel]!r}, but validation also refuses it for {other}"
+            )
+            pytest.skip(f"{NOT_TRAINED_HERE[rel]} ({problems[0]})")
         raise
     assert rel not in NOT_TRAINED_HERE, f"{rel} validates here: remove it from NOT_TRAINED_HERE"
     extra = [arg for key, value in standins.items() for arg in ("--set", f"{key}={value}")]
@@ -384,3 +404,63 @@ def _steps(checkpoint: Path) -> int:
 
 def test_not_trained_here_names_only_manifests_that_exist() -> None:
     assert set(NOT_TRAINED_HERE) <= set(_files())
+
+
+def test_a_skip_is_only_the_missing_package_it_names() -> None:
+    vllm = PACKAGE_REFUSALS["vLLM"] + " (bash scripts/install.sh --vllm)"
+    assert unexplained_problems(_NO_VLLM, [f"algorithm: {vllm}"]) == []
+    # The three CISPO manifests skipped "for vLLM" while their first refusal was sequence packing:
+    packing = "algorithm: use_sequence_packing: sequence packing is not supported yet"
+    assert unexplained_problems(_NO_VLLM, [packing, f"algorithm: {vllm}"]) == [packing]
+    qlora = f"algorithm: quantization: QLoRA {PACKAGE_REFUSALS['bitsandbytes']}"
+    assert unexplained_problems(_NO_VLLM, [qlora]) == [qlora]  # a package the reason does not name
+
+
+# --------------------------------------------------------------------------------------------------
+# The counts docs/user-guide.md gives
+# --------------------------------------------------------------------------------------------------
+
+GUIDE = REPO / "docs" / "user-guide.md"
+
+
+def _vllm_venv_trains() -> list[str]:
+    """The manifests CI's vLLM venv trains: those that need vLLM, less what that venv still skips."""
+    return [rel for rel in _VLLM_MANIFESTS + _GEM_MANIFESTS if rel not in NOT_TRAINED_HERE]
+
+
+def test_the_guide_states_the_llm_finetuning_train_counts() -> None:
+    """The guide's train counts are this module's: in the main venv (without vLLM), how many of the 53
+    validate from the stand-in directory and how many train (the heavy ones aside); in CI's vLLM venv
+    (which runs this module with ``-k llm_finetuning``: hence this test's name), how many more train."""
+    text = " ".join(GUIDE.read_text(encoding="utf-8").split())
+    if _VLLM:
+        assert f"{len(_vllm_venv_trains())} more train and resume in CI's vLLM venv" in text
+        return
+    validate = len(_files()) - len(NOT_TRAINED_HERE)
+    train = validate - len(_HEAVY)
+    assert f"{validate} of the 53 validate and {train} train and resume in the main venv" in text
+
+
+def _standins_named(rel: str) -> list[str]:
+    """What of the stand-in directory ``rel`` would use: the resources it names that are not here."""
+    data = yaml.safe_load((UPSTREAM / rel).read_text(encoding="utf-8"))
+    named = [str(m) for m in _walk(data, "pretrained_model_name_or_path") if m]
+    named += [str(d) for d in _walk(data, "dataset") if isinstance(d, str)]
+    named += [str(d) for d in _walk(data, "minari_dataset_id") if d]
+    named += [str(r) for key in ("rubric_file_path", "reward_file_path") for r in _walk(data, key) if r == "reward.py"]
+    names = {str(n) for n in _walk(data, "name") + _walk(data, "env_name")}
+    named += [env_id for env_id, _ in _STANDIN_ENVS if env_id in names or env_id.removesuffix("-v1") in names]
+    return named + [f"--set {k}" for k in STANDIN_SETS.get(rel, {})]
+
+
+def test_from_this_repository_root_those_that_validate_need_no_stand_in() -> None:
+    """From this repository's root (tests/data holds AgileRL's iris tables) the manifests that validate
+    name nothing a stand-in replaces, so they train there as they train here; the guide says how many."""
+    upstream = _load_module(REPO / "tests" / "test_upstream_manifests.py")  # its table is the repo-root outcome
+    valid = [rel for rel, outcome in upstream.EXPECTED.items() if outcome == upstream.VALID]
+    assert {rel: _standins_named(rel) for rel in valid if _standins_named(rel)} == {}
+    assert not set(valid) & set(NOT_TRAINED_HERE)  # and this module trains every one of them
+    if _has("Box2D") and not _VLLM:  # the guide's figure: the dev requirements (Box2D, MuJoCo, ale-py) installed
+        in_ci = len([rel for rel in valid if rel not in _HEAVY])
+        text = " ".join(GUIDE.read_text(encoding="utf-8").split())
+        assert f"from this repository's root {len(valid)} validate, need no stand-in and train ({in_ci} in CI" in text
