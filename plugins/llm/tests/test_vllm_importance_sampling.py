@@ -223,8 +223,8 @@ def test_vllm_rollouts_carry_the_engines_logprobs_and_the_weight_is_one_where_th
 ) -> None:
     """Sampled at temperature 0.7, no top-k: each policy token carries vLLM's log-prob, which is the
     policy's at temperature 1 (not 0.7); the weight the update computes from them is 1 within float."""
-    agent, envs = build(manifest(vllm_model_dir, tmp_path, "CISPO", use_vllm=True, temperature=0.7, top_k=0,
-                                 vllm_importance_sampling_correction=True))  # fmt: skip
+    # vllm_importance_sampling_correction unset: AgileRL's default, on with the colocated engine.
+    agent, envs = build(manifest(vllm_model_dir, tmp_path, "CISPO", use_vllm=True, temperature=0.7, top_k=0))
     assert agent.importance_sampling()
     trajs = agent.rollout(envs.make_train, [0, 0, 0, 0, 1, 1, 1, 1], generation_seed=0)
     batch = pad_trajectories(trajs, agent.pad_id)
