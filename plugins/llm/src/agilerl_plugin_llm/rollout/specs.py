@@ -51,13 +51,15 @@ class VLLMConfig(Spec):
     ``max_num_seqs`` (default 32) sequences of ``max_model_len`` tokens, unless ``VLLM_CPU_KVCACHE_SPACE``
     (GiB) or ``vllm_engine_args.kv_cache_memory_bytes`` says otherwise. ``mode: server``: generation requests go to a vLLM
     server started separately (``server_base_url``, or ``server_host``/``server_port``), and the LoRA
-    adapter is synced to it before each rollout. With HF generation (``use_vllm: false``) it is not used.
+    adapter (or, with full fine-tuning, every weight) is synced to it before each rollout. With HF
+    generation (``use_vllm: false``) it is not used.
     """
 
     mode: Annotated[
         Literal["colocate", "server"],
         Field(description="colocate: the engine runs in the training process; server: a separately started "
-                          "vLLM server generates (LoRA runs; the adapter is synced to it over HTTP)."),
+                          "vLLM server generates (the LoRA adapter, or every weight, is synced to it through a shared "
+                          "directory; see docs/llm.md)."),
     ] = "colocate"  # fmt: skip
     server_base_url: Annotated[
         str | None, Field(description="mode: server: the server's URL (overrides server_host/server_port).")
@@ -245,14 +247,9 @@ class RolloutLLMSpec(PluginLLMSpec):
         problems += self._importance_sampling_problems()
         if problems:
             raise ValueError("; ".join(problems))
-        if self.generation_backend == "vllm_server":
-            if self.lora_config is None:
-                raise ValueError(
-                    "vllm_config.mode: server syncs the LoRA adapter to the server (POST /v1/load_lora_adapter); "
-                    "full-weight sync to a separate server is not implemented: add network.lora_config, or use "
-                    "mode: colocate for full fine-tuning"
-                )
-        elif self.generation_backend == "vllm":
+        # mode: server syncs LoRA adapters or, with full fine-tuning, every weight (a server without
+        # VLLM_SERVER_DEV_MODE=1 is refused when the run starts: validation does not ask the server).
+        if self.generation_backend == "vllm":
             from agilerl_plugin_llm.rollout.generation import (
                 VLLM_INSTALL_HINT,
                 cpu_head_size_problem,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -28,6 +29,34 @@ VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 #: Sequences the CPU KV cache is sized for when neither ``max_num_seqs`` nor the environment says.
 CPU_KV_SEQUENCES = 32
+
+
+#: vLLM's in-place reload logs this once per rotary layer on every full-weight sync.
+_ROTARY_RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _RotaryReloadNoise(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" warning, logged on every full-weight sync.
+
+    A rotary embedding's cos/sin cache is a buffer vLLM computes from the config, never a checkpoint
+    weight; its in-place reload (``reload_weights``) counts the layer as loadable, finds nothing for it
+    among the weights and puts the existing cache back unchanged (``_place_kernel_tensors``), which is
+    right, and then warns. Every other message of that logger (another layer that failed to load, a
+    weight left out) still goes through.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "%s: Failed to load weights" or not record.args:
+            return True
+        layer = record.args[0] if isinstance(record.args, tuple) else None
+        return not str(layer).endswith("RotaryEmbedding")
+
+
+def quiet_rotary_reload_warning() -> None:
+    """Install :class:`_RotaryReloadNoise` on vLLM's reload logger (once per process)."""
+    target = logging.getLogger(_ROTARY_RELOAD_LOGGER)
+    if not any(isinstance(f, _RotaryReloadNoise) for f in target.filters):
+        target.addFilter(_RotaryReloadNoise())
 
 
 class VLLMEngineDied(GenerationError):
@@ -266,6 +295,8 @@ class VLLMColocatedBackend:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
 
+        quiet_rotary_reload_warning()
+
         self.kwargs = vllm_engine_kwargs(
             model_path,
             max_model_len=max_model_len,
@@ -332,6 +363,10 @@ class VLLMColocatedBackend:
                 base = model.get_base_model() if hasattr(model, "get_base_model") else model
                 weights = [(k, v.detach()) for k, v in base.state_dict().items()]
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+                # The prefix cache holds KV blocks computed with the old weights: a prompt that fills
+                # a block (128 tokens on CPU, 16 on a GPU) would reuse them. (A new LoRA id needs no
+                # reset: cached blocks are keyed by adapter.)
+                self.llm.reset_prefix_cache()
         except Exception as exc:
             raise self._died(exc, "syncing weights") from exc
         self.syncs += 1
