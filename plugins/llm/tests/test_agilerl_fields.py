@@ -53,7 +53,6 @@ def problems_of(data: dict[str, Any]) -> list[str]:
 GEM = [] if HAS_GEM else ["gem-llm"]
 
 
-
 def hub(field: str, repo_id: str, *, dataset: bool = False) -> list[str]:
     """A Hub id the manifest names: refused where the local Hugging Face cache lacks it (no downloads)."""
     from agilerl_plugin_llm.hf_cache import dataset_cached, hub_snapshot
