@@ -233,15 +233,20 @@ def test_agilerl_use_vllm_manifests_validate_unchanged(
     import yaml
 
     # AgileRL runs them from its repository root, beside the reward.py they name (it is not among the
-    # published files): give them one, so what is checked is the manifest, unchanged. The Hub model they
-    # name cannot be downloaded here and validation reads the model: a tiny stand-in at that path
-    # (from_pretrained reads a local directory of that name first).
+    # published files): give them one, so what is checked is the manifest, unchanged. The Hub model and
+    # dataset they name cannot be downloaded here and validation reads them: a tiny stand-in model and a
+    # few Countdown rows at those paths (a local directory of that name is read first).
     rubric = (EXAMPLES / "say_word_rubric.py").read_text()
     (tmp_path / "reward.py").write_text(rubric + "\n\ncombined_rewards = reward_fn  # the name they give\n")
     monkeypatch.chdir(tmp_path)
     data = yaml.safe_load((UPSTREAM / "configs/training/llm_finetuning" / name).read_text())
     assert data["algorithm"]["use_vllm"] is True
     shutil.copytree(long_vllm_model_dir, tmp_path / data["network"]["pretrained_model_name_or_path"])
+    dataset = data["environment"].get("dataset")
+    if dataset:
+        (tmp_path / dataset).mkdir(parents=True)
+        rows = [{"nums": [i, i + 1, i + 2], "target": 3 * i + 3} for i in range(1, 9)]
+        (tmp_path / dataset / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     # grpo_multiturn plays GEM's games too: gem-llm is installed beside vLLM (install.sh --vllm), so it
     # validates like the others.
     m = load_manifest(data)

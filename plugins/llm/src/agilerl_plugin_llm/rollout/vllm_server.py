@@ -276,12 +276,17 @@ class VLLMServerBackend:
                 f"{exc}; the server reloads the weights from {path}, which the trainer wrote: the two must share "
                 "that filesystem (vllm_lora_export_dir names a directory both can read)"
             ) from exc
-        # KV blocks computed with the old weights would be reused for any prompt filling a block.
-        reset = self._request("POST", "/reset_prefix_cache")
-        if reset.get("success") is False:
-            raise GenerationError(
-                f"the vLLM server at {self.base_url} could not reset its prefix cache after a weight sync"
-            )
+        # KV blocks computed with the old weights would be reused for any prompt filling a block. The
+        # reset fails while blocks are held (another client's requests still running): try again.
+        for attempt in range(10):
+            if self._request("POST", "/reset_prefix_cache").get("success") is not False:
+                return
+            time.sleep(0.5 * (attempt + 1))
+        raise GenerationError(
+            f"the vLLM server at {self.base_url} could not empty its prefix cache after a weight sync (blocks still "
+            "held by running requests for about 27 s): it would serve KV computed with the old weights; let other "
+            "clients' requests finish, or give this run a server of its own"
+        )
 
     # --- GenerationBackend ----------------------------------------------------------------------
     def sync_weights(self, model: Any) -> None:
