@@ -1,4 +1,4 @@
-"""Acting with several small MLP networks that read one observation as a single chain of matmuls.
+"""Small plain MLPs without per-module and autograd overhead: packed acting, hand-written backward.
 
 A policy acts on a handful of observations every env step. For the 64-unit MLPs of classic
 control, most of such a call is per-module dispatch and per-layer kernel launches, not arithmetic;
@@ -15,6 +15,13 @@ step, loaded weights, a parameter mutation): every call compares the parameters'
 
 Outputs equal the separate networks' up to float rounding (a block-diagonal product sums the
 same terms plus exact zeros, in the kernel's own order).
+
+:class:`MLPChain` is the training side: the forward pass of one such network with its activations
+kept, and its backward written out (the same aten kernels autograd runs for ``addmm``, ReLU and
+Tanh, in the same order, so the gradients are bit-identical to autograd's), writing each weight's
+and bias's gradient into its ``.grad``. For a 64-unit network the autograd engine's per-node
+bookkeeping costs about as much as the matmuls themselves; a learner whose loss gradient is known
+in closed form (PPO's clipped surrogate, DQN's Huber loss) skips it.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.networks.network import EvolvableNetwork
 from agilerl_plugin_gym.optim import FlatParameters
 
-__all__ = ["FusedMLP"]
+__all__ = ["FusedMLP", "MLPChain"]
 
 #: (weight, bias, activation module or None) of one linear layer.
 Layer = tuple[torch.Tensor, torch.Tensor, nn.Module | None]
@@ -137,3 +144,87 @@ class FusedMLP:
             if act is not None:
                 x = act.forward(x)
         return x.split(self._splits, dim=-1)
+
+
+#: Activations whose backward :class:`MLPChain` writes out: ``result -> grad`` as autograd computes it.
+_BACKWARDS: dict[type[nn.Module], Any] = {
+    nn.ReLU: lambda grad, result: torch.ops.aten.threshold_backward(grad, result, 0),
+    nn.Tanh: torch.ops.aten.tanh_backward,
+}
+#: Gradients go straight into ``.grad`` (``out=``) only where it is aligned as a fresh tensor is: a
+#: GEMM may pick another kernel, and round differently, for an unaligned output; elsewhere they are
+#: computed fresh and copied in (the bits autograd would accumulate into a zeroed gradient, either way).
+_ALIGN = 64
+
+
+class MLPChain:
+    """Training forward and hand-written backward of one plain-MLP :class:`EvolvableNetwork`.
+
+    :meth:`forward` runs ``head(encoder(preprocess(obs)))`` as one chain of ``addmm`` and
+    activations (no autograd graph) and returns the output with what the backward needs;
+    :meth:`backward` takes the loss's gradient with respect to the output and writes every weight's
+    and bias's gradient into its ``.grad`` (overwriting it), bit-identical to what ``backward()``
+    through the modules would accumulate into zeroed gradients. Every ``.grad`` must exist (e.g.
+    the views of :class:`~agilerl_plugin_gym.optim.FlatParameters`).
+
+    Build one per update: it holds the layers the network had when built (a mutation replaces them).
+    :meth:`supports` says whether a network qualifies (an MLP encoder and head without LayerNorm,
+    ReLU/Tanh/no activations, no extra head input, its encoder trained with it).
+    """
+
+    def __init__(self, net: nn.Module) -> None:
+        if not self.supports(net):
+            raise ValueError("MLPChain needs a plain-MLP network (see MLPChain.supports)")
+        self.net = net
+        self.layers = [*(mlp_layers(net.encoder) or []), *(mlp_layers(net.head) or [])]  # type: ignore[union-attr]
+        self._backward = [None if act is None else _BACKWARDS[type(act)] for _, _, act in self.layers]
+
+    @staticmethod
+    def supports(net: nn.Module) -> bool:
+        if not _plain(net) or getattr(net, "detach_encoder", False):
+            return False
+        layers = [*(mlp_layers(net.encoder) or []), *(mlp_layers(net.head) or [])]  # type: ignore[union-attr]
+        return all(act is None or type(act) in _BACKWARDS for _, _, act in layers)
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Every tensor :meth:`backward` writes a gradient for (weights and biases, layer by layer)."""
+        return [t for w, b, _ in self.layers for t in (w, b)]
+
+    @torch.no_grad()
+    def forward(self, obs: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``(output, saved)``: the network's output for ``obs`` (no graph) and each layer's input."""
+        x = self.net.preprocess(obs)  # type: ignore[operator]
+        saved = [x]
+        for weight, bias, act in self.layers:
+            x = torch.addmm(bias, x, weight.t())  # what nn.functional.linear runs for a 2-D input
+            if act is not None:
+                x = act.forward(x)
+            saved.append(x)
+        return x, saved
+
+    @torch.no_grad()
+    def backward(self, saved: list[torch.Tensor], grad: torch.Tensor) -> None:
+        """Write ``d loss / d parameter`` into every weight's and bias's ``.grad``, given
+        ``grad = d loss / d output`` and :meth:`forward`'s ``saved``.
+
+        The kernels and operand orders are autograd's: ``AddmmBackward0`` (weight: ``grad.t() @
+        input``, bias: ``grad.sum(0)``, input: ``grad @ weight``), ``ReluBackward0``
+        (``threshold_backward`` on the result), ``TanhBackward0`` (``tanh_backward``).
+        """
+        for i in range(len(self.layers) - 1, -1, -1):
+            weight, bias, _ = self.layers[i]
+            act_backward = self._backward[i]
+            if act_backward is not None:
+                grad = act_backward(grad, saved[i + 1])
+            w_grad, b_grad, x = weight.grad, bias.grad, saved[i]
+            assert w_grad is not None and b_grad is not None
+            if w_grad.data_ptr() % _ALIGN == 0:
+                torch.mm(grad.t(), x, out=w_grad)
+            else:
+                w_grad.copy_(torch.mm(grad.t(), x))
+            if b_grad.data_ptr() % _ALIGN == 0:
+                torch.sum(grad, 0, out=b_grad)
+            else:
+                b_grad.copy_(grad.sum(0))
+            if i:
+                grad = torch.mm(grad, weight)

@@ -6,7 +6,11 @@ recurrent too) and IPPO (one update per network key).
   entropy bonus);
 * :func:`ppo_update` — ``update_epochs`` passes of shuffled minibatches over a flattened rollout,
   with gradient-norm clipping and the ``target_kl`` early stop; the algorithm supplies only a
-  ``forward(obs, actions) -> (log_prob, entropy, value)`` for its policy.
+  ``forward(obs, actions) -> (log_prob, entropy, value)`` for its policy, or a ``manual_step``
+  that writes the minibatch's gradients itself (PPO's plain-MLP policies, without autograd);
+* :func:`surrogate_grads` — the loss terms of :func:`clipped_surrogate` and its gradients with
+  respect to the new log-probabilities, the values and the entropies, computed with the
+  floating-point operations autograd runs for it, in its order (bit-identical gradients).
 
 The rollouts it learns from are collected by the on-policy engine
 (:mod:`agilerl_plugin_gym.engine.on_policy`).
@@ -15,7 +19,7 @@ The rollouts it learns from are collected by the on-policy engine
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -23,7 +27,7 @@ from torch import nn
 from agilerl_plugin_gym.observations import rows
 from agilerl_plugin_gym.optim import FlatParameters
 
-__all__ = ["PPOSettings", "clipped_surrogate", "ppo_update"]
+__all__ = ["LossGrads", "ManualStep", "PPOSettings", "clipped_surrogate", "ppo_update", "surrogate_grads"]
 
 
 class PPOSettings:
@@ -75,6 +79,84 @@ def clipped_surrogate(
     return loss, pg_loss, v_loss, ent, ratio, log_ratio
 
 
+class LossGrads(NamedTuple):
+    """:func:`surrogate_grads`' result: the loss terms (no graph) and the loss's gradients."""
+
+    pg_loss: torch.Tensor
+    v_loss: torch.Tensor
+    ratio: torch.Tensor
+    log_ratio: torch.Tensor
+    #: d loss / d new log-probability, per row.
+    log_prob: torch.Tensor
+    #: d loss / d value, per row.
+    value: torch.Tensor
+    #: d loss / d entropy, the same for every row (a 0-dim tensor: ``-ent_coef / rows``).
+    entropy: torch.Tensor
+
+
+def _maximum_backward(a: torch.Tensor, b: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.maximum``'s backward (autograd's formula): a tie splits the gradient in half."""
+    tie = a == b
+    half = grad / 2
+    return torch.where(tie, half, grad).masked_fill_(a < b, 0), torch.where(tie, half, grad).masked_fill_(a > b, 0)
+
+
+def _clamp_backward(x: torch.Tensor, grad: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """``clamp``'s backward (autograd's formula): the gradient where ``low <= x <= high``, else 0."""
+    return torch.where((x >= low).logical_and_(x <= high), grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+
+
+@torch.no_grad()
+def surrogate_grads(
+    new_log_prob: torch.Tensor, value: torch.Tensor, batch: Mapping[str, torch.Tensor], s: PPOSettings
+) -> LossGrads:
+    """:func:`clipped_surrogate` without autograd: its loss terms and its gradients.
+
+    The gradients of ``loss = pg_loss - ent_coef * entropy.mean() + vf_coef * v_loss`` with respect
+    to ``new_log_prob``, ``value`` and each row's entropy, from the same kernels autograd's backward
+    of :func:`clipped_surrogate` runs (``MeanBackward``, ``MaximumBackward``, ``ClampBackward``,
+    ``MulBackward``, ``ExpBackward``, ``PowBackward``), in the same order, so that they are
+    bit-identical to ``loss.backward()``'s (a test checks it).
+    """
+    n = new_log_prob.shape[0]
+    one = torch.ones((), dtype=new_log_prob.dtype, device=new_log_prob.device)
+    c = s.clip_coef
+    log_ratio = new_log_prob - batch["log_probs"]
+    ratio = log_ratio.exp()
+    adv = batch["advantages"]
+    if s.normalize_advantages and adv.shape[0] > 1:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    neg_adv = -adv
+    surr, surr_clipped = neg_adv * ratio, neg_adv * ratio.clamp(1 - c, 1 + c)
+    pg_loss = torch.max(surr, surr_clipped).mean()
+    # loss = (pg - ent_coef * ent) + vf_coef * v_loss: the three terms' upstream gradients.
+    g_surr, g_clipped = _maximum_backward(surr, surr_clipped, one / n)
+    g_ratio = g_surr * neg_adv + _clamp_backward(ratio, g_clipped * neg_adv, 1 - c, 1 + c)
+    g_log_prob = g_ratio * ratio
+    g_entropy = (-one * s.ent_coef) / n
+    g_sq = one * s.vf_coef * 0.5 / n  # through vf_coef * (0.5 * mean(...))
+    ret = batch["returns"]
+    if s.clip_vloss:
+        old_v = batch["values"]
+        dv = value - old_v
+        diff, diff_clipped = value - ret, old_v + dv.clamp(-c, c) - ret
+        sq, sq_clipped = diff.pow(2), diff_clipped.pow(2)
+        v_loss = 0.5 * torch.max(sq, sq_clipped).mean()
+        g_sq_a, g_sq_b = _maximum_backward(sq, sq_clipped, g_sq)
+        g_value = g_sq_a * (2.0 * diff) + _clamp_backward(dv, g_sq_b * (2.0 * diff_clipped), -c, c)
+    else:
+        diff = value - ret
+        v_loss = 0.5 * diff.pow(2).mean()
+        g_value = g_sq * (2.0 * diff)
+    return LossGrads(pg_loss, v_loss, ratio, log_ratio, g_log_prob, g_value, g_entropy)
+
+
+#: A minibatch step that writes the gradients of :func:`clipped_surrogate`'s loss itself (no
+#: autograd): ``step(minibatch) -> (pg_loss, v_loss, entropy, ratio, log_ratio)``, every parameter's
+#: ``.grad`` set; :func:`ppo_update` then clips and steps as after ``backward()``.
+ManualStep = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, ...]]
+
+
 Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 #: A recurrent policy's forward over a minibatch of padded sequences (engine.recurrent): (S, T) outputs.
 SequenceForward = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -97,6 +179,7 @@ def ppo_update(
     s: PPOSettings,
     *,
     seq_forward: SequenceForward | None = None,
+    manual_step: ManualStep | None = None,
 ) -> dict[str, float]:
     """``update_epochs`` passes of clipped-PPO minibatch steps over a flattened rollout.
 
@@ -111,6 +194,10 @@ def ppo_update(
     sequence (``batch_size`` counts sequences, as in AgileRL), ``seq_forward(minibatch)`` runs the
     policy through time from each sequence's stored initial state, and only the steps in ``mask``
     enter the loss.
+
+    ``manual_step`` (instead of ``forward``) computes a minibatch's loss terms and writes every
+    parameter's gradient itself, as :func:`surrogate_grads` gives them (bit-identical to
+    ``backward()``); the clip, the optimizer step and the statistics are the same.
     """
     n = int(data["advantages"].shape[0])
     if n == 0:
@@ -125,6 +212,14 @@ def ppo_update(
         for start in range(0, n - batch_size + 1, batch_size):
             idx = perm[start : start + batch_size]
             mb = {k: rows(v, idx) for k, v in data.items()}  # an obs of Dict/Tuple parts too
+            if manual_step is not None:  # gradients written by hand: no graph, no backward()
+                pg, vl, ent, ratio, log_ratio = manual_step(mb)
+                _clip_and_step(optimizer, params, s.max_grad_norm)
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    sums += torch.stack([pg, vl, ent])
+                updates += 1
+                continue
             if seq_forward is None:
                 assert forward is not None
                 new_lp, entropy, value = forward(mb["obs"], mb["actions"])
@@ -135,11 +230,7 @@ def ppo_update(
             loss, pg, vl, ent, ratio, log_ratio = clipped_surrogate(new_lp, entropy, value, mb, s)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if isinstance(params, FlatParameters):  # one norm and one scale over all gradients
-                params.clip_grad_norm_(s.max_grad_norm)
-            else:
-                nn.utils.clip_grad_norm_(params, s.max_grad_norm, foreach=True)
-            optimizer.step()
+            _clip_and_step(optimizer, params, s.max_grad_norm)
             with torch.no_grad():
                 approx_kl = ((ratio - 1) - log_ratio).mean()
                 sums += torch.stack([pg.detach(), vl.detach(), ent.detach()])
@@ -148,3 +239,11 @@ def ppo_update(
             break
     pg_m, vl_m, en_m = (sums / max(updates, 1)).tolist()
     return {"policy_loss": pg_m, "value_loss": vl_m, "entropy": en_m, "approx_kl": float(approx_kl)}
+
+
+def _clip_and_step(optimizer: Optimizer, params: Sequence[nn.Parameter] | FlatParameters, max_grad_norm: float) -> None:
+    if isinstance(params, FlatParameters):  # one norm and one scale over all gradients
+        params.clip_grad_norm_(max_grad_norm)
+    else:
+        nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+    optimizer.step()

@@ -26,9 +26,9 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.fused import FusedMLP
+from agilerl_plugin_gym.fused import FusedMLP, MLPChain
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
-from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
+from agilerl_plugin_gym.ppo_update import ManualStep, PPOSettings, ppo_update, surrogate_grads
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPOMixin
@@ -203,4 +203,52 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
         """``update_epochs`` passes of minibatch PPO over a rollout whose GAE is computed."""
         if self.recurrent:  # truncated BPTT over sequences (ppo_recurrent)
             return self.learn_sequences(buffer)
-        return ppo_update(buffer.flat(), self.evaluate_actions, self.optimizers["optimizer"], self.flat, self)
+        opt = self.optimizers["optimizer"]
+        manual = self._manual_step()
+        if manual is not None:  # plain MLPs, categorical policy: gradients by hand, bit-identical
+            return ppo_update(buffer.flat(), None, opt, self.flat, self, manual_step=manual)
+        return ppo_update(buffer.flat(), self.evaluate_actions, opt, self.flat, self)
+
+    def _manual_step(self) -> ManualStep | None:
+        """The minibatch step without autograd (:class:`~agilerl_plugin_gym.fused.MLPChain` for each
+        network, the loss's gradient from :func:`~agilerl_plugin_gym.ppo_update.surrogate_grads`), or
+        None where autograd runs: anything but a Discrete action space, a shared encoder, a network
+        that is not a plain MLP, or parameters outside the two networks' layers."""
+        actor, critic = self.nets["actor"], self.nets["critic"]
+        if self.kind != "discrete" or self.shared or self.extra_params:
+            return None
+        if not (MLPChain.supports(actor) and MLPChain.supports(critic)):
+            return None
+        chains = MLPChain(actor), MLPChain(critic)
+        self.flat.ensure()  # every .grad a view of the flat gradient, which the chains overwrite whole
+        written = {id(t) for c in chains for t in c.parameters()}
+        if written != {id(p) for p in self.flat.params}:
+            return None
+
+        def step(mb: Any) -> tuple[torch.Tensor, ...]:
+            (logits, saved_a), (value, saved_c) = chains[0].forward(mb["obs"]), chains[1].forward(mb["obs"])
+            value = value.squeeze(-1)
+            logp = torch.log_softmax(logits, -1)
+            actions = mb["actions"].long().unsqueeze(-1)
+            p = logp.exp()
+            entropy = -(p * logp).sum(-1)
+            g = surrogate_grads(logp.gather(-1, actions).squeeze(-1), value, mb, self)
+            chains[0].backward(saved_a, self._categorical_backward(logp, p, actions, g.log_prob, g.entropy))
+            chains[1].backward(saved_c, g.value.unsqueeze(-1))
+            return g.pg_loss, g.v_loss, entropy.mean(), g.ratio, g.log_ratio
+
+        return step
+
+    @staticmethod
+    def _categorical_backward(
+        logp: torch.Tensor, p: torch.Tensor, actions: torch.Tensor, g_log_prob: torch.Tensor, g_entropy: torch.Tensor
+    ) -> torch.Tensor:
+        """d loss / d logits of :meth:`_log_prob_entropy`'s discrete branch, as autograd computes
+        it: the entropy's backward (``-(exp(logp) * logp).sum(-1)``: through the product and through
+        the exp) and the gather's (a scatter into zeros), summed into the log-softmax's gradient in
+        the engine's order, then ``_log_softmax_backward_data``."""
+        g_prod = (-g_entropy).expand_as(logp)  # through the neg and the sum
+        g_gather = torch.zeros_like(logp).scatter_add_(-1, actions, g_log_prob.unsqueeze(-1))
+        # The engine runs the entropy's nodes (made after the gather) first: (product + exp) + gather.
+        g_logp = (g_prod * p + (g_prod * logp) * p) + g_gather
+        return torch.ops.aten._log_softmax_backward_data(g_logp, logp, -1, logp.dtype)
