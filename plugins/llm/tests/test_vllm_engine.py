@@ -141,6 +141,32 @@ def test_full_weight_sync_changes_generation_and_vllm_follows_the_policy(vllm_mo
     assert after == hf_greedy(agent, prompts)
 
 
+def test_a_full_sync_logs_no_rotary_reload_warning_and_other_reload_warnings_still_show(
+    vllm_model_dir: Path, tmp_path: Path
+) -> None:
+    """vLLM's in-place reload warns "RotaryEmbedding: Failed to load weights" on every full sync (the
+    rotary cache is computed, not loaded, and is kept): filtered; any other layer's warning is not."""
+    import logging
+
+    from agilerl_plugin_llm.rollout.vllm_engine import _ROTARY_RELOAD_LOGGER
+
+    agent, _ = build_agent(manifest(vllm_model_dir, tmp_path / "run"))
+    messages: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger, handler = logging.getLogger(_ROTARY_RELOAD_LOGGER), Keep()
+    logger.addHandler(handler)
+    try:
+        agent.backend().sync_weights(agent.model)  # a full sync: the reload runs in this process
+        logger.warning("%s: Failed to load weights", "ParallelLMHead")
+    finally:
+        logger.removeHandler(handler)
+    assert messages == ["ParallelLMHead: Failed to load weights"], messages
+
+
 def test_vllm_sampled_token_logprobs_agree_with_the_policy(vllm_model_dir: Path, tmp_path: Path) -> None:
     from agilerl_plugin_llm.algorithms.base import sequence_logprobs
 
