@@ -9,13 +9,16 @@ import copy
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
 from agilerl.builders import AlgorithmBuildRuntime
 from agilerl.models import load_manifest
+from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
-from agilerl_plugin_gym.fused import MLPChain
+from agilerl_plugin_gym.engine.replay_per import ReplaySettings
+from agilerl_plugin_gym.fused import MLPChain, mlp_chain
 from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
 
 
@@ -97,3 +100,37 @@ def test_mlp_chain_backward_matches_autograd_for_any_upstream_gradient() -> None
     chain.backward(saved, upstream)
     for p, e in zip(net.parameters(), expected, strict=True):
         assert torch.equal(p.grad, e)
+
+
+@pytest.mark.parametrize(
+    ("fields", "replay"),
+    [
+        ({"double": False}, ReplaySettings()),  # the benchmark's vanilla DQN
+        ({}, ReplaySettings()),  # double DQN (the default)
+        ({}, ReplaySettings(per=True, alpha=0.6, n_step=3)),  # importance weights and n-step discounts
+    ],
+)
+def test_dqn_hand_written_update_is_autograds_bit_for_bit(fields: dict[str, Any], replay: ReplaySettings) -> None:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    agent = _agent("DQN", env, batch_size=32, learn_step=2, **fields)
+    twin = copy.deepcopy(agent)
+    assert agent._chain() is not None
+    twin._chain = lambda: None  # the autograd path
+    stats = []
+    for a in (agent, twin):  # the same transitions, as long as the updates agree (~100 of them)
+        a.epsilon = 0.5
+        engine = OffPolicyEngine(replay, learning_delay=64, max_steps=1000)
+        buf = replay.make_buffer(1000, seed=0, dtypes={"reward": np.float32, "done": np.float32})  # as the strategy's
+        stats.append(engine.learn(a, env, buf, np.random.default_rng(0), 480, seed=3))
+    _same_state(agent, twin)
+    agent.flat_target.ensure()
+    twin.flat_target.ensure()
+    assert torch.equal(agent.flat_target.data, twin.flat_target.data)
+    assert stats[0] == stats[1]
+
+
+def test_rainbows_noisy_dueling_network_never_runs_as_a_plain_chain() -> None:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    agent = _agent("RainbowDQN", env)
+    assert mlp_chain(agent.nets["actor"]) is None and not MLPChain.supports(agent.nets["actor"])
+    assert agent._chain() is None

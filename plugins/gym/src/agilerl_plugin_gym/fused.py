@@ -26,6 +26,7 @@ in closed form (PPO's clipped surrogate, DQN's Huber loss) skips it.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,32 +35,38 @@ from torch import nn
 
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.networks.network import EvolvableNetwork
-from agilerl_plugin_gym.optim import FlatParameters
+from agilerl_plugin_gym.optim import FlatParameters, no_grad
 
-__all__ = ["FusedMLP", "MLPChain"]
+__all__ = ["FusedMLP", "MLPChain", "mlp_chain"]
 
 #: (weight, bias, activation module or None) of one linear layer.
 Layer = tuple[torch.Tensor, torch.Tensor, nn.Module | None]
 
 
 def mlp_layers(mlp: nn.Module) -> list[Layer] | None:
-    """An :class:`EvolvableMLP`'s layers, or None when it has anything but linears and activations."""
-    if not isinstance(mlp, EvolvableMLP) or mlp.layer_norm:
+    """An :class:`EvolvableMLP`'s layers, or None when it has anything but linears and activations.
+
+    Exact classes only: a subclass (RainbowDQN's noisy MLP) may compute something else.
+    """
+    if type(mlp) is not EvolvableMLP or mlp.layer_norm:
         return None
     layers: list[Layer] = []
     for lin, norm, act in zip(mlp.linears, mlp.norms, mlp.acts, strict=True):
-        if not isinstance(norm, nn.Identity):
+        if not isinstance(norm, nn.Identity) or type(lin) is not nn.Linear:
             return None
         layers.append((lin.weight, lin.bias, None if isinstance(act, nn.Identity) else act))
     out_act = mlp.output_act
+    if type(mlp.output) is not nn.Linear:
+        return None
     layers.append((mlp.output.weight, mlp.output.bias, None if isinstance(out_act, nn.Identity) else out_act))
     return layers
 
 
 def _plain(net: nn.Module) -> bool:
-    """A network whose forward is ``head(encoder(preprocess(obs)))`` with MLP encoder and head."""
+    """A network whose forward is ``head(encoder(preprocess(obs)))`` with MLP encoder and head (the
+    class itself, not a subclass: RainbowDQN's dueling, noisy network is one)."""
     return (
-        isinstance(net, EvolvableNetwork)
+        type(net) is EvolvableNetwork
         and net.encoder_arch == "mlp"
         and net.extra_in == 0
         and mlp_layers(net.encoder) is not None
@@ -146,10 +153,20 @@ class FusedMLP:
         return x.split(self._splits, dim=-1)
 
 
-#: Activations whose backward :class:`MLPChain` writes out: ``result -> grad`` as autograd computes it.
-_BACKWARDS: dict[type[nn.Module], Any] = {
-    nn.ReLU: lambda grad, result: torch.ops.aten.threshold_backward(grad, result, 0),
-    nn.Tanh: torch.ops.aten.tanh_backward,
+def _relu_backward(grad: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.threshold_backward(grad, result, 0)  # ReluBackward0
+
+
+def _tanh_backward(grad: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    return torch.ops.aten.tanh_backward(grad, result)  # TanhBackward0
+
+
+#: The activations :class:`MLPChain` runs: the kernel the module's forward ends in (without the
+#: module and functional layers around it) and its backward, ``(grad, result) -> grad``, as
+#: autograd computes it.
+_ACTIVATIONS: dict[type[nn.Module], tuple[Any, Any]] = {
+    nn.ReLU: (torch.relu, _relu_backward),
+    nn.Tanh: (torch.tanh, _tanh_backward),
 }
 #: Gradients go straight into ``.grad`` (``out=``) only where it is aligned as a fresh tensor is: a
 #: GEMM may pick another kernel, and round differently, for an unaligned output; elsewhere they are
@@ -177,32 +194,33 @@ class MLPChain:
             raise ValueError("MLPChain needs a plain-MLP network (see MLPChain.supports)")
         self.net = net
         self.layers = [*(mlp_layers(net.encoder) or []), *(mlp_layers(net.head) or [])]  # type: ignore[union-attr]
-        self._backward = [None if act is None else _BACKWARDS[type(act)] for _, _, act in self.layers]
+        self._forward = [None if act is None else _ACTIVATIONS[type(act)][0] for _, _, act in self.layers]
+        self._backward = [None if act is None else _ACTIVATIONS[type(act)][1] for _, _, act in self.layers]
 
     @staticmethod
     def supports(net: nn.Module) -> bool:
         if not _plain(net) or getattr(net, "detach_encoder", False):
             return False
         layers = [*(mlp_layers(net.encoder) or []), *(mlp_layers(net.head) or [])]  # type: ignore[union-attr]
-        return all(act is None or type(act) in _BACKWARDS for _, _, act in layers)
+        return all(act is None or type(act) in _ACTIVATIONS for _, _, act in layers)
 
     def parameters(self) -> list[torch.Tensor]:
         """Every tensor :meth:`backward` writes a gradient for (weights and biases, layer by layer)."""
         return [t for w, b, _ in self.layers for t in (w, b)]
 
-    @torch.no_grad()
+    @no_grad
     def forward(self, obs: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """``(output, saved)``: the network's output for ``obs`` (no graph) and each layer's input."""
         x = self.net.preprocess(obs)  # type: ignore[operator]
         saved = [x]
-        for weight, bias, act in self.layers:
+        for (weight, bias, _), act in zip(self.layers, self._forward, strict=True):
             x = torch.addmm(bias, x, weight.t())  # what nn.functional.linear runs for a 2-D input
             if act is not None:
-                x = act.forward(x)
+                x = act(x)
             saved.append(x)
         return x, saved
 
-    @torch.no_grad()
+    @no_grad
     def backward(self, saved: list[torch.Tensor], grad: torch.Tensor) -> None:
         """Write ``d loss / d parameter`` into every weight's and bias's ``.grad``, given
         ``grad = d loss / d output`` and :meth:`forward`'s ``saved``.
@@ -228,3 +246,27 @@ class MLPChain:
                 b_grad.copy_(grad.sum(0))
             if i:
                 grad = torch.mm(grad, weight)
+
+
+#: Where :func:`mlp_chain` keeps a network's chain: a plain attribute of the network (copied with it).
+_CACHED = "_agilerl_mlp_chain"
+
+
+def mlp_chain(net: nn.Module) -> MLPChain | None:
+    """``net``'s :class:`MLPChain` (None when it does not qualify), built once per structure.
+
+    A learner asks for it every gradient step, and building one walks the modules (tens of µs), so
+    it is kept (on the network) until the network's parts change: a new encoder or head, or a
+    rebuilt layer list (every mutation, activation change or resize rebuilds an
+    :class:`EvolvableMLP`'s ``_chain``, the list its own forward walks).
+    """
+    state = net.__dict__
+    modules = state.get("_modules") or {}
+    encoder, head = modules.get("encoder"), modules.get("head")
+    structure = (encoder, head, getattr(encoder, "_chain", None), getattr(head, "_chain", None))
+    hit = state.get(_CACHED)
+    if hit is not None and all(map(operator.is_, hit[0], structure)):
+        return hit[1]  # type: ignore[no-any-return]
+    chain = MLPChain(net) if MLPChain.supports(net) else None
+    state[_CACHED] = (structure, chain)  # a plain attribute: no submodule, no state_dict entry
+    return chain

@@ -14,13 +14,14 @@ Only plain Adam: no amsgrad, no maximize, L2 ``weight_decay`` as ``torch.optim.A
 
 from __future__ import annotations
 
+import functools
 import operator
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["Adam", "FlatAdam", "FlatParameters"]
+__all__ = ["Adam", "FlatAdam", "FlatParameters", "inference_mode", "no_grad"]
 
 #: Device types with a fused Adam kernel in torch (``torch.utils._foreach_utils`` lists the same).
 _FUSED_DEVICES = frozenset({"cpu", "cuda", "mps", "xpu", "hpu", "mtia"})
@@ -28,6 +29,39 @@ _FUSED_DTYPES = frozenset({torch.float64, torch.float32, torch.float16, torch.bf
 #: The hyperparameters a group carries, and the value ``state_dict`` reports for the fixed ones.
 _FIXED = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False, "differentiable": False}
 _GRAD = operator.attrgetter("grad")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def no_grad(fn: _F) -> _F:
+    """``torch.no_grad()`` as a decorator, entered only where gradients are on.
+
+    torch's decorator makes and enters a fresh context manager on every call, a few µs each; the
+    learners here run a whole gradient step under one ``no_grad`` and call such helpers several
+    times inside it (the step, the target update, the hand-written backward).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return fn(*args, **kwargs)
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def inference_mode(fn: _F) -> _F:
+    """``torch.inference_mode()`` as a decorator, entered only where it is not on already (the
+    rollout loops run their acting under one, see :func:`no_grad`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class Adam:
@@ -90,27 +124,27 @@ class Adam:
                     p.grad.detach_()
                     p.grad.zero_()
 
+    @no_grad
     def step(self) -> None:
         """One Adam update of every parameter that has a gradient."""
-        with torch.no_grad():
-            for i, group in enumerate(self.param_groups):
-                lists = self._lists[i]
-                if lists is not None:  # the common case: every parameter has state and a gradient
-                    params, exp_avgs, exp_avg_sqs, steps = lists
-                    grads = [p.grad for p in params]
-                    if not any(g is None for g in grads):
-                        self._update(group, params, grads, exp_avgs, exp_avg_sqs, steps)  # type: ignore[arg-type]
-                        continue
-                # Only the parameters that have a gradient; state is created on first use.
-                params = [p for p in group["params"] if p.grad is not None]
-                if not params:
+        for i, group in enumerate(self.param_groups):
+            lists = self._lists[i]
+            if lists is not None:  # the common case: every parameter has state and a gradient
+                params, exp_avgs, exp_avg_sqs, steps = lists
+                grads = [p.grad for p in params]
+                if not any(g is None for g in grads):
+                    self._update(group, params, grads, exp_avgs, exp_avg_sqs, steps)  # type: ignore[arg-type]
                     continue
-                states = [self._state_of(p, group) for p in params]
-                lists = (params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                         [s["step"] for s in states])  # fmt: skip
-                self._update(group, params, [p.grad for p in params], *lists[1:])  # type: ignore[misc]
-                if len(params) == len(group["params"]):
-                    self._lists[i] = lists
+            # Only the parameters that have a gradient; state is created on first use.
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [self._state_of(p, group) for p in params]
+            lists = (params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                     [s["step"] for s in states])  # fmt: skip
+            self._update(group, params, [p.grad for p in params], *lists[1:])  # type: ignore[misc]
+            if len(params) == len(group["params"]):
+                self._lists[i] = lists
 
     @staticmethod
     def _update(
@@ -310,7 +344,7 @@ class FlatParameters:
             self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
         return norm
 
-    @torch.no_grad()
+    @no_grad
     def lerp_(self, source: FlatParameters, weight: float) -> None:
         """``self <- self + weight * (source - self)`` (Polyak averaging; same layout required)."""
         if source.numel != self.numel:
@@ -344,14 +378,14 @@ class FlatAdam(Adam):
         """Zero the flat gradient in place (``set_to_none`` would break the views: ignored)."""
         self.flat.zero_grad()
 
+    @no_grad
     def step(self) -> None:
         flat = self.flat
         flat.ensure()
         assert flat.grad is not None
-        with torch.no_grad():
-            # _update advances step_count by one, then applies the update to the whole buffer.
-            self._update(self.param_groups[0], [flat.data], [flat.grad], [self.exp_avg], [self.exp_avg_sq],
-                         [self.step_count])  # fmt: skip
+        # _update advances step_count by one, then applies the update to the whole buffer.
+        self._update(self.param_groups[0], [flat.data], [flat.grad], [self.exp_avg], [self.exp_avg_sq],
+                     [self.step_count])  # fmt: skip
         self.started = True
 
     def state_dict(self) -> dict[str, Any]:

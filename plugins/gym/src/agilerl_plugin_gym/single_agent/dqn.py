@@ -12,6 +12,7 @@ the manifest's ``training`` section, the buffer from ``replay_buffer``.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from agilerl_plugin_gym.fused import MLPChain, mlp_chain
 from agilerl_plugin_gym.observations import batch_size
-from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
+from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode, no_grad
 from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import DQNSpec
@@ -78,9 +80,16 @@ class DQN(GymAlgorithm):
     def reset_noise(self, mask: np.ndarray | None) -> None:
         """No per-episode exploration state."""
 
-    @torch.inference_mode()
+    @inference_mode
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+        return self.q_values(self.nets["actor"], self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+
+    @staticmethod
+    def q_values(net: nn.Module, obs: Any) -> torch.Tensor:
+        """``net(obs)`` (call it without gradients): through its :class:`~agilerl_plugin_gym.fused.MLPChain`
+        when it is a plain MLP (the same kernels without the modules' call overhead), else the modules."""
+        chain = mlp_chain(net)
+        return chain.forward(obs)[0] if chain is not None else net(obs)
 
     def explore(
         self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
@@ -105,14 +114,14 @@ class DQN(GymAlgorithm):
         return {"epsilon": float(self.epsilon if self.epsilon is not None else EPS_START)}
 
     # --- learning ---------------------------------------------------------------------------------
-    @torch.no_grad()
+    @no_grad
     def next_q(self, next_obs: Any) -> torch.Tensor:
         """The bootstrap value of each next observation: the target net's max, or with ``double`` the
         target net's value of the action the online net picks."""
-        q_target = self.nets["actor_target"](next_obs)
+        q_target = self.q_values(self.nets["actor_target"], next_obs)
         if not self.double:
             return q_target.max(1).values
-        next_a = self.nets["actor"](next_obs).argmax(1, keepdim=True)
+        next_a = self.q_values(self.nets["actor"], next_obs).argmax(1, keepdim=True)
         return q_target.gather(1, next_a).squeeze(1)
 
     def optimize(self, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
@@ -127,24 +136,73 @@ class DQN(GymAlgorithm):
         opt.step()
         self.soft_update()
 
-    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One gradient step on a sampled batch; soft-update the target."""
-        net = self.nets["actor"]
-        obs, next_obs = batch["obs"], batch["next_obs"]
-        actions = batch["action"].long().view(-1, 1)
-        q = net(obs).gather(1, actions).squeeze(1)
-        q_next = self.next_q(next_obs)
+    def td_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``reward + gamma^k (1 - done) * next_q`` (k: the n-step return's length, else 1)."""
         nsteps = batch.get("nsteps")  # n-step replay: bootstrap with gamma^k after a k-step return
         gamma = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
-        y = batch["reward"] + gamma * (1.0 - batch["done"]) * q_next
+        return batch["reward"] + gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
+
+    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One gradient step on a sampled batch; soft-update the target."""
+        chain = self._chain()
+        if chain is not None:  # a plain MLP: forward and backward without autograd (bit-identical)
+            return self._learn_by_hand(batch, chain)
+        actions = batch["action"].long().view(-1, 1)
+        q = self.nets["actor"](batch["obs"]).gather(1, actions).squeeze(1)
+        y = self.td_target(batch)
         weights = batch.get("weights")  # prioritized replay: importance-weighted per-sample loss
         loss_i = nn.functional.smooth_l1_loss(q, y, reduction="none" if weights is not None else "mean")
         loss = (loss_i * weights).mean() if weights is not None else loss_i
         self.optimize(loss)
+        return self._stats(loss, q, y, weights)
+
+    @no_grad
+    def _learn_by_hand(self, batch: dict[str, torch.Tensor], chain: MLPChain) -> dict[str, torch.Tensor]:
+        """:meth:`learn`'s step with the gradients ``loss.backward()`` gives written by hand:
+        ``smooth_l1_loss``'s own backward kernel (after ``mean``'s and the weights' product under
+        prioritized replay), the gather's (a scatter into zeros), then the chain's."""
+        actions = batch["action"].long().view(-1, 1)
+        out_q, saved = chain.forward(batch["obs"])
+        q = out_q.gather(1, actions).squeeze(1)
+        y = self.td_target(batch)
+        weights = batch.get("weights")
+        one = torch.ones((), dtype=q.dtype, device=q.device)
+        if weights is None:
+            loss = nn.functional.smooth_l1_loss(q, y)
+            g_q = torch.ops.aten.smooth_l1_loss_backward(one, q, y, 1, 1.0)  # reduction "mean"
+        else:
+            loss = (nn.functional.smooth_l1_loss(q, y, reduction="none") * weights).mean()
+            g_q = torch.ops.aten.smooth_l1_loss_backward((one / q.shape[0]) * weights, q, y, 0, 1.0)
+        chain.backward(saved, torch.zeros_like(out_q).scatter_add_(1, actions, g_q.unsqueeze(1)))
+        self.optimizers["optimizer"].step()  # every gradient written: nothing to zero first
+        self.soft_update()
+        return self._stats(loss, q, y, weights)
+
+    @staticmethod
+    def _stats(
+        loss: torch.Tensor, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
         out = {"loss": loss.detach(), "q": q.detach().mean()}
         if weights is not None:  # new priorities: |TD error| (+ a floor so none is zero)
             out["priorities"] = (q - y).detach().abs() + PER_PRIOR_EPS
         return out
+
+    def _chain(self) -> MLPChain | None:
+        """The online network as an :class:`~agilerl_plugin_gym.fused.MLPChain` when :meth:`learn`
+        may skip autograd: a plain MLP whose layers are every parameter of the flat buffer."""
+        chain = mlp_chain(self.nets["actor"])
+        if chain is None or type(self).learn is not DQN.learn:
+            return None
+        flat = self.flat
+        checked = self.__dict__.get("_chain_covers")
+        if checked is None or checked[0] is not chain or checked[1] is not flat:
+            params = chain.parameters()
+            covers = len(params) == len(flat.params) and all(map(operator.is_, params, flat.params))
+            checked = self._chain_covers = (chain, flat, covers)
+        if not checked[2]:
+            return None
+        flat.ensure()  # every .grad a view of the flat gradient, which the chain overwrites whole
+        return chain
 
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}
