@@ -123,10 +123,14 @@ RAY_TOKEN = uuid.uuid4().hex + uuid.uuid4().hex
 
 @pytest.fixture
 def one_cpu_ray_cluster() -> Iterator[str]:
+    yield from _ray_head(ray_env())
+
+
+def _ray_head(env: dict[str, str]) -> Iterator[str]:
     pytest.importorskip("ray")
     head = subprocess.Popen(
         [sys.executable, "-c", RAY_HEAD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        text=True, env=ray_env(),
+        text=True, env=env,
     )  # fmt: skip
     assert head.stdin is not None and head.stdout is not None
     try:
@@ -160,3 +164,26 @@ def test_num_cpus_per_member_above_the_clusters_largest_node_fails_when_the_run_
         "lower num_cpus_per_member or add larger nodes"
     ) in out, out
     assert "Traceback" not in out and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow  # ~30 s: a Ray head and a short run on it, each its own process
+def test_a_cluster_with_rays_default_token_auth_is_joined_with_the_token_file_alone(tmp_path: Path) -> None:
+    """Ray (2.59+) starts a new cluster with token authentication and keeps the token in
+    ``~/.ray/auth_token``; a driver given the address connects without it unless RAY_AUTH_MODE=token,
+    after ~20 s of retries and a "cannot reach" error. The run sets the mode when a token is at hand, so
+    the address alone is enough, as the docs say (`ray start --head`, then ray_address)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = {k: v for k, v in ray_env().items() if not k.startswith("RAY_AUTH")}
+    env = {**plain, "HOME": str(home)}
+    for address in _ray_head(env):
+        assert (home / ".ray" / "auth_token").is_file(), "Ray did not start this cluster with token auth"
+        training = {**PPO["training"], "ray_address": address, "run_dir": str(tmp_path / "run")}
+        (tmp_path / "m.yaml").write_text(yaml.safe_dump({**PPO, "training": training}))
+        proc = subprocess.run(
+            [sys.executable, "-m", "agilerl.cli", "train", str(tmp_path / "m.yaml")],
+            cwd=tmp_path, capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out
+        assert (tmp_path / "run" / "metrics.jsonl").is_file()

@@ -184,6 +184,21 @@ def probe_ray_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         )
 
 
+def use_ray_auth_token() -> None:
+    """Connect with Ray's token authentication when a token is at hand and the mode is not set.
+
+    Since Ray 2.59 ``ray start --head`` turns token authentication on and writes the token to
+    ``~/.ray/auth_token``, but a driver given an address connects without it unless
+    ``RAY_AUTH_MODE=token``; it then retries for ~20 s and reports a connection error. A driver in token
+    mode also connects to a cluster without authentication, so the mode is set whenever a token exists.
+    Ray reads the mode when it is imported: call this before."""
+    if os.environ.get("RAY_AUTH_MODE"):
+        return  # the user's choice
+    token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
 def make_backend(training: TrainingSpec) -> Backend:
     """The backend ``training.backend`` names (Ray is imported only here, only when asked).
 
@@ -194,6 +209,7 @@ def make_backend(training: TrainingSpec) -> Backend:
         address = training.ray_address or os.environ.get("RAY_ADDRESS")
         if address:
             probe_ray_address(address)
+            use_ray_auth_token()
     name = training.backend if training.backend in BACKENDS else "local"
     module, _, attr = BACKENDS[name].partition(":")
     cls = getattr(importlib.import_module(module), attr)  # ray_backend says how to install Ray

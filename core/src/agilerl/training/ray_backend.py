@@ -150,7 +150,9 @@ class RayBackend(Backend):
         except ConnectionError as exc:
             raise AgileRLError(
                 f"training.ray_address: cannot reach a Ray cluster at {address!r} ({exc}); "
-                "start one with `ray start --head` or leave ray_address unset for a local instance"
+                "start one with `ray start --head` or leave ray_address unset for a local instance. If the "
+                "cluster uses token authentication, give its token as RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, "
+                "or in ~/.ray/auth_token) with RAY_AUTH_MODE=token"
             ) from None
         self.owns_ray = True
 
