@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -378,6 +379,11 @@ def reference_policy(model: Any, reference_model: Any = None) -> Iterator[Any]:
         if reference_model is not None:
             yield reference_model
         elif is_peft(model) and REFERENCE in adapter_names(model):
+            layers = _plain_lora_layers(model)
+            if layers is not None:  # switch each layer's adapter: PEFT's set_adapter also walks every parameter
+                with _layers_set(layers, "_active_adapter", [REFERENCE]):
+                    yield model
+                return
             model.set_adapter(REFERENCE)
             try:
                 yield model
@@ -385,10 +391,73 @@ def reference_policy(model: Any, reference_model: Any = None) -> Iterator[Any]:
                 model.set_adapter(ACTOR)
                 freeze_except_actor(model)
         elif is_peft(model):
+            layers = _plain_lora_layers(model)
+            if layers is not None:  # PEFT's disable_adapter also builds a model status report each time
+                with _layers_set(layers, "_disable_adapters", True), _attr_set(model, "_adapters_disabled", True):
+                    yield model
+                return
             with model.disable_adapter():
                 yield model
         else:
             raise ValueError("no reference policy: full fine-tuning needs a frozen reference_model")
+
+
+def _plain_lora_layers(model: Any) -> list[Any] | None:
+    """The model's LoRA layers when they are all it has of PEFT (no modules_to_save, trainable tokens or
+    other tuner kinds) and none is merged: then switching an adapter off, or to another, is a flag on
+    each layer that its forward reads, and the requires_grad bookkeeping PEFT's own switch does (the
+    reference runs without gradients) can be skipped. None otherwise (use PEFT's switch)."""
+    adapters = tuple(adapter_names(model))  # the layers change only when adapters are added or removed
+    cached = _LORA_LAYERS.get(model)
+    if cached is None or cached[0] != adapters:
+        cached = _LORA_LAYERS[model] = (adapters, _find_plain_lora_layers(model))
+    layers = cached[1]
+    if layers is None or any(layer.merged for layer in layers):
+        return None
+    return layers
+
+
+_LORA_LAYERS: weakref.WeakKeyDictionary[Any, tuple[tuple[str, ...], list[Any] | None]] = weakref.WeakKeyDictionary()
+
+
+def _find_plain_lora_layers(model: Any) -> list[Any] | None:
+    try:
+        from peft.tuners.lora.layer import LoraLayer
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.utils.other import AuxiliaryTrainingWrapper
+    except ImportError:
+        return None
+    layers = []
+    for module in model.modules():
+        if isinstance(module, AuxiliaryTrainingWrapper):
+            return None
+        if isinstance(module, BaseTunerLayer):
+            if not isinstance(module, LoraLayer):
+                return None
+            layers.append(module)
+    return layers
+
+
+@contextlib.contextmanager
+def _layers_set(layers: list[Any], attr: str, value: Any) -> Iterator[None]:
+    before = [getattr(layer, attr) for layer in layers]
+    try:
+        for layer in layers:
+            setattr(layer, attr, value)
+        yield
+    finally:
+        for layer, old in zip(layers, before, strict=True):
+            setattr(layer, attr, old)
+
+
+@contextlib.contextmanager
+def _attr_set(obj: Any, attr: str, value: Any) -> Iterator[None]:
+    before = getattr(obj, attr, None)
+    setattr(obj, attr, value)
+    try:
+        yield
+    finally:
+        setattr(obj, attr, before)
 
 
 def export_merged(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> Path:

@@ -27,7 +27,7 @@ import torch
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.errors import AgileRLError
-from agilerl_plugin_llm import distributed, fsdp
+from agilerl_plugin_llm import distributed, fsdp, lean_decoder
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.logprobs import auto_chunk_rows, token_logprobs
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
@@ -127,7 +127,11 @@ def sequence_logprobs(
     elif position_ids_from_mask:
         extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     if decoder is not None and lm_head is not None:
-        hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
+        if lean_decoder.usable(decoder):  # the same pass without Hugging Face's per-call machinery
+            hidden = lean_decoder.forward(decoder, input_ids, attention_mask=mask_arg,
+                                          position_ids=extra.get("position_ids"))  # fmt: skip
+        else:
+            hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
         out[:, 1:][select] = token_logprobs(
             hidden[:, :-1][select],
             lambda rows: scale_logits(base, lm_head(rows)),

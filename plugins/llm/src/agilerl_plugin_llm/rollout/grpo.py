@@ -99,7 +99,7 @@ def pooled_log_ratio(
     return means.gather(1, turn_index.clamp(min=0))
 
 
-def postprocess_advantages(adv: torch.Tensor, loss_mask: torch.Tensor, spec: Any) -> dict[str, torch.Tensor]:
+def postprocess_advantages(adv: torch.Tensor, loss_mask: torch.Tensor | None, spec: Any) -> dict[str, torch.Tensor]:
     """AgileRL's order after the group advantages: zero-advantage filter, whitening, clipping.
 
     ``filter_zero_adv``: a completion whose largest ``|advantage|`` is at most ``adv_filter_eps`` is
@@ -114,6 +114,8 @@ def postprocess_advantages(adv: torch.Tensor, loss_mask: torch.Tensor, spec: Any
         keep = adv.reshape(n, -1).abs().amax(dim=1) > float(spec.adv_filter_eps)
         out["keep"] = keep
     if spec.whiten_advantages:
+        if loss_mask is None:
+            raise ValueError("whiten_advantages needs the batch's loss_mask")
         mask = loss_mask.float().clone()
         mask[:, 0] = 0.0
         mask = mask * keep.float().unsqueeze(-1)
@@ -228,7 +230,9 @@ class GRPO(RolloutLLMAlgorithm):
                                         fallback=self.spec.turn_advantage_trajectory_fallback)  # fmt: skip
         else:  # trajectory (and auto): one advantage per completion
             adv = group_advantages(rewards, repeats, norm=self.spec.adv_norm)
-        return postprocess_advantages(adv, pad_trajectories(trajs, self.pad_id)["loss_mask"], self.spec)
+        # Only whitening reads the policy-token mask: skip padding the batch a second time without it.
+        mask = pad_trajectories(trajs, self.pad_id)["loss_mask"] if self.spec.whiten_advantages else None
+        return postprocess_advantages(adv, mask, self.spec)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         x = self.policy_tokens(batch, self.logprobs(batch, temperature=self._logit_temperature()))

@@ -17,6 +17,8 @@ tokenised, from the chat template rendered around a placeholder reply.
 
 from __future__ import annotations
 
+import json
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from agilerl.errors import AgileRLError
 from agilerl_plugin_llm.envs import TextEnv, check_reset, check_step, format_observation
 
 _PLACEHOLDER = "\u2063AGILERL_REPLY\u2063"
+#: Rendered chat templates per tokenizer (see ``RolloutHarness._render_key``).
+_RENDERED: weakref.WeakKeyDictionary[Any, dict[Any, str]] = weakref.WeakKeyDictionary()
 
 
 class NoRoomToGenerateError(AgileRLError):
@@ -181,6 +185,10 @@ class RolloutHarness:
         # model's own chat template announces tools, so it answers in its trained tool-call format.
         tools = getattr(self.env, "tools", None)
         extra = {"tools": tools} if tools and "tools" not in self.chat_template_kwargs else {}
+        key = self._render_key(messages, add_generation_prompt, extra)
+        cache = _RENDERED.setdefault(self.tokenizer, {}) if key is not None else None
+        if cache is not None and key in cache:
+            return cache[key]
         try:
             text = self.tokenizer.apply_chat_template(
                 messages,
@@ -192,7 +200,25 @@ class RolloutHarness:
             )
         except Exception as exc:  # jinja errors, missing template
             raise ChatTemplateError(f"rendering the chat template failed: {type(exc).__name__}: {exc}") from exc
+        if cache is not None and key is not None:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[key] = str(text)
         return str(text)
+
+    def _render_key(self, messages: list[dict[str, str]], add_generation_prompt: bool, extra: dict[str, Any]) -> Any:
+        """What a rendering depends on (a GRPO group renders one prompt group_size times), or None where it
+        may not be a function of it: a template that is not one string, or one that reads the clock."""
+        template = (
+            self.chat_template if self.chat_template is not None else getattr(self.tokenizer, "chat_template", None)
+        )
+        if not isinstance(template, str) or "strftime" in template:
+            return None
+        try:
+            return (json.dumps(messages), add_generation_prompt, template,
+                    json.dumps([self.chat_template_kwargs, extra], sort_keys=True))  # fmt: skip
+        except (TypeError, ValueError):  # values json cannot write: render every time
+            return None
 
     def _encode(self, text: str) -> list[int]:
         cache = self._encode_cache

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from agilerl_plugin_llm import lean_decoder
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.logprobs import token_logprobs
 
@@ -49,15 +50,24 @@ def supports_shared_prefix(model: Any) -> bool:
     return cache_argument(decoder) is not None
 
 
+_CACHE_ARGUMENT: dict[type, str | None] = {}
+
+
 def cache_argument(decoder: Any) -> str | None:
+    # Per class: inspecting the signature costs more than a small model's decoding step.
+    kind = type(decoder)
+    if kind in _CACHE_ARGUMENT and "forward" not in vars(decoder):  # a hook may have replaced this one's forward
+        return _CACHE_ARGUMENT[kind]
     params = inspect.signature(decoder.forward).parameters
-    for name in ("cache", "past_key_values"):
-        if name in params:
-            return name
-    return None
+    name = next((n for n in ("cache", "past_key_values") if n in params), None)
+    if "forward" not in vars(decoder):
+        _CACHE_ARGUMENT[kind] = name
+    return name
 
 
 def new_cache(decoder: Any) -> Any:
+    if lean_decoder.usable(decoder):  # the lean pass keeps its own (same layout, no Cache machinery)
+        return lean_decoder.LeanCache()
     from transformers import DynamicCache
 
     try:
@@ -70,6 +80,8 @@ def run_decoder(
     decoder: Any, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
 ) -> torch.Tensor:
     """Hidden states of ``ids`` continuing ``cache`` (which is updated in place)."""
+    if isinstance(cache, lean_decoder.LeanCache):
+        return lean_decoder.forward(decoder, ids, attention_mask=attention, position_ids=positions, cache=cache)
     kwargs = {cache_argument(decoder) or "past_key_values": cache}
     out = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
     return out.last_hidden_state  # type: ignore[no-any-return]

@@ -1,0 +1,251 @@
+"""A lean forward pass for Llama-family decoders (Llama, Qwen2, Qwen3), for the log-prob and sampling paths.
+
+Hugging Face's decoder forward pays, on every call, for machinery a training step does not use: the
+mask factories, the output-capturing and kwarg-merging wrappers, slow config attribute lookups, the
+``Cache`` object, and PEFT's per-layer LoRA dispatch. On a small model, or a decoding step of one
+token per row, that overhead is most of the call. The lean pass runs the same weights through the
+same operations (RMSNorm in float32, the model's own rotary module, SDPA, the MLP with its own
+activation, LoRA as ``base(x) + A(x) (scaling B)^T``: the scaling on B's small weight rather than on
+the activations), so its hidden states equal the model's own forward within float tolerance, values
+and gradients (``tests/test_lean_decoder.py`` compares them for each family, with and without LoRA,
+left- and right-padded, with a KV cache).
+
+Whatever it does not know goes through Hugging Face (:func:`usable` says no): other architectures,
+attention implementations other than ``sdpa``, sliding-window layers, gradient checkpointing,
+attention dropout while training, FSDP-sharded weights, forward hooks (accelerate offloading,
+DeepSpeed). Within a supported model, a layer of an unknown kind (a quantised base, DoRA, an
+adapter on the embeddings) is called as a module, so it runs its own forward.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: Decoder classes (transformers) the lean pass implements, and whether their attention normalises q and k.
+FAMILIES = {"LlamaModel": False, "Qwen2Model": False, "Qwen3Model": True}
+_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm"}
+_STATIC: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+_LORA_LINEAR: type | None = None
+
+
+def _lora_linear_type() -> type:
+    global _LORA_LINEAR
+    if _LORA_LINEAR is None:
+        try:
+            from peft.tuners.lora.layer import Linear
+        except ImportError:  # no peft: no LoRA layers to recognise
+
+            class Linear:  # type: ignore[no-redef]
+                pass
+
+        _LORA_LINEAR = Linear
+    return _LORA_LINEAR
+
+
+def _static_ok(decoder: Any) -> bool:
+    cls = type(decoder)
+    if cls.__name__ not in FAMILIES or not cls.__module__.startswith("transformers.models."):
+        return False
+    config = getattr(decoder, "config", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and any(kind != "full_attention" for kind in layer_types):
+        return False
+    if layer_types is None and getattr(config, "use_sliding_window", False):
+        return False
+    for part in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(decoder, part):
+            return False
+    for layer in decoder.layers:
+        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if attn is None or mlp is None or not hasattr(layer, "post_attention_layernorm"):
+            return False
+        if not all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj", "scaling", "head_dim")):
+            return False
+        if not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+            return False
+        if FAMILIES[cls.__name__] and not (hasattr(attn, "q_norm") and hasattr(attn, "k_norm")):
+            return False
+    for module in decoder.modules():
+        if module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook"):
+            return False  # accelerate offloading, FSDP, DeepSpeed: their hooks must run
+    return not any(type(p).__name__ == "DTensor" for p in decoder.parameters())
+
+
+def usable(decoder: Any) -> bool:
+    """Whether ``decoder`` (a causal LM's body, LoRA layers inside) runs through :func:`forward` now."""
+    if not isinstance(decoder, nn.Module):
+        return False
+    ok = _STATIC.get(decoder)
+    if ok is None:
+        ok = _STATIC[decoder] = _static_ok(decoder)
+    if not ok or getattr(decoder, "gradient_checkpointing", False):
+        return False
+    config = decoder.config
+    if getattr(config, "_attn_implementation", "sdpa") != "sdpa":
+        return False
+    return not (decoder.training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0)
+
+
+def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)`` for a plain ``nn.Linear`` or a PEFT LoRA ``Linear`` over one, without the module calls."""
+    kind = type(module)
+    if kind is nn.Linear:
+        return F.linear(x, module.weight, module.bias)
+    if kind is not _lora_linear_type():
+        return module(x)
+    lora = module
+    base = lora.base_layer
+    if type(base) is not nn.Linear or lora.merged:
+        return module(x)  # a quantised base; merged weights (PEFT unmerges on disable): its own forward
+    result = F.linear(x, base.weight, base.bias)
+    if lora.disable_adapters:
+        return result
+    dtype = result.dtype
+    variants = getattr(lora, "lora_variant", {})
+    for name in lora.active_adapters:
+        if name not in lora.lora_A:
+            continue
+        a, b = lora.lora_A[name], lora.lora_B[name]
+        if name in variants or type(a) is not nn.Linear or type(b) is not nn.Linear:
+            return module(x)  # DoRA and other variants
+        if getattr(lora, "cast_input_dtype_enabled", True) and x.dtype != a.weight.dtype:
+            x = x.to(a.weight.dtype)
+        dropout = lora.lora_dropout[name]
+        h = F.linear(x if type(dropout) is nn.Identity else dropout(x), a.weight, a.bias)
+        scaling = lora.scaling[name]
+        if b.bias is None:  # the scaling on B's [out, r] weight rather than on the [tokens, out] product
+            result = result + F.linear(h, b.weight * scaling)
+        else:
+            result = result + F.linear(h, b.weight, b.bias) * scaling
+    return result.to(dtype)
+
+
+def _norm(module: Any, x: torch.Tensor) -> torch.Tensor:
+    """The Llama-family RMSNorm (float32 statistics, weight applied in the input dtype), as the module computes it."""
+    if type(module).__name__ not in _NORMS:
+        return module(x)
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
+    return module.weight * h.to(dtype)  # type: ignore[no-any-return]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class LeanCache:
+    """Keys and values per layer (``[B, kv_heads, tokens, head_dim]``), grown by concatenation (as
+    ``DynamicCache``); gradients flow through it."""
+
+    def __init__(self) -> None:
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+
+    def get_seq_length(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0
+
+    def update(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer == len(self.keys):
+            self.keys.append(key)
+            self.values.append(value)
+        else:
+            self.keys[layer] = torch.cat([self.keys[layer], key], dim=2)
+            self.values[layer] = torch.cat([self.values[layer], value], dim=2)
+        return self.keys[layer], self.values[layer]
+
+    def reorder_cache(self, rows: torch.Tensor) -> None:
+        """Row ``i`` becomes row ``rows[i]`` (a GRPO group repeats its prompt's cache)."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+
+
+def _mask(attention_mask: torch.Tensor | None, t: int, past: int, device: torch.device) -> torch.Tensor | None:
+    """SDPA's boolean mask ``[B, 1, t, past + t]`` (None: plain causal, or nothing to mask for one query).
+
+    A query attends to the real keys at or before its own place in the cache. Its own key is always
+    allowed, so a padding query (whose output nothing reads) never has an empty row.
+    """
+    if attention_mask is None and (past == 0 or t == 1):
+        return None
+    kv = past + t
+    rows = past + torch.arange(t, device=device)
+    cols = torch.arange(kv, device=device)
+    causal = cols[None, :] <= rows[:, None]
+    if attention_mask is None:
+        return causal[None, None]
+    keys = attention_mask[:, -kv:].bool()[:, None, None, :]
+    return (keys & causal[None, None]) | (cols[None, :] == rows[:, None])[None, None]
+
+
+def forward(
+    decoder: Any,
+    input_ids: torch.Tensor,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    cache: LeanCache | None = None,
+) -> torch.Tensor:
+    """The decoder's last hidden states ``[B, T, hidden]`` for ``input_ids`` (continuing ``cache``, updated in place).
+
+    ``attention_mask``: ``[B, cached + T]``, 1 for real tokens (None: all real). ``position_ids``:
+    ``[B or 1, T]`` (None: counting on from the cache). Call only where :func:`usable` says so.
+    """
+    b, t = input_ids.shape
+    device = input_ids.device
+    past = cache.get_seq_length() if cache is not None else 0
+    embed = decoder.embed_tokens
+    if type(embed) is nn.Embedding:
+        h = F.embedding(input_ids, embed.weight, embed.padding_idx, embed.max_norm, embed.norm_type,
+                        embed.scale_grad_by_freq, embed.sparse)  # fmt: skip
+    else:
+        h = embed(input_ids)
+    if position_ids is None:
+        position_ids = (past + torch.arange(t, device=device))[None]
+    cos, sin = decoder.rotary_emb(h, position_ids)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    if attention_mask is not None and bool(attention_mask[:, -(past + t) :].all()):
+        attention_mask = None  # nothing padded: the causal kernel
+    mask = _mask(attention_mask, t, past, device)
+    qk_norm = FAMILIES[type(decoder).__name__]
+    config = decoder.config
+    dropout = float(getattr(config, "attention_dropout", 0.0) or 0.0) if decoder.training else 0.0
+    for i, layer in enumerate(decoder.layers[: config.num_hidden_layers]):
+        attn = layer.self_attn
+        x = _norm(layer.input_layernorm, h)
+        hd = attn.head_dim
+        q = _linear(attn.q_proj, x).view(b, t, -1, hd)
+        k = _linear(attn.k_proj, x).view(b, t, -1, hd)
+        v = _linear(attn.v_proj, x).view(b, t, -1, hd).transpose(1, 2)
+        if qk_norm:
+            q, k = _norm(attn.q_norm, q), _norm(attn.k_norm, k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if cache is not None:
+            k, v = cache.update(i, k, v)
+        heads, groups = q.shape[1], q.shape[1] // k.shape[1]
+        if groups > 1 and mask is not None:
+            if t == 1:  # one query per row: fold the query heads onto their key/value head
+                q = q.reshape(b, k.shape[1], groups, hd)
+            else:
+                k = k.repeat_interleave(groups, dim=1)
+                v = v.repeat_interleave(groups, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=attn.scaling,
+                                           is_causal=mask is None and t > 1,
+                                           enable_gqa=groups > 1 and mask is None)  # fmt: skip
+        o = o.reshape(b, heads, t, hd).transpose(1, 2).reshape(b, t, heads * hd)
+        h = h + _linear(attn.o_proj, o)
+        x = _norm(layer.post_attention_layernorm, h)
+        mlp = layer.mlp
+        h = h + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
+    return _norm(decoder.norm, h)
+
+
+__all__ = ["FAMILIES", "LeanCache", "forward", "usable"]
