@@ -134,3 +134,33 @@ def test_rainbows_noisy_dueling_network_never_runs_as_a_plain_chain() -> None:
     agent = _agent("RainbowDQN", env)
     assert mlp_chain(agent.nets["actor"]) is None and not MLPChain.supports(agent.nets["actor"])
     assert agent._chain() is None
+
+
+@pytest.mark.parametrize("activation", ["ReLU", "Tanh"])
+def test_rainbow_hand_written_update_is_autograds_bit_for_bit(activation: str) -> None:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
+    network = {"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32], "activation": activation,
+                                                  "layer_norm": False},
+               "head_config": {"hidden_size": [16], "layer_norm": False, "activation": activation}}  # fmt: skip
+    agent = _agent("RainbowDQN", env, network, batch_size=32, learn_step=2, num_atoms=11, v_min=0.0, v_max=50.0)
+    twin = copy.deepcopy(agent)
+    assert agent._by_hand() is not None
+    twin._by_hand = lambda: None  # the autograd path
+    replay = ReplaySettings(per=True, alpha=0.6, n_step=3)  # Rainbow's: importance weights, n-step discounts
+    stats = []
+    for a in (agent, twin):  # the same transitions and noise draws, as long as the updates agree
+        torch.manual_seed(2)
+        buf = replay.make_buffer(1000, seed=0, dtypes={"reward": np.float32, "done": np.float32})
+        stats.append(OffPolicyEngine(replay, 64, 1000).learn(a, env, buf, np.random.default_rng(0), 480, seed=3))
+    _same_state(agent, twin)
+    for a in (agent, twin):
+        a.flat_target.ensure()
+    assert torch.equal(agent.flat_target.data, twin.flat_target.data)
+    assert stats[0] == stats[1]
+
+
+def test_rainbow_falls_back_to_autograd_for_a_second_loss_term() -> None:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    assert _agent("RainbowDQN", env, combined_reward=True)._by_hand() is None
+    layer_norm = {"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32], "layer_norm": True}}
+    assert _agent("RainbowDQN", env, layer_norm)._by_hand() is None

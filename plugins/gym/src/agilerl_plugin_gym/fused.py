@@ -37,7 +37,7 @@ from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.networks.network import EvolvableNetwork
 from agilerl_plugin_gym.optim import FlatParameters, no_grad
 
-__all__ = ["FusedMLP", "MLPChain", "mlp_chain"]
+__all__ = ["FusedMLP", "MLPChain", "activation_kernels", "mlp_chain", "write_linear_grads"]
 
 #: (weight, bias, activation module or None) of one linear layer.
 Layer = tuple[torch.Tensor, torch.Tensor, nn.Module | None]
@@ -168,34 +168,78 @@ _ACTIVATIONS: dict[type[nn.Module], tuple[Any, Any]] = {
     nn.ReLU: (torch.relu, _relu_backward),
     nn.Tanh: (torch.tanh, _tanh_backward),
 }
+
+
+def activation_kernels(act: nn.Module | None) -> tuple[Any, Any] | None:
+    """``(forward, backward)`` kernels of an activation module (``(None, None)`` for none or an
+    ``nn.Identity``), or None when :class:`MLPChain` does not write its backward."""
+    if act is None or isinstance(act, nn.Identity):
+        return None, None
+    return _ACTIVATIONS.get(type(act))
+
+
 #: Gradients go straight into ``.grad`` (``out=``) only where it is aligned as a fresh tensor is: a
 #: GEMM may pick another kernel, and round differently, for an unaligned output; elsewhere they are
 #: computed fresh and copied in (the bits autograd would accumulate into a zeroed gradient, either way).
 _ALIGN = 64
 
 
+def write_linear_grads(
+    weight: torch.Tensor, bias: torch.Tensor, grad: torch.Tensor, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``AddmmBackward0`` of ``addmm(bias, x, weight.t())`` for the parameters: ``grad.t() @ x`` into
+    ``weight.grad`` and ``grad.sum(0)`` into ``bias.grad`` (overwritten); returns the two."""
+    w_grad, b_grad = weight.grad, bias.grad
+    assert w_grad is not None and b_grad is not None
+    if w_grad.data_ptr() % _ALIGN == 0:
+        torch.mm(grad.t(), x, out=w_grad)
+    else:
+        w_grad.copy_(torch.mm(grad.t(), x))
+    if b_grad.data_ptr() % _ALIGN == 0:
+        torch.sum(grad, 0, out=b_grad)
+    else:
+        b_grad.copy_(grad.sum(0))
+    return w_grad, b_grad
+
+
 class MLPChain:
-    """Training forward and hand-written backward of one plain-MLP :class:`EvolvableNetwork`.
+    """Training forward and hand-written backward of a plain MLP: an :class:`EvolvableNetwork`
+    (its encoder and head as one chain) or, with :meth:`of_mlp`, one :class:`EvolvableMLP`.
 
-    :meth:`forward` runs ``head(encoder(preprocess(obs)))`` as one chain of ``addmm`` and
-    activations (no autograd graph) and returns the output with what the backward needs;
-    :meth:`backward` takes the loss's gradient with respect to the output and writes every weight's
-    and bias's gradient into its ``.grad`` (overwriting it), bit-identical to what ``backward()``
-    through the modules would accumulate into zeroed gradients. Every ``.grad`` must exist (e.g.
-    the views of :class:`~agilerl_plugin_gym.optim.FlatParameters`).
+    :meth:`forward` runs the layers as one chain of ``addmm`` and activations (no autograd graph)
+    and returns the output with what the backward needs; :meth:`backward` takes the loss's gradient
+    with respect to the output and writes every weight's and bias's gradient into its ``.grad``
+    (overwriting it), bit-identical to what ``backward()`` through the modules would accumulate into
+    zeroed gradients. Every ``.grad`` must exist (e.g. the views of
+    :class:`~agilerl_plugin_gym.optim.FlatParameters`).
 
-    Build one per update: it holds the layers the network had when built (a mutation replaces them).
-    :meth:`supports` says whether a network qualifies (an MLP encoder and head without LayerNorm,
-    ReLU/Tanh/no activations, no extra head input, its encoder trained with it).
+    It holds the layers the network had when built (a mutation replaces them): :func:`mlp_chain`
+    keeps one per network structure. :meth:`supports` says whether a network qualifies (an MLP
+    encoder and head without LayerNorm, ReLU/Tanh/no activations, no extra head input, its encoder
+    trained with it).
     """
 
     def __init__(self, net: nn.Module) -> None:
         if not self.supports(net):
             raise ValueError("MLPChain needs a plain-MLP network (see MLPChain.supports)")
-        self.net = net
-        self.layers = [*(mlp_layers(net.encoder) or []), *(mlp_layers(net.head) or [])]  # type: ignore[union-attr]
-        self._forward = [None if act is None else _ACTIVATIONS[type(act)][0] for _, _, act in self.layers]
-        self._backward = [None if act is None else _ACTIVATIONS[type(act)][1] for _, _, act in self.layers]
+        self._setup([*(mlp_layers(net.encoder) or []), *(mlp_layers(net.head) or [])], net.preprocess)  # type: ignore[union-attr,arg-type]
+
+    @classmethod
+    def of_mlp(cls, mlp: nn.Module, preprocess: Any = None) -> MLPChain | None:
+        """The chain of one :class:`EvolvableMLP` (input ``preprocess(x)``, or ``x``), or None when
+        it has anything but linear layers and ReLU/Tanh activations."""
+        layers = mlp_layers(mlp)
+        if layers is None or not all(act is None or type(act) in _ACTIVATIONS for _, _, act in layers):
+            return None
+        chain = cls.__new__(cls)
+        chain._setup(layers, preprocess)
+        return chain
+
+    def _setup(self, layers: list[Layer], preprocess: Any) -> None:
+        self.layers = layers
+        self.preprocess = preprocess
+        self._forward = [None if act is None else _ACTIVATIONS[type(act)][0] for _, _, act in layers]
+        self._backward = [None if act is None else _ACTIVATIONS[type(act)][1] for _, _, act in layers]
 
     @staticmethod
     def supports(net: nn.Module) -> bool:
@@ -210,8 +254,8 @@ class MLPChain:
 
     @no_grad
     def forward(self, obs: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """``(output, saved)``: the network's output for ``obs`` (no graph) and each layer's input."""
-        x = self.net.preprocess(obs)  # type: ignore[operator]
+        """``(output, saved)``: the output for ``obs`` (no graph) and each layer's input."""
+        x = obs if self.preprocess is None else self.preprocess(obs)
         saved = [x]
         for (weight, bias, _), act in zip(self.layers, self._forward, strict=True):
             x = torch.addmm(bias, x, weight.t())  # what nn.functional.linear runs for a 2-D input
@@ -221,9 +265,10 @@ class MLPChain:
         return x, saved
 
     @no_grad
-    def backward(self, saved: list[torch.Tensor], grad: torch.Tensor) -> None:
+    def backward(self, saved: list[torch.Tensor], grad: torch.Tensor, *, input_grad: bool = False) -> Any:
         """Write ``d loss / d parameter`` into every weight's and bias's ``.grad``, given
-        ``grad = d loss / d output`` and :meth:`forward`'s ``saved``.
+        ``grad = d loss / d output`` and :meth:`forward`'s ``saved``; with ``input_grad``, return
+        ``d loss / d input`` too (else None).
 
         The kernels and operand orders are autograd's: ``AddmmBackward0`` (weight: ``grad.t() @
         input``, bias: ``grad.sum(0)``, input: ``grad @ weight``), ``ReluBackward0``
@@ -234,18 +279,10 @@ class MLPChain:
             act_backward = self._backward[i]
             if act_backward is not None:
                 grad = act_backward(grad, saved[i + 1])
-            w_grad, b_grad, x = weight.grad, bias.grad, saved[i]
-            assert w_grad is not None and b_grad is not None
-            if w_grad.data_ptr() % _ALIGN == 0:
-                torch.mm(grad.t(), x, out=w_grad)
-            else:
-                w_grad.copy_(torch.mm(grad.t(), x))
-            if b_grad.data_ptr() % _ALIGN == 0:
-                torch.sum(grad, 0, out=b_grad)
-            else:
-                b_grad.copy_(grad.sum(0))
-            if i:
+            write_linear_grads(weight, bias, grad, saved[i])
+            if i or input_grad:
                 grad = torch.mm(grad, weight)
+        return grad if input_grad else None
 
 
 #: Where :func:`mlp_chain` keeps a network's chain: a plain attribute of the network (copied with it).
