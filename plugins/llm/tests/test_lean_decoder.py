@@ -104,6 +104,39 @@ def test_lean_pass_equals_the_model_values_and_gradients(family: str, lora: bool
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_kept_positions_are_the_models_hidden_states_there(family: str) -> None:
+    """``keep``: the last layer runs its queries and MLP at the kept positions only; what comes back is
+    the model's hidden states there (values and gradients), unpadded, right- and left-padded."""
+    model = _lora(_tiny(family))
+    decoder = _decoder(model)
+    params = [p for p in decoder.parameters() if p.requires_grad]
+    gen = torch.Generator().manual_seed(4)
+    for left in (False, True):
+        ids, mask = _padded(left=left)
+        keep = (torch.rand(ids.shape, generator=gen) < 0.5) & mask.bool()
+        keep &= keep.cumsum(-1) <= 3  # at most 3 of 9 per row: the last layer takes the kept-positions path
+        keep[1] = False  # a row with nothing kept
+        assert 2 * int(keep.sum(-1).max()) <= ids.shape[1] and int(keep.sum()) >= 4
+        pos = (mask.cumsum(-1) - 1).clamp(min=0) if left else None
+        ours = lean_decoder.forward(decoder, ids, attention_mask=mask if left else None, position_ids=pos, keep=keep)
+        theirs = _hf(decoder, ids, mask if left else None, pos)[keep]
+        assert ours.shape == theirs.shape and torch.allclose(ours, theirs, atol=1e-5)
+        weight = torch.randn(ours.shape, generator=gen)
+        for a, b in zip(torch.autograd.grad((ours * weight).sum(), params),
+                        torch.autograd.grad((theirs * weight).sum(), params), strict=True):  # fmt: skip
+            assert torch.allclose(a, b, atol=1e-4)
+    with torch.no_grad():  # continuing a cache: the last position of each prompt, as sampling reads it
+        cache = lean_decoder.LeanCache()
+        ids, mask = _padded(left=True)
+        last = torch.zeros_like(mask, dtype=torch.bool)
+        last[:, -1] = True
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        ours = lean_decoder.forward(decoder, ids, attention_mask=mask, position_ids=pos, cache=cache, keep=last)
+        assert torch.allclose(ours, _hf(decoder, ids, mask, pos)[:, -1], atol=1e-5)
+        assert cache.get_seq_length() == ids.shape[1]  # every position's keys and values are cached
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_lean_cache_continues_like_the_models_cache(family: str) -> None:
     """Prefill of left-padded prompts, their cache repeated over groups, a multi-token suffix, then
     one-token steps: every hidden state as with Hugging Face's own cache."""

@@ -127,13 +127,18 @@ def sequence_logprobs(
     elif position_ids_from_mask:
         extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     if decoder is not None and lm_head is not None:
-        if lean_decoder.usable(decoder):  # the same pass without Hugging Face's per-call machinery
-            hidden = lean_decoder.forward(decoder, input_ids, attention_mask=mask_arg,
-                                          position_ids=extra.get("position_ids"))  # fmt: skip
+        if lean_decoder.usable(decoder):
+            # The same pass without Hugging Face's per-call machinery; its last layer only at the
+            # positions that predict a selected token.
+            predictors = torch.zeros_like(loss_mask, dtype=torch.bool)
+            predictors[:, :-1] = select
+            chosen = lean_decoder.forward(decoder, input_ids, attention_mask=mask_arg,
+                                          position_ids=extra.get("position_ids"), keep=predictors)  # fmt: skip
         else:
             hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
+            chosen = hidden[:, :-1][select]
         out[:, 1:][select] = token_logprobs(
-            hidden[:, :-1][select],
+            chosen,
             lambda rows: scale_logits(base, lm_head(rows)),
             targets[select],
             temperature=temperature,

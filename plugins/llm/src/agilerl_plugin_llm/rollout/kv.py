@@ -77,14 +77,21 @@ def new_cache(decoder: Any) -> Any:
 
 
 def run_decoder(
-    decoder: Any, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any
-) -> torch.Tensor:
-    """Hidden states of ``ids`` continuing ``cache`` (which is updated in place)."""
+    decoder: Any, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: Any,
+    *, last_only: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """Hidden states of ``ids`` continuing ``cache`` (which is updated in place); ``last_only``: the last
+    position's alone, ``[B, hidden]`` (the lean pass then runs its last layer's queries there alone)."""
     if isinstance(cache, lean_decoder.LeanCache):
-        return lean_decoder.forward(decoder, ids, attention_mask=attention, position_ids=positions, cache=cache)
+        keep = None
+        if last_only:
+            keep = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+            keep[:, -1] = True
+        return lean_decoder.forward(decoder, ids, attention_mask=attention, position_ids=positions, cache=cache,
+                                    keep=keep)  # fmt: skip
     kwargs = {cache_argument(decoder) or "past_key_values": cache}
     out = decoder(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
-    return out.last_hidden_state  # type: ignore[no-any-return]
+    return out.last_hidden_state[:, -1] if last_only else out.last_hidden_state  # type: ignore[no-any-return]
 
 
 def has_dropout(model: Any) -> bool:
@@ -175,8 +182,7 @@ def sample_with_shared_prefill(
     rows = torch.tensor([unique.index(k) for k in keys] if len(unique) < len(keys) else range(len(keys)), device=device)
     ids, mask = left_pad([list(u) for u in unique], pad_id, device)
     cache = new_cache(decoder)
-    hidden = run_decoder(decoder, ids, mask, positions_of(mask), cache)
-    logits = head(hidden[:, -1])[rows]
+    logits = head(run_decoder(decoder, ids, mask, positions_of(mask), cache, last_only=True))[rows]
     if len(unique) < len(keys):
         cache.reorder_cache(rows)
     mask = mask[rows]
@@ -262,8 +268,8 @@ def shared_prefix_logprobs(
     prefixes = [input_ids[first[g], : int(plen[first[g]])].tolist() for g in range(len(groups))]
     p_ids, p_mask = left_pad(prefixes, 0, device)
     cache = new_cache(decoder)
-    p_hidden = run_decoder(decoder, p_ids, p_mask, positions_of(p_mask), cache)
-    last = p_hidden[:, -1][inverse]  # predicts each row's first token after the prefix
+    # The prefix's last hidden state predicts each row's first token after it.
+    last = run_decoder(decoder, p_ids, p_mask, positions_of(p_mask), cache, last_only=True)[inverse]
     if len(groups) < len(group_id):
         cache.reorder_cache(inverse)
     suffix_len = lengths - plen
