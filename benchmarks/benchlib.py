@@ -109,11 +109,14 @@ class Record:
         print(f"[bench] {self.started:%Y-%m-%d %H:%M} UTC, load average {self.load_before}", flush=True)
 
     def row(self, key: str, *, what: str, against: str, wall: float | None, cpu: float | None, target: str,
-            met: bool | None, detail: str = "", repeats: int = 1) -> None:  # fmt: skip
+            met: bool | None, detail: str = "", repeats: int = 1, decimals: int = 2) -> None:  # fmt: skip
+        """One summary row; ``decimals``: how many the table prints its ratios with (3 where the
+        target is decided in the third, e.g. peak RSS against 0.8x)."""
         self.rows.append({"key": key, "what": what, "against": against, "ratio_wall": wall, "ratio_cpu": cpu,
-                          "target": target, "met": met, "detail": detail, "repeats": repeats})  # fmt: skip
-        w = "-" if wall is None else f"{wall:.2f}x"
-        c = "-" if cpu is None else f"{cpu:.2f}x"
+                          "target": target, "met": met, "detail": detail, "repeats": repeats,
+                          "decimals": decimals})  # fmt: skip
+        w = "-" if wall is None else f"{wall:.{decimals}f}x"
+        c = "-" if cpu is None else f"{cpu:.{decimals}f}x"
         print(f"[bench] {what} vs {against}: {w} wall, {c} per CPU s (target {target}): {detail}", flush=True)
 
     def save(self, raw: Any) -> Path | None:

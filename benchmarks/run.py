@@ -48,7 +48,8 @@ SCRIPTS: dict[str, Script] = {
     "gym/bench_recurrent.py": Script(
         smoke=["--throughput-steps", "1024", "--budget", "2048", "--seeds", "1", "--throughput-repeats", "1"]
     ),
-    "gym/profile_learn.py": Script(smoke=["--algo", "rainbow", "--steps", "1200"]),
+    # The profiles behind the README's "Where the gym time goes": all three algorithms, smoke and full.
+    "gym/profile_learn.py": Script(smoke=["--algo", "all", "--steps", "1200"], full=["--algo", "all"]),
     "gym/bench_td3.py": Script(smoke=["--steps", "1200"], full=["--repeats", "3"]),
     "multi_agent/bench_maddpg.py": Script(
         smoke=["--steps", "400", "--repeats", "1", "--num-envs", "2", "--batch-size", "32", "--with-sync"],

@@ -33,8 +33,14 @@ def load_results(results: Path = RESULTS) -> list[dict[str, Any]]:
     return sorted(docs, key=lambda d: (d["date"], d["_path"]))
 
 
-def _ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
+def _ratio(x: float | None, decimals: int = 2) -> str:
+    return "-" if x is None else f"{x:.{decimals}f}x"
+
+
+def _decimals(row: dict[str, Any]) -> int:
+    """Decimals of a row's ratios: the row's own ``decimals``, else 3 for a peak-RSS row (its target,
+    0.8x, is met or missed in the third decimal), else 2."""
+    return int(row.get("decimals") or (3 if row["key"].endswith("_rss") else 2))
 
 
 def _met(x: bool | None) -> str:
@@ -57,7 +63,8 @@ def table(docs: list[dict[str, Any]], scripts: list[str]) -> str:
         when = f"{doc['date'][:16].replace('T', ' ')}, {load}, {doc.get('commit') or '?'}"
         detail = f"{row['detail']} (median of {row['repeats']})" if row.get("repeats", 1) > 1 else row["detail"]
         lines.append(
-            f"| {row['what']} | {row['against']} | {_ratio(row['ratio_wall'])} | {_ratio(row['ratio_cpu'])} | "
+            f"| {row['what']} | {row['against']} | {_ratio(row['ratio_wall'], _decimals(row))} | "
+            f"{_ratio(row['ratio_cpu'], _decimals(row))} | "
             f"{detail} | {row['target']} | {_met(row['met'])} | {when} | [{Path(doc['_path']).name}]({doc['_path']}) |"
         )
     measured = {d["script"] for d in docs}

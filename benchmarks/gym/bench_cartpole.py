@@ -347,7 +347,7 @@ def main() -> None:
                 record.row(f"{algo}_cartpole_rss", what=f"{algo.upper()} peak RSS, CartPole throughput run",
                            against="Stable-Baselines3", wall=peak["agilerl"] / peak["sb3"], cpu=None,
                            target="<= 0.8x", met=peak["agilerl"] / peak["sb3"] <= 0.8, repeats=args.throughput_repeats,
-                           detail=f"{peak['agilerl']:.0f} vs {peak['sb3']:.0f} MB (median)")  # fmt: skip
+                           decimals=3, detail=f"{peak['agilerl']:.1f} vs {peak['sb3']:.1f} MB (median)")  # fmt: skip
         for env_id in [] if args.skip_solve else args.envs.split(","):
             solve: dict[str, list[float]] = {fw: [] for fw in sides}
             solve_cpu: dict[str, list[float]] = {fw: [] for fw in sides}

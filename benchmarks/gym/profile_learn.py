@@ -4,6 +4,7 @@
     python benchmarks/gym/profile_learn.py --algo dqn      # bench_cartpole.py's DQN manifest
     python benchmarks/gym/profile_learn.py --algo rainbow  # bench_rainbow.py's manifest, 4 envs
     python benchmarks/gym/profile_learn.py --algo dqn --top 30   # and cProfile's top functions
+    python benchmarks/gym/profile_learn.py --algo all      # the three, each in its own process (run.py's full run)
 
 Trains through ``LocalTrainer`` (as the benchmarks do, no evaluation) with one torch thread and
 reports the process CPU time spent in each part of the loop (the learn step, acting, the vector
@@ -19,7 +20,9 @@ import collections
 import cProfile
 import io
 import itertools
+import os
 import pstats
+import subprocess
 import sys
 import tempfile
 import time
@@ -178,10 +181,17 @@ def dqn_learn_vs_bare(agent: Any, strategy: Any, iters: int) -> dict[str, float]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algo", choices=sorted(STEPS), default="ppo")
+    ap.add_argument("--algo", choices=[*sorted(STEPS), "all"], default="ppo",
+                    help="all: ppo, dqn and rainbow one after the other, each in its own process")  # fmt: skip
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--top", type=int, default=0, help="also print cProfile's top N functions by own time")
     args = ap.parse_args()
+    if args.algo == "all":  # a fresh process per algorithm: one's warm caches and imports are not another's
+        extra = [*(["--steps", str(args.steps)] if args.steps else []), *(["--top", str(args.top)] if args.top else [])]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        for algo in ("ppo", "dqn", "rainbow"):
+            subprocess.run([sys.executable, __file__, "--algo", algo, *extra], env=env, check=True)
+        return
     import torch
 
     torch.set_num_threads(1)
