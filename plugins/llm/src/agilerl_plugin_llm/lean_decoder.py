@@ -4,11 +4,19 @@ Hugging Face's decoder forward pays, on every call, for machinery a training ste
 mask factories, the output-capturing and kwarg-merging wrappers, slow config attribute lookups, the
 ``Cache`` object, and PEFT's per-layer LoRA dispatch. On a small model, or a decoding step of one
 token per row, that overhead is most of the call. The lean pass runs the same weights through the
-same operations (RMSNorm in float32, the model's own rotary module, SDPA, the MLP with its own
-activation, LoRA as ``base(x) + A(x) (scaling B)^T``: the scaling on B's small weight rather than on
-the activations), so its hidden states equal the model's own forward within float tolerance, values
-and gradients (``tests/test_lean_decoder.py`` compares them for each family, with and without LoRA,
-left- and right-padded, with a KV cache).
+same operations in the same order (RMSNorm in float32, the model's own rotary module, SDPA with the
+same grouped-query handling, the MLP with its own activation, LoRA as PEFT computes it), so on the
+CPU its hidden states and their gradients are the model's own, bit for bit
+(``tests/test_lean_decoder.py``: each family, full weights and LoRA, unpadded, left- and
+right-padded, continuing a KV cache). Rotary embeddings take ``x * cos + roll(x) * sin'``, with the
+sign of ``rotate_half`` moved onto ``sin``: the same products, in 4 ops rather than 7.
+
+Sampling may ask for some positions only (``keep``: a prompt's last): without gradients the last
+layer then runs its queries, attention output and MLP at those alone, which gives the same values
+within float error (SDPA over fewer queries tiles its sums differently). Log-probs never do: a
+reference's must round exactly as the policy's (at the first step a GRPO KL gradient is then exactly
+0, not float noise that Adam scales up to full steps), and with gradients every position runs so
+the weight gradients are summed as the model's own backward sums them.
 
 Whatever it does not know goes through Hugging Face (:func:`usable` says no): other architectures,
 attention implementations other than ``sdpa``, sliding-window layers, gradient checkpointing,
@@ -110,15 +118,16 @@ def usable(decoder: Any) -> bool:
 def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
     """``module(x)`` for a plain ``nn.Linear`` or a PEFT LoRA ``Linear`` over one, without the module calls."""
     kind = type(module)
-    if kind is nn.Linear:
-        return F.linear(x, module.weight, module.bias)
+    if kind is nn.Linear:  # its parameters straight from the dict: Module.__getattr__ costs more than a small matmul
+        params = module._parameters
+        return F.linear(x, params["weight"], params["bias"])
     if kind is not _lora_linear_type():
         return module(x)
     lora = module
     base = lora.base_layer
     if type(base) is not nn.Linear or lora.merged:
         return module(x)  # a quantised base; merged weights (PEFT unmerges on disable): its own forward
-    result = F.linear(x, base.weight, base.bias)
+    result = F.linear(x, base._parameters["weight"], base._parameters["bias"])
     if lora.disable_adapters:
         return result
     dtype = result.dtype
@@ -133,11 +142,7 @@ def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
             x = x.to(a.weight.dtype)
         dropout = lora.lora_dropout[name]
         h = F.linear(x if type(dropout) is nn.Identity else dropout(x), a.weight, a.bias)
-        scaling = lora.scaling[name]
-        if b.bias is None:  # the scaling on B's [out, r] weight rather than on the [tokens, out] product
-            result = result + F.linear(h, b.weight * scaling)
-        else:
-            result = result + F.linear(h, b.weight, b.bias) * scaling
+        result = result + F.linear(h, b.weight, b.bias) * lora.scaling[name]
     return result.to(dtype)
 
 
@@ -251,9 +256,9 @@ def forward(
     ``attention_mask``: ``[B, cached + T]``, 1 for real tokens (None: all real). ``position_ids``:
     ``[B or 1, T]`` (None: counting on from the cache). ``keep`` (``[B, T]`` bool): only these
     positions' hidden states are wanted, returned as ``[kept, hidden]`` in row-major order (as
-    ``hidden[keep]``): the last layer then runs its queries, attention output and MLP at those
-    positions alone (its keys and values, which later positions and the cache read, at every one).
-    Call only where :func:`usable` says so.
+    ``hidden[keep]``); without gradients the last layer then runs its queries, attention output and
+    MLP at those positions alone (its keys and values, which later positions and the cache read, at
+    every one). Call only where :func:`usable` says so.
     """
     b, t = input_ids.shape
     device = input_ids.device
@@ -274,9 +279,10 @@ def forward(
     mask = _mask(attention_mask, t, past, device)
     facts = _facts(decoder)
     dropout = facts.attention_dropout if decoder.training else 0.0
-    layers = decoder.layers[: facts.num_layers]
+    layers = list(decoder.layers)[: facts.num_layers]  # (slicing a ModuleList builds a new module)
     idx = valid = None
-    if keep is not None:
+    if keep is not None and not torch.is_grad_enabled():
+        # Without gradients only (see the module's docstring).
         idx, valid = _kept(keep)
         if 2 * idx.shape[1] > t:  # most positions wanted: the gathers would cost more than they save
             idx = valid = None
@@ -284,23 +290,22 @@ def forward(
         attn = layer.self_attn
         x = _norm(layer.input_layernorm, h)
         hd = attn.head_dim
+        # q, k, v in the model's order (autograd sums their gradients into x in that order).
+        xq, q_cos, q_sin, q_mask, tq = x, cos, sin, mask, t
+        if idx is not None and valid is not None and i == len(layers) - 1:
+            # Last layer: only the kept positions' outputs are read.
+            xq, h = _take(x, idx, 1), _take(h, idx, 1)
+            q_cos, q_sin, tq = _take(cos, idx, 2), _take(sin, idx, 2), idx.shape[1]
+            q_mask = _kept_mask(attention_mask, idx, valid, past, past + t)
+        q = _linear(attn.q_proj, xq).view(b, tq, -1, hd)
         k = _linear(attn.k_proj, x).view(b, t, -1, hd)
         v = _linear(attn.v_proj, x).view(b, t, -1, hd).transpose(1, 2)
         if facts.qk_norm:
-            k = _norm(attn.k_norm, k)
+            q, k = _norm(attn.q_norm, q), _norm(attn.k_norm, k)
+        q = _rotary(q.transpose(1, 2), q_cos, q_sin)
         k = _rotary(k.transpose(1, 2), cos, sin)
         if cache is not None:
             k, v = cache.update(i, k, v)
-        q_cos, q_sin, q_mask, tq = cos, sin, mask, t
-        if idx is not None and valid is not None and i == len(layers) - 1:
-            # Last layer: only the kept positions' outputs are read.
-            x, h = _take(x, idx, 1), _take(h, idx, 1)
-            q_cos, q_sin, tq = _take(cos, idx, 2), _take(sin, idx, 2), idx.shape[1]
-            q_mask = _kept_mask(attention_mask, idx, valid, past, k.shape[2])
-        q = _linear(attn.q_proj, x).view(b, tq, -1, hd)
-        if facts.qk_norm:
-            q = _norm(attn.q_norm, q)
-        q = _rotary(q.transpose(1, 2), q_cos, q_sin)
         heads, groups = q.shape[1], q.shape[1] // k.shape[1]
         if groups > 1 and q_mask is not None:
             if tq == 1:  # one query per row: fold the query heads onto their key/value head

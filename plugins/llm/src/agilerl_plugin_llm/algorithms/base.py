@@ -65,16 +65,32 @@ def scale_logits(base: Any, logits: torch.Tensor) -> torch.Tensor:
     Granite divides by ``config.logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma soft-caps
     (``cap * tanh(logits / cap)``)."""
     config = getattr(base, "config", None)
-    granite = getattr(config, "logits_scaling", None)
-    if isinstance(granite, (int, float)) and granite != 1.0:
-        logits = logits / float(granite)
-    cohere = getattr(base, "logit_scale", getattr(config, "logit_scale", None))
-    if isinstance(cohere, (int, float)) and cohere != 1.0:
-        logits = logits * float(cohere)
-    cap = final_softcap(base)
+    # Read once per config (transformers' config lookups cost microseconds: a decoding step calls this).
+    key = (id(base), id(config))
+    factors = _LOGIT_SCALES.get(key)
+    if factors is None or factors[0] is not config:
+        granite = getattr(config, "logits_scaling", None)
+        cohere = getattr(base, "logit_scale", getattr(config, "logit_scale", None))
+        factors = _LOGIT_SCALES[key] = (
+            config,
+            float(granite) if isinstance(granite, (int, float)) and granite != 1.0 else None,
+            float(cohere) if isinstance(cohere, (int, float)) and cohere != 1.0 else None,
+            final_softcap(base),
+        )
+        if len(_LOGIT_SCALES) > 64:
+            _LOGIT_SCALES.clear()
+            _LOGIT_SCALES[key] = factors
+    _, granite_div, cohere_mul, cap = factors
+    if granite_div is not None:
+        logits = logits / granite_div
+    if cohere_mul is not None:
+        logits = logits * cohere_mul
     if cap is not None:
         logits = torch.tanh(logits / cap) * cap
     return logits
+
+
+_LOGIT_SCALES: dict[tuple[int, int], tuple[Any, float | None, float | None, float | None]] = {}
 
 
 def sequence_logprobs(
@@ -127,18 +143,13 @@ def sequence_logprobs(
     elif position_ids_from_mask:
         extra["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     if decoder is not None and lm_head is not None:
-        if lean_decoder.usable(decoder):
-            # The same pass without Hugging Face's per-call machinery; its last layer only at the
-            # positions that predict a selected token.
-            predictors = torch.zeros_like(loss_mask, dtype=torch.bool)
-            predictors[:, :-1] = select
-            chosen = lean_decoder.forward(decoder, input_ids, attention_mask=mask_arg,
-                                          position_ids=extra.get("position_ids"), keep=predictors)  # fmt: skip
+        if lean_decoder.usable(decoder):  # the same pass, bit for bit, without Hugging Face's per-call machinery
+            hidden = lean_decoder.forward(decoder, input_ids, attention_mask=mask_arg,
+                                          position_ids=extra.get("position_ids"))  # fmt: skip
         else:
             hidden = decoder(input_ids=input_ids, attention_mask=mask_arg, use_cache=False, **extra).last_hidden_state
-            chosen = hidden[:, :-1][select]
         out[:, 1:][select] = token_logprobs(
-            chosen,
+            hidden[:, :-1][select],
             lambda rows: scale_logits(base, lm_head(rows)),
             targets[select],
             temperature=temperature,

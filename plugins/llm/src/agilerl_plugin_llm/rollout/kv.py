@@ -81,7 +81,8 @@ def run_decoder(
     *, last_only: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """Hidden states of ``ids`` continuing ``cache`` (which is updated in place); ``last_only``: the last
-    position's alone, ``[B, hidden]`` (the lean pass then runs its last layer's queries there alone)."""
+    position's alone, ``[B, hidden]`` (sampling: without gradients the lean pass then runs its last
+    layer's queries there alone)."""
     if isinstance(cache, lean_decoder.LeanCache):
         keep = None
         if last_only:
@@ -138,7 +139,7 @@ def process_logits(
     if repetition_penalty != 1.0 and seen is not None:
         penalised = torch.where(logits < 0, logits * repetition_penalty, logits / repetition_penalty)
         logits = torch.where(seen, penalised, logits)
-    if temperature > 0:
+    if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     neg = torch.finfo(logits.dtype).min
     if top_k > 0 and top_k < logits.shape[-1]:
@@ -268,8 +269,9 @@ def shared_prefix_logprobs(
     prefixes = [input_ids[first[g], : int(plen[first[g]])].tolist() for g in range(len(groups))]
     p_ids, p_mask = left_pad(prefixes, 0, device)
     cache = new_cache(decoder)
-    # The prefix's last hidden state predicts each row's first token after it.
-    last = run_decoder(decoder, p_ids, p_mask, positions_of(p_mask), cache, last_only=True)[inverse]
+    # The prefix's last hidden state predicts each row's first token after it (every position runs: a
+    # reference's log-probs must round as the policy's, else its KL gradient is float noise, not 0).
+    last = run_decoder(decoder, p_ids, p_mask, positions_of(p_mask), cache)[:, -1][inverse]
     if len(groups) < len(group_id):
         cache.reorder_cache(inverse)
     suffix_len = lengths - plen
