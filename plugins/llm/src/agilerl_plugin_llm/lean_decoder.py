@@ -127,8 +127,8 @@ def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
     base = lora.base_layer
     if type(base) is not nn.Linear or lora.merged:
         return module(x)  # a quantised base; merged weights (PEFT unmerges on disable): its own forward
-    params: Any = base._parameters
-    result = F.linear(x, params["weight"], params["bias"])
+    base_params: Any = base._parameters
+    result = F.linear(x, base_params["weight"], base_params["bias"])
     if lora.disable_adapters:
         return result
     dtype = result.dtype
