@@ -109,6 +109,7 @@ class FusedMLP:
         self._snapshot: torch.Tensor | None = None  # flat.data when last packed
         self._prefix: list[Layer] = []
         self._packed: list[Layer] = []
+        self._layers: list[tuple[torch.Tensor, torch.Tensor, Any]] = []
         self._splits = [int(net.head.out_dim) for net in self.nets]  # type: ignore[union-attr]
 
     @staticmethod
@@ -141,16 +142,20 @@ class FusedMLP:
             with torch.no_grad():
                 self._repack()
             self._snapshot = data.clone()
+            # The activation kernel itself (the module's forward ends in it, a few calls deeper).
+            kernel = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh}
+            self._layers = [(w, b, None if a is None else kernel.get(type(a), a.forward))
+                            for w, b, a in (*self._prefix, *self._packed)]  # fmt: skip
 
     def __call__(self, obs: Any) -> tuple[torch.Tensor, ...]:
         """Every network's output for ``obs`` (no gradient)."""
         self._current()
         x = self.nets[0].preprocess(obs)  # type: ignore[operator]
-        for weight, bias, act in (*self._prefix, *self._packed):
-            x = nn.functional.linear(x, weight, bias)
+        for weight, bias, act in self._layers:
+            x = torch.addmm(bias, x, weight.t()) if x.dim() == 2 else nn.functional.linear(x, weight, bias)
             if act is not None:
-                x = act.forward(x)
-        return x.split(self._splits, dim=-1)
+                x = act(x)
+        return torch.split(x, self._splits, dim=-1)
 
 
 def _relu_backward(grad: torch.Tensor, result: torch.Tensor) -> torch.Tensor:

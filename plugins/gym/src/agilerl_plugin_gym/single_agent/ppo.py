@@ -27,7 +27,7 @@ from torch import nn
 
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.fused import FusedMLP, MLPChain
-from agilerl_plugin_gym.optim import FlatAdam, FlatParameters
+from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode
 from agilerl_plugin_gym.ppo_update import ManualStep, PPOSettings, ppo_update, surrogate_grads
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
@@ -137,7 +137,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
             )
         return out + torch.randn_like(out) * self.extra_params["log_std"].exp()
 
-    @torch.inference_mode()
+    @inference_mode
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample actions for a batch: (action, log-prob, value)."""
         fused = self._fused_heads()
@@ -168,7 +168,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
         log_prob, _ = self._log_prob_entropy(out, action)
         return action, log_prob, value
 
-    @torch.inference_mode()
+    @inference_mode
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.nets["critic"](obs).squeeze(-1)
 

@@ -25,7 +25,7 @@ import torch
 from agilerl_plugin_gym.fused import MLPChain, activation_kernels, write_linear_grads
 from agilerl_plugin_gym.networks.rainbow import NoisyLinear, NoisyMLP, RainbowNetwork, project_distribution
 from agilerl_plugin_gym.observations import batch_size
-from agilerl_plugin_gym.optim import no_grad
+from agilerl_plugin_gym.optim import inference_mode, no_grad
 from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.dqn import DQN
 from agilerl_plugin_gym.single_agent.specs import RainbowDQNSpec
@@ -73,7 +73,7 @@ class RainbowDQN(DQN):
         self._noise(False)
         return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
 
-    @torch.inference_mode()
+    @inference_mode
     def explore(
         self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
