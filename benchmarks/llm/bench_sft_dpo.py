@@ -10,7 +10,9 @@ Each (algorithm, implementation) runs in its own process, so peak RSS (``ru_maxr
 implementation's alone. Reported: median and mean seconds per optimizer step after warm-up steps
 (ours: drawing the batch + the update; TRL: the interval between ``on_step_end`` callbacks, which
 includes its data loading and collation), the median process CPU seconds over the same intervals
-(steadier than wall time on a shared machine), and peak RSS. Repeats alternate the two sides.
+(steadier than wall time on a shared machine), and peak RSS. Repeats alternate the two sides; the
+ratio is the median over repeats of each repeat's ours / TRL (the two ran back to back).
+``benchmarks/llm/profile_llm.py`` splits both sides' steps into their parts.
 
     python benchmarks/llm/bench_sft_dpo.py               # both algorithms, both implementations
     python benchmarks/llm/bench_sft_dpo.py --steps 60 --algorithms dpo
@@ -57,7 +59,8 @@ def _read(name: str) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------------
 
 
-def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[list[float], list[float]]:
+def build_ours(algorithm: str, model_dir: str) -> tuple[Any, Any]:
+    """Our agent and dataset env at this benchmark's settings (``profile_llm.py`` builds them here too)."""
     from agilerl.builders import AlgorithmBuildRuntime
     from agilerl_plugin_llm.builder import LLMBuilder
     from agilerl_plugin_llm.dataset.env import make_llm_env
@@ -78,6 +81,11 @@ def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[l
                               train_test_split=1.0)  # fmt: skip
     env = make_llm_env(env_spec, tokenizer, data_batch_size_per_gpu=BATCH, max_context_length=MAX_LEN, seed=0)
     agent = LLMBuilder.build(spec, tokenizer=tokenizer, runtime=AlgorithmBuildRuntime(seed=0))
+    return agent, env
+
+
+def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[list[float], list[float]]:
+    agent, env = build_ours(algorithm, model_dir)
     times: list[float] = []
     cpu: list[float] = []
     for i in range(warmup + steps):
@@ -89,23 +97,18 @@ def run_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[l
     return times, cpu
 
 
-def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[list[float], list[float]]:
+def build_trl(algorithm: str, model_dir: str, *, steps: int, callbacks: list[Any]) -> Any:
+    """TRL's ``SFTTrainer`` / ``DPOTrainer`` at this benchmark's settings, for ``steps`` optimizer steps."""
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
     peft_config = LoraConfig(r=LORA["lora_r"], lora_alpha=LORA["lora_alpha"], lora_dropout=0.0,
                              target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
-    stamps: list[tuple[float, float]] = []
-
-    class Clock(TrainerCallback):  # type: ignore[misc]
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            stamps.append((time.perf_counter(), time.process_time()))
-
     common = {"output_dir": tempfile.mkdtemp(prefix="trl-bench-"), "per_device_train_batch_size": BATCH,
-              "max_steps": warmup + steps + 1, "learning_rate": LR, "use_cpu": True, "bf16": False,
+              "max_steps": steps, "learning_rate": LR, "use_cpu": True, "bf16": False,
               "gradient_checkpointing": False, "report_to": [], "save_strategy": "no", "logging_strategy": "no",
               "disable_tqdm": True, "seed": 0, "dataloader_num_workers": 0, "max_grad_norm": 1.0,
               "max_length": MAX_LEN}  # fmt: skip
@@ -115,18 +118,28 @@ def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[li
         from trl import SFTConfig, SFTTrainer
 
         rows = [{"prompt": user(r["prompt"]), "completion": assistant(r["response"])} for r in _read("sft_tiny.jsonl")]
-        trainer: Any = SFTTrainer(model=model, args=SFTConfig(**common, completion_only_loss=True),
-                                  train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                                  peft_config=peft_config, callbacks=[Clock()])  # fmt: skip
-    else:
-        from trl import DPOConfig, DPOTrainer
+        return SFTTrainer(model=model, args=SFTConfig(**common, completion_only_loss=True),
+                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          peft_config=peft_config, callbacks=callbacks)  # fmt: skip
+    from trl import DPOConfig, DPOTrainer
 
-        rows = [{"prompt": user(r["prompt"]), "chosen": assistant(r["chosen"]), "rejected": assistant(r["rejected"])}
-                for r in _read("dpo_tiny.jsonl")]  # fmt: skip
-        config = DPOConfig(**common, beta=BETA, loss_type=["sigmoid", "sft"], loss_weights=[1.0, NLL_ALPHA])
-        trainer = DPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
-                             processing_class=tokenizer, peft_config=peft_config, callbacks=[Clock()])  # fmt: skip
-    trainer.train()
+    rows = [{"prompt": user(r["prompt"]), "chosen": assistant(r["chosen"]), "rejected": assistant(r["rejected"])}
+            for r in _read("dpo_tiny.jsonl")]  # fmt: skip
+    config = DPOConfig(**common, beta=BETA, loss_type=["sigmoid", "sft"], loss_weights=[1.0, NLL_ALPHA])
+    return DPOTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
+                      processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)  # fmt: skip
+
+
+def run_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[list[float], list[float]]:
+    from transformers import TrainerCallback
+
+    stamps: list[tuple[float, float]] = []
+
+    class Clock(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            stamps.append((time.perf_counter(), time.process_time()))
+
+    build_trl(algorithm, model_dir, steps=warmup + steps + 1, callbacks=[Clock()]).train()
     pairs = list(itertools.pairwise(stamps))[warmup : warmup + steps]
     return [b[0] - a[0] for a, b in pairs], [b[1] - a[1] for a, b in pairs]
 
@@ -194,14 +207,18 @@ def main() -> None:
         med = {i: {k: statistics.median(r[k] for r in v) for k in ("median_s", "cpu_median_s", "peak_rss_mb")}
                for i, v in by_impl.items()}  # fmt: skip
         ours, theirs = med["ours"], med["trl"]
-        wall, cpu = ours["median_s"] / theirs["median_s"], ours["cpu_median_s"] / theirs["cpu_median_s"]
+        # Each repeat's two sides ran back to back: the median of the per-repeat ratios (benchlib.paired).
+        wall, walls = benchlib.paired([r["median_s"] for r in by_impl["ours"]], [r["median_s"] for r in by_impl["trl"]])
+        cpu, _ = benchlib.paired([r["cpu_median_s"] for r in by_impl["ours"]],
+                                 [r["cpu_median_s"] for r in by_impl["trl"]])  # fmt: skip
         print(f"| {algorithm.upper()} | {ours['median_s'] * 1e3:.1f} ms | {theirs['median_s'] * 1e3:.1f} ms "
               f"| {wall:.2f}x | {ours['cpu_median_s'] * 1e3:.1f} / {theirs['cpu_median_s'] * 1e3:.1f} ms ({cpu:.2f}x) "
               f"| {ours['peak_rss_mb']:.0f} MB | {theirs['peak_rss_mb']:.0f} MB |")  # fmt: skip
         record.row(f"llm_{algorithm}_step", what=f"{algorithm.upper()} s per optimizer step, tiny model",
                    against="TRL", wall=wall, cpu=cpu, target="wall <= 0.5x", met=wall <= 0.5, repeats=args.repeats,
                    detail=f"{ours['median_s'] * 1e3:.1f} vs {theirs['median_s'] * 1e3:.1f} ms; "
-                          f"{ours['cpu_median_s'] * 1e3:.1f} vs {theirs['cpu_median_s'] * 1e3:.1f} CPU ms")  # fmt: skip
+                          f"{ours['cpu_median_s'] * 1e3:.1f} vs {theirs['cpu_median_s'] * 1e3:.1f} CPU ms; wall ratio "
+                          f"per repeat {', '.join(f'{x:.2f}' for x in walls)}")  # fmt: skip
     record.save(runs)
 
 
