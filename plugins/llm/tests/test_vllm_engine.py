@@ -11,6 +11,7 @@ cache, one engine per configuration for the whole module: an engine start costs 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -209,6 +210,104 @@ def test_lora_sync_serves_each_new_adapter(vllm_model_dir: Path, tmp_path: Path)
         assert served[-1] == hf_greedy(agent, prompts)
     assert served[0] != served[1]
     assert sorted(p.name for p in (tmp_path / "lora").iterdir()) == ["v2"]  # the previous version is gone
+
+
+# --- a multimodal checkpoint (Gemma 4), as AgileRL's Gemma 4 manifests train it -------------------------
+
+#: Their LoRA targets: ClippableLinear's inner layers, scoped to the text decoder.
+CLIPPABLE_TARGETS = ["q_proj.linear", "k_proj.linear", "v_proj.linear", "o_proj.linear",
+                     "up_proj.linear", "down_proj.linear", "gate_proj.linear"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gemma4_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from agilerl_plugin_llm.testing import build_tiny_multimodal_model
+
+    return build_tiny_multimodal_model(tmp_path_factory.mktemp("gemma4") / "model", vllm=True)
+
+
+def gemma4_manifest(model_dir: Path, run_dir: Path, **algo: Any) -> dict[str, Any]:
+    data = manifest(model_dir, run_dir, lora=True, lora_target_scope="language_model", **algo)
+    data["network"]["lora_config"]["target_modules"] = CLIPPABLE_TARGETS
+    return data
+
+
+def logprob_gaps(agent: Any, backend: Any, prompts: list[list[int]]) -> tuple[list[float], list[list[float]]]:
+    """vLLM samples 12 tokens at temperature 1 from each prompt: |log p_HF - log p_vLLM| (max per prompt),
+    and vLLM's log-probs of them."""
+    from agilerl_plugin_llm.algorithms.base import sequence_logprobs
+
+    outputs = backend.generate_outputs(prompts, max_new_tokens=[12] * len(prompts),
+                                       sampling=SamplingConfig(temperature=1.0), seed=0, logprobs=0)  # fmt: skip
+    agent.model.eval()
+    gaps, served = [], []
+    for prompt, out in zip(prompts, outputs, strict=True):
+        sample = out.outputs[0]
+        vllm_lp = torch.tensor([entry[tok].logprob for tok, entry in zip(sample.token_ids, sample.logprobs,
+                                                                         strict=True)])  # fmt: skip
+        ids = torch.tensor([prompt + list(sample.token_ids)], device=agent.device)
+        mask = torch.zeros_like(ids)
+        mask[:, len(prompt) :] = 1
+        with torch.no_grad():
+            hf_lp = sequence_logprobs(agent.model, ids, torch.ones_like(ids), mask)[0, len(prompt) :].float().cpu()
+        gaps.append(float((hf_lp - vllm_lp).abs().max()))
+        served.append(vllm_lp.tolist())
+    return gaps, served
+
+
+def test_a_multimodal_checkpoint_is_served_text_only_and_follows_the_scoped_adapter(
+    gemma4_dir: Path, tmp_path: Path
+) -> None:
+    """vLLM serves Gemma 4's text decoder (``Gemma4ForCausalLM`` over the same checkpoint: no tower, no image
+    processor) with the LoRA adapter ``lora_target_scope`` put on that decoder, and its replies and log-probs
+    are the policy's, towers stripped from the policy (AgileRL's cispo_gemma4_group5) or not."""
+    for strip in (True, False):
+        agent, _ = build_agent(gemma4_manifest(gemma4_dir, tmp_path / f"run{strip}",
+                                               vllm_config={"strip_multimodal_towers": strip}))  # fmt: skip
+        assert (agent.model.base_model.model.model.vision_tower is None) is strip
+        backend = agent.backend()
+        assert backend.kwargs["hf_overrides"] == {"architectures": ["Gemma4ForCausalLM"]}
+        assert backend.kwargs["max_lora_rank"] == 8  # lora_r 8; vLLM takes 1, 8, 16, ... only
+        prompts = prompts_of(agent.tokenizer)
+        served = []
+        for version in range(2):
+            perturb(agent.model, only="lora_B", scale=0.5, seed=version)
+            backend.sync_weights(agent.model)
+            greedy = backend.generate(prompts, max_new_tokens=[8] * 3, sampling=SamplingConfig(temperature=0.0))
+            assert greedy == hf_greedy(agent, prompts)
+            gaps, logprobs = logprob_gaps(agent, backend, prompts)
+            print(f"Gemma 4 text-only (strip {strip}), adapter {version}: max |log p_HF - log p_vLLM| {max(gaps):.2e}")
+            assert max(gaps) <= LOGPROB_TOLERANCE, gaps
+            served.append(logprobs)
+        # The engine follows each adapter: the second one's log-probs are not the first one's.
+        assert max(abs(a - b) for x, y in zip(*served, strict=True) for a, b in zip(x, y, strict=False)) > 0.01
+
+
+def test_vllm_config_quantization_bitsandbytes_serves_a_4bit_engine(gemma4_dir: Path, tmp_path: Path) -> None:
+    """AgileRL's cispo_gemma4_group5: an nf4 (QLoRA) trainer and a bitsandbytes-quantized vLLM engine. vLLM
+    0.32 has bitsandbytes only through vllm-bnb-plugin (install.sh --vllm installs it); its 4-bit layers
+    compute in bfloat16, so the log-probs agree with the float32-computing nf4 policy less closely."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        pytest.skip("QLoRA needs bitsandbytes (pip install 'agilerl-plugin-llm[qlora]')")
+    data = gemma4_manifest(gemma4_dir, tmp_path / "run", quantization="nf4",
+                           vllm_config={"strip_multimodal_towers": True, "quantization": "bitsandbytes"})  # fmt: skip
+    if importlib.util.find_spec("vllm_bnb_plugin") is None:
+        with pytest.raises(ManifestError, match=r"no bitsandbytes quantization.*vllm-bnb-plugin"):
+            load_manifest(data)
+        return
+    agent, _ = build_agent(data)
+    backend = agent.backend()
+    assert backend.kwargs["quantization"] == "bitsandbytes" and backend.kwargs["dtype"] == "bfloat16"
+    (methods,) = backend.llm.collective_rpc(
+        lambda worker: sorted({type(m.quant_method).__name__ for m in worker.model_runner.model.modules()
+                               if getattr(m, "quant_method", None) is not None})
+    )  # fmt: skip
+    assert any("BitsAndBytes" in name for name in methods), methods  # the engine's linears are 4-bit
+    perturb(agent.model, only="lora_B", scale=0.5, seed=0)
+    backend.sync_weights(agent.model)
+    gaps, _ = logprob_gaps(agent, backend, prompts_of(agent.tokenizer))
+    print(f"nf4 policy vs bitsandbytes bf16 vLLM: max |log p_HF - log p_vLLM| {max(gaps):.2e}")
+    assert max(gaps) <= 0.25, gaps  # measured 0.062
 
 
 # --- training --------------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ Use as a pytest plugin (``pytest_plugins = ["agilerl_plugin_llm.testing"]``) to 
     python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model
     python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model --vllm   # head_dim 32, for vLLM on CPU
 
+:func:`build_tiny_multimodal_model` builds a tiny Gemma 4 (text decoder, vision and audio towers) the same
+way (``vllm=True``: head sizes vLLM's CPU attention serves).
+
 What gets built (and why):
 
 * a byte-level BPE tokenizer trained in memory with ``tokenizers`` (~400 tokens) on a small corpus,
@@ -156,12 +159,26 @@ def build_tiny_model(
     return out
 
 
-def build_tiny_multimodal_model(path: str | Path, *, seed: int = 0, initializer_range: float = 0.2) -> Path:
+def build_tiny_multimodal_model(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    initializer_range: float = 0.2,
+    max_position_embeddings: int = 2048,
+    vllm: bool = False,
+) -> Path:
     """A tiny multimodal causal LM (Gemma 4 layout: a text decoder under ``model.language_model``, a
     vision tower and an audio tower whose projections are ClippableLinear-wrapped, and their
     embedders) with the tiny tokenizer, ``save_pretrained`` into ``path``. ~2-layer, 64-wide text
     model; one-layer 32-wide towers. ``AutoModelForCausalLM`` loads it as
-    ``Gemma4ForConditionalGeneration``, as it loads ``google/gemma-4-E4B-it``."""
+    ``Gemma4ForConditionalGeneration``, as it loads ``google/gemma-4-E4B-it``.
+
+    :param vllm: head sizes 32 (sliding-attention layers) and 64 (the full-attention layer), which vLLM's
+        CPU attention serves, instead of 16 and 32. Either way the per-layer input width is 64: bitsandbytes'
+        CPU kernels for an nf4-quantized copy (QLoRA) need each linear's input to hold a whole 64-value
+        block and its output a multiple of 32.
+    :param max_position_embeddings: the text model's context (AgileRL's Gemma 4 manifests ask for 32k).
+    """
     import torch
     from transformers import (
         AutoModelForCausalLM,
@@ -175,11 +192,16 @@ def build_tiny_multimodal_model(path: str | Path, *, seed: int = 0, initializer_
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     vocab = len(tokenizer)
+    # (sliding-attention, full-attention) head sizes: Gemma 4's full-attention layers have their own,
+    # twice as wide (256 and 512 in gemma-4-E4B).
+    heads = (VLLM_HEAD_DIM, 2 * VLLM_HEAD_DIM) if vllm else (16, 32)
+    full_attention: dict[str, Any] = {"global_head_dim": heads[1]}  # a keyword the config's __post_init__ reads
     text = Gemma4TextConfig(
         vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        hidden_size_per_layer_input=8, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=2048, initializer_range=initializer_range, pad_token_id=tokenizer.pad_token_id,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=heads[0], **full_attention,
+        hidden_size_per_layer_input=64, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=max_position_embeddings, initializer_range=initializer_range,
+        pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
     )  # fmt: skip
     vision = Gemma4VisionConfig(

