@@ -287,6 +287,10 @@ def forward(
         idx, valid = _kept(keep)
         if 2 * idx.shape[1] > t:  # most positions wanted: the gathers would cost more than they save
             idx = valid = None
+    # Tokens as rows of a 2-D tensor between the attention blocks: a linear on 2-D input is one matmul,
+    # where on [B, T, H] it is wrapped in reshapes that autograd records (the same products either way).
+    width = h.shape[-1]
+    h = h.reshape(b * t, width)
     for i, layer in enumerate(layers):
         attn = layer.self_attn
         x = _norm(layer.input_layernorm, h)
@@ -295,8 +299,10 @@ def forward(
         xq, q_cos, q_sin, q_mask, tq = x, cos, sin, mask, t
         if idx is not None and valid is not None and i == len(layers) - 1:
             # Last layer: only the kept positions' outputs are read.
-            xq, h = _take(x, idx, 1), _take(h, idx, 1)
-            q_cos, q_sin, tq = _take(cos, idx, 2), _take(sin, idx, 2), idx.shape[1]
+            tq = idx.shape[1]
+            xq = _take(x.view(b, t, width), idx, 1).reshape(b * tq, width)
+            h = _take(h.view(b, t, width), idx, 1).reshape(b * tq, width)
+            q_cos, q_sin = _take(cos, idx, 2), _take(sin, idx, 2)
             q_mask = _kept_mask(attention_mask, idx, valid, past, past + t)
         q = _linear(attn.q_proj, xq).view(b, tq, -1, hd)
         k = _linear(attn.k_proj, x).view(b, t, -1, hd)
@@ -317,12 +323,12 @@ def forward(
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=q_mask, dropout_p=dropout, scale=attn.scaling,
                                            is_causal=q_mask is None and tq > 1,
                                            enable_gqa=groups > 1 and q_mask is None)  # fmt: skip
-        o = o.reshape(b, heads, tq, hd).transpose(1, 2).reshape(b, tq, heads * hd)
+        o = o.reshape(b, heads, tq, hd).transpose(1, 2).reshape(b * tq, heads * hd)
         h = h + _linear(attn.o_proj, o)
         x = _norm(layer.post_attention_layernorm, h)
         mlp = layer.mlp
         h = h + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
-    out = _norm(decoder.norm, h)
+    out = _norm(decoder.norm, h).view(b, -1, width)
     if keep is None:
         return out
     return out[valid] if valid is not None else out[keep]
