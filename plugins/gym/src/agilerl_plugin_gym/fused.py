@@ -158,12 +158,17 @@ class FusedMLP:
         return torch.split(x, self._splits, dim=-1)
 
 
+# The overloads themselves: ``torch.ops.aten.<op>(...)`` resolves the overload on every call (~5 µs).
+_THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.default
+_TANH_BACKWARD = torch.ops.aten.tanh_backward.default
+
+
 def _relu_backward(grad: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    return torch.ops.aten.threshold_backward(grad, result, 0)  # ReluBackward0
+    return _THRESHOLD_BACKWARD(grad, result, 0)  # ReluBackward0
 
 
 def _tanh_backward(grad: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    return torch.ops.aten.tanh_backward(grad, result)  # TanhBackward0
+    return _TANH_BACKWARD(grad, result)  # TanhBackward0
 
 
 #: The activations :class:`MLPChain` runs: the kernel the module's forward ends in (without the

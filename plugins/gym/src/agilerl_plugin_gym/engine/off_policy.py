@@ -202,26 +202,29 @@ def gradient_steps(
     sample_many: Callable[[int, int], Iterable[Any]] | None = None,
     *,
     record: bool = False,
-) -> dict[str, Any]:
+) -> Mapping[str, Any]:
     """Run ``count`` gradient steps on fresh batches.
 
-    Returns the last step's stats, or with ``record`` every step's (``{name: [value, ...]}``).
-    ``sample_many`` (when given) draws all batches of one env step in a single gather.
+    Returns the last step's stats (the mapping ``learn`` returned, read or not:
+    :class:`~agilerl_plugin_gym.engine.common.LazyStats` computes only what is read), or with
+    ``record`` every step's (``{name: [value, ...]}``). ``sample_many`` (when given) draws all
+    batches of one env step in a single gather.
     """
     batches: Iterable[Any]
     if count > 1 and sample_many is not None:
         batches = sample_many(batch_size, count)
     else:
         batches = (sample(batch_size) for _ in range(count))
-    stats: dict[str, Any] = {}
+    stats: Mapping[str, Any] = {}
+    recorded: dict[str, list[Any]] = {}
     for batch in batches:
         step = learn(batch)
         if record:
             for k, v in step.items():
-                stats.setdefault(k, []).append(v)
+                recorded.setdefault(k, []).append(v)
         else:
-            stats = dict(step)
-    return stats
+            stats = step
+    return recorded if record else stats
 
 
 class ReplayState:
@@ -288,7 +291,7 @@ class OffPolicyEngine:
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)
-        stats: dict[str, Any] = {}
+        stats: Mapping[str, Any] = {}
         nstep = self.replay.collector(agent.gamma)
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         max_steps = self.max_steps

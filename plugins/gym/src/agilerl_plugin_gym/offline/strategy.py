@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
@@ -80,7 +81,7 @@ class OfflineStrategy(ReplayState, GymStrategy):
         buf: ReplayBuffer = self.memory
         delay = rl_training(run.manifest).learning_delay or 0
         schedule = UpdateSchedule(agent.learn_step, 1, delay, agent.batch_size)
-        stats: dict[str, Any] = {}
+        stats: Mapping[str, Any] = {}
         updates = 0
         for _ in range(num_steps):
             agent.steps += 1

@@ -13,6 +13,7 @@ the manifest's ``training`` section, the buffer from ``replay_buffer``.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from agilerl_plugin_gym.engine.common import LazyStats
 from agilerl_plugin_gym.fused import MLPChain, mlp_chain
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode, no_grad
@@ -30,6 +32,8 @@ from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
 
 EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
 PER_PRIOR_EPS = 1e-6  # with replay_buffer.per_buffer: RainbowDQN's default prior_eps
+_SMOOTH_L1_BACKWARD = torch.ops.aten.smooth_l1_loss_backward.default
+_NONE, _MEAN = 0, 1  # torch's loss reduction enum
 
 
 class DQN(GymAlgorithm):
@@ -142,7 +146,7 @@ class DQN(GymAlgorithm):
         gamma = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
         return batch["reward"] + gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
 
-    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def learn(self, batch: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
         """One gradient step on a sampled batch; soft-update the target."""
         chain = self._chain()
         if chain is not None:  # a plain MLP: forward and backward without autograd (bit-identical)
@@ -157,7 +161,7 @@ class DQN(GymAlgorithm):
         return self._stats(loss, q, y, weights)
 
     @no_grad
-    def _learn_by_hand(self, batch: dict[str, torch.Tensor], chain: MLPChain) -> dict[str, torch.Tensor]:
+    def _learn_by_hand(self, batch: dict[str, torch.Tensor], chain: MLPChain) -> Mapping[str, torch.Tensor]:
         """:meth:`learn`'s step with the gradients ``loss.backward()`` gives written by hand:
         ``smooth_l1_loss``'s own backward kernel (after ``mean``'s and the weights' product under
         prioritized replay), the gather's (a scatter into zeros), then the chain's."""
@@ -167,16 +171,22 @@ class DQN(GymAlgorithm):
         y = self.td_target(batch)
         weights = batch.get("weights")
         one = torch.ones((), dtype=q.dtype, device=q.device)
+        # The kernels nn.functional.smooth_l1_loss and its autograd node run (q and y have one shape).
         if weights is None:
-            loss = nn.functional.smooth_l1_loss(q, y)
-            g_q = torch.ops.aten.smooth_l1_loss_backward(one, q, y, 1, 1.0)  # reduction "mean"
+            g_q = _SMOOTH_L1_BACKWARD(one, q, y, _MEAN, 1.0)
         else:
-            loss = (nn.functional.smooth_l1_loss(q, y, reduction="none") * weights).mean()
-            g_q = torch.ops.aten.smooth_l1_loss_backward((one / q.shape[0]) * weights, q, y, 0, 1.0)
+            g_q = _SMOOTH_L1_BACKWARD((one / q.shape[0]) * weights, q, y, _NONE, 1.0)
         chain.backward(saved, torch.zeros_like(out_q).scatter_add_(1, actions, g_q.unsqueeze(1)))
         self.optimizers["optimizer"].step()  # every gradient written: nothing to zero first
         self.soft_update()
-        return self._stats(loss, q, y, weights)
+        if weights is not None:  # the priorities are read at once: no point deferring
+            return self._stats(self._weighted_huber(q, y, weights), q, y, weights)
+        # The engine reads only the last step's statistics: the loss value waits until then.
+        return LazyStats(lambda: self._stats(torch._C._nn.smooth_l1_loss(q, y, _MEAN, 1.0), q, y, None))
+
+    @staticmethod
+    def _weighted_huber(q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return (torch._C._nn.smooth_l1_loss(q, y, _NONE, 1.0) * weights).mean()
 
     @staticmethod
     def _stats(

@@ -251,4 +251,4 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
         g_gather = torch.zeros_like(logp).scatter_add_(-1, actions, g_log_prob.unsqueeze(-1))
         # The engine runs the entropy's nodes (made after the gather) first: (product + exp) + gather.
         g_logp = (g_prod * p + (g_prod * logp) * p) + g_gather
-        return torch.ops.aten._log_softmax_backward_data(g_logp, logp, -1, logp.dtype)
+        return torch._log_softmax_backward_data(g_logp, logp, -1, logp.dtype)

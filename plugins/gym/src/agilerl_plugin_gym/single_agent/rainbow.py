@@ -186,8 +186,8 @@ class RainbowDQN(DQN):
         g_mean = torch.ones((), dtype=loss_i.dtype, device=loss_i.device) / n
         g_loss_i = g_mean * weights if weights is not None else g_mean.expand(n)
         g_log_p = (-g_loss_i).unsqueeze(1).expand_as(log_p) * proj
-        g_picked = torch.ops.aten._log_softmax_backward_data(g_log_p, log_p, -1, log_p.dtype)
-        g_logits = torch.ops.aten._index_put_impl_(torch.zeros_like(logits), (rows, action), g_picked, True, True)
+        g_picked = torch._log_softmax_backward_data(g_log_p, log_p, -1, log_p.dtype)
+        g_logits = torch._index_put_impl_(torch.zeros_like(logits), (rows, action), g_picked, True, True)
         g_value = g_logits.sum(1, keepdim=True)  # V + A: V broadcast over the actions
         g_adv = g_logits + (-g_logits).sum(1, keepdim=True).expand_as(g_logits) / logits.shape[1]  # A - mean_a A
         g_z = plan.advantage.backward(saved_adv, g_adv.view_as(adv)) + plan.value.backward(
