@@ -132,3 +132,23 @@ def test_algorithm_architecture_mutation_and_checkpoint_round_trip() -> None:
         assert np.allclose(fresh.greedy_action(obs), agent.greedy_action(obs))
         clone = agent.clone(index=9)
         assert clone.index == 9 and np.allclose(clone.greedy_action(obs), agent.greedy_action(obs))
+
+
+@pytest.mark.parametrize("shape", [(64, 4), (4, 64), (64, 64), (8, 3, 2, 2)])
+def test_orthogonal_init_is_torchs_up_to_rounding_and_draws_the_same_numbers(shape: tuple[int, ...]) -> None:
+    """``layers.orthogonal_`` factorises with numpy (torch's LAPACK costs ~8 MB of RSS on first use):
+    the same generator draws, the same sign convention, so the weights equal torch's to float32
+    rounding, the result is orthogonal, and the generator is left where torch's leaves it."""
+    from agilerl_plugin_gym.networks.layers import orthogonal_
+
+    torch.manual_seed(3)
+    theirs = torch.nn.init.orthogonal_(torch.empty(*shape), gain=2.0)
+    after_theirs = torch.rand(4)
+    torch.manual_seed(3)
+    ours = orthogonal_(torch.empty(*shape), gain=2.0)
+    after_ours = torch.rand(4)
+    assert torch.equal(after_theirs, after_ours)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+    flat = ours.reshape(shape[0], -1) / 2.0
+    gram = flat @ flat.T if flat.shape[0] <= flat.shape[1] else flat.T @ flat
+    assert torch.allclose(gram, torch.eye(gram.shape[0]), atol=1e-5)

@@ -13,6 +13,7 @@ from torch import nn
 from agilerl_plugin_gym.networks.layers import (
     activation_layer,
     init_linear,
+    orthogonal_,
     resized_linear,
     spec_kwargs,
     swap_activations,
@@ -87,7 +88,7 @@ class EvolvableCNN(nn.Module):
         self.output_act = activation_layer(self.output_activation)
         if self.init_layers:
             for weight, bias in self._conv_params():
-                nn.init.orthogonal_(weight, math.sqrt(2))
+                orthogonal_(weight, math.sqrt(2))
                 nn.init.zeros_(bias)
             init_linear(self.output)
 
@@ -181,7 +182,7 @@ class EvolvableCNN(nn.Module):
         convs, out = self._snapshot()
         w, b = convs[i]
         extra = torch.empty(n, *w.shape[1:], device=w.device)
-        nn.init.orthogonal_(extra, math.sqrt(2))
+        orthogonal_(extra, math.sqrt(2))
         convs[i] = (torch.cat([w, extra]), torch.cat([b, torch.zeros(n, device=b.device)]))
         if i + 1 < len(convs):
             wn, bn = convs[i + 1]

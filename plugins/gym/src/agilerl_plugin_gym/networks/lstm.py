@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.networks.layers import spec_kwargs
+from agilerl_plugin_gym.networks.layers import orthogonal_, spec_kwargs
 from agilerl_plugin_gym.sections import LstmSpec
 
 __all__ = ["EvolvableLSTM"]
@@ -78,10 +78,10 @@ class EvolvableLSTM(nn.Module):
         self.output = nn.Linear(H, self.out_dim)
         for name, p in self.lstm.named_parameters():
             if name.startswith("weight"):
-                nn.init.orthogonal_(p, 1.0)
+                orthogonal_(p, 1.0)
             else:
                 nn.init.zeros_(p)
-        nn.init.orthogonal_(self.output.weight, math.sqrt(2))
+        orthogonal_(self.output.weight, math.sqrt(2))
         nn.init.zeros_(self.output.bias)
 
     # --- state -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from torch import nn
 from agilerl_plugin_gym.networks.layers import (
     activation_layer,
     init_linear,
+    orthogonal_,
     resized_linear,
     spec_kwargs,
     swap_activations,
@@ -193,7 +194,7 @@ class EvolvableMLP(nn.Module):
         w = self._weights()
         w_in, b_in = w[i]
         new_rows = torch.empty(n, w_in.shape[1], device=w_in.device)
-        nn.init.orthogonal_(new_rows, math.sqrt(2))
+        orthogonal_(new_rows, math.sqrt(2))
         w[i] = (torch.cat([w_in, new_rows]), torch.cat([b_in, torch.zeros(n, device=b_in.device)]))
         w_next, b_next = w[i + 1]
         w[i + 1] = (torch.cat([w_next, torch.zeros(w_next.shape[0], n, device=w_next.device)], dim=1), b_next)

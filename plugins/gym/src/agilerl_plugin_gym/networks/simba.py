@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.networks.layers import activation_layer, load_overlapping, spec_kwargs
+from agilerl_plugin_gym.networks.layers import activation_layer, load_overlapping, orthogonal_, spec_kwargs
 from agilerl_plugin_gym.sections import SimbaSpec
 
 __all__ = ["EvolvableSimBa", "SimbaBlock"]
@@ -87,12 +87,12 @@ class EvolvableSimBa(nn.Module):
     def _build(self) -> None:
         h = self.hidden_size
         self.input = nn.Linear(self.in_dim, h)
-        nn.init.orthogonal_(self.input.weight)
+        orthogonal_(self.input.weight)
         nn.init.zeros_(self.input.bias)
         self.blocks = nn.ModuleList(SimbaBlock(h, self.scale_factor) for _ in range(self.num_blocks))
         self.norm = nn.LayerNorm(h)
         self.output = nn.Linear(h, self.out_dim)
-        nn.init.orthogonal_(self.output.weight, math.sqrt(2))
+        orthogonal_(self.output.weight, math.sqrt(2))
         nn.init.zeros_(self.output.bias)
         self.output_act = activation_layer(self.output_activation)
 
