@@ -11,6 +11,7 @@ imported, and is importable (its directory is on ``sys.path``), so only the rule
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -284,6 +285,25 @@ def test_no_checkpoint_is_one_message_and_one_exit_code(tmp_path: Path, run_cli:
         assert code == 2 and "error: no checkpoint at " in err, (args, err)
 
 
+def test_a_run_without_numbered_checkpoints_resumes_from_its_last_pt(tmp_path: Path, run_cli: Run) -> None:
+    # No training.checkpoint_steps: the run dir holds best/last/elite only; --resume RUN_DIR takes
+    # last.pt (the whole last population with the run's state) and, with a larger budget, trains on.
+    manifest = _manifest(tmp_path / "run", algo="DQN", max_steps=64)
+    del manifest["training"]["checkpoint_steps"]
+    LocalTrainer.from_manifest(manifest).train()
+    run_dir = tmp_path / "run"
+    assert not list(run_dir.glob("checkpoint*.pt")) and (run_dir / "last.pt").is_file()
+    code, out, err = run_cli("train", "--resume", run_dir, "--no-progress")
+    assert code == 0 and f"resuming from {run_dir / 'last.pt'}" in out + err and "is complete" in out + err, err
+    manifest["training"]["max_steps"] = 128
+    path = tmp_path / "longer.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    code, out, err = run_cli("train", path, "--resume", run_dir, "--no-progress")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (run_dir / "population.jsonl").read_text().splitlines()]
+    assert rows[-1]["total_steps"] >= 128, rows[-1]
+
+
 def test_a_checkpoint_of_another_algorithm_names_the_mismatch(tmp_path: Path, run_cli: Run) -> None:
     LocalTrainer.from_manifest(_manifest(tmp_path / "dqn", algo="DQN", max_steps=64)).train()
     ckpt = next((tmp_path / "dqn").glob("checkpoint_*.pt"))
@@ -335,6 +355,26 @@ def test_a_checkpoint_with_no_agent_state_is_refused(ppo_run: Path, tmp_path: Pa
     assert not (tmp_path / "resumed").exists()  # refused before the run directory is touched
     with pytest.raises(checkpoint.CheckpointMismatchError, match="holds no agent state"):
         LocalTrainer.from_checkpoint(ckpt, run_dir=tmp_path / "resumed")
+
+
+@pytest.mark.parametrize("rng", [None, {"torch": []}, "seed"], ids=["missing", "partial", "not-a-mapping"])
+def test_a_checkpoint_without_its_random_streams_is_refused_for_resume_but_evaluates(
+    ppo_run: Path, tmp_path: Path, run_cli: Run, rng: object
+) -> None:
+    # A hand-made payload: agents present, the run's random streams (rng) missing or malformed.
+    payload = checkpoint.load(ppo_run / "last.pt")
+    if rng is None:
+        del payload["rng"]
+    else:
+        payload["rng"] = rng
+    ckpt = tmp_path / "no_rng.pt"
+    checkpoint.save(ckpt, payload)
+    code, _, err = run_cli("train", "--resume", ckpt, "--run-dir", tmp_path / "resumed", "--no-progress")
+    assert code == 1 and "Traceback" not in err, err
+    assert f"{ckpt} has " in err and "rng record" in err and "cannot be resumed exactly" in err, err
+    assert not (tmp_path / "resumed").exists()  # refused before the run directory is touched
+    code, _, err = run_cli("eval", ckpt, "--episodes", "1")
+    assert code == 0, err
 
 
 @pytest.mark.parametrize(
@@ -396,3 +436,25 @@ def test_the_llm_plugins_gem_factory_is_registered_code(tmp_path: Path) -> None:
     assert flagged(env_type="gym") == ["environment.entrypoint", "environment.factory"]
     assert flagged(env_type="nobody_registers_this") == ["environment.entrypoint", "environment.factory"]
     assert flagged(path=str(tmp_path)) == ["environment.path"]
+
+
+def test_a_bandit_path_is_code_only_beside_an_entrypoint(tmp_path: Path) -> None:
+    # The bandit env type puts `path` on sys.path only for an entrypoint; alone it is the base of
+    # its CSV tables (EnvSpec.path_imports_alone = False): resuming such a run needs no trust.
+    pytest.importorskip("agilerl_plugin_bandit")
+    from agilerl.trust import require_trust, untrusted_references
+
+    tables = {"env_type": "bandit", "name": "mine", "path": str(tmp_path), "features": "f.csv", "targets": "t.csv"}
+
+    def flagged(env: dict[str, Any]) -> list[str]:
+        return [path for path, _ in untrusted_references({"environment": env})]
+
+    assert flagged(tables) == []
+    require_trust(str(tmp_path / "bandit.pt"), {"environment": tables}, trusted=False)
+    assert sorted(flagged({**tables, "entrypoint": "my_bandits:make"})) == [
+        "environment.entrypoint",
+        "environment.path",
+    ]
+    # Without the env type (or with one no plugin registers) a lone path stays code.
+    assert flagged({k: v for k, v in tables.items() if k != "env_type"}) == ["environment.path"]
+    assert flagged({**tables, "env_type": "gym"}) == ["environment.path"]

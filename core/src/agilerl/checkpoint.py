@@ -364,9 +364,19 @@ def check_same_algorithm(
 
 
 def check_has_agents(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> None:
-    """Refuse to resume a checkpoint that holds no agent state (an empty or missing ``agents`` list)."""
+    """Refuse to resume a checkpoint that holds no agent state (an empty or missing ``agents`` list),
+    or whose run record lacks the random streams a resume restores (``rng``: a hand-made or foreign
+    file; ``agilerl eval`` needs neither and still reads it)."""
     if not payload.get("agents"):
         raise CheckpointMismatchError(f"{path} holds no agent state (its agents list is empty): nothing to resume")
+    rng = payload.get("rng")
+    needed = ("python_version", "python")
+    if not isinstance(rng, Mapping) or any(k not in rng for k in needed):
+        what = "has no rng record" if rng is None else f"has an rng record without {', '.join(needed)}"
+        raise CheckpointMismatchError(
+            f"{path} {what} (the run's random streams, written by agilerl train): it cannot be resumed "
+            "exactly; evaluate it with agilerl eval, or start a new run from its manifest"
+        )
 
 
 def newest_intact(candidates: list[Path], warn: Any = None) -> tuple[Path, dict[str, Any]]:

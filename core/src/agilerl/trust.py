@@ -22,7 +22,9 @@ code named by a checkpoint is imported only when it is
 Files (``path``, ``rubric_file_path``, ``envs/grid.py:GridEnv``) are never registered code.
 ``environment.path`` counts as code even with no ``entrypoint`` or ``factory`` beside it: the env
 loaders put it first on ``sys.path``, so any module imported later (by the run, the exporter, the
-logger) may come from that directory.
+logger) may come from that directory. An env type whose loader does that only for an entrypoint
+(the bandit's ``path``, otherwise the base of its CSV tables) says so with
+``EnvSpec.path_imports_alone = False``.
 """
 
 from __future__ import annotations
@@ -77,7 +79,11 @@ def code_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
                 # `environment.path` is put first on sys.path by the env loaders whatever else the
                 # section says (every later import may come from it); a nested `path` counts beside
                 # an entrypoint or factory
-                imports = k != "path" or path == "environment" or any(node.get(c) for c in ("entrypoint", "factory"))
+                imports = (
+                    k != "path"
+                    or (path == "environment" and _path_imports_alone(node))
+                    or any(node.get(c) for c in ("entrypoint", "factory"))
+                )
                 if k in CODE_KEYS and v not in (None, "", [], {}) and imports:
                     found.append((sub, v))
                 else:
@@ -155,23 +161,33 @@ def registered_roots() -> frozenset[str]:
     )
 
 
+def _env_spec_class(env: Mapping[str, Any]) -> Any:
+    """The spec class a loaded plugin registers for ``env``'s ``env_type``, or ``None``."""
+    if not isinstance(env.get("env_type"), str):
+        return None
+    from agilerl.registry import ENV_TYPES
+
+    try:
+        return ENV_TYPES.spec_class(env["env_type"])
+    except Exception:  # an env type no loaded plugin registers
+        return None
+
+
+def _path_imports_alone(env: Mapping[str, Any]) -> bool:
+    """Whether ``environment.path`` alone is code for this env type (``EnvSpec.path_imports_alone``;
+    an env type no loaded plugin registers: yes)."""
+    spec_cls = _env_spec_class(env)
+    return True if spec_cls is None else bool(getattr(spec_cls, "path_imports_alone", True))
+
+
 def _registered_factory(env: Any) -> bool:
     """Whether ``env`` (the ``environment`` section) builds through a factory its env type's plugin
     vouches for (``EnvSpec.registered_factories``): then the ``entrypoint`` is an id that factory
     looks up, not an import."""
-    if (
-        not isinstance(env, Mapping)
-        or not isinstance(env.get("factory"), str)
-        or not isinstance(env.get("env_type"), str)
-    ):
+    if not isinstance(env, Mapping) or not isinstance(env.get("factory"), str):
         return False
-    from agilerl.registry import ENV_TYPES
-
-    try:
-        spec_cls = ENV_TYPES.spec_class(env["env_type"])
-    except Exception:  # an env type no loaded plugin registers: nobody vouches for its factory
-        return False
-    return env["factory"] in spec_cls.registered_factories
+    spec_cls = _env_spec_class(env)  # none: nobody vouches for its factory
+    return spec_cls is not None and env["factory"] in spec_cls.registered_factories
 
 
 def untrusted_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:

@@ -114,6 +114,10 @@ class EnvSpec(Spec):
     #: ``module:attr`` factories this env type's plugin vouches for (the trust rule, ``agilerl.trust``):
     #: registered code, and the ``entrypoint`` passed to one is an id it looks up, not an import.
     registered_factories: ClassVar[frozenset[str]] = frozenset()
+    #: Whether a ``path`` field alone (no ``entrypoint`` or ``factory`` beside it) makes this env
+    #: type's loader import from it (put it on ``sys.path``): then the trust rule counts it as code.
+    #: An env type whose ``path`` is otherwise only the base of data files sets ``False``.
+    path_imports_alone: ClassVar[bool] = True
 
     env_type: str
     num_envs: Annotated[int, Field(ge=1)] = 1

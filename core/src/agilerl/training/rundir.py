@@ -112,7 +112,8 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 def latest_checkpoint(directory: Path) -> Path:
     """The newest intact checkpoint in ``directory`` (numbered, final or interrupted), by modification
-    time: a damaged newer one (truncated, failing its digest) is skipped with a warning naming it."""
+    time: a damaged newer one (truncated, failing its digest) is skipped with a warning naming it.
+    With none, the run's ``last.pt``."""
     return _newest_intact(directory)[0]
 
 
@@ -120,8 +121,12 @@ def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
     from agilerl import checkpoint
 
     found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
+    if not found and (directory / "last.pt").is_file():
+        # A run without numbered checkpoints (no training.checkpoint_steps) still leaves last.pt: the
+        # whole last evaluated population with the run's state, resumable like any checkpoint.
+        found = [directory / "last.pt"]
     if not found:
-        raise checkpoint.no_checkpoint(directory, "checkpoint*.pt")
+        raise checkpoint.no_checkpoint(directory, "checkpoint*.pt or last.pt")
     newest_first = sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
     return checkpoint.newest_intact(newest_first)
 

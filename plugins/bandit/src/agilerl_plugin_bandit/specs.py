@@ -46,6 +46,9 @@ class BanditEnvSpec(EnvSpec):
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (bandits step one context at a time).")] = 1
     version: str | int | None = None
+    #: ``path`` goes on sys.path only for an ``entrypoint``; alone it is the base of table paths.
+    path_imports_alone: ClassVar[bool] = False
+
     env_type: Literal["bandit"] = "bandit"
     name: str = Field(default="BanditEnv", description="A label, or a shipped dataset: iris, wine, breast_cancer.")
     features: str | None = Field(default=None, description="Path of the features table (.csv, .parquet).")
