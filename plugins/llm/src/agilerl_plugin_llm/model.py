@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from agilerl.errors import AgileRLError
-from agilerl_plugin_llm.fsdp import full, like
+from agilerl_plugin_llm.fsdp import full, is_dtensor, like
 
 log = logging.getLogger(__name__)
 
@@ -500,6 +500,24 @@ def load_weights(model: Any, weights: Mapping[str, torch.Tensor], *, what: str =
             params[name].copy_(like(tensor, params[name]))  # a whole tensor, or its shard under FSDP
 
 
+def rebind_frozen(model: Any, sources: dict[str, str], *, tensors: Mapping[str, torch.Tensor] | None = None) -> None:
+    """Give parameters new frozen tensors: ``sources`` maps a source parameter to the one to replace
+    (a copy of the source's values); ``tensors`` maps a parameter to its new values."""
+    params = dict(model.named_parameters())
+    modules = dict(model.named_modules())
+    updates = {dst: params[src].detach() for src, dst in sources.items()}
+    updates.update(tensors or {})
+    for name, value in updates.items():
+        owner, _, attr = name.rpartition(".")
+        old = params[name]
+        if is_dtensor(old):  # FSDP owns its parameters: write the shard (never shared by clones)
+            with torch.no_grad():
+                old.copy_(value if is_dtensor(value) else like(value, old))
+            continue
+        new = torch.nn.Parameter(value.to(old.device, old.dtype).clone(), requires_grad=False)
+        setattr(modules[owner], attr, new)
+
+
 __all__ = [
     "ACTOR",
     "REFERENCE",
@@ -516,6 +534,7 @@ __all__ = [
     "load_tokenizer",
     "load_weights",
     "peft_lora_config",
+    "rebind_frozen",
     "reference_policy",
     "resolve_model_path",
     "scoped_lora_targets",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -371,7 +370,7 @@ class LLMAlgorithm(AlgorithmBase):
         """
         self.reference_step: int | None = int(self.steps)
         if llm_model.is_peft(self.model) and llm_model.REFERENCE in llm_model.adapter_names(self.model):
-            _rebind(self.model, {n.replace(f".{llm_model.REFERENCE}.", f".{llm_model.ACTOR}."): n
+            llm_model.rebind_frozen(self.model, {n.replace(f".{llm_model.REFERENCE}.", f".{llm_model.ACTOR}."): n
                                  for n, _ in self.model.named_parameters()
                                  if f".{llm_model.REFERENCE}." in n and "lora_" in n})  # fmt: skip
         elif self.reference_model is not None and self.sharded:
@@ -550,7 +549,7 @@ class LLMAlgorithm(AlgorithmBase):
             unknown = [n for n in state["reference_weights"] if n not in params]
             if unknown:
                 raise AgileRLError(f"checkpoint reference adapter does not fit this model ({unknown[0]!r})")
-            _rebind(self.model, {}, tensors=state["reference_weights"])
+            llm_model.rebind_frozen(self.model, {}, tensors=state["reference_weights"])
         self.reference_step = state.get("reference_step")
         if state.get("reference_model") is not None:
             # Under FSDP the reference is the unsharded snapshot (a sharded policy cannot be copied).
@@ -572,28 +571,6 @@ class LLMAlgorithm(AlgorithmBase):
     # --- evaluation ----------------------------------------------------------------------------
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
         raise NotImplementedError
-
-
-def _rebind(model: Any, sources: dict[str, str], *, tensors: Mapping[str, torch.Tensor] | None = None) -> None:
-    """Give parameters new frozen tensors: ``sources`` maps a source parameter to the one to replace
-    (a copy of the source's values); ``tensors`` maps a parameter to its new values."""
-    params = dict(model.named_parameters())
-    modules = dict(model.named_modules())
-    updates = {dst: params[src].detach() for src, dst in sources.items()}
-    updates.update(tensors or {})
-    for name, value in updates.items():
-        owner, _, attr = name.rpartition(".")
-        old = params[name]
-        if fsdp.is_dtensor(old):  # FSDP owns its parameters: write the shard (never shared by clones)
-            with torch.no_grad():
-                old.copy_(value if fsdp.is_dtensor(value) else fsdp.like(value, old))
-            continue
-        new = torch.nn.Parameter(value.to(old.device, old.dtype).clone(), requires_grad=False)
-        setattr(modules[owner], attr, new)
-
-
-def finite_or(value: float, default: float) -> float:
-    return value if math.isfinite(value) else default
 
 
 __all__ = [
