@@ -40,6 +40,19 @@ EXTERNAL = {
     "_fused_adam_",  # torch: the fused Adam kernel torch.optim.Adam(fused=True) calls (optim.py)
     "_max_episode_steps",  # gymnasium: TimeLimit's limit; no public attribute when the env has no spec
     "_no_split_modules",  # transformers: a model's block classes, what accelerate's FSDP auto-wrap reads too
+    # torch's op bindings that hand-written backward passes call: the kernels autograd's own backward
+    # runs (gym plugin's DQN/PPO/Rainbow steps without autograd, bit-identical to loss.backward())
+    "_C",  # torch._C: the extension module holding the op bindings (and its grad-mode switches)
+    "_nn",  # torch._C._nn: aten's nn kernels (smooth_l1_loss_backward, threshold_backward)
+    "_log_softmax_backward_data",
+    "_index_put_impl_",
+    # torch.nn.Module's own registries, read directly on hot paths (Module.__getattr__ looks there)
+    "_parameters",
+    "_buffers",
+    "_forward_hooks",  # the lean decoder pass runs only modules that carry no hooks
+    "_forward_pre_hooks",
+    "_hf_hook",  # accelerate: the hook it attaches to an offloaded/dispatched module
+    "_attn_implementation",  # transformers: a config's attention backend (what its models read)
 }
 
 #: (path relative to the repo, attribute) -> count of allowed occurrences, with the owning area.

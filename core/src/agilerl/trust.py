@@ -23,7 +23,7 @@ Files (``path``, ``rubric_file_path``, ``envs/grid.py:GridEnv``) are never regis
 ``environment.path`` counts as code even with no ``entrypoint`` or ``factory`` beside it: the env
 loaders put it first on ``sys.path``, so any module imported later (by the run, the exporter, the
 logger) may come from that directory. An env type whose loader does that only for an entrypoint
-(the bandit's ``path``, otherwise the base of its CSV tables) says so with
+(its ``path`` being otherwise the base of data files) says so with
 ``EnvSpec.path_imports_alone = False``.
 """
 

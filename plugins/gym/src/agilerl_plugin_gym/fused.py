@@ -305,12 +305,12 @@ def mlp_chain(net: nn.Module) -> MLPChain | None:
     A learner asks for it every gradient step, and building one walks the modules (tens of µs), so
     it is kept (on the network) until the network's parts change: a new encoder or head, or a
     rebuilt layer list (every mutation, activation change or resize rebuilds an
-    :class:`EvolvableMLP`'s ``_chain``, the list its own forward walks).
+    :class:`EvolvableMLP`'s ``layer_chain``, the list its own forward walks).
     """
     state = net.__dict__
     modules = state.get("_modules") or {}
     encoder, head = modules.get("encoder"), modules.get("head")
-    structure = (encoder, head, getattr(encoder, "_chain", None), getattr(head, "_chain", None))
+    structure = (encoder, head, getattr(encoder, "layer_chain", None), getattr(head, "layer_chain", None))
     hit = state.get(_CACHED)
     if hit is not None and all(map(operator.is_, hit[0], structure)):
         return hit[1]  # type: ignore[no-any-return]

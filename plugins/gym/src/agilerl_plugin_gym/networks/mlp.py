@@ -96,12 +96,13 @@ class EvolvableMLP(nn.Module):
         for lin, norm, act in zip(self.linears, self.norms, self.acts, strict=True):
             chain += [m for m in (lin, norm, act) if not isinstance(m, nn.Identity)]
         chain += [m for m in (self.output, self.output_act) if not isinstance(m, nn.Identity)]
-        self._chain = chain
+        #: the layers ``forward`` walks, in order (a plain list; read by ``fused.mlp_chain``)
+        self.layer_chain = chain
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # ``module.forward`` directly: the hook machinery of ``module(x)`` costs more than a small
         # layer's matmul (these inner modules never carry hooks).
-        for module in self._chain:
+        for module in self.layer_chain:
             x = module.forward(x)
         return x
 

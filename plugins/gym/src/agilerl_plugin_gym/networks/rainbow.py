@@ -113,7 +113,7 @@ class NoisyMLP(EvolvableMLP):
     def forward(self, x: torch.Tensor, noisy: bool | None = None) -> torch.Tensor:
         """As the plain MLP; ``noisy`` (default: train mode) switches the layers' noise on or off."""
         noisy = self.training if noisy is None else noisy
-        for module in self._chain:
+        for module in self.layer_chain:
             x = module.forward(x, noisy) if module.__class__ is NoisyLinear else module.forward(x)
         return x
 
@@ -124,7 +124,7 @@ class NoisyMLP(EvolvableMLP):
         output carries no gradient (``x2`` must not need one)."""
         noisy = self.training if noisy is None else noisy
         linear = nn.functional.linear
-        for module in self._chain:
+        for module in self.layer_chain:
             if module.__class__ is NoisyLinear:
                 weight, bias = module.weights(noisy)  # type: ignore[operator]
                 x, x2 = linear(x, weight, bias), linear(x2, weight.detach(), bias.detach())
@@ -195,7 +195,7 @@ class RainbowNetwork(EvolvableNetwork):
     def logits(self, obs: Any) -> torch.Tensor:
         """Per-action, per-atom logits ``(batch, actions, atoms)`` (dueling combination)."""
         z = self.encoder(self.preprocess(obs))
-        return self._dueling(self.head(z, self.noisy), self.value_head(z, self.noisy))
+        return self.dueling(self.head(z, self.noisy), self.value_head(z, self.noisy))
 
     def logits_pair(self, obs: Any, other: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`logits` of ``obs`` and, without gradient, of ``other`` under the same noise.
@@ -208,9 +208,9 @@ class RainbowNetwork(EvolvableNetwork):
             z2 = self.encoder(self.preprocess(other))
         adv, adv2 = self.head.forward_pair(z, z2, self.noisy)
         value, value2 = self.value_head.forward_pair(z, z2, self.noisy)
-        return self._dueling(adv, value), self._dueling(adv2, value2)
+        return self.dueling(adv, value), self.dueling(adv2, value2)
 
-    def _dueling(self, adv: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    def dueling(self, adv: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         adv = adv.view(-1, self.n_actions, self.num_atoms)
         return value.view(-1, 1, self.num_atoms) + adv - adv.mean(1, keepdim=True)
 

@@ -146,8 +146,8 @@ class RainbowDQN(DQN):
         without a written-out backward, ``combined_reward`` (a second loss term), or parameters
         outside the layers it writes."""
         net = self.nets["actor"]
-        structure = (net, net.encoder, net.head, net.value_head, getattr(net.encoder, "_chain", None),
-                     net.head._chain, net.value_head._chain, self.flat)  # fmt: skip
+        structure = (net, net.encoder, net.head, net.value_head, getattr(net.encoder, "layer_chain", None),
+                     net.head.layer_chain, net.value_head.layer_chain, self.flat)  # fmt: skip
         cached = self.__dict__.get("_plan")
         if cached is None or any(a is not b for a, b in zip(cached[0], structure, strict=True)):
             cached = self._plan = (structure, None if self.combined_reward else _Plan.of(net, self.flat))
@@ -173,7 +173,7 @@ class RainbowDQN(DQN):
         z2, _ = plan.encoder.forward(batch["next_obs"])
         adv, adv2, saved_adv = plan.advantage.forward_pair(z, z2)
         value, value2, saved_value = plan.value.forward_pair(z, z2)
-        logits, next_logits = net._dueling(adv, value), net._dueling(adv2, value2)
+        logits, next_logits = net.dueling(adv, value), net.dueling(adv2, value2)
         log_p = logits[rows, action].log_softmax(-1)
         next_a = net.q_values(next_logits).argmax(1)
         next_dist = target.logits(batch["next_obs"])[rows, next_a].softmax(-1)
