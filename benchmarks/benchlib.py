@@ -71,8 +71,18 @@ def loadavg() -> list[float]:
 
 
 def _git_commit() -> str | None:
+    """HEAD's short hash, with ``+dirty`` when tracked source files differ from it (results files
+    aside): the figures were then measured on code no commit holds."""
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or None
+    commit = out.stdout.strip()
+    if not commit:
+        return None
+    changed = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results",
+         ":!benchmarks/README.md"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return f"{commit}+dirty" if changed.stdout.strip() else commit
 
 
 def _versions() -> dict[str, str]:
