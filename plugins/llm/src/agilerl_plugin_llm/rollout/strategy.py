@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_llm.distributed import DataParallelStrategy, check_launch
 from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
+from agilerl_plugin_llm.rollout.completions_log import write_completions
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -77,6 +78,9 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
         for i in range(int(num_steps)):
             stats = agent.learn_iteration(run.env)
             agent.steps += 1
+            records, agent.pending_completions = getattr(agent, "pending_completions", None), None
+            if records:  # log_completions_steps: completions.jsonl, TensorBoard text, a W&B table
+                write_completions(run, records)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
             if evaluation_due(run, agent, steps_left=int(num_steps) - i - 1):  # training.evaluation_interval
