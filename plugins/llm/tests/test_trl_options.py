@@ -75,8 +75,13 @@ def agent_and_envs(data: dict[str, Any]) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize(
     ("loss_type", "loss_norm"),
-    [("grpo", "sequence"), ("dr_grpo", "max_tokens"), ("dapo", "accumulation_window"), ("bnpo", "micro_batch"),
-     ("cispo", "sequence")],  # fmt: skip
+    [
+        ("grpo", "sequence"),
+        ("dr_grpo", "max_tokens"),
+        ("dapo", "accumulation_window"),
+        ("bnpo", "micro_batch"),
+        ("cispo", "sequence"),
+    ],
 )
 def test_each_trl_loss_type_maps_to_a_loss_norm(loss_type: str, loss_norm: str, tiny_model_dir: Path) -> None:
     spec = load_manifest(manifest(tiny_model_dir, Path("run"), loss_type=loss_type)).algorithm
@@ -122,7 +127,13 @@ def test_trl_names_with_another_meaning_here_get_a_hint(tiny_model_dir: Path) ->
 
 @pytest.mark.parametrize(
     ("scale", "adv_norm"),
-    [("group", "mean_std"), ("batch", "mean_batch_std"), ("none", "mean_only"), (True, "mean_std"), (False, "mean_only")],
+    [
+        ("group", "mean_std"),
+        ("batch", "mean_batch_std"),
+        ("none", "mean_only"),
+        (True, "mean_std"),
+        (False, "mean_only"),
+    ],
 )
 def test_scale_rewards_sets_adv_norm(scale: Any, adv_norm: str, tiny_model_dir: Path) -> None:
     spec = load_manifest(manifest(tiny_model_dir, Path("run"), scale_rewards=scale)).algorithm
