@@ -174,14 +174,35 @@ def test_grpo_trains_on_reward_funcs_and_logs_each_functions_value(
 ) -> None:
     from agilerl.training.trainer import LocalTrainer
 
-    env = {"reward_funcs": [f"{rewards_module}:eight", f"{rewards_module}:async_len"], "reward_weights": [1.0, 0.0]}
+    env = {"reward_funcs": [f"{rewards_module}:eight", f"{rewards_module}:async_len", f"{rewards_module}:says_answer"],
+           "reward_weights": [1.0, 0.0, 0.0]}  # fmt: skip
     m = load_manifest(manifest(tiny_model_dir, tmp_path / "run", env, log_completions_steps=1))
     LocalTrainer(m).train()
+    seen = sys.modules[rewards_module].SEEN  # the last batch says_answer scored (the final evaluation's)
+    n = len(seen["completions"])
+    assert n >= 2 and len(seen["answer"]) == len(seen["question"]) == len(seen["completion_ids"]) == n
+    assert seen["prompts"] == seen["question"]  # no prompt column: the user message (the question)
     rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
     assert {r["step"] for r in rows} == {0, 1} and len(rows) == 8  # every iteration, the whole batch of 4
     for r in rows:
-        assert set(r["rewards"]) == {"eight", "async_len"}
+        assert set(r["rewards"]) == {"eight", "async_len", "says_answer"}
         assert r["rewards"]["async_len"] == float(len(r["completion"]))  # the completion the function saw
         assert r["reward"] == pytest.approx(r["rewards"]["eight"])  # async_len weighs 0
         assert math.isfinite(r["advantage"])
         assert "<|im_start|>user" in r["prompt"]  # as the policy saw it: rendered by the chat template
+
+
+def test_reward_funcs_are_code_under_the_trust_rule() -> None:
+    from agilerl.trust import untrusted_references
+
+    mine = {"environment": {"env_type": "rollout", "reward_funcs": ["my_rewards:eight"]}}
+    assert untrusted_references(mine) == [("environment.reward_funcs", ["my_rewards:eight"])]
+    shipped = {"environment": {"env_type": "rollout", "reward_funcs": ["agilerl_plugin_llm.rollout.rubrics.gsm8k:x"]}}
+    assert untrusted_references(shipped) == []  # a loaded plugin's own module is registered code
+
+
+def test_a_catalog_env_scored_by_reward_funcs_takes_no_rubric(rewards_module: str) -> None:
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+
+    spec = LLMEnvSpec(env_type="rollout", name="gsm8k", reward_funcs=[f"{rewards_module}:eight"])
+    assert spec.rubric_file_path is None and spec.prompt_template  # the catalog's rows and template stay

@@ -277,3 +277,33 @@ def test_log_completions_steps_sets_how_often_and_zero_turns_it_off(tiny_model_d
             assert not path.exists()
         else:
             assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == wanted
+
+
+def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    from agilerl.training.metrics import MetricsLogger
+    from agilerl_plugin_llm.rollout.completions_log import write_completions
+
+    logged: dict[str, Any] = {}
+    fake = types.SimpleNamespace(run=object(), log=lambda data, commit=True: logged.update(data),
+                                 Table=lambda columns, data: {"columns": columns, "data": data})  # fmt: skip
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    sinks = types.SimpleNamespace(tensorboard=True, wandb=types.SimpleNamespace(project="p"))
+    run = types.SimpleNamespace(run_dir=tmp_path, logger=MetricsLogger(tmp_path, tensorboard=False),
+                                manifest=types.SimpleNamespace(logging=sinks))  # fmt: skip
+    records = [{"step": 3, "agent": 0, "prompt": "<|im_start|>user\nsay eight", "completion": "eight",
+                "reward": 1.0, "rewards": {"eight": 1.0}, "advantage": 0.5, "truncated": False}]  # fmt: skip
+    write_completions(run, records)
+    table = logged["member/0/completions"]
+    assert table["columns"] == ["step", "prompt", "completion", "reward", "eight", "advantage"]
+    assert table["data"] == [[3, "<|im_start|>user\nsay eight", "eight", 1.0, 1.0, 0.5]]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    (event,) = acc.Tensors("member/0/completions/text_summary")
+    text = event.tensor_proto.string_val[0].decode()
+    assert event.step == 3 and "say eight" in text and "eight: 1" in text
