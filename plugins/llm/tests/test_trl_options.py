@@ -307,3 +307,20 @@ def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
     (event,) = acc.Tensors("member/0/completions/text_summary")
     text = event.tensor_proto.string_val[0].decode()
     assert event.step == 3 and "say eight" in text and "eight: 1" in text
+
+
+@pytest.mark.slow
+def test_the_rloo_example_learns_from_batched_reward_functions(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
+) -> None:
+    """examples/rloo_tiny.yaml as shipped (LoRA, reward_funcs from a file): held-out reward 0 -> ~1."""
+    root = EXAMPLES.parents[1]
+    monkeypatch.chdir(root)  # the example names its files relative to the repository
+    code, out, err = run_cli("train", "examples/rloo_tiny.yaml", "--run-dir", str(tmp_path / "run"),
+                             "--set", f"network.pretrained_model_name_or_path={tiny_model_dir}")  # fmt: skip
+    assert code == 0, out + err
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    fitness = [r["fitness"] for r in map(json.loads, lines) if "fitness" in r]
+    assert fitness[0] < 0.1 and fitness[-1] >= 0.8, fitness
+    code, out, _ = run_cli("completions", str(tmp_path / "run"), "--last", "1")
+    assert code == 0 and "says_answer" in out and "=== step 30" in out
