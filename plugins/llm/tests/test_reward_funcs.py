@@ -57,6 +57,14 @@ def boom(completions, **kwargs):
 def no_completions(prompts):
     return [0.0] * len(prompts)
 
+CALLS = [0]
+
+def flaky(completions, **kwargs):
+    CALLS[0] += 1
+    if CALLS[0] == 3:
+        raise RuntimeError("the grader is down")
+    return [0.0] * len(completions)
+
 def eight(completions, **kwargs):
     return [float(c.count("eight")) / max(len(c.split()), 1) for c in completions]
 """
@@ -206,3 +214,35 @@ def test_a_catalog_env_scored_by_reward_funcs_takes_no_rubric(rewards_module: st
 
     spec = LLMEnvSpec(env_type="rollout", name="gsm8k", reward_funcs=[f"{rewards_module}:eight"])
     assert spec.rubric_file_path is None and spec.prompt_template  # the catalog's rows and template stay
+
+
+def test_a_reward_function_failing_mid_run_loses_nothing(
+    rewards_module: str, tiny_model_dir: Path, tmp_path: Path, write_manifest: Any, run_cli: Any
+) -> None:
+    data = manifest(tiny_model_dir, tmp_path / "run", {"reward_funcs": [f"{rewards_module}:flaky"]})
+    data["training"].update(max_steps=4, evo_steps=2)
+    # calls: the step-0 evaluation, iteration 0, then iteration 1 fails
+    code, out, err = run_cli("train", write_manifest(data))
+    text = out + err
+    assert code != 0 and "Traceback" not in text
+    assert "reward function flaky raised RuntimeError: the grader is down" in text
+    assert "checkpoint written to" in text and "Resume with:" in text
+    code, out, err = run_cli("train", write_manifest(data), "--resume", str(tmp_path / "run"))
+    assert code == 0, out + err
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["steps"] for r in rows) == 4
+
+
+def test_a_rubric_of_several_functions_logs_each_ones_value(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from agilerl.training.trainer import LocalTrainer
+
+    rubric = tmp_path / "rubric.py"
+    rubric.write_text("def length(c, a, q):\n    return float(len(c))\n\ndef one(c, a, q):\n    return 1.0\n")
+    env = {"rubric_file_path": str(rubric), "rubric_name": ["length", "one"], "reward_weights": [0.5, 2.0]}
+    data = manifest(tiny_model_dir, tmp_path / "run", env)
+    data["training"].update(max_steps=1, evo_steps=1)
+    LocalTrainer(load_manifest(data)).train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert r["rewards"] == {"length": float(len(r["completion"])), "one": 1.0}
+        assert r["reward"] == pytest.approx(0.5 * len(r["completion"]) + 2.0)

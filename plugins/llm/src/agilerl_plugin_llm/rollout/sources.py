@@ -317,12 +317,18 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
         return parts[0][2]  # type: ignore[no-any-return]
 
     def weighted(completion: str, answer: Any, question: Any) -> float:
-        total = 0.0
-        for name, weight, fn in parts:
-            total += weight * as_reward(fn(completion, answer, question), f"{name}(completion, answer, question)")
-        return total
+        return sum(weight * value for weight, value in rubric_parts(weighted, completion, answer, question).values())
 
+    weighted.parts = parts  # type: ignore[attr-defined]  # each function's value goes to the completions log
     return weighted
+
+
+def rubric_parts(rubric: Any, completion: str, answer: Any, question: Any) -> dict[str, tuple[float, float]]:
+    """``{name: (weight, value)}`` of each function of a rubric that lists several (``rubric_name``)."""
+    return {
+        name: (weight, as_reward(fn(completion, answer, question), f"{name}(completion, answer, question)"))
+        for name, weight, fn in rubric.parts
+    }
 
 
 def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
@@ -421,8 +427,14 @@ class RubricEnv:
             prompt = self.row["prompt"] if "prompt" in self.row else self.user_prompt
             columns = {k: v for k, v in self.row.items() if k != "prompt"}
             return "", 0.0, True, False, {"reward_row": {"prompt": prompt, "completion": action, "columns": columns}}
-        reward = self.score(action)
         info: dict[str, Any] = {}
+        if getattr(self.rubric, "parts", None):  # several functions: each one's value for the completions log
+            question = next((self.row[c] for c in QUESTION_COLUMNS if c in self.row), None)
+            parts = rubric_parts(self.rubric, action, self.row.get(ANSWER_COLUMN), question)
+            info["rewards"] = {name: value for name, (_, value) in parts.items()}
+            reward = float(sum(weight * value for weight, value in parts.values()))
+        else:
+            reward = self.score(action)
         if self.max_reward is not None:
             info["success"] = reward >= self.max_reward
         return "", reward, True, False, info

@@ -28,11 +28,12 @@ if TYPE_CHECKING:
 
 @contextmanager
 def engine_death_is_resumable(agent: Any) -> Iterator[None]:
-    """A vLLM engine that dies mid-run fails the member's step the way a lost worker does: the loop
-    writes a checkpoint of the population as it stood (an iteration whose rollout failed took no
-    optimizer step) and says how to resume."""
+    """A vLLM engine that dies mid-run, or a reward function (``reward_funcs``) that fails, fails the
+    member's step the way a lost worker does: the loop writes a checkpoint of the population as it
+    stood (an iteration whose rollout failed took no optimizer step) and says how to resume."""
     from agilerl.training.backend import MemberFailedError
     from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
+    from agilerl_plugin_llm.rollout.reward_funcs import RewardFunctionError
 
     try:
         yield
@@ -40,6 +41,10 @@ def engine_death_is_resumable(agent: Any) -> Iterator[None]:
         raise MemberFailedError(
             f"agent {agent.index} at iteration {agent.steps}: {exc}. The engine cannot be restarted in this "
             "process; resuming starts a new one"
+        ) from exc
+    except RewardFunctionError as exc:  # scoring comes before the update: the iteration changed nothing
+        raise MemberFailedError(
+            f"agent {agent.index} at iteration {agent.steps}: {exc}. Fix the reward function, then resume"
         ) from exc
 
 
