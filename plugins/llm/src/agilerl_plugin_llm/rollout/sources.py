@@ -143,7 +143,7 @@ def select_source(spec: Any) -> RolloutSource:
         fields = sorted({*table, "env_url"})
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
-            f"{', '.join(fields)} (dataset rows also need rubric_file_path)"
+            f"{', '.join(fields)} (dataset rows also need rubric_file_path or reward_funcs)"
         )
     if len(builds) > 1:
         raise RolloutSourceError(
