@@ -246,3 +246,36 @@ def test_a_rubric_of_several_functions_logs_each_ones_value(tiny_model_dir: Path
     for r in rows:
         assert r["rewards"] == {"length": float(len(r["completion"])), "one": 1.0}
         assert r["reward"] == pytest.approx(0.5 * len(r["completion"]) + 2.0)
+
+
+def test_a_conversational_prompt_gets_its_completions_as_messages_as_trl() -> None:
+    from agilerl_plugin_llm.rollout.harness import Trajectory
+    from agilerl_plugin_llm.rollout.reward_funcs import BatchReward
+
+    seen: dict[str, Any] = {}
+
+    def grade(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        seen.update(prompts=prompts, completions=completions, **kwargs)
+        return [float(len(c[0]["content"])) for c in completions]
+
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say eight."}]
+    row = {"prompt": messages, "completion": "eight", "columns": {"answer": "eight", "level": 2}}
+    traj = Trajectory([5, 6, 7, 8], [0, 0, 1, 1], [-1, -1, 0, 0], [0.0], 2, True, False, info={"reward_row": row})
+    BatchReward([RewardFunc("grade", 1.0, grade)], max_reward=5.0).score([traj])
+    assert seen["prompts"] == [messages]
+    assert seen["completions"] == [[{"role": "assistant", "content": "eight"}]]
+    assert seen["completion_ids"] == [[7, 8]] and seen["answer"] == ["eight"] and seen["level"] == [2]
+    assert traj.rewards == [5.0] and traj.info["rewards"] == {"grade": 5.0} and traj.info["success"] is True
+
+
+def test_agilerl_completions_selects_the_last_steps_and_a_reward_floor(tmp_path: Path, run_cli: Any) -> None:
+    rows = [{"step": s, "agent": 0, "prompt": f"p{s}", "completion": f"c{s}{i}", "reward": float(i), "advantage": 0.0}
+            for s in (0, 10, 20) for i in range(2)]  # fmt: skip
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, _ = run_cli("completions", str(tmp_path), "--last", "2", "--min-reward", "1")
+    assert code == 0
+    assert [line.split(" | ")[0] for line in out.splitlines() if line.startswith("===")] == [
+        "=== step 10",
+        "=== step 20",
+    ]
+    assert "c101" in out and "c201" in out and "c100" not in out
