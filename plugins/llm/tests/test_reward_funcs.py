@@ -279,3 +279,13 @@ def test_agilerl_completions_selects_the_last_steps_and_a_reward_floor(tmp_path:
         "=== step 20",
     ]
     assert "c101" in out and "c201" in out and "c100" not in out
+
+
+def test_a_step_logged_again_after_a_resume_shows_once() -> None:
+    from agilerl_plugin_llm.rollout.completions_log import select
+
+    first = [{"step": 0, "agent": 0, "completion": "a", "logged_at": 1.0},
+             {"step": 1, "agent": 0, "completion": "b", "logged_at": 2.0}]  # fmt: skip
+    again = [{"step": 1, "agent": 0, "completion": "b2", "logged_at": 3.0},
+             {"step": 1, "agent": 0, "completion": "b3", "logged_at": 3.0}]  # fmt: skip
+    assert [r["completion"] for r in select([*first, *again])] == ["a", "b2", "b3"]

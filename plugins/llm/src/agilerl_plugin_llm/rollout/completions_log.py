@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,9 +74,10 @@ def write_completions(run: Any, records: Sequence[dict[str, Any]]) -> None:
     if not records or isinstance(run.logger, SilentMetricsLogger):
         return
     path = Path(run.run_dir) / FILENAME
+    stamp = time.time()  # one per write: a step written again (after a resume) is told apart
     with path.open("a", encoding="utf-8") as fh:
         for r in records:
-            fh.write(json.dumps(r, default=str) + "\n")
+            fh.write(json.dumps({**r, "logged_at": stamp}, default=str) + "\n")
     sinks = getattr(run.manifest, "logging", None)
     step = int(records[0]["step"])
     agent = int(records[0]["agent"])
@@ -159,8 +161,20 @@ def read_completions(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def select(records: Sequence[dict[str, Any]], *, last: int | None = None,
            min_reward: float | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """The records of the last ``last`` logged steps whose reward is at least ``min_reward``."""
-    chosen = list(records)
+    """The records of the last ``last`` logged steps whose reward is at least ``min_reward``.
+
+    A step logged twice (a resumed run redoes the iterations after its checkpoint) shows its last log.
+    """
+    blocks: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    previous: tuple[Any, Any, Any] | None = None
+    for r in records:
+        key = (r.get("agent", 0), r.get("step", 0))
+        if (*key, r.get("logged_at")) != previous:
+            blocks.pop(key, None)  # a new write of this step replaces the earlier one
+            blocks[key] = []
+            previous = (*key, r.get("logged_at"))
+        blocks[key].append(r)
+    chosen = [r for block in blocks.values() for r in block]
     if last is not None:
         steps = sorted({int(r.get("step", 0)) for r in chosen})[-max(int(last), 0) :] if last > 0 else []
         chosen = [r for r in chosen if int(r.get("step", 0)) in set(steps)]
