@@ -75,6 +75,7 @@ NOT_IN_CORPUS = [
     ("Ray", "`ray_workers` x `num_cpus_per_member` beyond this machine (local Ray)", "refused at validation (the extra workers would wait forever); against a cluster, refused when the run connects, as is a member larger than any node", "tests/test_run_needs.py::test_ray_workers_beyond_this_machine_are_refused"),
     ("OpenEnv (env_url)", "`action_field` / `observation_field` the live server's schema lacks, `mcp_tool` on a server without MCP, `action_field` on an MCP server", "refused at validation after one `GET /schema` (3 s timeout); `validation: {check_env: false}` skips asking", "plugins/openenv/tests/test_validation.py::test_fields_the_live_schema_rules_out_are_refused"),
     ("OpenEnv (env_url)", "one unreachable replica in a list", "refused at validation, naming its index", "plugins/openenv/tests/test_validation.py::test_one_bad_replica_in_a_list_is_named_by_its_index"),
+    ("LLM rewards (`reward_funcs`)", "a reward function that raises, returns strings, another count than the completions, or NaN", "the run stops naming the function and the row (`reward function f returned nan for row 1 (prompt ...)`)", "plugins/llm/tests/test_reward_funcs.py::test_a_bad_call_names_the_function_and_the_row"),
     ("every kind", "any corpus file", "refused without importing torch, transformers, datasets, vLLM or Ray (only a CUDA device name asks torch), no traceback, one screen", "tests/test_bad_inputs.py::test_no_refusal_imports_torch_or_an_engine"),
 ]  # fmt: skip
 

@@ -2,7 +2,7 @@
 
 A checkpoint is loaded with ``torch.load(weights_only=True)``: the file itself runs nothing. But
 the manifest stored in it can name code (an env ``entrypoint``, a ``factory``, a ``path`` put on
-``sys.path``, wrappers, a rubric file, an observation processor, the ``module:EnvId`` form of
+``sys.path``, wrappers, a rubric file, reward functions (``reward_funcs``), an observation processor, the ``module:EnvId`` form of
 ``environment.name``) that rebuilding the run would import and call.
 
 Every entry point that reads a checkpoint (``agilerl train --resume``, ``agilerl eval``,
@@ -41,7 +41,7 @@ from agilerl.imports import is_file_reference
 
 #: Manifest keys whose values are imported, executed or put on ``sys.path``.
 CODE_KEYS = frozenset({"entrypoint", "factory", "path", "env_wrappers", "wrappers", "rubric_file_path",
-                       "reward_file_path", "observation_processor"})  # fmt: skip
+                       "reward_file_path", "observation_processor", "reward_funcs"})  # fmt: skip
 #: Keys that name a file or directory: never registered code.
 FILE_KEYS = frozenset({"path", "rubric_file_path", "reward_file_path"})
 

@@ -283,6 +283,9 @@ c("grpo_rubric_not_callable", GRPO, {"environment.rubric_file_path": f"{R}/not_c
 c("grpo_rubric_wrong_arity", GRPO, {"environment.rubric_file_path": f"{R}/wrong_arity.py"}, "reward_fn(completion) takes 1 argument(s), but the run calls reward_fn(completion, answer, question)", "a reward function of one argument")
 c("grpo_rubric_class_without_call", GRPO, {"environment.rubric_file_path": f"{R}/class_without_call.py"}, "class reward_fn has no __call__", "a rubric class whose instances cannot be called")
 c("grpo_rubric_async", GRPO, {"environment.rubric_file_path": f"{R}/async_reward.py"}, "reward_fn is an async def", "an async reward function")
+c("grpo_reward_funcs_not_importable", GRPO, {"environment.rubric_file_path": DEL, "environment.reward_funcs": ["agilerl_corpus_no_such_module:score"]}, "environment.reward_funcs[0]: cannot import module 'agilerl_corpus_no_such_module'", "a reward function whose module cannot be imported")
+c("grpo_reward_funcs_no_completions", GRPO, {"environment.rubric_file_path": DEL, "environment.reward_funcs": [f"{R}/batched_no_completions.py:score"]}, "environment.reward_funcs[0]: score(prompts) takes no 'completions' argument", "a batched reward function that cannot take the completions")
+c("grpo_loss_type_unknown", GRPO, {"algorithm.loss_type": "ppo"}, "loss_type: 'ppo' is not one of grpo, dr_grpo, dapo, bnpo, cispo, gspo", "a loss_type that does not exist")
 # --- env_url (the OpenEnv plugin): each URL checked, then the server asked once (nothing listens on port 9) ---
 OE = {**GRPO, "environment": {"env_type": "rollout", "env_url": "http://127.0.0.1:9", "max_turns": 1}}
 c("openenv_url_file_scheme", OE, {"environment.env_url": "file:///etc/passwd"}, "environment.env_url: 'file:///etc/passwd' is not a usable URL: unsupported scheme 'file'", "a file URL where a server goes")
@@ -456,6 +459,7 @@ for name, text in {
     "wrong_arity.py": "def reward_fn(completion):\n    return 1.0\n",
     "class_without_call.py": "class reward_fn:\n    scale = 1.0\n",
     "async_reward.py": "async def reward_fn(completion, answer, question):\n    return 1.0\n",
+    "batched_no_completions.py": "def score(prompts):\n    return [0.0] * len(prompts)\n",
 }.items():
     (OUT / "rubrics" / name).write_text(text)
 (OUT / "jsonl" / "no_question.jsonl").write_text('{"query": "say eight", "answer": "eight"}\n')

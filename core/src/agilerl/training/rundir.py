@@ -31,7 +31,8 @@ from agilerl.errors import AgileRLError
 
 LOCK_NAME = ".agilerl.lock"
 #: Files (and the tensorboard folder) a run writes into its directory; ``overwrite`` removes them.
-RUN_FILES = ("metrics.jsonl", "metrics.csv", "population.jsonl", "elite.pt", "best.pt", "last.pt", "learning_curve.png")
+RUN_FILES = ("metrics.jsonl", "metrics.csv", "population.jsonl", "elite.pt", "best.pt", "last.pt", "learning_curve.png",
+             "completions.jsonl")  # fmt: skip
 #: The run's record files, one JSON row per line, each row naming its ``generation``.
 RECORD_FILES = ("metrics.jsonl", "population.jsonl")
 

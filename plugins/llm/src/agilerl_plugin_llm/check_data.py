@@ -238,7 +238,20 @@ def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
 
     out = [(p.path.removeprefix("environment."), p.message) for p in dataset_problems(spec, "rollout")]
-    out += rubric_problems(spec)
+    from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set, reward_funcs_problems
+
+    batched = batched_sources_set(spec)
+    if not batched:
+        out += rubric_problems(spec)
+    elif getattr(spec, "rubric_file_path", None):
+        out.append(
+            (
+                "rubric_file_path",
+                f"{', '.join(batched)} already score the completions; keep one way of "
+                "scoring (a rubric function can become a reward function taking completions and **kwargs)",
+            )
+        )
+    out += reward_funcs_problems(spec)
     try:
         check_prompt_template(getattr(spec, "prompt_template", None))
     except RolloutSourceError as exc:

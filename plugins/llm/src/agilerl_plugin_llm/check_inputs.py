@@ -252,7 +252,8 @@ def rubric_problems(spec: Any) -> list[tuple[str, str]]:
     path_value = getattr(spec, "rubric_file_path", None)
     if not path_value:
         return [("rubric_file_path", "required with dataset rows: a Python file defining "
-                 f"reward_fn({', '.join(RUBRIC_CALL)}) -> float (another name: set rubric_name)")]  # fmt: skip
+                 f"reward_fn({', '.join(RUBRIC_CALL)}) -> float (another name: set rubric_name); or "
+                 "reward_funcs: ['module:function', ...], batched functions the TRL way")]  # fmt: skip
     path = Path(str(path_value)).expanduser()
     if not path.exists():
         return [("rubric_file_path", f"no such file: {path_value} (relative to {Path.cwd()})")]

@@ -54,8 +54,10 @@ def agilerl_llm_register_rollout_sources(register: Any) -> None:
 @hookimpl
 def agilerl_register_commands(subparsers: Any) -> None:
     from agilerl_plugin_llm.export import register_commands
+    from agilerl_plugin_llm.rollout import completions_log
 
     register_commands(subparsers)
+    completions_log.register_commands(subparsers)  # agilerl completions RUN_DIR
 
 
 @hookimpl

@@ -73,7 +73,9 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         "num_iterations": "update_epochs", "ppo_epochs": "update_epochs", "epsilon": "clip_coef",
         "cliprange": "clip_coef", "kl_coef": "beta", "init_kl_coef": "beta", "max_length": "max_model_len",
         "max_seq_length": "max_model_len", "model_name_or_path": "pretrained_model_name_or_path",
-        "model": "pretrained_model_name_or_path",
+        "model": "pretrained_model_name_or_path", "epsilon_high": "clip_coef", "ent_coef": "entropy_coef",
+        "entropy_coeff": "entropy_coef", "num_completions_to_print": "log_completions_count",
+        "log_completions": "log_completions_steps",
     }  # fmt: skip
 
     batch_size: Annotated[int, Field(ge=1)] = 16

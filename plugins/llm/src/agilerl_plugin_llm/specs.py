@@ -46,7 +46,7 @@ UNSUPPORTED_ENV_FIELDS: dict[str, str] = {
 
 #: Fields that only mean something for ``env_type: rollout`` (rejected on a dataset env).
 ROLLOUT_ONLY_FIELDS: tuple[str, ...] = (
-    "prompt_template", "rubric_file_path", "rubric_name", "reward_weights", "max_reward", "entrypoint", "env_name", "factory",
+    "prompt_template", "rubric_file_path", "rubric_name", "reward_funcs", "reward_weights", "max_reward", "entrypoint", "env_name", "factory",
     "env_config", "env_packages", "max_turns", "action_error_field", "strict_chat_template_boundary",
     "observation_field", "observation_processor", "env_url", "mcp_tool", "action_field",
     "request_timeout_s", "max_concurrent_resets", "adaptive_task_sampling", "env_vars", "invalid_action_reward",
@@ -108,10 +108,19 @@ def _absolute_paths(data: Any) -> Any:
     for key in FILE_REF_FIELDS:
         value = data.get(key)
         if isinstance(value, str) and ":" in value:
-            head, _, attr = value.rpartition(":")
-            if head.endswith(".py") and Path(head).expanduser().is_file():
-                data[key] = f"{resolve_local_path(head)}:{attr}"
+            data[key] = _absolute_file_ref(value)
+    if isinstance(data.get("reward_funcs"), str):  # one function: a list of one
+        data["reward_funcs"] = [data["reward_funcs"]]
+    if isinstance(data.get("reward_funcs"), list):
+        data["reward_funcs"] = [_absolute_file_ref(v) if isinstance(v, str) else v for v in data["reward_funcs"]]
     return data
+
+
+def _absolute_file_ref(value: str) -> str:
+    head, _, attr = value.rpartition(":")
+    if head.endswith(".py") and Path(head).expanduser().is_file():
+        return f"{resolve_local_path(head)}:{attr}"
+    return value
 
 
 class LLMEnvSpec(EnvSpec):
@@ -168,10 +177,18 @@ class LLMEnvSpec(EnvSpec):
                         "by reward_weights) or a mapping {name: weight}. Default: reward_fn.",
         ),
     ] = None  # fmt: skip
+    reward_funcs: Annotated[
+        list[str] | None,
+        Field(description="Batched reward functions, the TRL way: 'module:function' (importable from the working "
+                          "directory or an installed package) or 'path/to/file.py:function', each called as "
+                          "f(prompts=..., completions=..., completion_ids=..., **columns) -> list[float | None] "
+                          "(async def too); the reward is the sum weighted by reward_weights. Instead of "
+                          "rubric_file_path."),
+    ] = None  # fmt: skip
     reward_weights: Annotated[
         list[float] | None,
-        Field(description="Weights of the functions listed in rubric_name (default 1 each); the reward is the "
-                          "weighted sum."),
+        Field(description="Weights of the functions listed in rubric_name, or of reward_funcs (default 1 each); "
+                          "the reward is the weighted sum."),
     ] = None  # fmt: skip
     max_reward: float | None = None
     train_test_split: Annotated[
@@ -275,7 +292,9 @@ class LLMEnvSpec(EnvSpec):
         names = self.rubric_name
         if names is not None and (not names or any(not n for n in ([names] if isinstance(names, str) else names))):
             raise ValueError("rubric_name: give a function name (or a non-empty list / mapping of them)")
-        if self.reward_weights is not None:
+        if self.reward_funcs is not None:
+            self._check_reward_funcs()
+        elif self.reward_weights is not None:
             if isinstance(names, dict):
                 raise ValueError("reward_weights: the rubric_name mapping already gives the weights; remove one")
             count = len(names) if isinstance(names, list) else 1
@@ -308,6 +327,17 @@ class LLMEnvSpec(EnvSpec):
             if not self.has_rows:
                 raise ValueError("a dataset env needs rows: set dataset_path (a local file) or hf_dataset_id")
         return self
+
+    def _check_reward_funcs(self) -> None:
+        funcs = self.reward_funcs or []
+        if not funcs or not all(isinstance(f, str) and ":" in f for f in funcs):
+            raise ValueError("reward_funcs: give a list of 'module:function' (or 'path/to/file.py:function') names")
+        if self.reward_weights is not None and len(self.reward_weights) != len(funcs):
+            raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {len(funcs)} reward "
+                             "function(s) in reward_funcs")  # fmt: skip
+        if self.rubric_name is not None:
+            raise ValueError("rubric_name names functions of rubric_file_path; with reward_funcs list every "
+                             "function there")  # fmt: skip
 
     @property
     def has_rows(self) -> bool:

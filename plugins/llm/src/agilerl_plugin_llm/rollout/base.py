@@ -24,6 +24,7 @@ import torch
 from agilerl_plugin_llm import distributed
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
 from agilerl_plugin_llm.envs import EnvAtCapacity
+from agilerl_plugin_llm.rollout.completions_log import completion_records, completions_due
 from agilerl_plugin_llm.rollout.generation import (
     GenerationBackend,
     GenerationError,
@@ -319,6 +320,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         self.rollout_seed = int(seed if seed is not None else getattr(spec, "seed", 0))
         self._backend: GenerationBackend | None = None
         self.last_eval: dict[str, float] = {}
+        #: The completions sampled for the log this iteration (``log_completions_steps``), for the strategy.
+        self.pending_completions: list[dict[str, Any]] | None = None
 
     # --- generation ---------------------------------------------------------------------------
     @property
@@ -369,8 +372,12 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             h.stop_ids = set(h.stop_ids) | set(self.stop_ids)
         logprobs = not greedy and self.importance_sampling(backend)
         try:
-            return collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
-                           generation_seed=generation_seed, logprobs=logprobs)  # fmt: skip
+            trajs = collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
+                            generation_seed=generation_seed, logprobs=logprobs)  # fmt: skip
+            scorer = getattr(harnesses[0].env, "batch_reward", None) if harnesses else None
+            if scorer is not None:  # batched reward functions (reward_funcs): the whole batch at once
+                scorer.score(trajs)
+            return trajs
         finally:
             for h in harnesses:
                 h.close()
@@ -409,6 +416,17 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         extra = self.advantages(trajs, rewards, repeats)
         keep = extra.pop("keep", None)
         batch.update(extra)
+        if completions_due(self.spec, self.steps):  # log_completions_steps: a readable sample of the batch
+            self.pending_completions = completion_records(
+                trajs, self.tokenizer, advantages=extra.get("advantages"), loss_mask=batch["loss_mask"],
+                step=self.steps, agent=self.index, count=int(getattr(self.spec, "log_completions_count", 8)),
+            )  # fmt: skip
+        masked = None
+        if getattr(self.spec, "mask_truncated_completions", False):
+            # TRL's mask_truncated_completions: a reply cut at the budget counted in its group's
+            # advantages above, but none of its tokens train.
+            masked = torch.tensor([t.cut_off for t in trajs], dtype=torch.bool)
+            batch["loss_mask"] = batch["loss_mask"] * (~masked).long().unsqueeze(-1)
         dropped = 0.0
         if keep is not None:
             # filter_zero_adv: completions without signal leave the batch (the loss averages over the rest).
@@ -417,6 +435,8 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         stats = self.update(batch) if len(batch["input_ids"]) else {"loss": 0.0, "optimizer_steps": 0.0}
         if keep is not None:
             stats["filtered"] = dropped
+        if masked is not None:
+            stats["truncated_masked"] = float(masked.float().mean())
         n_tokens = float(sum(t.num_policy_tokens for t in trajs))
         stats.update(
             reward=float(rewards.mean()),

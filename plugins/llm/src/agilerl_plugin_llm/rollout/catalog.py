@@ -62,7 +62,10 @@ def apply_catalog(data: dict[str, Any]) -> dict[str, Any]:
     if not any(data.get(f) for f in _DATASET_FIELDS):
         data["hf_dataset_id"] = entry.hf_dataset_id
         data.setdefault("hf_dataset_config", entry.hf_dataset_config)
-    if not data.get("rubric_file_path") and not data.get("reward_file_path"):
+    from agilerl_plugin_llm.rollout.reward_funcs import REWARD_SOURCES
+
+    scored = any(data.get(f) for f in ("rubric_file_path", "reward_file_path", *REWARD_SOURCES))
+    if not scored:  # the catalog's rubric, unless the manifest scores the rows itself (reward_funcs, ...)
         data["rubric_file_path"] = entry.rubric_file_path
         data.setdefault("rubric_name", entry.rubric_name)
     data.setdefault("prompt_template", dict(entry.prompt_template))

@@ -11,7 +11,9 @@ Per iteration:
        kl = exp(ref - logp) - (ref - logp) - 1          # k3 estimator of KL(pi || pi_ref)
        loss_t = pg + beta * min(kl, kl_clamp)
 
-   averaged over each completion's tokens, then over completions. ``loss_type: gspo`` uses one
+   averaged over each completion's tokens, then over completions (``loss_norm``; TRL's ``loss_type``
+   dr_grpo / dapo / bnpo name its other normalisations), minus ``entropy_coef`` x the entropy
+   estimate. ``loss_type: gspo`` uses one
    sequence-level ratio (the geometric mean of the token ratios) per completion; ``cispo`` weights
    ``-A * logp`` by the clipped ratio with gradients stopped through it.
 
@@ -42,7 +44,17 @@ def group_advantages(rewards: torch.Tensor, group_size: int, *, norm: str) -> to
     adv = grouped - grouped.mean(dim=1, keepdim=True)
     if norm == "mean_std":
         adv = adv / (grouped.std(dim=1, keepdim=True) + 1e-4)
+    elif norm == "mean_batch_std":  # TRL's scale_rewards: batch
+        adv = adv / ((rewards.std() if rewards.numel() > 1 else torch.zeros(())) + 1e-4)
     return adv.reshape(-1)
+
+
+def entropy_bonus(logp: torch.Tensor, coef: float) -> torch.Tensor:
+    """Per-token ``-coef * H``, ``H`` estimated by the sampled token: value ``coef * log pi`` (``-coef x`` the
+    estimate ``-log pi``) and gradient ``coef * log pi * grad log pi``, the score-function estimate of
+    ``-coef * grad H`` (``E[grad log pi] = 0``). Minimising it raises the policy's entropy."""
+    lp = logp.detach()
+    return coef * lp * (logp - lp + 1.0)
 
 
 def turn_group_advantages(
@@ -244,6 +256,9 @@ class GRPO(RolloutLLMAlgorithm):
         stats = dict(x.stats)
         # The vLLM importance-sampling weight scales the policy term, before the KL penalty (as AgileRL).
         per_token = self.with_kl(x.weighted(per_token), x.logp, batch, mask, stats, self.spec.kl_clamp)
+        stats["entropy"] = float(masked_mean_per_row(-x.logp.detach(), mask).mean())  # sampled-token estimate
+        if self.spec.entropy_coef > 0:
+            per_token = per_token + entropy_bonus(x.logp, float(self.spec.entropy_coef))
         stats["clip_fraction"] = float(masked_mean_per_row(clipped, mask).mean())
         loss_sum = normalised_loss_sum(per_token, mask, batch, self.spec.loss_norm, self.spec.new_tokens)
         stats["loss"] = float(loss_sum.detach()) / max(len(per_token), 1)
@@ -264,6 +279,7 @@ def _policy_tokens(batch: dict[str, torch.Tensor]) -> float:
 
 __all__ = [
     "GRPO",
+    "entropy_bonus",
     "group_advantages",
     "normalised_loss_sum",
     "policy_loss",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMPPOSpec, LLMREINFORCESpec
+from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMPPOSpec, LLMREINFORCESpec, RLOOSpec
 
 
 def register_algorithms(register: Any) -> None:
@@ -16,6 +16,7 @@ def register_algorithms(register: Any) -> None:
     # AgileRL's names for GRPO with the gspo / cispo loss: the same algorithm, the loss pinned by the spec.
     register(GSPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
     register(CISPOSpec, algorithm="agilerl_plugin_llm.rollout.grpo:GRPO")
+    register(RLOOSpec, algorithm="agilerl_plugin_llm.rollout.rloo:RLOO")
     register(LLMREINFORCESpec, algorithm="agilerl_plugin_llm.rollout.reinforce:LLMREINFORCE")
     register(LLMPPOSpec, algorithm="agilerl_plugin_llm.rollout.ppo:LLMPPO")
 

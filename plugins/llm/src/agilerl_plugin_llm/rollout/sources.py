@@ -59,6 +59,11 @@ def unsupported_fields(spec: Any, source_field: str) -> list[tuple[str, str]]:
     out = [(f, why) for f, why in UNSUPPORTED_ROLLOUT_FIELDS.items() if _is_set(getattr(spec, f, None))]
     if getattr(spec, "strict_chat_template_boundary", None) is False:
         out.append(("strict_chat_template_boundary", "turn boundaries are always rendered token-exactly (strict)"))
+    if source_field not in ("dataset", "dataset_path", "hf_dataset_id"):
+        from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set
+
+        out += [(f, "scores dataset rows (dataset_path, hf_dataset_id or dataset); an env scores its own replies")
+                for f in batched_sources_set(spec)]  # fmt: skip
     if source_field != "env_url":
         out += [
             (f, "only applies to env_url (OpenEnv) sources")
@@ -138,7 +143,7 @@ def select_source(spec: Any) -> RolloutSource:
         fields = sorted({*table, "env_url"})
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
-            f"{', '.join(fields)} (dataset rows also need rubric_file_path)"
+            f"{', '.join(fields)} (dataset rows also need rubric_file_path or reward_funcs)"
         )
     if len(builds) > 1:
         raise RolloutSourceError(
@@ -312,12 +317,18 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
         return parts[0][2]  # type: ignore[no-any-return]
 
     def weighted(completion: str, answer: Any, question: Any) -> float:
-        total = 0.0
-        for name, weight, fn in parts:
-            total += weight * as_reward(fn(completion, answer, question), f"{name}(completion, answer, question)")
-        return total
+        return sum(weight * value for weight, value in rubric_parts(weighted, completion, answer, question).values())
 
+    weighted.parts = parts  # type: ignore[attr-defined]  # each function's value goes to the completions log
     return weighted
+
+
+def rubric_parts(rubric: Any, completion: str, answer: Any, question: Any) -> dict[str, tuple[float, float]]:
+    """``{name: (weight, value)}`` of each function of a rubric that lists several (``rubric_name``)."""
+    return {
+        name: (weight, as_reward(fn(completion, answer, question), f"{name}(completion, answer, question)"))
+        for name, weight, fn in rubric.parts
+    }
 
 
 def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
@@ -384,9 +395,14 @@ class RubricEnv:
         prompt_template: dict[str, Any] | None = None,
         max_reward: float | None = None,
         seed: int | None = None,
+        batch_reward: Any = None,
     ) -> None:
         self.rows = rows
         self.rubric = rubric
+        #: Batched reward functions (``reward_funcs``): the reply is scored with its batch after the
+        #: rollout (:class:`~agilerl_plugin_llm.rollout.reward_funcs.BatchReward`), not here.
+        self.batch_reward = batch_reward
+        self.user_prompt = ""
         self.prompt_template = prompt_template
         self.max_reward = max_reward
         self.rng = random.Random(seed)
@@ -398,6 +414,7 @@ class RubricEnv:
         index = self.rng.randrange(len(self.rows)) if seed is None else seed % len(self.rows)
         self.row = self.rows[index]
         self.system_prompt, user, self.assistant_prefix = render_prompt(self.prompt_template, self.row)
+        self.user_prompt = user
         return user, {"row": index}
 
     def score(self, completion: str) -> float:
@@ -406,8 +423,18 @@ class RubricEnv:
         return as_reward(self.rubric(completion, answer, question), "the rubric")
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        reward = self.score(action)
+        if self.batch_reward is not None:  # scored with its batch after the rollout (TRL's batched functions)
+            prompt = self.row["prompt"] if "prompt" in self.row else self.user_prompt
+            columns = {k: v for k, v in self.row.items() if k != "prompt"}
+            return "", 0.0, True, False, {"reward_row": {"prompt": prompt, "completion": action, "columns": columns}}
         info: dict[str, Any] = {}
+        if getattr(self.rubric, "parts", None):  # several functions: each one's value for the completions log
+            question = next((self.row[c] for c in QUESTION_COLUMNS if c in self.row), None)
+            parts = rubric_parts(self.rubric, action, self.row.get(ANSWER_COLUMN), question)
+            info["rewards"] = {name: value for name, (_, value) in parts.items()}
+            reward = float(sum(weight * value for weight, value in parts.values()))
+        else:
+            reward = self.score(action)
         if self.max_reward is not None:
             info["success"] = reward >= self.max_reward
         return "", reward, True, False, info
@@ -421,8 +448,22 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
     rows = _read_rows(spec)
     train, test = split_rows(rows, getattr(spec, "train_test_split", None), seed)
     chosen = test if split == "test" else train
-    rubric = load_rubric(spec)
     max_reward = getattr(spec, "max_reward", None)
+    batched = _batched_reward(spec, max_reward)
+    if batched is not None:
+        turns = getattr(spec, "max_turns", None)
+        if turns not in (None, 1):
+            raise RolloutSourceError("environment.max_turns: a dataset rollout is single-turn; remove max_turns")
+        base_seed = 0 if seed is None else seed
+
+        def make_batched_env() -> RubricEnv:
+            nonlocal base_seed
+            base_seed += 1
+            return RubricEnv(chosen, _no_rubric, prompt_template=template, max_reward=max_reward, seed=base_seed,
+                             batch_reward=batched)  # fmt: skip
+
+        return make_batched_env, 1
+    rubric = load_rubric(spec)
     probe = RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward)
     probe.reset(seed=0)
     name = "+".join(n for n, _ in getattr(spec, "reward_functions", None) or [("reward_fn", 1.0)])
@@ -448,6 +489,25 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
         return RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward, seed=base)
 
     return make_env, 1
+
+
+def _no_rubric(completion: str, answer: Any, question: Any) -> float:  # pragma: no cover - never called
+    raise AssertionError("a batched reward env scores after the rollout")
+
+
+def _batched_reward(spec: Any, max_reward: float | None) -> Any:
+    """The shared batched scorer when the spec names batched reward sources (``reward_funcs``, ...)."""
+    from agilerl_plugin_llm.rollout.reward_funcs import BatchReward, batched_sources_set, build_reward_funcs
+
+    fields = batched_sources_set(spec)
+    if not fields:
+        return None
+    if getattr(spec, "rubric_file_path", None):
+        raise RolloutSourceError(
+            f"environment.rubric_file_path: {', '.join(fields)} already score the completions; keep one way of "
+            "scoring (a rubric function can become a reward function taking completions and **kwargs)"
+        )
+    return BatchReward(build_reward_funcs(spec), max_reward=max_reward)
 
 
 # --------------------------------------------------------------------------------------------------

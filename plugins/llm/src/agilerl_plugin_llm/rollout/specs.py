@@ -230,6 +230,23 @@ class RolloutLLMSpec(PluginLLMSpec):
         Field(gt=0.0, description="Upper bound of the vLLM importance-sampling weight (AgileRL's default 2.0)."),
     ] = 2.0
 
+    mask_truncated_completions: Annotated[
+        bool,
+        Field(description="TRL's mask_truncated_completions: a completion cut at the token budget (no stop token) "
+                          "takes no part in the loss (its tokens are masked); it still counts in its group's "
+                          "advantages. train/truncated_masked logs the share masked."),
+    ] = False  # fmt: skip
+    log_completions_steps: Annotated[
+        int,
+        Field(ge=0, description="Every this many iterations (and at the first), a sample of prompts as rendered, "
+                                "completions, each reward function's value and the advantage go to completions.jsonl "
+                                "in the run directory (and TensorBoard text / a W&B table when on); read them with "
+                                "agilerl completions RUN_DIR. 0: off."),
+    ] = 10  # fmt: skip
+    log_completions_count: Annotated[
+        int, Field(ge=1, description="Completions logged each time (the first of the iteration's batch).")
+    ] = 8
+
     @model_validator(mode="before")
     @classmethod
     def _agilerl_generation_fields(cls, data: Any) -> Any:
@@ -343,6 +360,43 @@ class RolloutLLMSpec(PluginLLMSpec):
         return problems
 
 
+#: TRL's ``loss_type`` names that are a normalisation of the GRPO loss here (``loss_norm``).
+TRL_LOSS_NORMS: dict[str, str] = {"dr_grpo": "max_tokens", "dapo": "accumulation_window", "bnpo": "micro_batch"}
+#: TRL's ``scale_rewards`` in terms of ``adv_norm`` (True is group, False none).
+SCALE_REWARDS: dict[str, str] = {"group": "mean_std", "batch": "mean_batch_std", "none": "mean_only"}
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "gspo")
+
+
+def _fold_trl_loss_fields(data: Any) -> Any:
+    """TRL's ``loss_type`` (dr_grpo, dapo, bnpo) and ``scale_rewards`` in terms of ``loss_norm``/``adv_norm``."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    loss_type = data.get("loss_type")
+    if isinstance(loss_type, str) and loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type: {loss_type!r} is not one of {', '.join(LOSS_TYPES)} (TRL's names, and gspo)")
+    if loss_type in TRL_LOSS_NORMS:
+        norm = TRL_LOSS_NORMS[loss_type]
+        given = data.get("loss_norm")
+        if given not in (None, norm):
+            raise ValueError(f"loss_type: {loss_type} normalises the loss as loss_norm: {norm}, but loss_norm is "
+                             f"{given}; keep one of them")  # fmt: skip
+        data["loss_norm"] = norm
+    scale = data.get("scale_rewards")
+    if scale is not None:
+        if isinstance(scale, bool):
+            scale = "group" if scale else "none"
+        if scale not in SCALE_REWARDS:
+            raise ValueError(f"scale_rewards: {scale!r} is not one of group, batch, none (or true / false)")
+        given = data.get("adv_norm")
+        if given not in (None, SCALE_REWARDS[scale]):
+            raise ValueError(f"scale_rewards: {scale} means adv_norm: {SCALE_REWARDS[scale]}, but adv_norm is "
+                             f"{given}; keep one of them")  # fmt: skip
+        data["scale_rewards"] = scale
+        data["adv_norm"] = SCALE_REWARDS[scale]
+    return data
+
+
 class GRPOSpec(RolloutLLMSpec):
     """Group Relative Policy Optimization (Shao et al. 2024, DeepSeekMath).
 
@@ -359,16 +413,27 @@ class GRPOSpec(RolloutLLMSpec):
                           "[low, high] gives the ratio bounds themselves (asymmetric, e.g. DAPO's clip-higher)."),
     ] = 0.2  # fmt: skip
     adv_norm: Annotated[
-        Literal["mean_only", "mean_std"],
-        Field(description="Group advantage: reward - group mean (mean_only), divided by the group std (mean_std)."),
-    ] = "mean_std"
+        Literal["mean_only", "mean_std", "mean_batch_std"],
+        Field(description="Group advantage: reward - group mean (mean_only), divided by the group std (mean_std) "
+                          "or by the std of the whole batch's rewards (mean_batch_std)."),
+    ] = "mean_std"  # fmt: skip
+    scale_rewards: Annotated[
+        Literal["group", "batch", "none"] | None,
+        Field(description="TRL's name for adv_norm: group (mean_std), batch (mean_batch_std), none (mean_only); "
+                          "true / false mean group / none. Sets adv_norm."),
+    ] = None  # fmt: skip
     loss_type: Annotated[
-        Literal["grpo", "gspo", "cispo"],
-        Field(
-            description="grpo: token-level clipped ratio; gspo: sequence-level ratio (geometric mean); "
-            "cispo: clipped, detached ratio weighting the log-probability."
-        ),
-    ] = "grpo"
+        Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "gspo"],
+        Field(description="grpo: token-level clipped ratio, each completion's token mean; dr_grpo, dapo, bnpo: the "
+                          "same surrogate normalised as TRL's (they set loss_norm: max_tokens, accumulation_window, "
+                          "micro_batch); gspo: sequence-level ratio (geometric mean); cispo: clipped, detached ratio "
+                          "weighting the log-probability. See docs/llm.md for TRL's formulas side by side."),
+    ] = "grpo"  # fmt: skip
+    entropy_coef: Annotated[
+        float,
+        Field(ge=0.0, description="Entropy bonus: the loss gets -entropy_coef x H per policy token, H estimated from "
+                                  "the sampled token (-log pi, with the score-function gradient); 0: off."),
+    ] = 0.0  # fmt: skip
     kl_clamp: Annotated[
         float | None, Field(gt=0.0, description="Clamp the per-token k3 KL estimate to [0, kl_clamp].")
     ] = 10.0
@@ -414,6 +479,18 @@ class GRPOSpec(RolloutLLMSpec):
             raise ValueError("clip_coef must be in [0, 1] (or a [low, high] pair of ratio bounds)")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _trl_loss_fields(cls, data: Any) -> Any:
+        return _fold_trl_loss_fields(data)
+
+    @model_validator(mode="after")
+    def _batch_std_granularity(self) -> GRPOSpec:
+        if self.adv_norm == "mean_batch_std" and self.advantage_granularity == "turn":
+            raise ValueError("scale_rewards: batch (adv_norm: mean_batch_std) is implemented for one advantage per "
+                             "completion: use advantage_granularity: trajectory, or scale_rewards: group")  # fmt: skip
+        return self
+
     @model_validator(mode="after")
     def _loss_type_level(self) -> GRPOSpec:
         if self.loss_type == "gspo" and self.ratio_level not in ("trajectory",):
@@ -441,6 +518,30 @@ class CISPOSpec(GRPOSpec):
     with its gradient stopped, so clipped tokens still train."""
 
     loss_type: Annotated[Literal["cispo"], Field(description="Fixed: cispo.")] = "cispo"
+
+
+class RLOOSpec(GRPOSpec):
+    """REINFORCE Leave-One-Out (Ahmadian et al. 2024; TRL's RLOOTrainer): ``group_size`` (k) completions
+    per prompt; completion i's advantage is its reward minus the mean reward of the other k - 1, then
+    the GRPO machinery (clipped ratio, KL to the reference, loss_type) as GRPO."""
+
+    group_size: Annotated[
+        int, Field(ge=2, description="Completions sampled per prompt (k); each one's baseline is the other k - 1.")
+    ] = 8
+    normalize_advantages: Annotated[
+        bool, Field(description="TRL's normalize_advantages: divide the batch's advantages by their std (after "
+                                "subtracting their mean).")
+    ] = False  # fmt: skip
+
+    @model_validator(mode="after")
+    def _rloo_advantage(self) -> RLOOSpec:
+        given = {"adv_norm", "scale_rewards"} & self.model_fields_set
+        if given:
+            raise ValueError(f"{', '.join(sorted(given))}: RLOO's advantage is the reward minus the mean of the other "
+                             "completions of its prompt; scale it with normalize_advantages")  # fmt: skip
+        if self.advantage_granularity == "turn":
+            raise ValueError("advantage_granularity: turn is not implemented for RLOO; use trajectory (or auto)")
+        return self
 
 
 class LLMREINFORCESpec(RolloutLLMSpec):
@@ -508,6 +609,7 @@ __all__ = [
     "GRPOSpec",
     "GSPOSpec",
     "LLMREINFORCESpec",
+    "RLOOSpec",
     "RolloutLLMSpec",
     "VLLMConfig",
     "clip_bounds",

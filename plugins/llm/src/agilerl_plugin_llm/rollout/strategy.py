@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_llm.distributed import DataParallelStrategy, check_launch
 from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
+from agilerl_plugin_llm.rollout.completions_log import write_completions
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -27,11 +28,12 @@ if TYPE_CHECKING:
 
 @contextmanager
 def engine_death_is_resumable(agent: Any) -> Iterator[None]:
-    """A vLLM engine that dies mid-run fails the member's step the way a lost worker does: the loop
-    writes a checkpoint of the population as it stood (an iteration whose rollout failed took no
-    optimizer step) and says how to resume."""
+    """A vLLM engine that dies mid-run, or a reward function (``reward_funcs``) that fails, fails the
+    member's step the way a lost worker does: the loop writes a checkpoint of the population as it
+    stood (an iteration whose rollout failed took no optimizer step) and says how to resume."""
     from agilerl.training.backend import MemberFailedError
     from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
+    from agilerl_plugin_llm.rollout.reward_funcs import RewardFunctionError
 
     try:
         yield
@@ -39,6 +41,10 @@ def engine_death_is_resumable(agent: Any) -> Iterator[None]:
         raise MemberFailedError(
             f"agent {agent.index} at iteration {agent.steps}: {exc}. The engine cannot be restarted in this "
             "process; resuming starts a new one"
+        ) from exc
+    except RewardFunctionError as exc:  # scoring comes before the update: the iteration changed nothing
+        raise MemberFailedError(
+            f"agent {agent.index} at iteration {agent.steps}: {exc}. Fix the reward function, then resume"
         ) from exc
 
 
@@ -77,6 +83,9 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
         for i in range(int(num_steps)):
             stats = agent.learn_iteration(run.env)
             agent.steps += 1
+            records, agent.pending_completions = getattr(agent, "pending_completions", None), None
+            if records:  # log_completions_steps: completions.jsonl, TensorBoard text, a W&B table
+                write_completions(run, records)
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
             if evaluation_due(run, agent, steps_left=int(num_steps) - i - 1):  # training.evaluation_interval
