@@ -16,6 +16,7 @@ ENVS = {
     "DDPG": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "TD3": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "SAC": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
+    "TQC": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "IPPO": MPE,
     "MADDPG": MPE,
     "MATD3": MPE,

@@ -35,7 +35,7 @@ from agilerl.training.trainer import LocalTrainer
 
 HERE = Path(__file__).resolve().parent
 EVO = TINY_EVO
-ALGOS = ["PPO", "A2C", "DQN", "DDPG", "TD3", "SAC", "RainbowDQN", "IPPO", "MADDPG", "MATD3", "CQN"]
+ALGOS = ["PPO", "A2C", "DQN", "DDPG", "TD3", "SAC", "TQC", "RainbowDQN", "IPPO", "MADDPG", "MATD3", "CQN"]
 
 
 def assert_same_state(a: Any, b: Any) -> None:
@@ -105,7 +105,7 @@ def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subproce
 @pytest.mark.slow  # three `agilerl train` subprocesses each
 @pytest.mark.parametrize(
     "algo,after,learned",
-    [("PPO", 10, [0]), ("A2C", 10, [0]), ("DQN", 40, [0, 1]), ("TD3", 10, [0]), ("SAC", 40, [0, 1]), ("DDPG", 40, [0, 1]),
+    [("PPO", 10, [0]), ("A2C", 10, [0]), ("DQN", 40, [0, 1]), ("TD3", 10, [0]), ("SAC", 40, [0, 1]), ("TQC", 10, [0]), ("DDPG", 40, [0, 1]),
      ("RainbowDQN", 40, [0, 1]), ("IPPO", 10, [0]), ("MADDPG", 40, [0, 1]), ("MATD3", 10, [0])],
 )  # fmt: skip
 def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: list[int], tmp_path: Path) -> None:
@@ -118,15 +118,7 @@ def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: l
     reference = checkpoint.load(tmp_path / f"ckpt_{m['training']['max_steps']}.pt")
     (tmp_path / f"ckpt_{m['training']['max_steps']}.pt").unlink()
 
-    single = algo in (
-        "PPO",
-        "A2C",
-        "DQN",
-        "DDPG",
-        "TD3",
-        "SAC",
-        "RainbowDQN",
-    )  # gym wrappers: module.attr; PettingZoo: module:attr
+    single = algo not in ("IPPO", "MADDPG", "MATD3")  # gym wrappers: module.attr; PettingZoo: module:attr
     wrapper, sep = ("SigintAfter", ".") if single else ("SigintAfterParallel", ":")
     wrapped = {**m, "environment": {**m["environment"], "path": str(HERE),
                                     "env_wrappers": [[f"gym_test_wrappers{sep}{wrapper}", {"steps": after}]]}}  # fmt: skip

@@ -18,6 +18,7 @@ from agilerl_plugin_gym.single_agent.specs import (
     RainbowDQNSpec,
     SACSpec,
     TD3Spec,
+    TQCSpec,
 )
 
 _PKG = "agilerl_plugin_gym.single_agent"
@@ -30,6 +31,7 @@ def register_algorithms(register: Any) -> None:
     register(TD3Spec, algorithm=f"{_PKG}.td3:TD3")
     register(SACSpec, algorithm=f"{_PKG}.sac:SAC")
     register(A2CSpec, algorithm=f"{_PKG}.a2c:A2C")
+    register(TQCSpec, algorithm=f"{_PKG}.tqc:TQC")
     register(CQNSpec, algorithm="agilerl_plugin_gym.offline.cqn:CQN")
     register(RainbowDQNSpec, algorithm=f"{_PKG}.rainbow:RainbowDQN")
 

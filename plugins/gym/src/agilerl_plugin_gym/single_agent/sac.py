@@ -50,13 +50,15 @@ class SAC(GymAlgorithm):
 
     spec: SACSpec
     policy_name = "actor"
-    eval_names = ("actor", "critic_1", "critic_2")
+    eval_names: ClassVar[tuple[str, ...]] = ("actor", "critic_1", "critic_2")
     target_of: ClassVar[dict[str, str]] = {"critic_1_target": "critic_1", "critic_2_target": "critic_2"}
     lr_optimizers: ClassVar[dict[str, tuple[str, ...]]] = {
         "lr_actor": ("actor", "ent_coef"),
         "lr_critic": ("critic",),
     }
-    critic_names = ("critic_1", "critic_2")
+    critic_names: tuple[str, ...] = ("critic_1", "critic_2")
+    #: Outputs of each critic (TQC: its quantiles).
+    critic_outputs = 1
 
     def __init__(self, spec: SACSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
@@ -71,10 +73,10 @@ class SAC(GymAlgorithm):
         self.nets = {"actor": self.build_network(2 * self.act_dim)}
         for critic in self.critic_names:
             if self.action_in_head:
-                self.nets[critic] = self.build_network(1, extra_in=self.act_dim)
+                self.nets[critic] = self.build_network(self.critic_outputs, extra_in=self.act_dim)
             else:
                 critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
-                self.nets[critic] = self.build_network(1, space=critic_space)
+                self.nets[critic] = self.build_network(self.critic_outputs, space=critic_space)
         self.sync_targets()
         # The entropy coefficient: learned as log(alpha) ("auto", "auto_<initial>") or fixed.
         self.learn_alpha = isinstance(spec.ent_coef, str)
@@ -174,11 +176,14 @@ class SAC(GymAlgorithm):
             return self.extra_params["log_ent_coef"].detach().exp()
         return torch.tensor(float(self.spec.ent_coef), device=self.device)
 
+    def critic(self, name: str, obs: Any, action: torch.Tensor) -> torch.Tensor:
+        """The outputs of critic ``name`` for ``(obs, action)``, shape ``(batch, critic_outputs)``."""
+        net = self.nets[name]
+        return net(obs, action) if self.action_in_head else net(torch.cat([obs, action], 1))
+
     def q(self, name: str, obs: Any, action: torch.Tensor) -> torch.Tensor:
         """``Q(obs, action)`` of critic ``name``, shape ``(batch,)``."""
-        net = self.nets[name]
-        out = net(obs, action) if self.action_in_head else net(torch.cat([obs, action], 1))
-        return out.squeeze(1)
+        return self.critic(name, obs, action).squeeze(1)
 
     def min_q(self, names: tuple[str, ...], obs: Any, action: torch.Tensor) -> torch.Tensor:
         return torch.min(self.q(names[0], obs, action), self.q(names[1], obs, action))
@@ -201,19 +206,15 @@ class SAC(GymAlgorithm):
             stats["ent_coef_loss"] = alpha_loss.detach()
         stats["ent_coef"] = alpha
 
-        # 2. The critics: soft TD target from the target critics and a fresh next action.
-        with torch.no_grad():
-            next_action, next_log_prob = self.sample(next_obs)
-            next_q = self.min_q(("critic_1_target", "critic_2_target"), next_obs, next_action)
-            y = reward + self.spec.gamma * (1.0 - done) * (next_q - alpha * next_log_prob)
-        critic_loss = 0.5 * sum((self.q(c, obs, action) - y).pow(2).mean() for c in self.critic_names)
-        self._step("critic", critic_loss)  # type: ignore[arg-type]
-        stats["critic_loss"] = critic_loss.detach()  # type: ignore[union-attr]
+        # 2. The critics, towards a soft TD target from the target critics and a fresh next action.
+        critic_loss = self.critic_loss(obs, action, reward, next_obs, done, alpha)
+        self._step("critic", critic_loss)
+        stats["critic_loss"] = critic_loss.detach()
 
-        # 3. The actor: maximise min Q - alpha log pi. The critics are frozen so it leaves them no gradient.
+        # 3. The actor: maximise Q - alpha log pi. The critics are frozen so it leaves them no gradient.
         for c in self.critic_names:
             self.nets[c].requires_grad_(False)
-        actor_loss = (alpha * log_prob - self.min_q(self.critic_names, obs, pi_action)).mean()
+        actor_loss = (alpha * log_prob - self.policy_q(obs, pi_action)).mean()
         for c in self.critic_names:
             self.nets[c].requires_grad_(True)
         self._step("actor", actor_loss)
@@ -224,6 +225,22 @@ class SAC(GymAlgorithm):
         if self.gradient_updates % self.spec.target_update_interval == 0:
             self.targets.soft(self.spec.tau)
         return stats
+
+    def critic_loss(
+        self, obs: Any, action: torch.Tensor, reward: torch.Tensor, next_obs: Any, done: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
+        """SAC's: half the summed MSE of both critics to ``r + gamma (1 - done) (min Q' - alpha log pi')``."""
+        with torch.no_grad():
+            next_action, next_log_prob = self.sample(next_obs)
+            next_q = self.min_q(("critic_1_target", "critic_2_target"), next_obs, next_action)
+            y = reward + self.spec.gamma * (1.0 - done) * (next_q - alpha * next_log_prob)
+        losses = [(self.q(c, obs, action) - y).pow(2).mean() for c in self.critic_names]
+        return 0.5 * torch.stack(losses).sum()
+
+    def policy_q(self, obs: Any, action: torch.Tensor) -> torch.Tensor:
+        """The value the actor maximises: SAC's min of the twin critics."""
+        return self.min_q(self.critic_names, obs, action)
 
     def _step(self, name: str, loss: torch.Tensor) -> None:
         opt = self.optimizers[name]

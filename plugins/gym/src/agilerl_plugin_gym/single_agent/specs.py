@@ -444,3 +444,23 @@ class A2CSpec(GymAlgorithmSpec):
         if value is not None:
             raise ValueError("A2C takes one gradient step per rollout and has no minibatches; remove batch_size")
         return None
+
+
+class TQCSpec(SACSpec):
+    """Truncated Quantile Critics (sb3-contrib's TQC): SAC with distributional critics whose pooled
+    quantiles lose their top ones in the target (less over-estimation); Box actions."""
+
+    n_quantiles: Annotated[int, Field(ge=1, description="Quantiles each critic outputs.")] = 25
+    n_critics: Annotated[int, Field(ge=1, description="Critic networks (each with a target copy).")] = 2
+    top_quantiles_to_drop_per_net: Annotated[
+        int, Field(ge=0, description="Quantiles dropped per critic from the top of the pooled target.")
+    ] = 2
+
+    @model_validator(mode="after")
+    def _keeps_a_quantile(self) -> TQCSpec:
+        if self.top_quantiles_to_drop_per_net >= self.n_quantiles:
+            raise ValueError(
+                f"top_quantiles_to_drop_per_net ({self.top_quantiles_to_drop_per_net}) must be below n_quantiles "
+                f"({self.n_quantiles}): the target would keep no quantile"
+            )
+        return self
