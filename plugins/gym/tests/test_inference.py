@@ -147,6 +147,9 @@ def _single(algo: str, env_id: str, **algo_fields: Any) -> Any:
         ("PPO", "Pendulum-v1"),
         ("DDPG", "Pendulum-v1"),
         ("SAC", "Pendulum-v1"),
+        ("TQC", "Pendulum-v1"),
+        ("A2C", "Pendulum-v1"),
+        ("A2C", "CartPole-v1"),
         ("DQN", "FrozenLake-v1"),
     ],
 )
