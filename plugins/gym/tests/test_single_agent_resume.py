@@ -89,12 +89,12 @@ def test_ctrl_c_writes_checkpoint_and_resumes(train, read_metrics, tmp_path: Pat
     assert rows[-1]["steps"] == 8192
 
 
-@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3"])
+@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3", "SAC"])
 def test_population_with_mutations_trains_and_resumes(train, read_metrics, tmp_path: Path, algo: str) -> None:  # type: ignore[no-untyped-def]
     """A population under tournament selection and every mutation operator (architecture, parameter
     noise, hyperparameters) trains through the core loop, checkpoints mutated architectures, and
     resumes from them."""
-    env = {"name": "Pendulum-v1" if algo == "TD3" else "CartPole-v1", "num_envs": 4, "sync": True}
+    env = {"name": "Pendulum-v1" if algo in ("TD3", "SAC") else "CartPole-v1", "num_envs": 4, "sync": True}
     algorithm = {"name": algo, "batch_size": 32, "learn_step": 128 if algo == "PPO" else 4}
     m: dict[str, Any] = {
         "algorithm": algorithm,

@@ -38,7 +38,7 @@ class A2C(GymAlgorithm):
 
     def __init__(self, spec: A2CSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
-        DISCRETE_ACTIONS.check("A2C", observation_space, action_space)
+        DISCRETE_ACTIONS.check("TutorialA2C", observation_space, action_space)
         self.nets = {
             "actor": self.build_network(int(action_space.n), output_vanish=True),
             "critic": self.build_network(1, output_vanish=False),

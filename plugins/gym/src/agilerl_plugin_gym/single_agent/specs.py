@@ -335,3 +335,132 @@ class RainbowDQNSpec(QLearningSpec):
         if self.v_min >= self.v_max:
             raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
         return self
+
+
+def _entropy_coefficient(value: float | str) -> float | str:
+    """``ent_coef``: a positive float (fixed), ``"auto"`` or ``"auto_<initial value>"`` (learned)."""
+    if isinstance(value, str):
+        if value == "auto":
+            return value
+        head, _, tail = value.partition("_")
+        try:
+            initial = float(tail)
+        except ValueError:
+            initial = -1.0
+        if head != "auto" or not initial > 0:
+            raise ValueError(f"{value!r}: give a positive float, 'auto' or 'auto_<initial value>' (e.g. 'auto_0.1')")
+        return value
+    if not value > 0:
+        raise ValueError(f"{value}: a fixed entropy coefficient must be positive (or 'auto')")
+    return float(value)
+
+
+class SACSpec(GymAlgorithmSpec):
+    """Soft Actor-Critic: squashed Gaussian actor, twin Q critics, learned entropy coefficient; Box actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "off_policy"
+    space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
+    # tau and gamma are mutable when named in mutation.rl_hp_selection; a fixed float ent_coef too.
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**RL_HPO_RANGES, "ent_coef": (1e-3, 0.5)}
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
+
+    # SB3's SAC defaults: one gradient step per env step, batch 256, lr 3e-4, tau 0.005.
+    learn_step: Annotated[
+        int,
+        Field(ge=1, description="Env steps (all envs together) per gradient step, as DQN/TD3: below num_envs "
+              "several gradient steps run per vector step. SB3's train_freq F and gradient_steps G with n envs "
+              "are learn_step = F * n / G."),
+    ] = 1  # fmt: skip
+    batch_size: Annotated[int, Field(ge=1, description="Transitions per gradient step.")] = 256
+    lr_actor: Annotated[
+        float, Field(gt=0, description="Actor learning rate (also the entropy coefficient's, as SB3).")
+    ] = 3e-4
+    lr_critic: Annotated[float, Field(gt=0, description="Critics' learning rate.")] = 3e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Polyak rate of the target critics.")] = 5e-3
+    ent_coef: float | str = Field(
+        default="auto",
+        description="Entropy coefficient alpha: a positive float (fixed), 'auto' (learned, from 1.0) or "
+        "'auto_<x>' (learned, from x), as SB3.",
+    )
+    target_entropy: float | Literal["auto"] = Field(
+        default="auto", description="Entropy target of the learned coefficient; 'auto' is -dim(action space)."
+    )
+    target_update_interval: Annotated[
+        int, Field(ge=1, description="Gradient steps per Polyak update of the target critics.")
+    ] = 1
+
+    @field_validator("ent_coef")
+    @classmethod
+    def _ent_coef(cls, value: float | str) -> float | str:
+        return _entropy_coefficient(value)
+
+
+class A2CSpec(GymAlgorithmSpec):
+    """Advantage actor-critic (Mnih et al. 2016, synchronous), as SB3's A2C: one gradient step per
+    rollout, no minibatches; Discrete, MultiDiscrete or Box actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "on_policy"
+    space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
+    default_evo_steps: ClassVar[int] = 10_000
+    stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
+    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
+        **{k: v for k, v in RL_HPO_RANGES.items() if k != "batch_size"},
+        "learn_step": (8, 512),
+        "gae_lambda": (0.8, 1.0),
+        "ent_coef": (0.0, 0.05),
+        "vf_coef": (0.1, 1.0),
+        "max_grad_norm": (0.1, 5.0),
+    }
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef")
+
+    learn_step: Annotated[
+        int,
+        Field(ge=1, description="Env steps (all envs together) per rollout and update: SB3's n_steps x num_envs "
+              "(40 is SB3's 5 steps x 8 envs)."),
+    ] = 40  # fmt: skip
+    lr: Annotated[float, Field(gt=0, description="Learning rate (SB3's default 7e-4).")] = 7e-4
+    optimizer: Literal["rmsprop", "adam"] = Field(
+        default="rmsprop",
+        description="rmsprop: torch's RMSprop with alpha 0.99, eps 1e-5 (SB3's use_rms_prop: true); adam: Adam, eps 1e-5.",
+    )
+    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (1: plain n-step returns, SB3's).")] = 1.0
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.0
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
+    normalize_advantages: bool = Field(default=False, description="Normalise the rollout's advantages (SB3: off).")
+    action_std_init: float = Field(
+        default=0.0, description="Initial log-std of the Gaussian policy (Box actions); SB3's log_std_init 0."
+    )
+    # One gradient step on the whole rollout: a minibatch size would do nothing, so the field core's
+    # AlgorithmSpec declares is refused by name instead of silently ignored.
+    batch_size: Any = Field(default=None, description="Not used by A2C (one gradient step per rollout): leave unset.")
+
+    @field_validator("batch_size")
+    @classmethod
+    def _no_batch_size(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError("A2C takes one gradient step per rollout and has no minibatches; remove batch_size")
+        return None
+
+
+class TQCSpec(SACSpec):
+    """Truncated Quantile Critics (sb3-contrib's TQC): SAC with distributional critics whose pooled
+    quantiles lose their top ones in the target (less over-estimation); Box actions."""
+
+    n_quantiles: Annotated[int, Field(ge=1, description="Quantiles each critic outputs.")] = 25
+    n_critics: Annotated[int, Field(ge=1, description="Critic networks (each with a target copy).")] = 2
+    top_quantiles_to_drop_per_net: Annotated[
+        int, Field(ge=0, description="Quantiles dropped per critic from the top of the pooled target.")
+    ] = 2
+
+    @model_validator(mode="after")
+    def _keeps_a_quantile(self) -> TQCSpec:
+        if self.top_quantiles_to_drop_per_net >= self.n_quantiles:
+            raise ValueError(
+                f"top_quantiles_to_drop_per_net ({self.top_quantiles_to_drop_per_net}) must be below n_quantiles "
+                f"({self.n_quantiles}): the target would keep no quantile"
+            )
+        return self
