@@ -159,6 +159,18 @@ def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Pro
     return problems
 
 
+def normalize_problems(manifest: TrainingManifest, *, supported: bool, who: str) -> list[Problem]:
+    """``environment.normalize`` where the algorithm's engine does not apply it (``supported``
+    False: the multi-agent and offline algorithms) is refused by name, not ignored."""
+    if supported or getattr(manifest.environment, "normalize", None) is None:
+        return []
+    return [Problem(
+        "environment.normalize",
+        f"not supported yet by {who}: observation/reward normalisation is applied by the single-agent "
+        "on-policy and off-policy engines (PPO, DQN, RainbowDQN, DDPG, TD3); remove it",
+    )]  # fmt: skip
+
+
 def missing_env_package(env_id: str) -> str | None:
     """For a registered gymnasium id whose package is missing: the install message; else None.
 

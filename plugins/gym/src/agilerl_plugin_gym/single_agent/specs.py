@@ -28,6 +28,7 @@ from agilerl_plugin_gym.spec_checks import (
     missing_env_package,
     namespace_package_problem,
     network_problems,
+    normalize_problems,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
         problems += network_problems(manifest)
         problems += buffer_problems(manifest, self.name, type(self).replay_features, getattr(self, "n_step", None))
         problems += compat_problems(self, manifest)
+        problems += normalize_problems(manifest, supported=type(self).regime != "offline", who=self.name)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
             return problems
         env, env_type = manifest.environment, type(self).default_env_type
@@ -114,6 +116,16 @@ def _space_problems(
             check_recurrent_observation_space(made.observation_space)
         if manifest is not None:
             check_network_for_space(manifest.network, made.observation_space)
+        norm = getattr(env, "normalize", None)
+        if norm is not None and norm.obs:
+            from agilerl_plugin_gym.normalization import normalizable_keys
+
+            if not normalizable_keys(made.observation_space):
+                return [Problem(
+                    "environment.normalize.obs",
+                    f"the observation space {made.observation_space} has no float Box part to normalise "
+                    "(discrete and image observations are not normalised); set obs: false",
+                )]  # fmt: skip
     except UnsupportedSpaceError as exc:
         return [Problem("environment", str(exc).removeprefix("environment: "))]
     except EncoderSpaceError as exc:
