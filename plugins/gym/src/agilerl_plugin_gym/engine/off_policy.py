@@ -55,6 +55,7 @@ from agilerl_plugin_gym.engine.replay_per import (
     annealed_beta,
     with_priority_update,
 )
+from agilerl_plugin_gym.her import HerReplayBuffer
 from agilerl_plugin_gym.normalization import agent_normalizer
 
 if TYPE_CHECKING:
@@ -304,6 +305,7 @@ class OffPolicyEngine:
         stats: Mapping[str, Any] = {}
         nstep = self.replay.collector(agent.gamma)
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
+        her = buf if isinstance(buf, HerReplayBuffer) else None  # stores whole episodes, relabels goals
         max_steps = self.max_steps
         for _ in range(max(1, -(-num_steps // n))):
             stored_action, env_action = agent.explore(net_obs, rng, warmup=schedule.warming_up(agent.steps))
@@ -311,7 +313,10 @@ class OffPolicyEngine:
             if norm is not None:  # the return statistics (rewards are scaled when sampled)
                 norm.train_reward(reward, terminated | truncated)
             keep = ~fresh
-            if nstep is None:
+            if her is not None:
+                her.add_step(obs=obs, action=stored_action, reward=reward, next_obs=next_obs,
+                             terminated=terminated, truncated=truncated, keep=keep)  # fmt: skip
+            elif nstep is None:
                 buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
             else:
                 rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
@@ -334,6 +339,8 @@ class OffPolicyEngine:
                     stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
                 else:
                     stats = gradient_steps(due, buf.sample, learn_fn, agent.batch_size, buf.sample_many)
+        if her is not None:  # the next learn call starts new episodes: store these as they are
+            her.close_episodes()
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
             rows = nstep.flush(obs)
             if rows is not None:
