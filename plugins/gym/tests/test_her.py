@@ -126,12 +126,18 @@ def _her_manifest(algo: str, tmp: Path, **her_args: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@pytest.mark.parametrize(("algo", "strategy"), [("DQN", "future"), ("TD3", "final"), ("DDPG", "episode")])
-def test_her_trains_and_resumes_exactly(algo: str, strategy: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("algo", "strategy", "normalize"),
+    [("DQN", "future", False), ("TD3", "final", False), ("DDPG", "episode", False), ("DQN", "future", True)],
+)
+def test_her_trains_and_resumes_exactly(algo: str, strategy: str, normalize: bool, tmp_path: Path) -> None:
+    """(With ``environment.normalize`` too: relabelled batches are normalised with each agent's statistics.)"""
     from test_exact_resume import assert_same_state
 
     torch.set_num_threads(1)
     m = _her_manifest(algo, tmp_path, goal_selection_strategy=strategy, n_sampled_goal=2)
+    if normalize:
+        m["environment"]["normalize"] = {"obs": True, "reward": True}
     full = LocalTrainer.from_manifest(copy.deepcopy(m), run_dir=tmp_path / "full").train()
     memory = checkpoint.load(tmp_path / f"ckpt_{TINY_EVO}.pt")["strategy"]["memory"]
     assert memory["episodes"] > 10 and "ep_id" in memory["data"]  # whole episodes in the HER buffer
@@ -160,6 +166,10 @@ def test_her_manifest_fields_are_validated() -> None:
         load_manifest(manifest(per_buffer=True))
     with pytest.raises(ManifestError, match=r"replay_buffer\.her: hindsight experience replay is not supported by PPO"):
         load_manifest(manifest("PPO"))
+    from gym_test_helpers import MPE
+
+    with pytest.raises(ManifestError, match=r"replay_buffer\.her: hindsight experience replay is not supported"):
+        load_manifest(manifest("MADDPG", env=MPE))
     with pytest.raises(ManifestError, match=r"replay_buffer_class.*her"):
         load_manifest({**manifest(), "replay_buffer": {"replay_buffer_class": "HerReplayBuffer"}})
 

@@ -131,7 +131,7 @@ def test_exported_policy_takes_raw_observations(td3_run: tuple[Path, Any], tmp_p
     assert json.loads((tmp_path / "p.onnx.json").read_text())["observation_shape"] == [3]
 
 
-@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3"])
+@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3", "RainbowDQN"])
 def test_resume_with_normalisation_is_exact(algo: str, tmp_path: Path) -> None:
     from test_exact_resume import assert_same_state
 
@@ -228,3 +228,29 @@ def test_td3_learns_pendulum_with_normalised_observations_and_rewards(train, exa
     best = max(r["fitness"] for r in read_metrics(run_dir))
     assert best >= -300, best
     assert load(run_dir).normalizer is not None
+
+
+def test_recurrent_ppo_normalises_too(tmp_path: Path) -> None:
+    """Recurrent PPO shares the on-policy engine: it learns statistics, and its stateful ``predict``
+    on raw observations is its greedy step on normalised ones."""
+    torch.set_num_threads(1)
+    m = {
+        "algorithm": {"name": "PPO", "recurrent": True, "learn_step": 128, "batch_size": 8, "max_seq_len": 8},
+        "environment": {"name": "CartPole-v1", "num_envs": 4, "sync": True, "normalize": True},
+        "network": {"latent_dim": 16, "encoder_config": {"hidden_state_size": 16}},
+        "training": {"max_steps": 256, "evo_steps": 256, "pop_size": 1, "seed": 0, "progress": False},
+    }
+    result = LocalTrainer.from_manifest(m, run_dir=tmp_path / "run").train()
+    agent = result.population[0]
+    assert agent.normalizer.obs_rms[""].count == pytest.approx(4 * (1 + 256 // 4))
+    loaded = load(tmp_path / "run", which="last")
+    space = gym.make("CartPole-v1").observation_space
+    space.seed(0)
+    obs = np.stack([space.sample() for _ in range(32)]).astype(np.float32)
+    state = agent.initial_hidden_state(32)
+    expected, expected_state = agent.greedy_recurrent(agent.normalizer.normalize_obs(obs), state)
+    got, new_state = loaded.predict(obs)
+    np.testing.assert_array_equal(got, expected)
+    # the LSTM state follows its input continuously: it shows which observations the network read
+    assert torch.equal(torch.as_tensor(new_state), torch.as_tensor(expected_state))
+    assert not torch.equal(torch.as_tensor(agent.greedy_recurrent(obs, state)[1]), torch.as_tensor(new_state))
