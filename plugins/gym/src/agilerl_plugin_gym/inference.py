@@ -33,6 +33,7 @@ from torch import nn
 
 from agilerl.errors import AgileRLError
 from agilerl.inference import Episode
+from agilerl_plugin_gym.normalization import NormalizedPolicy, Normalizer
 
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
 
@@ -180,6 +181,9 @@ class SingleAgentInference:
     nets: dict[str, Any]
     policy_name: ClassVar[str]
     device: torch.device
+    #: Observation/reward statistics (``environment.normalize``); ``None``: observations go to the
+    #: networks as they come. ``predict`` and the exported policy take raw observations.
+    normalizer: Normalizer | None = None
 
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -205,6 +209,8 @@ class SingleAgentInference:
             obs = _as_obs_array(self.observation_space, observation)
             batch = _is_batch(self.observation_space, obs)
             x = obs if batch else obs[None]
+        if self.normalizer is not None:  # frozen statistics: raw observations in
+            x = self.normalizer.normalize_obs(x)
         act = getattr(self, "act", None)
         env_action = getattr(self, "env_action", None)
         if not deterministic and callable(act) and callable(env_action):  # a stochastic policy (PPO)
@@ -288,7 +294,9 @@ class SingleAgentInference:
 
         actor = copy.deepcopy(self.nets[self.policy_name]).cpu().eval()
         nvec = [int(n) for n in self.action_space.nvec] if isinstance(self.action_space, spaces.MultiDiscrete) else None
-        module = GreedyPolicy(actor, self.action_space, tanh_scaled=hasattr(self, "scale"), nvec=nvec)
+        module: nn.Module = GreedyPolicy(actor, self.action_space, tanh_scaled=hasattr(self, "scale"), nvec=nvec)
+        if self.normalizer is not None:  # the exported graph takes raw observations
+            module = NormalizedPolicy(self.normalizer.module(), module)
         return module.eval()
 
     def example_observation(self) -> np.ndarray:

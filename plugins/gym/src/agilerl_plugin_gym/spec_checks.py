@@ -112,7 +112,7 @@ def network_problems(manifest: TrainingManifest, *, multi_agent: bool = False) -
 def buffer_problems(
     manifest: TrainingManifest, algo: str = "", features: frozenset[str] = frozenset(), n_step: int | None = None
 ) -> list[Problem]:
-    """Replay-buffer variants the algorithm (``features``: "per", "n_step") does not learn from.
+    """Replay-buffer variants the algorithm (``features``: "per", "n_step", "her") does not learn from.
 
     ``n_step`` is set for an algorithm with its own n-step field (RainbowDQN), which always uses
     prioritized replay and its n-step returns: switching either off there, or a second n-step
@@ -129,6 +129,12 @@ def buffer_problems(
     if rb.n_step_buffer and "n_step" not in features:
         problems.append(Problem("replay_buffer.n_step_buffer", f"n-step replay is not supported yet{who}; "
                                 "DQN and RainbowDQN have it"))  # fmt: skip
+    if rb.her and "her" not in features:
+        problems.append(Problem("replay_buffer.her", f"hindsight experience replay is not supported{who}; "
+                                "the single-agent off-policy algorithms (DQN, DDPG, TD3) have it"))  # fmt: skip
+    elif rb.her and (rb.per_buffer or rb.n_step_buffer or n_step is not None):
+        problems.append(Problem("replay_buffer.her", "hindsight experience replay with prioritised or n-step "
+                                "replay is not supported yet; turn those off"))  # fmt: skip
     if n_step is not None:
         given = rb.model_fields_set
         if "per_buffer" in given and not rb.per_buffer:
@@ -157,6 +163,18 @@ def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Pro
             "other sizes are not supported yet: remove it",
         ))  # fmt: skip
     return problems
+
+
+def normalize_problems(manifest: TrainingManifest, *, supported: bool, who: str) -> list[Problem]:
+    """``environment.normalize`` where the algorithm's engine does not apply it (``supported``
+    False: the multi-agent and offline algorithms) is refused by name, not ignored."""
+    if supported or getattr(manifest.environment, "normalize", None) is None:
+        return []
+    return [Problem(
+        "environment.normalize",
+        f"not supported yet by {who}: observation/reward normalisation is applied by the single-agent "
+        "on-policy and off-policy engines (PPO, DQN, RainbowDQN, DDPG, TD3); remove it",
+    )]  # fmt: skip
 
 
 def missing_env_package(env_id: str) -> str | None:

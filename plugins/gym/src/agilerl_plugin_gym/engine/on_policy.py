@@ -32,6 +32,7 @@ from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.engine.advantages import gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.normalization import agent_normalizer
 from agilerl_plugin_gym.observations import field_layout
 
 if TYPE_CHECKING:
@@ -93,6 +94,12 @@ class OnPolicyEngine:
         the training episodes' returns."""
         n = env.num_envs
         obs, _ = env.reset(seed=seed)
+        # environment.normalize: statistics updated by every new batch, the buffer holding what the
+        # networks saw (normalised observations, scaled rewards); reported returns stay raw.
+        norm = agent_normalizer(agent)
+        if norm is not None:
+            norm.start_episodes(n)
+            obs = norm.train_obs(obs)
         valid = np.ones(n, dtype=bool)
         episodes = EpisodeReturns(n)
         stats: dict[str, float] = {}
@@ -113,10 +120,12 @@ class OnPolicyEngine:
                 buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
                 obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
                 done = terminated | truncated
-                buf.rewards[t] = reward
+                buf.rewards[t] = reward if norm is None else norm.train_reward(reward, done)
                 buf.terminated[t] = terminated
                 buf.dones[t] = done
                 episodes.step(reward, done, valid)
+                if norm is not None:
+                    obs = norm.train_obs(obs)
                 valid = ~done  # a finished sub-env spends its next step auto-resetting
             obs_t = agent.obs_tensor(obs)
             last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)

@@ -22,6 +22,7 @@ from agilerl_plugin_gym.spec_checks import (
     buffer_problems,
     compat_problems,
     network_problems,
+    normalize_problems,
 )
 
 if TYPE_CHECKING:
@@ -220,6 +221,7 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         network = network_problems(manifest, multi_agent=True)
         network += buffer_problems(manifest)
         network += compat_problems(self, manifest)
+        network += normalize_problems(manifest, supported=False, who=self.name)
         if network:  # a feature this plugin lacks: that is the answer, whatever the env
             return network
         from agilerl_plugin_gym.check_env import batch_problems, make_and_check

@@ -24,6 +24,7 @@ from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
+from agilerl_plugin_gym.normalization import Normalizer
 from agilerl_plugin_gym.observations import as_tensors, is_structured
 from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.sections import NetworkSpec
@@ -193,6 +194,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "extra": self.extra_state(),
             "vec_steps": self.vec_steps,
+            **({"normalizer": self.normalizer.state_dict()} if self.normalizer is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -220,6 +222,8 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
                         group["lr"] = float(getattr(self, opt_name_lr))
         self.load_extra_state(state.get("extra", {}))
         self.vec_steps = int(state.get("vec_steps", 0))
+        if "normalizer" in state:  # the statistics (and settings) travel with the agent
+            self.normalizer = Normalizer.from_state(state["normalizer"], self.observation_space)
 
     # --- evaluation -------------------------------------------------------------------------------
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
@@ -250,7 +254,9 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             steps = 0
             state = self.initial_policy_state(n)
             while not finished.all():
-                action, state = self.policy_step(obs, state)
+                # the normaliser's statistics are frozen here: read, never updated
+                net_obs = obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
+                action, state = self.policy_step(net_obs, state)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated

@@ -149,6 +149,9 @@ class RecurrentPPOMixin:
         obs = _as_obs_array(self.observation_space, observation)  # type: ignore[attr-defined]
         batch = _is_batch(self.observation_space, obs)  # type: ignore[attr-defined]
         x = obs if batch else obs[None]
+        normalizer = getattr(self, "normalizer", None)
+        if normalizer is not None:  # frozen statistics: raw observations in (environment.normalize)
+            x = normalizer.normalize_obs(x)
         if state is None:
             state = self.initial_hidden_state(x.shape[0])
         state = torch.as_tensor(state, dtype=torch.float32, device=self.device)

@@ -28,6 +28,7 @@ from agilerl_plugin_gym.spec_checks import (
     missing_env_package,
     namespace_package_problem,
     network_problems,
+    normalize_problems,
 )
 
 if TYPE_CHECKING:
@@ -52,8 +53,11 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "remove the field or set it to true",
             ))  # fmt: skip
         problems += network_problems(manifest)
-        problems += buffer_problems(manifest, self.name, type(self).replay_features, getattr(self, "n_step", None))
+        # HER relabels goals where the off-policy engine samples: every algorithm there learns from it
+        features = type(self).replay_features | ({"her"} if type(self).regime == "off_policy" else set())
+        problems += buffer_problems(manifest, self.name, frozenset(features), getattr(self, "n_step", None))
         problems += compat_problems(self, manifest)
+        problems += normalize_problems(manifest, supported=type(self).regime != "offline", who=self.name)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
             return problems
         env, env_type = manifest.environment, type(self).default_env_type
@@ -114,6 +118,23 @@ def _space_problems(
             check_recurrent_observation_space(made.observation_space)
         if manifest is not None:
             check_network_for_space(manifest.network, made.observation_space)
+        rb = manifest.replay_buffer if manifest is not None else None
+        if rb is not None and getattr(rb, "her", False):
+            from agilerl_plugin_gym.goal_envs import is_goal_conditioned
+
+            not_goal = is_goal_conditioned(made)
+            if not_goal is not None:
+                return [Problem("replay_buffer.her", not_goal)]
+        norm = getattr(env, "normalize", None)
+        if norm is not None and norm.obs:
+            from agilerl_plugin_gym.normalization import normalizable_keys
+
+            if not normalizable_keys(made.observation_space):
+                return [Problem(
+                    "environment.normalize.obs",
+                    f"the observation space {made.observation_space} has no float Box part to normalise "
+                    "(discrete and image observations are not normalised); set obs: false",
+                )]  # fmt: skip
     except UnsupportedSpaceError as exc:
         return [Problem("environment", str(exc).removeprefix("environment: "))]
     except EncoderSpaceError as exc:
