@@ -87,6 +87,25 @@ def check_conversation(messages: Any, where: str, *, first: int = 0) -> list[dic
     return [dict(m) for m in plain(messages)]
 
 
+def prompt_messages(value: Any, where: str) -> list[dict[str, Any]] | None:
+    """A rollout prompt as messages (None for a standard text prompt). Generation follows it, so it
+    must end with a user (or tool) message; text holding a JSON message list is refused."""
+    if looks_like_json_messages(value):
+        raise ConversationError(
+            f"{where} is text holding a JSON list of messages (a CSV cell cannot hold a list, and the policy would "
+            "read the list as text); store conversational rows as .jsonl, .parquet or a save_to_disk directory"
+        )
+    if not isinstance(plain(value), list):
+        return None
+    messages = check_conversation(value, where)
+    if messages[-1]["role"] not in ("user", "tool"):
+        raise ConversationError(
+            f"{where}: the prompt ends with a {messages[-1]['role']} message; a rollout prompt ends with the user "
+            "message the policy answers"
+        )
+    return messages
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) < 60 else text[:57] + '...'}"
@@ -100,4 +119,5 @@ __all__ = [
     "is_conversational",
     "looks_like_json_messages",
     "plain",
+    "prompt_messages",
 ]

@@ -56,9 +56,10 @@ class DatasetLLMSpec(PluginLLMSpec):
                 f"remove the field or set objective: {type(self).objective}",
             ))  # fmt: skip
         else:
-            from agilerl_plugin_llm.check_data import dataset_problems
+            from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
 
             problems += dataset_problems(env, type(self).objective)
+            problems += chat_template_problems(env, self.pretrained_model_name_or_path, type(self).objective)
         problems += model_path_problems(self.pretrained_model_name_or_path)
         mutation = manifest.mutation
         if (
