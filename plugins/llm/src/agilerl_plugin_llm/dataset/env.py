@@ -415,6 +415,7 @@ __all__ = [
     "SFT_COLUMNS",
     "DatasetEnv",
     "DatasetError",
+    "DatasetStats",
     "EncodedRow",
     "Encoder",
     "encode_rows",

@@ -110,7 +110,9 @@ def dataset_source_problems(spec: Any, manifest: Any = None) -> list[tuple[str, 
 
     model = getattr(getattr(manifest, "algorithm", None), "pretrained_model_name_or_path", None)
     chat = [(p.path.removeprefix("environment."), p.message) for p in chat_template_problems(spec, model, "rollout")]
-    return rollout_source_problems(spec) + chat
+    from agilerl_plugin_llm.reward_model import reward_model_problems
+
+    return rollout_source_problems(spec) + chat + reward_model_problems(getattr(spec, "reward_model", None))
 
 
 __all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "dataset_source_problems", "missing_dataset"]

@@ -292,6 +292,8 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
     """The reward ``(completion, answer, question) -> float`` from ``rubric_file_path``: the function
     ``rubric_name`` names, or the weighted sum of the ones it lists (``reward_weights``)."""
     path = getattr(spec, "rubric_file_path", None) or getattr(spec, "reward_file_path", None)
+    if not path and getattr(spec, "reward_model", None):
+        return _reward_model_only  # the reward model alone scores (agilerl_plugin_llm.reward_model.score_batch)
     if not path:
         raise RolloutSourceError(
             "environment.rubric_file_path: dataset rows need a rubric: a Python file defining "
@@ -319,6 +321,10 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
         return total
 
     return weighted
+
+
+def _reward_model_only(completion: str, answer: Any, question: Any) -> float:
+    return 0.0
 
 
 def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
