@@ -238,7 +238,7 @@ def score_batch(harnesses: Sequence[Any], trajs: Sequence[Any]) -> None:
     for harness, traj in zip(harnesses, trajs, strict=True):
         scorer = getattr(harness.env, "reward_model", None)
         texts = episode_texts(harness) if scorer is not None else None
-        if texts is not None:
+        if scorer is not None and texts is not None:
             groups.setdefault(id(scorer), (scorer, []))[1].append((traj, *texts))
     for scorer, items in groups.values():
         values = scorer([p for _, p, _ in items], [c for _, _, c in items])

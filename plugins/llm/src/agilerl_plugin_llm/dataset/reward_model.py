@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.algorithms.base import Batch, LLMAlgorithm
+from agilerl_plugin_llm.dataset.specs import RewardModelSpec
 from agilerl_plugin_llm.reward_model import sequence_scores
 
 #: The head's module name in transformers' ``*ForSequenceClassification`` models.
@@ -51,8 +52,11 @@ def load_reward_classifier(spec: Any, tokenizer: Any, device: torch.device) -> A
     model.config.pad_token_id = tokenizer.pad_token_id
     model.config.use_cache = False
     model.to(device)
-    if spec.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if spec.gradient_checkpointing:  # non-reentrant, as load_model: it works under LoRA too
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if spec.lora_config is None:
         return model
     from peft import get_peft_model
@@ -79,6 +83,7 @@ class RewardModel(LLMAlgorithm):
     ``mini_batch_size``, ``micro_batch_size_per_gpu`` as in DPO; ``center_rewards_coefficient`` as TRL.
     """
 
+    spec: RewardModelSpec
     needs_reference = False
     #: ``agilerl export`` writes the merged model by default: a directory GRPO's reward_model loads.
     export_format = "merged"
