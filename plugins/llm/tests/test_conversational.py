@@ -183,3 +183,13 @@ def test_validation_names_the_line_of_a_malformed_conversation_and_the_missing_t
     assert code != 0
     assert f"{data}:2: column 'completion': message 0 has role 'robot'" in text
     assert "environment.chat_template_path" in text and "no chat template to render them" in text
+
+
+def test_build_tiny_model_cli_can_leave_the_chat_template_out(tmp_path: Path) -> None:
+    from agilerl_plugin_llm.check_data import has_chat_template
+    from agilerl_plugin_llm.testing import main
+
+    assert main(["build-tiny-model", str(tmp_path / "plain"), "--no-chat-template"]) == 0
+    assert main(["build-tiny-model", str(tmp_path / "chat")]) == 0
+    assert not has_chat_template(tmp_path / "plain") and not load_tokenizer(tmp_path / "plain").chat_template
+    assert has_chat_template(tmp_path / "chat") and load_tokenizer(tmp_path / "chat").chat_template

@@ -219,6 +219,14 @@ def with_reward_model(make_env: Any, spec: Any, source_field: str) -> Any:
     return make
 
 
+def reward_model_func(spec: Any) -> tuple[str, float, RewardModelScorer] | None:
+    """``(name, weight, fn)`` of the spec's reward model as a TRL-style batched reward function
+    (``fn(prompts=..., completions=..., **columns) -> list[float]``), or None when it names none: the
+    form a registry of batched reward sources takes."""
+    path = getattr(spec, "reward_model", None)
+    return ("reward_model", 1.0, scorer_for(str(path))) if path else None
+
+
 def episode_texts(harness: Any) -> tuple[Any, str] | None:
     """``(prompt, completion)`` of a finished single-turn dataset episode (None: nothing was generated).
     The prompt is the row's messages when it is conversational, else the user message as rendered."""
@@ -254,6 +262,7 @@ __all__ = [
     "episode_texts",
     "num_labels",
     "pad_batch",
+    "reward_model_func",
     "reward_model_problems",
     "score_batch",
     "scorer_for",

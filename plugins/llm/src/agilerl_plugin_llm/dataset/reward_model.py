@@ -14,7 +14,9 @@ Fitness is the negative held-out loss, as for DPO. The export (``agilerl export`
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,6 +31,19 @@ from agilerl_plugin_llm.reward_model import sequence_scores
 HEAD = "score"
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' load report lists the new head as missing weights: expected here, so not shown."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
 def load_reward_classifier(spec: Any, tokenizer: Any, device: torch.device) -> Any:
     """The spec's base model with a one-logit classification head, LoRA-wrapped when ``lora_config`` is set."""
     from transformers import AutoModelForSequenceClassification
@@ -40,7 +55,7 @@ def load_reward_classifier(spec: Any, tokenizer: Any, device: torch.device) -> A
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
     try:
-        with warnings.catch_warnings():  # "score.weight newly initialized": the head is what trains
+        with warnings.catch_warnings(), _quiet_transformers():  # "score.weight MISSING": the head is what trains
             warnings.simplefilter("ignore")
             model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     except Exception as exc:
