@@ -228,3 +228,14 @@ def test_reward_model_field_is_refused_where_it_cannot_score(tmp_path: Path) -> 
         LLMEnvSpec(env_type="rollout", entrypoint="mod:Env", reward_model=str(tmp_path))
     with pytest.raises(ValidationError, match=re.escape("algorithm: {name: RewardModel}")):
         LLMEnvSpec(env_type="dataset", dataset_path=str(tmp_path / "x.jsonl"), reward_model=str(tmp_path))
+
+
+@pytest.mark.parametrize(("field", "value"), [("beta", 0.5), ("chunk_rows", 8), ("use_liger_loss", True),
+                                              ("quantization", "nf4"), ("use_separate_reference_adapter", True)])  # fmt: skip
+def test_reward_model_refuses_fields_it_would_not_use(field: str, value: Any) -> None:
+    from pydantic import ValidationError
+
+    from agilerl_plugin_llm.dataset.specs import RewardModelSpec
+
+    with pytest.raises(ValidationError, match=re.escape(field)):
+        RewardModelSpec(**{field: value})

@@ -125,6 +125,15 @@ _NO_LOGPROB_FIELDS: dict[str, str] = {
     "quantization": "QLoRA is not supported for reward models yet; train in full precision (LoRA or full)",
     "use_sequence_packing": "packing applies to token log-prob passes; a reward model scores whole sequences",
     "chunk_rows": "chunking applies to token log-prob passes; a reward model has no vocabulary projection",
+    "use_liger_loss": "it chunks token log-prob passes; a reward model scores whole sequences",
+    "calc_position_embeddings": "it numbers positions for token log-probs; the classifier numbers its own",
+    "beta": "a reward model has no reference policy to regularise against",
+    "hf_generate_chunk_size": "a reward model generates nothing",
+    "thinking_token_budget": "a reward model generates nothing",
+    "constrain_answer_pattern": "a reward model generates nothing",
+    "answer_continuation": "a reward model generates nothing",
+    "vllm_engine_args": "a reward model generates nothing (no vLLM engine)",
+    "vllm_lora_export_dir": "a reward model generates nothing (no vLLM engine)",
 }
 
 
@@ -161,8 +170,8 @@ class RewardModelSpec(DatasetLLMSpec):
 
     @model_validator(mode="after")
     def _reward_model_fields(self) -> RewardModelSpec:
-        problems = [f"{name}: {why}" for name, why in _NO_LOGPROB_FIELDS.items()
-                    if name in self.model_fields_set and getattr(self, name) not in (None, False, "none", "None", {})]  # fmt: skip
+        problems = [f"{name}: not used by RewardModel ({why}); remove it" for name, why in _NO_LOGPROB_FIELDS.items()
+                    if name in self.model_fields_set and getattr(self, name) not in (None, "none", "None", {})]  # fmt: skip
         if self.use_separate_reference_adapter:
             problems.append("use_separate_reference_adapter: a reward model has no reference policy; remove it")
         if problems:
