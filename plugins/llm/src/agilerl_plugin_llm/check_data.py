@@ -4,7 +4,10 @@ Read with the standard library (no ``datasets``, no torch), so ``agilerl validat
 run would hit, naming the file, the line and the column: a path that does not exist or is not a
 data file (``/etc/passwd``, a directory a dataset env cannot read), an empty file, a line that is
 not JSON (or uses ``NaN``/``Infinity``), a row that is not an object, a row missing a column its
-objective reads (after ``environment.columns`` remapping), a text column that is not text. Blank
+objective reads (after ``environment.columns`` remapping), a text column that is not text, a
+conversational column (a message list) that is not a well-formed conversation
+(:mod:`agilerl_plugin_llm.chat`) or a CSV cell holding one as JSON text; and conversational rows for a
+tokenizer without a chat template (:func:`chat_template_problems`, reading the model's files). Blank
 lines in JSON Lines are skipped, as the run skips them. ``.json``, ``.jsonl`` and ``.csv`` are read
 row by row (at most :data:`MAX_ROWS`; at most :data:`MAX_PROBLEMS` problems are reported); a
 ``.parquet`` file's magic bytes are checked (its columns when the run starts). A Hub dataset id
