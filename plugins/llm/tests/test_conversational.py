@@ -123,9 +123,24 @@ def _trained_text(tokenizer: Any, ids: torch.Tensor, mask: torch.Tensor) -> str:
     return str(tokenizer.decode(ids[mask.bool()]))
 
 
-def test_sft_prompt_completion_message_lists_train_on_the_completion_only(tokenizer: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "save_to_disk"])
+def test_sft_prompt_completion_message_lists_train_on_the_completion_only(
+    tokenizer: Any, tmp_path: Path, fmt: str
+) -> None:
     rows = [{"prompt": _chat(i), "completion": [{"role": "assistant", "content": f"{i + 1}."}]} for i in range(3)]
-    env = make_llm_env(_dataset(_jsonl(tmp_path / "rows.jsonl", rows)), tokenizer, seed=0)
+    if fmt == "jsonl":
+        path = _jsonl(tmp_path / "rows.jsonl", rows)
+    elif fmt == "parquet":
+        import pandas as pd
+
+        path = tmp_path / "rows.parquet"
+        pd.DataFrame(rows).to_parquet(path)
+    else:
+        from datasets import Dataset
+
+        path = tmp_path / "saved"
+        Dataset.from_list(rows).save_to_disk(str(path))
+    env = make_llm_env(_dataset(path), tokenizer, seed=0)
     batch = env.collate([r for r in env.train_rows if r.index == 2])
     full = tokenizer.apply_chat_template([*_chat(2), {"role": "assistant", "content": "3."}], tokenize=False)
     assert tokenizer.decode(batch["input_ids"][0]) == full
