@@ -465,11 +465,18 @@ for name, text in {
 (OUT / "jsonl" / "blank_lines.jsonl").write_text("\n  \n\n")
 (OUT / "jsonl" / "no_question.csv").write_text("query,answer\nsay eight,eight\n")
 (OUT / "jsonl" / "garbage.parquet").write_text("prompt,response\n")
-(OUT / "jsonl" / "chat_roles.jsonl").write_text(json.dumps({
-    "prompt": [{"role": "user", "content": "say eight"}],
-    "chosen": [{"role": "user", "content": "eight"}, {"role": "user", "content": "eight"}],
-    "rejected": [{"role": "assistant", "content": "seven"}]}) + "\n")
-(OUT / "jsonl" / "chat_unknown_role.jsonl").write_text(json.dumps({
-    "prompt": [{"role": "bot", "content": "say eight"}], "answer": "eight"}) + "\n")
+(OUT / "jsonl" / "chat_roles.jsonl").write_text(
+    json.dumps(
+        {
+            "prompt": [{"role": "user", "content": "say eight"}],
+            "chosen": [{"role": "user", "content": "eight"}, {"role": "user", "content": "eight"}],
+            "rejected": [{"role": "assistant", "content": "seven"}],
+        }
+    )
+    + "\n"
+)
+(OUT / "jsonl" / "chat_unknown_role.jsonl").write_text(
+    json.dumps({"prompt": [{"role": "bot", "content": "say eight"}], "answer": "eight"}) + "\n"
+)
 written += 20
 print(f"wrote {written} files to {OUT}")
