@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import Problem
+from agilerl_plugin_llm.chat import conversation_problem, is_conversational, looks_like_json_messages
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
@@ -236,8 +237,6 @@ _CHAT_COLUMNS = {
 
 def chat_row_problem(row: dict[str, Any], objective: str, mapping: dict[str, str] | None = None) -> str | None:
     """Why a row's conversational columns are malformed (the same checks the run makes), or None."""
-    from agilerl_plugin_llm.chat import conversation_problem, is_conversational, looks_like_json_messages
-
     mapping = mapping or {}
     for col in _CHAT_COLUMNS.get(objective, ()):
         actual = mapping.get(col, col)
@@ -275,8 +274,6 @@ def first_row(env: Any) -> dict[str, Any] | None:
 def chat_template_problems(env: Any, model_path: str | None, objective: str) -> list[Problem]:
     """Conversational rows need a chat template: the model's tokenizer's (read from its files, nothing
     loaded) or ``chat_template_path``; ``apply_chat_template: false`` cannot render them at all."""
-    from agilerl_plugin_llm.chat import is_conversational
-
     row = first_row(env)
     if row is None:
         return []

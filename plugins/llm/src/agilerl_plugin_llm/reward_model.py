@@ -30,6 +30,7 @@ from typing import Any
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_llm.chat import check_conversation, is_conversational, plain
+from agilerl_plugin_llm.check_inputs import model_dir_problem
 
 log = logging.getLogger("agilerl.llm.reward_model")
 
@@ -59,8 +60,6 @@ def reward_model_problems(value: str | None, where: str = FIELD) -> list[tuple[s
     """``(field, why)`` pairs for the reward model directory ``value`` (nothing is loaded)."""
     if not value:
         return []
-    from agilerl_plugin_llm.check_inputs import model_dir_problem
-
     path = Path(str(value)).expanduser()
     field = where.removeprefix("environment.")
     if not path.is_dir():
