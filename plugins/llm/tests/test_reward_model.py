@@ -239,3 +239,18 @@ def test_reward_model_refuses_fields_it_would_not_use(field: str, value: Any) ->
 
     with pytest.raises(ValidationError, match=re.escape(field)):
         RewardModelSpec(**{field: value})
+
+
+def test_a_non_finite_score_is_an_error_naming_the_completion(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    from agilerl_plugin_llm.model import load_tokenizer
+    from agilerl_plugin_llm.reward_model import RewardModelError, RewardModelScorer
+
+    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(tmp_path / "rm")
+    load_tokenizer(tiny_model_dir).save_pretrained(tmp_path / "rm")
+    scorer = RewardModelScorer(str(tmp_path / "rm"))
+    with torch.no_grad():
+        scorer.model.score.weight.fill_(float("nan"))
+    with pytest.raises(RewardModelError, match="scored completion 0 as nan"):
+        scorer([_chat("say cat")], ["cat please."])

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,16 @@ class RewardModelScorer:
             for start in range(0, len(rows), self.batch_size):
                 ids, mask = pad_batch(rows[start : start + self.batch_size], pad)
                 scores += sequence_scores(model, ids.to(self.device), mask.to(self.device)).tolist()
+        bad = [i for i, x in enumerate(scores) if not math.isfinite(x)]
+        if bad:
+            raise RewardModelError(f"{FIELD}: the reward model scored completion {bad[0]} as {scores[bad[0]]} (of "
+                                   f"{len(scores)}; prompt {_short(prompts[bad[0]])}); rewards must be finite")  # fmt: skip
         return scores
+
+
+def _short(value: Any) -> str:
+    text = repr(plain(value))
+    return text if len(text) < 80 else text[:77] + "..."
 
 
 _SCORERS: dict[str, RewardModelScorer] = {}
