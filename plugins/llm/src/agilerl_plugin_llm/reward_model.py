@@ -211,7 +211,8 @@ def scorer_for(path: str) -> RewardModelScorer:
 
 
 def with_reward_model(make_env: Any, spec: Any, source_field: str) -> Any:
-    """``make_env`` whose envs carry the spec's reward model (``env.reward_model``), for :func:`score_batch`."""
+    """``make_env`` whose envs carry the spec's reward model (``env.agilerl_reward_model``: a name no user
+    env would hold for itself), for :func:`score_batch`."""
     path = getattr(spec, "reward_model", None)
     if not path:
         return make_env
@@ -222,7 +223,7 @@ def with_reward_model(make_env: Any, spec: Any, source_field: str) -> Any:
 
     def make() -> Any:
         env = make_env()
-        env.reward_model = scorer
+        env.agilerl_reward_model = scorer
         return env
 
     return make
@@ -253,7 +254,7 @@ def score_batch(harnesses: Sequence[Any], trajs: Sequence[Any]) -> None:
     """Add each episode's reward model score to its reward (one batched call per reward model)."""
     groups: dict[int, tuple[RewardModelScorer, list[tuple[Any, Any, str]]]] = {}
     for harness, traj in zip(harnesses, trajs, strict=True):
-        scorer = getattr(harness.env, "reward_model", None)
+        scorer = getattr(harness.env, "agilerl_reward_model", None)
         texts = episode_texts(harness) if scorer is not None else None
         if scorer is not None and texts is not None:
             groups.setdefault(id(scorer), (scorer, []))[1].append((traj, *texts))
