@@ -82,13 +82,14 @@ def model_card(manifest: Any, agent: Any, checkpoint_path: Path, fmt: str) -> st
 
     spec = manifest.algorithm
     base = spec.pretrained_model_name_or_path
+    auto = getattr(agent, "auto_class", "AutoModelForCausalLM")
     usage = (
         "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
         f"base = AutoModelForCausalLM.from_pretrained({base!r})\nmodel = PeftModel.from_pretrained(base, 'OUT_DIR')\n"
         "tokenizer = AutoTokenizer.from_pretrained('OUT_DIR')\n"
         if fmt == "adapter"
-        else "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        "model = AutoModelForCausalLM.from_pretrained('OUT_DIR')\ntokenizer = AutoTokenizer.from_pretrained('OUT_DIR')\n"
+        else f"from transformers import {auto}, AutoTokenizer\n\n"
+        f"model = {auto}.from_pretrained('OUT_DIR')\ntokenizer = AutoTokenizer.from_pretrained('OUT_DIR')\n"
     )
     fitness = f"{agent.fitness[-1]:.6g}" if getattr(agent, "fitness", None) else "not evaluated"
     return (
@@ -118,8 +119,8 @@ def export(
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     agent, manifest, path = load_policy(source, agent_index=agent_index, trust=trust)
     lora = llm_model.is_peft(agent.model)
-    if fmt == "auto":
-        fmt = "adapter" if lora else "merged"
+    if fmt == "auto":  # a reward model exports merged: the directory GRPO's environment.reward_model loads
+        fmt = getattr(agent, "export_format", None) or ("adapter" if lora else "merged")
     if fmt == "adapter" and not lora:
         raise ExportError("--format adapter needs a LoRA run (network.lora_config); this run trained every weight")
     if fmt == "merged" and getattr(agent.spec, "quantization", None) not in (None, "none", "None", False, {}):

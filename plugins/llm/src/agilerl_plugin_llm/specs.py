@@ -93,7 +93,7 @@ def _translate_env_type(data: Any) -> Any:
 
 
 #: Fields naming local files, stored absolute so a checkpoint resumes from any working directory.
-PATH_FIELDS = ("dataset", "dataset_path", "rubric_file_path", "reward_file_path", "chat_template_path")
+PATH_FIELDS = ("dataset", "dataset_path", "rubric_file_path", "reward_file_path", "chat_template_path", "reward_model")
 #: Fields of the form ``path/to/file.py:attr`` (or ``module:attr``): the file part is resolved.
 FILE_REF_FIELDS = ("entrypoint", "factory", "observation_processor")
 
@@ -259,6 +259,23 @@ class LLMEnvSpec(EnvSpec):
     apply_chat_template: Annotated[
         bool, Field(description="Format prompts with the tokenizer's chat template (false: plain text).")
     ] = True
+    reward_model: Annotated[
+        str | None,
+        Field(description="Rollout reward from a local AutoModelForSequenceClassification directory with one "
+                          "output (e.g. an exported RewardModel run): it scores each prompt + completion in "
+                          "batches on the rollout device, chat-templated when the rows are conversational, "
+                          "and its score adds to the rubric's (without rubric_file_path it is the reward)."),
+    ] = None  # fmt: skip
+
+    @model_validator(mode="after")
+    def _reward_model_scores_rows(self) -> LLMEnvSpec:
+        if self.reward_model and self.env_type == "dataset":
+            raise ValueError("reward_model scores generated completions (env_type: rollout); a RewardModel run "
+                             "trains one from preference rows with algorithm: {name: RewardModel}")  # fmt: skip
+        if self.reward_model and (self.entrypoint or self.env_url):
+            raise ValueError("reward_model scores dataset rows' completions (dataset_path, hf_dataset_id or "
+                             "dataset); an entrypoint or env_url env scores its own replies")  # fmt: skip
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -24,6 +24,7 @@ import torch
 from agilerl_plugin_llm import distributed
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
 from agilerl_plugin_llm.envs import EnvAtCapacity
+from agilerl_plugin_llm.reward_model import score_batch
 from agilerl_plugin_llm.rollout.completions_log import completion_records, completions_due
 from agilerl_plugin_llm.rollout.generation import (
     GenerationBackend,
@@ -83,7 +84,9 @@ def collect(
             for i in started:
                 harnesses[i].close()
         wave += 1
-    return [t for t in out if t is not None]
+    trajs = [t for t in out if t is not None]
+    score_batch(harnesses, trajs)  # environment.reward_model: one batched call per reward model
+    return trajs
 
 
 _warned_no_room = False

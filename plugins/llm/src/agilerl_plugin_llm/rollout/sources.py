@@ -27,6 +27,7 @@ from typing import Any
 from agilerl.errors import AgileRLError
 from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import HookTable, resolve
+from agilerl_plugin_llm.chat import ConversationError, plain, prompt_messages
 from agilerl_plugin_llm.envs import TextEnv, as_reward
 from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
 
@@ -224,7 +225,7 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
             elif suffix == ".parquet":
                 import pandas as pd
 
-                rows = pd.read_parquet(p).to_dict(orient="records")
+                rows = plain(pd.read_parquet(p).to_dict(orient="records"))  # list columns come as arrays
             else:
                 raise RolloutSourceError(
                     f"environment.dataset_path: unsupported file type {suffix!r}; use .jsonl, .json, .csv or .parquet"
@@ -296,6 +297,8 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
     """The reward ``(completion, answer, question) -> float`` from ``rubric_file_path``: the function
     ``rubric_name`` names, or the weighted sum of the ones it lists (``reward_weights``)."""
     path = getattr(spec, "rubric_file_path", None) or getattr(spec, "reward_file_path", None)
+    if not path and getattr(spec, "reward_model", None):
+        return _reward_model_only  # the reward model alone scores (agilerl_plugin_llm.reward_model.score_batch)
     if not path:
         raise RolloutSourceError(
             "environment.rubric_file_path: dataset rows need a rubric: a Python file defining "
@@ -331,6 +334,10 @@ def rubric_parts(rubric: Any, completion: str, answer: Any, question: Any) -> di
     }
 
 
+def _reward_model_only(completion: str, answer: Any, question: Any) -> float:
+    return 0.0
+
+
 def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
     """``(system, user, assistant_prefix)`` from a ``prompt_template`` keyed ``system_0``, ``user_1``, ...
 
@@ -358,6 +365,34 @@ def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple
         else:
             prefix = text
     return system, user if user is not None else str(question), prefix
+
+
+def conversational_prompt(row: dict[str, Any], index: int) -> list[dict[str, Any]] | None:
+    """Row ``index``'s prompt as messages when it is conversational (TRL's form), else None."""
+    column = next((c for c in QUESTION_COLUMNS if c in row), None)
+    if column is None:
+        return None
+    try:
+        return prompt_messages(row[column], f"environment: row {index} column {column!r}")
+    except ConversationError as exc:
+        raise RolloutSourceError(str(exc)) from None
+
+
+def check_conversational_rows(spec: Any, rows: list[dict[str, Any]]) -> None:
+    """Every conversational prompt is a well-formed conversation, and can be rendered as the spec says."""
+    chats = [i for i, row in enumerate(rows) if conversational_prompt(row, i) is not None]
+    if not chats:
+        return
+    if not getattr(spec, "apply_chat_template", True):
+        raise RolloutSourceError(
+            f"environment.apply_chat_template: row {chats[0]}'s prompt is a list of messages, which only a chat "
+            "template renders; remove apply_chat_template: false"
+        )
+    if getattr(spec, "prompt_template", None):
+        raise RolloutSourceError(
+            f"environment.prompt_template: row {chats[0]}'s prompt is already a list of messages; a prompt "
+            "template formats text prompts only, so remove it (put a system message in the rows instead)"
+        )
 
 
 def check_prompt_template(template: dict[str, Any] | None) -> None:
@@ -408,11 +443,17 @@ class RubricEnv:
         self.rng = random.Random(seed)
         self.system_prompt: str | None = None
         self.assistant_prefix: str | None = None
+        #: A conversational row's prompt messages (the harness renders them with the chat template).
+        self.prompt_messages: list[dict[str, Any]] | None = None
         self.row: dict[str, Any] = {}
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         index = self.rng.randrange(len(self.rows)) if seed is None else seed % len(self.rows)
         self.row = self.rows[index]
+        self.prompt_messages = conversational_prompt(self.row, index)
+        if self.prompt_messages is not None:
+            self.system_prompt = self.assistant_prefix = None
+            return str(self.prompt_messages[-1]["content"]), {"row": index}
         self.system_prompt, user, self.assistant_prefix = render_prompt(self.prompt_template, self.row)
         self.user_prompt = user
         return user, {"row": index}
@@ -446,6 +487,7 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
     template = getattr(spec, "prompt_template", None)
     check_prompt_template(template)
     rows = _read_rows(spec)
+    check_conversational_rows(spec, rows)
     train, test = split_rows(rows, getattr(spec, "train_test_split", None), seed)
     chosen = test if split == "test" else train
     max_reward = getattr(spec, "max_reward", None)
