@@ -213,7 +213,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: bool = False) -> Any:
     """``--resume``: the manifest file given (or the checkpoint's own, if it names no code or is
     trusted), with ``--set`` applied; prints which fields differ from the stored manifest."""
-    from agilerl import checkpoint
+    import agilerl.checkpoint as checkpoint
     from agilerl.models.manifest import read_manifest_file, validate_manifest
     from agilerl.training.resume import describe_diff, manifest_diff, require_trust
     from agilerl.training.rundir import resume_point
@@ -296,7 +296,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from _agilerl_core import foreign_agilerl
+    from _agilerl_guard import foreign_agilerl
 
     from agilerl.plugins import plugin_infos
 

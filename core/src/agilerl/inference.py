@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agilerl import checkpoint
+import agilerl.checkpoint as checkpoint
 from agilerl.errors import AgileRLError
 
 #: Files :func:`resolve_checkpoint` looks for in a run directory, per ``which``.

@@ -26,7 +26,7 @@ from typing import Any
 
 import pluggy
 
-from agilerl import hookspecs
+import agilerl.hookspecs as hookspecs
 from agilerl.errors import PluginError
 
 ENTRY_POINT_GROUP = "agilerl"

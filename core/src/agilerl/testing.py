@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agilerl import plugins
+import agilerl.plugins as plugins
 
 
 def assert_registered(*, algorithms: list[str] = (), env_types: list[str] = ()) -> None:  # type: ignore[assignment]

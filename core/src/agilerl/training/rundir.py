@@ -118,7 +118,7 @@ def latest_checkpoint(directory: Path) -> Path:
 
 
 def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
-    from agilerl import checkpoint
+    import agilerl.checkpoint as checkpoint
 
     found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
     if not found and (directory / "last.pt").is_file():
@@ -134,7 +134,7 @@ def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
 def resume_point(path: Path) -> tuple[Path, dict[str, Any]]:
     """The checkpoint ``--resume PATH`` continues and its payload: ``PATH`` itself, or the run
     directory ``PATH``'s newest intact checkpoint (the one rule for the CLI and :class:`LocalTrainer`)."""
-    from agilerl import checkpoint
+    import agilerl.checkpoint as checkpoint
 
     return _newest_intact(path) if path.is_dir() else (path, checkpoint.load(path))
 

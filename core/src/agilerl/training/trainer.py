@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agilerl import checkpoint
+import agilerl.checkpoint as checkpoint
 from agilerl.builders import select_builder
 from agilerl.errors import AgileRLError
 from agilerl.models.manifest import TrainingManifest, load_manifest

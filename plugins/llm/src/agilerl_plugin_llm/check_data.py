@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import Problem
+from agilerl_plugin_llm.rollout.catalog import missing_dataset
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
@@ -249,4 +250,13 @@ def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     return out
 
 
-__all__ = ["MAX_PROBLEMS", "MAX_ROWS", "dataset_problems", "rollout_source_problems"]
+def dataset_source_problems(spec: Any) -> list[tuple[str, str]]:
+    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
+    rows' and rubric's own checks (:func:`rollout_source_problems`)."""
+    missing = missing_dataset(spec)
+    if missing:
+        return missing
+    return rollout_source_problems(spec)
+
+
+__all__ = ["MAX_PROBLEMS", "MAX_ROWS", "dataset_problems", "dataset_source_problems", "rollout_source_problems"]

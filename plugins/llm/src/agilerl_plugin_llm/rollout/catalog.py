@@ -99,15 +99,4 @@ def missing_dataset(spec: Any) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
-def dataset_source_problems(spec: Any) -> list[tuple[str, str]]:
-    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
-    rows' and rubric's own checks (:func:`agilerl_plugin_llm.check_data.rollout_source_problems`)."""
-    missing = missing_dataset(spec)
-    if missing:
-        return missing
-    from agilerl_plugin_llm.check_data import rollout_source_problems
-
-    return rollout_source_problems(spec)
-
-
-__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "dataset_source_problems", "missing_dataset"]
+__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "missing_dataset"]

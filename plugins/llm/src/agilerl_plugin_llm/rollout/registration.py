@@ -47,7 +47,7 @@ def register_rollout_sources(register: Any) -> None:
     rows = "agilerl_plugin_llm.rollout.sources:build_dataset_source"
     # Rows and rubric, read without running them; for a catalog name (environment.name: gsm8k) first
     # whether its dataset is on this machine.
-    check = "agilerl_plugin_llm.rollout.catalog:dataset_source_problems"
+    check = "agilerl_plugin_llm.check_data:dataset_source_problems"
     for field in ("dataset", "dataset_path", "hf_dataset_id"):
         register(field, rows, check=check)
     register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")
