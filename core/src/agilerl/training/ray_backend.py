@@ -31,6 +31,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
+from agilerl.training.assembly import assemble_run
 from agilerl.training.backend import (
     Backend,
     MemberCallback,
@@ -79,8 +80,6 @@ class MemberWorker:
 
     def __init__(self, manifest: TrainingManifest, *, device: str, run_dir: str) -> None:
         from pathlib import Path
-
-        from agilerl.training.assembly import assemble_run
 
         self.logger = _RowCollector(Path(run_dir))
         # The driver's assembly without members: same seeding, envs and strategy set-up.

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
-from agilerl.models import EnvSpec
+from agilerl.models.base import EnvSpec
 
 
 def cpu_cores() -> int:

@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import Problem
+from agilerl_plugin_llm.check_inputs import looks_like_path, rubric_problems
+from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
 from agilerl_plugin_llm.rollout.catalog import missing_dataset
+from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
@@ -222,9 +225,6 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
 
 def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Problem]:
     """A dataset named by Hub id must be in a local cache (a name written as a path must exist)."""
-    from agilerl_plugin_llm.check_inputs import looks_like_path
-    from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
-
     if looks_like_path(name) or Path(name).suffix.lower() in _SUFFIXES:
         return [Problem(where, f"no such file: {name} (relative to {Path.cwd()}); give an existing data file "
                                "(.jsonl, .json, .csv or .parquet) or a Hub id in the local cache")]  # fmt: skip
@@ -235,9 +235,6 @@ def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Pro
 
 def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     """The validation check of the dataset rollout source (rows + rubric): ``(field, why)`` pairs."""
-    from agilerl_plugin_llm.check_inputs import rubric_problems
-    from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
-
     out = [(p.path.removeprefix("environment."), p.message) for p in dataset_problems(spec, "rollout")]
     out += rubric_problems(spec)
     try:

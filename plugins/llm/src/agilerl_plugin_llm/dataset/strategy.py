@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agilerl.models import TrainingManifest
+from agilerl.models.manifest import TrainingManifest
 from agilerl.strategies import TrainingStrategy
 from agilerl.training.run import Run
 from agilerl_plugin_llm.dataset.env import DatasetEnv, make_llm_env

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agilerl_plugin_llm.hf_cache import dataset_cached
+
 _RUBRICS = Path(__file__).resolve().parent / "rubrics"
 
 
@@ -73,8 +75,6 @@ def apply_catalog(data: dict[str, Any]) -> dict[str, Any]:
 def cached_locally(dataset_id: str, config: str | None = None) -> bool:
     """Whether a Hugging Face dataset is in either local cache (``datasets``' or the hub's), read as
     the run reads them (:func:`agilerl_plugin_llm.hf_cache.dataset_cached`)."""
-    from agilerl_plugin_llm.hf_cache import dataset_cached
-
     return dataset_cached(dataset_id, config)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMPPOSpec, LLMREINFORCESpec
+from agilerl_plugin_llm.specs import LLMEnvSpec
 
 
 def register_algorithms(register: Any) -> None:
@@ -21,8 +22,6 @@ def register_algorithms(register: Any) -> None:
 
 
 def register_env_types(register: Any) -> None:
-    from agilerl_plugin_llm.specs import LLMEnvSpec
-
     register(
         "rollout",
         LLMEnvSpec,
