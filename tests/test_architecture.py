@@ -215,3 +215,44 @@ def test_the_seed_api_still_resolves_through_the_compat_module() -> None:
     assert agilerl.models.env.make_gym_env is agilerl.compat.make_gym_env
     assert agilerl.models.PPOSpec is agilerl.compat.spec_class("PPOSpec")
     assert agilerl.models.SingleAgentAlgorithmSpec.__module__.startswith("agilerl_plugin_gym")
+
+
+def test_the_install_hint_table_matches_what_the_plugins_register() -> None:
+    """``agilerl.known_plugins`` (the data behind "pip install X" hints) names, for each distribution we
+    publish, exactly the algorithms, env types and paradigms it registers and the seed names it provides."""
+    from agilerl import plugins
+    from agilerl.compat import spec_class
+    from agilerl.known_plugins import KNOWN_PLUGINS, KNOWN_PROVIDERS
+    from agilerl.registry import BUILDERS, ENV_TYPES, MANIFEST_REGISTRY
+
+    dist_of = {info.name: info.distribution for info in plugins.plugin_infos()}
+    for dist, table in KNOWN_PLUGINS.items():
+        assert dist in dist_of.values(), f"{dist} is not installed here: the table cannot be checked"
+        mine = {name for name, d in dist_of.items() if d == dist}
+        registered = {
+            "algorithms": {e.key for e in MANIFEST_REGISTRY.entries() if e.provider in mine},
+            "env_types": {e.key for e in ENV_TYPES.entries() if e.provider in mine},
+            "paradigms": {e.key for e in BUILDERS.entries() if e.provider in mine},
+        }
+        for kind, names in registered.items():
+            assert set(table[kind]) == names, (
+                f"{dist} {kind}: the table says {sorted(table[kind])}, registered {sorted(names)}"
+            )
+        functions = {f for e in ENV_TYPES.entries() if e.provider in mine for f in e.value.functions}
+        package = dist.replace("-", "_")
+        for name in table["seed_names"]:
+            if name.startswith("make_"):
+                assert name in functions, f"{dist} registers no env function {name}"
+            else:
+                assert spec_class(name).__module__.startswith(package), (name, spec_class(name).__module__)
+        seed_functions = {n for n in table["seed_names"] if n.startswith("make_")}
+        assert functions == seed_functions, (
+            f"{dist} env functions: table {sorted(seed_functions)}, registered {sorted(functions)}"
+        )
+    owners: dict[str, set[str]] = {}
+    for dist, table in KNOWN_PLUGINS.items():
+        for names in table.values():
+            for name in names:
+                owners.setdefault(name, set()).add(dist)
+    assert {n: d for n, d in owners.items() if len(d) > 1} == {}, "a name is listed for two distributions"
+    assert {n: next(iter(d)) for n, d in owners.items()} == KNOWN_PROVIDERS

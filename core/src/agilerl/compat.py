@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agilerl.errors import KNOWN_PROVIDERS, MissingPluginError
+from agilerl.errors import MissingPluginError
+from agilerl.known_plugins import KNOWN_PROVIDERS
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY, PLUGIN_SECTIONS, SECTION_SCHEMAS
 
 
