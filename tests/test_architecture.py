@@ -256,3 +256,11 @@ def test_the_install_hint_table_matches_what_the_plugins_register() -> None:
                 owners.setdefault(name, set()).add(dist)
     assert {n: d for n, d in owners.items() if len(d) > 1} == {}, "a name is listed for two distributions"
     assert {n: next(iter(d)) for n, d in owners.items()} == KNOWN_PROVIDERS
+
+
+def test_below_the_cli_no_core_module_imports_the_agilerl_facade() -> None:
+    """``agilerl/__init__`` re-exports the registry and the trainer: a module below them importing it
+    is how the 22-module cycle through ``agilerl``, ``registry`` and ``plugins`` came about."""
+    edges, _ = _graph()
+    # (and the launcher, outside the package, which checks what ``import agilerl`` gives)
+    assert sorted(m for m, targets in edges.items() if "agilerl" in targets) == ["_agilerl_core", "agilerl.cli"]
