@@ -1,4 +1,4 @@
-"""agilerl-core's guard against the other ``agilerl``, and the ``agilerl`` command's launcher.
+"""The ``agilerl`` command's launcher, which checks that ``import agilerl`` is agilerl-core first.
 
 The PyPI distribution ``agilerl`` (AgileRL) installs a package with the same import name as
 agilerl-core's, ``agilerl``. Installed side by side, one shadows or overwrites the other: Python
@@ -7,7 +7,8 @@ into one ``site-packages``). This module lives outside the ``agilerl`` package s
 command can say so even when ``import agilerl`` gives the other package, or fails.
 
 Our choice: agilerl-core keeps the import name ``agilerl`` (the seed API and every plugin import
-it), so the two cannot share an environment; we detect the clash and say which to uninstall.
+it), so the two cannot share an environment; we detect the clash (:mod:`_agilerl_guard`, which
+``agilerl`` itself also asks) and say which to uninstall.
 """
 
 from __future__ import annotations
