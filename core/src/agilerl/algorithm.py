@@ -6,6 +6,8 @@ import copy
 import os
 from typing import Any, ClassVar, TypeVar
 
+from agilerl.errors import AgileRLError
+from agilerl.inference import load
 from agilerl.models.base import AlgorithmSpec
 
 _A = TypeVar("_A", bound="AlgorithmBase")
@@ -94,9 +96,6 @@ class AlgorithmBase:
         trust: bool = False, manifest: Any = None,
     ) -> _A:  # fmt: skip
         """``MyAlgorithm.load("runs/x")``: :func:`agilerl.load`, checking the agent is a ``cls``."""
-        from agilerl.errors import AgileRLError
-        from agilerl.inference import load
-
         agent = load(path, device=device, member=member, trust=trust, manifest=manifest)
         if not isinstance(agent, cls):
             raise AgileRLError(f"{path} holds a {type(agent).__name__}, not a {cls.__name__}")

@@ -10,40 +10,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# Names that live in a plugin we publish: used to tell people what to install.
-KNOWN_PROVIDERS: dict[str, str] = {
-    **dict.fromkeys(["PPO", "DQN", "DDPG", "TD3", "CQN", "IPPO", "MADDPG", "MATD3"], "agilerl-plugin-gym"),
-    **dict.fromkeys(["NeuralUCB", "NeuralTS"], "agilerl-plugin-bandit"),
-    **dict.fromkeys(["SFT", "DPO", "GRPO", "LLMREINFORCE"], "agilerl-plugin-llm"),
-    # env types
-    "gym": "agilerl-plugin-gym",
-    "offline": "agilerl-plugin-gym",
-    "bandit": "agilerl-plugin-bandit",
-    "rollout": "agilerl-plugin-llm",
-    "dataset": "agilerl-plugin-llm",
-    # paradigms
-    "single_agent": "agilerl-plugin-gym",
-    "multi_agent": "agilerl-plugin-gym",
-    "llm": "agilerl-plugin-llm",
-    # seed API names that live in plugins
-    **dict.fromkeys(
-        [
-            "GymEnvSpec",
-            "OfflineEnvSpec",
-            "SingleAgentAlgorithmSpec",
-            "MultiAgentAlgorithmSpec",
-            "make_gym_env",
-            "make_pz_env",
-            "make_single_env",
-        ],
-        "agilerl-plugin-gym",
-    ),
-    **dict.fromkeys(["BanditEnvSpec", "make_bandit_env"], "agilerl-plugin-bandit"),
-    **dict.fromkeys(
-        ["LLMEnvSpec", "LLMAlgorithmSpec", "LoraConfigDict", "make_llm_env", "make_rollout_env_factory"],
-        "agilerl-plugin-llm",
-    ),
-}
+from agilerl.known_plugins import KNOWN_PROVIDERS
 
 
 def closest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:

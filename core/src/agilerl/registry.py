@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agilerl import plugins
+import agilerl.plugins as plugins
 from agilerl.errors import DuplicateRegistrationError, MissingPluginError, PluginError, UnknownNameError
 from agilerl.imports import import_object
 

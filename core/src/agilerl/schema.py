@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agilerl.models import sections
 from agilerl.models.composition import section_models
 from agilerl.models.manifest import API_VERSION
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
@@ -115,8 +116,6 @@ def _plugin_section(key: str, model: type[BaseModel] | None) -> list[tuple[str, 
 def manifest_markdown() -> str:
     """The manifest reference page: every section and field, its default, and how it differs from
     AgileRL's (the ``vs AgileRL`` column: empty means AgileRL's name, meaning and default)."""
-    from agilerl.models import sections
-
     models = section_models()
 
     lines = [

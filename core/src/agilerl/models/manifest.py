@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
+from agilerl.checks import manifest_problems
 from agilerl.errors import ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.composition import (
@@ -30,6 +31,7 @@ from agilerl.models.sections import (
     unsupported_operators_message,
 )
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY, PLUGIN_SECTIONS, SECTION_SCHEMAS
+from agilerl.safe_load import load_file
 
 API_VERSION = "agilerl.com/v1"
 
@@ -449,7 +451,6 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         if key in training.model_fields_set and getattr(training, key) != default:
             if key not in type(algo).training_fields:
                 problems.append(Problem(f"training.{key}", f"not used by {algo.name} (not supported yet); remove it"))
-    from agilerl.checks import manifest_problems
 
     problems.extend(manifest_problems(manifest))
     if problems:
@@ -576,8 +577,6 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
 
 def read_manifest_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a YAML or JSON file strictly and within limits (:mod:`agilerl.safe_load`)."""
-    from agilerl.safe_load import load_file
-
     p = Path(path)
     data = load_file(p)
     if data is None:

@@ -33,6 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
+from agilerl.training.assembly import assemble_run
 from agilerl.training.backend import (
     Backend,
     MemberCallback,
@@ -90,8 +91,6 @@ class MemberWorker:
 
     def __init__(self, manifest: TrainingManifest, *, device: str, run_dir: str) -> None:
         from pathlib import Path
-
-        from agilerl.training.assembly import assemble_run
 
         self.logger = _RowCollector(Path(run_dir))
         # The driver's assembly without members: same seeding, envs and strategy set-up.

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import agilerl.checkpoint as checkpoint
+from agilerl.checkpoint import atomic_write
 from agilerl.errors import AgileRLError
 
 LOCK_NAME = ".agilerl.lock"
@@ -119,8 +121,6 @@ def latest_checkpoint(directory: Path) -> Path:
 
 
 def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
-    from agilerl import checkpoint
-
     found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
     if not found and (directory / "last.pt").is_file():
         # A run without numbered checkpoints (no training.checkpoint_steps) still leaves last.pt: the
@@ -135,8 +135,6 @@ def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
 def resume_point(path: Path) -> tuple[Path, dict[str, Any]]:
     """The checkpoint ``--resume PATH`` continues and its payload: ``PATH`` itself, or the run
     directory ``PATH``'s newest intact checkpoint (the one rule for the CLI and :class:`LocalTrainer`)."""
-    from agilerl import checkpoint
-
     return _newest_intact(path) if path.is_dir() else (path, checkpoint.load(path))
 
 
@@ -208,8 +206,6 @@ def truncate_records(run_dir: Path, last_generation: int) -> int:
     """Cut every record file of ``run_dir`` back to generation ``last_generation`` (rows of later
     generations, and damaged lines, go); ``metrics.csv`` is rewritten from the kept metric rows.
     Returns the number of lines dropped."""
-    from agilerl.checkpoint import atomic_write
-
     dropped = 0
     for name in RECORD_FILES:
         path = run_dir / name
@@ -235,8 +231,6 @@ def _generation(row: dict[str, Any]) -> int:
 
 
 def _rewrite_csv(csv_path: Path, rows: list[dict[str, Any]]) -> None:
-    from agilerl.checkpoint import atomic_write
-
     if not csv_path.exists():
         return
     fields = list(dict.fromkeys(k for r in rows for k in r))

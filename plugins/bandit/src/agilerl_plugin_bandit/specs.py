@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models.base import AlgorithmSpec, EnvSpec
+from agilerl_plugin_bandit.check_data import data_problems
 from agilerl_plugin_bandit.tables import BUILTIN_DATASETS, table_path_problem
 
 if TYPE_CHECKING:
@@ -349,7 +350,6 @@ class BanditSpec(AlgorithmSpec):
             problems.append(
                 Problem("replay_buffer.kind", f"{self.name} uses a classic replay buffer; set kind: classic")
             )
-        from agilerl_plugin_bandit.check_data import data_problems
 
         return problems or data_problems(manifest)
 

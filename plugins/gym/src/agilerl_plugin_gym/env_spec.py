@@ -12,8 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
-from agilerl.models import EnvSpec
-from agilerl.models.base import Spec
+from agilerl.models.base import EnvSpec, Spec
 
 
 def cpu_cores() -> int:

@@ -31,6 +31,7 @@ from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
 from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
 from agilerl_plugin_gym.env_spec import GymEnvSpec, cpu_cores
+from agilerl_plugin_gym.multi_agent.vec_env import make_single_pz_env
 
 log = logging.getLogger("agilerl.gym.envs")  # under "agilerl": the CLI shows it
 
@@ -166,7 +167,6 @@ def make_single_env(spec: GymEnvSpec, *, multi_agent: bool = False) -> Any:
 def _make_pz_single(spec: GymEnvSpec) -> Any:
     # One builder of single PettingZoo envs, shared with the vector env; imported here so that
     # single-agent use never imports the multi-agent package.
-    from agilerl_plugin_gym.multi_agent.vec_env import make_single_pz_env
 
     add_env_path(spec, GymEnvError)  # checks that environment.path is a directory (a GymEnvError naming the field)
     return make_single_pz_env(spec)

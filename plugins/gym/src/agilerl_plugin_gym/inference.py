@@ -33,7 +33,12 @@ from torch import nn
 
 from agilerl.errors import AgileRLError
 from agilerl.inference import Episode
+from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
+from agilerl_plugin_gym.env_config import load_env_config
+from agilerl_plugin_gym.envs import GymEnvError, make_single_env
+from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
 from agilerl_plugin_gym.normalization import NormalizedPolicy, Normalizer
+from agilerl_plugin_gym.observations import map_obs, subspaces
 
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
 
@@ -44,13 +49,8 @@ def render_spec(env_spec: Any, render_mode: str, *, multi_agent: bool = False) -
     ``env_config`` (a mapping, or a YAML/JSON file of constructor kwargs) is read by the env
     makers' own loader, so a missing or unparsable file is the error training gives.
     """
-    from agilerl_plugin_gym.env_config import load_env_config
-    from agilerl_plugin_gym.envs import GymEnvError
-
     error: type[AgileRLError] = GymEnvError
     if multi_agent:
-        from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
-
         error = PettingZooEnvError
     cfg = load_env_config(env_spec, error)
     return env_spec.model_copy(update={"env_config": {**cfg, "render_mode": render_mode}})
@@ -62,8 +62,6 @@ class _EpisodeBound:
     env's own step limit, else the default cap (said in the log); a progress line every few seconds."""
 
     def __init__(self, agent: Any, env_spec: Any, env: Any, episodes: int) -> None:
-        from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
-
         manifest = getattr(agent, "manifest", None)
         eval_steps = getattr(getattr(manifest, "training", None), "eval_steps", None)
         label = str(getattr(env_spec, "label", None) or getattr(env_spec, "name", "env"))
@@ -103,8 +101,6 @@ def _is_batch(space: spaces.Space[Any], obs: np.ndarray) -> bool:
 def _structured_batch(space: spaces.Dict | spaces.Tuple, obs: Any) -> tuple[dict[str, Any], bool]:
     """A Dict/Tuple observation as a dict of arrays (parts converted like arrays), and whether it is
     a batch (judged by its first part)."""
-    from agilerl_plugin_gym.observations import subspaces
-
     parts = subspaces(space)
     items = obs.items() if isinstance(obs, Mapping) else enumerate(obs)
     given = {str(k): v for k, v in items}
@@ -201,8 +197,6 @@ class SingleAgentInference:
         """
         x: Any
         if isinstance(self.observation_space, (spaces.Dict, spaces.Tuple)):
-            from agilerl_plugin_gym.observations import map_obs
-
             x, batch = _structured_batch(self.observation_space, observation)
             x = x if batch else map_obs(lambda a: a[None], x)
         else:
@@ -238,8 +232,6 @@ class SingleAgentInference:
         ``training.eval_steps``, else the env's own limit, else a default cap that the log names),
         and a long evaluation logs a progress line every few seconds.
         """
-        from agilerl_plugin_gym.envs import make_single_env
-
         if video and render:
             raise AgileRLError("eval: choose --render or --video, not both (one env has one render mode)")
         spec = env_spec
@@ -400,8 +392,6 @@ class MultiAgentInference:
         ``training.sum_scores: false``), as training's evaluation scores it; episodes are bounded
         and reported as the single-agent ``run_episodes`` does.
         """
-        from agilerl_plugin_gym.envs import make_single_env
-
         if video:
             raise AgileRLError("eval: --video records gymnasium envs; for PettingZoo envs use --render")
         spec = render_spec(env_spec, "human", multi_agent=True) if render else env_spec

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl.models import AlgorithmSpec
+from agilerl.models.base import AlgorithmSpec
 
 if TYPE_CHECKING:
     from gymnasium import spaces
 
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ class SpaceRules:
     def check(self, algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
         """Raise :class:`~agilerl_plugin_gym.single_agent.spaces.UnsupportedSpaceError` naming ``algo``
         unless it takes these spaces."""
-        from agilerl_plugin_gym.single_agent.spaces import check_spaces
+        from agilerl_plugin_gym.single_agent.spaces import (
+            check_spaces,  # deferred: gymnasium, loaded only when validation builds an env
+        )
 
         check_spaces(self, algo, observation_space, action_space)
 

@@ -14,9 +14,11 @@ import importlib
 from typing import TYPE_CHECKING
 
 from agilerl.errors import Problem
+from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
 
 if TYPE_CHECKING:
-    from agilerl.models import AlgorithmSpec, TrainingManifest
+    from agilerl.models.base import AlgorithmSpec
+    from agilerl.models.manifest import TrainingManifest
 
 #: Stable-Baselines3 / CleanRL / RLlib names for this plugin's hyperparameters (hints only).
 RL_SYNONYMS: dict[str, str] = {
@@ -59,8 +61,6 @@ def encoder_kind_problem(arch: str, *, recurrent: bool = False, multi_agent: boo
     registration (:class:`~agilerl_plugin_gym.sections.encoders.EncoderKind`): no network here, a
     recurrent kind for a policy without memory (``recurrent``: the algorithm has one), or a kind the
     multi-agent algorithms do not take (``multi_agent``)."""
-    from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
-
     kind = ENCODERS.get(arch)
     if kind is None:
         return None

@@ -25,6 +25,11 @@ from typing import Any
 
 from agilerl.errors import Problem
 from agilerl_plugin_llm.chat import conversation_problem, is_conversational, looks_like_json_messages
+from agilerl_plugin_llm.check_inputs import looks_like_path, rubric_problems
+from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
+from agilerl_plugin_llm.reward_model import reward_model_problems
+from agilerl_plugin_llm.rollout.catalog import missing_dataset
+from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
@@ -311,9 +316,6 @@ def has_chat_template(directory: Path) -> bool:
 
 def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Problem]:
     """A dataset named by Hub id must be in a local cache (a name written as a path must exist)."""
-    from agilerl_plugin_llm.check_inputs import looks_like_path
-    from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
-
     if looks_like_path(name) or Path(name).suffix.lower() in _SUFFIXES:
         return [Problem(where, f"no such file: {name} (relative to {Path.cwd()}); give an existing data file "
                                "(.jsonl, .json, .csv or .parquet) or a Hub id in the local cache")]  # fmt: skip
@@ -324,9 +326,6 @@ def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Pro
 
 def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     """The validation check of the dataset rollout source (rows + rubric): ``(field, why)`` pairs."""
-    from agilerl_plugin_llm.check_inputs import rubric_problems
-    from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
-
     out = [(p.path.removeprefix("environment."), p.message) for p in dataset_problems(spec, "rollout")]
     from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set, reward_funcs_problems
 
@@ -352,12 +351,25 @@ def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     return out
 
 
+def dataset_source_problems(spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
+    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
+    rows' and rubric's own checks (:func:`rollout_source_problems`), whether conversational rows have a
+    chat template to render them (the manifest names the model), and the reward model's own checks."""
+    missing = missing_dataset(spec)
+    if missing:
+        return missing
+    model = getattr(getattr(manifest, "algorithm", None), "pretrained_model_name_or_path", None)
+    chat = [(p.path.removeprefix("environment."), p.message) for p in chat_template_problems(spec, model, "rollout")]
+    return rollout_source_problems(spec) + chat + reward_model_problems(getattr(spec, "reward_model", None))
+
+
 __all__ = [
     "MAX_PROBLEMS",
     "MAX_ROWS",
     "chat_row_problem",
     "chat_template_problems",
     "dataset_problems",
+    "dataset_source_problems",
     "has_chat_template",
     "rollout_source_problems",
 ]

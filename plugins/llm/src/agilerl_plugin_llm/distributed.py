@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from agilerl_plugin_llm.fsdp_config import env_problems
+
 
 def world_size() -> int:
     """Processes in this run (1 without a launcher)."""
@@ -200,7 +202,6 @@ def launch_problems(env: dict[str, str] | None = None) -> list[str]:
             "shard with FSDP2 instead (accelerate launch --use_fsdp --fsdp_version 2, or the algorithm's fsdp "
             "field), or launch with --multi_gpu for plain data parallelism"
         )
-    from agilerl_plugin_llm.fsdp_config import env_problems
 
     problems.extend(env_problems(env))  # --use_fsdp: FSDP2 sharding (agilerl_plugin_llm.fsdp)
     precision = env.get("ACCELERATE_MIXED_PRECISION", "no").lower()

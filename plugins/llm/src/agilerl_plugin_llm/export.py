@@ -52,11 +52,11 @@ def load_policy(source: str | Path, *, agent_index: int = 0, trust: bool = False
     Code the stored manifest names (a rubric or reward file, an env entrypoint) is imported only if
     a plugin registers it, or with ``trust`` (``--trust-checkpoint``): core's trust rule.
     """
-    from agilerl import checkpoint
-    from agilerl.models import load_manifest
+    import agilerl.checkpoint as checkpoint
+    from agilerl.models.manifest import load_manifest
     from agilerl.trust import require_trust
-    from agilerl_plugin_llm.builder import LLMBuilder
-    from agilerl_plugin_llm.model import load_tokenizer
+    from agilerl_plugin_llm.builder import LLMBuilder  # deferred: torch, kept out of registration and validation
+    from agilerl_plugin_llm.model import load_tokenizer  # deferred: torch, kept out of registration and validation
 
     path = find_checkpoint(source)
     payload = checkpoint.load(path)
@@ -113,7 +113,7 @@ def export(
     trust: bool = False,
 ) -> Path:
     """Write population member ``agent_index`` of ``source`` (a run directory or checkpoint) to ``out_dir``."""
-    from agilerl_plugin_llm import model as llm_model
+    from agilerl_plugin_llm import model as llm_model  # deferred: torch, kept out of registration and validation
 
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")

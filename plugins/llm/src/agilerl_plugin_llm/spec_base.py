@@ -15,7 +15,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AliasChoices, Field, field_validator
 
-from agilerl.models import AlgorithmSpec, Spec
+from agilerl.models.base import AlgorithmSpec, Spec
+from agilerl_plugin_llm.fsdp_config import check_field
 
 
 def resolve_local_path(value: Any) -> Any:
@@ -149,7 +150,6 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     @classmethod
     def _fsdp_runs_here(cls, value: Any) -> Any:
         # Each problem at algorithm.fsdp.<key> (agilerl_plugin_llm.fsdp_config, no torch).
-        from agilerl_plugin_llm.fsdp_config import check_field
 
         return check_field(value)
 

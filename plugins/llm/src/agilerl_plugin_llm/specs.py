@@ -18,7 +18,9 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models import EnvSpec, Spec
+from agilerl.models.base import EnvSpec, Spec
+from agilerl_plugin_llm.check_inputs import model_problems
+from agilerl_plugin_llm.rollout.catalog import apply_catalog
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
 # --------------------------------------------------------------------------------------------------
@@ -281,8 +283,6 @@ class LLMEnvSpec(EnvSpec):
     @classmethod
     def _legacy(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("env_type") in (None, "rollout", "reasoning"):
-            from agilerl_plugin_llm.rollout.catalog import apply_catalog
-
             data = apply_catalog(data)
         return _absolute_paths(_translate_env_type(data))
 
@@ -529,8 +529,6 @@ def model_path_problems(name_or_path: str | None) -> list[Problem]:
     """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
     can load (config, tokenizer, readable weights), read without transformers
     (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
-    from agilerl_plugin_llm.check_inputs import model_problems
-
     return model_problems(name_or_path)
 
 

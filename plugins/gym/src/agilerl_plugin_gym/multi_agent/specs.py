@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
+from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.multi_agent.names import moved_problem, resolve_module_name
 from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
@@ -224,7 +225,6 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         network += normalize_problems(manifest, supported=False, who=self.name)
         if network:  # a feature this plugin lacks: that is the answer, whatever the env
             return network
-        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 
         problems = net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
         problems += batch_problems(self, manifest)

@@ -16,7 +16,7 @@ from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.single_agent.specs import QLearningSpec
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
 
 __all__ = ["CQNSpec", "OfflineEnvSpec"]
 
@@ -104,6 +104,8 @@ class CQNSpec(QLearningSpec):
         env = manifest.environment
         if problems or not isinstance(env, OfflineEnvSpec):
             return problems
-        from agilerl_plugin_gym.offline.datasets import dataset_problems
+        from agilerl_plugin_gym.offline.datasets import (
+            dataset_problems,  # deferred: gymnasium, loaded only when validation builds an env
+        )
 
         return dataset_problems(env, self.batch_size)

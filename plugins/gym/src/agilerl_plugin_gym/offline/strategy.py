@@ -30,7 +30,7 @@ from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.single_agent.strategies import MAX_EVAL_ENVS, GymStrategy
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
     from agilerl.training.run import Run
     from agilerl_plugin_gym.protocols import OffPolicyAlgorithm
 

@@ -19,7 +19,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
-from agilerl.models import AlgorithmSpec
+from agilerl.models.base import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference

@@ -8,7 +8,8 @@ from gymnasium import spaces
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError
-from agilerl.models import AlgorithmSpec, TrainingManifest
+from agilerl.models.base import AlgorithmSpec
+from agilerl.models.manifest import TrainingManifest
 from agilerl_plugin_gym.normalization import Normalizer, NormalizeSettings
 from agilerl_plugin_gym.sections import NetworkSpec
 

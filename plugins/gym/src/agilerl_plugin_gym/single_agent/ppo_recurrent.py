@@ -27,6 +27,7 @@ import torch
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.inference import _as_obs_array, _is_batch
 from agilerl_plugin_gym.optim import FlatParameters
 from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.sections import LstmSpec, MlpSpec, NetworkSpec
@@ -144,7 +145,6 @@ class RecurrentPPOMixin:
         """
         if not self.recurrent:
             return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc,no-any-return]
-        from agilerl_plugin_gym.inference import _as_obs_array, _is_batch
 
         obs = _as_obs_array(self.observation_space, observation)  # type: ignore[attr-defined]
         batch = _is_batch(self.observation_space, obs)  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
+from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.spec_base import (
@@ -32,7 +33,7 @@ from agilerl_plugin_gym.spec_checks import (
 )
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
 
 
 class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
@@ -70,7 +71,10 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
         uses_registry = not (env.entrypoint or env.factory or env.custom)
         if uses_registry and ":" not in env.env_id:
             # Importing gymnasium's registry is cheap (no torch): catch a typo before anything runs.
-            from agilerl_plugin_gym.envs import GymEnvError, check_gym_id
+            from agilerl_plugin_gym.envs import (  # deferred: gymnasium, loaded only when validation builds an env
+                GymEnvError,
+                check_gym_id,
+            )
 
             missing = namespace_package_problem(env.env_id)
             try:
@@ -83,7 +87,6 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 problems.append(Problem("environment.name", missing))
         if not problems:
             problems += _space_problems(type(self).space_rules, self.name, env, manifest)
-        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 
         problems += batch_problems(self, manifest)
         return problems or make_and_check(manifest, multi_agent=False)
@@ -98,8 +101,14 @@ def _space_problems(
     An env that cannot be made is reported when it is ``GymEnvError`` (a bad entrypoint, factory or
     wrapper path); anything else the env's own code raises is left for the run to report in full.
     """
-    from agilerl_plugin_gym.envs import GymEnvError, make_single_env
-    from agilerl_plugin_gym.single_agent.spaces import UnsupportedSpaceError, check_recurrent_observation_space
+    from agilerl_plugin_gym.envs import (  # deferred: gymnasium, loaded only when validation builds an env
+        GymEnvError,
+        make_single_env,
+    )
+    from agilerl_plugin_gym.single_agent.spaces import (  # deferred: gymnasium, loaded only when validation builds an env
+        UnsupportedSpaceError,
+        check_recurrent_observation_space,
+    )
 
     if rules is None:
         return []
@@ -110,7 +119,10 @@ def _space_problems(
         return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
     except Exception:  # the env's own failure: the run reports it with its traceback
         return []
-    from agilerl_plugin_gym.encoder_rules import EncoderSpaceError, check_network_for_space
+    from agilerl_plugin_gym.encoder_rules import (  # deferred: gymnasium, loaded only when validation builds an env
+        EncoderSpaceError,
+        check_network_for_space,
+    )
 
     try:
         rules.check(algo, made.observation_space, made.action_space)

@@ -47,7 +47,7 @@ from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
 from agilerl_plugin_gym.sections.training import rl_training
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
     from agilerl.training.run import Run
     from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm
 

@@ -29,6 +29,7 @@ from agilerl.errors import AgileRLError
 from agilerl_plugin_llm import distributed, fsdp, lean_decoder
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.logprobs import auto_chunk_rows, token_logprobs
+from agilerl_plugin_llm.packing import pack_rows, packed_decoder_hidden, packed_logits
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 Batch = dict[str, torch.Tensor]
@@ -168,8 +169,6 @@ def _packed_logprobs(
     select: torch.Tensor, out: torch.Tensor, *, temperature: float, chunk_rows: int | None,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`sequence_logprobs` through one padding-free forward over the packed rows."""
-    from agilerl_plugin_llm.packing import pack_rows, packed_decoder_hidden, packed_logits
-
     packed = pack_rows(input_ids, attention_mask)
     # A selected token is predicted from the real token before it (a pad before it predicts nothing).
     select = select & packed.real[:, :-1]

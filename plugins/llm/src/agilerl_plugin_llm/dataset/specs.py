@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
+from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 from agilerl_plugin_llm.training_fields import llm_training
 
@@ -58,8 +59,6 @@ class DatasetLLMSpec(PluginLLMSpec):
                 f"remove the field or set objective: {type(self).objective}",
             ))  # fmt: skip
         else:
-            from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
-
             problems += dataset_problems(env, type(self).objective)
             problems += chat_template_problems(env, self.pretrained_model_name_or_path, type(self).objective)
         problems += model_path_problems(self.pretrained_model_name_or_path)

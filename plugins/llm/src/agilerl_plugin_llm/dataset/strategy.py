@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agilerl.models import TrainingManifest
+from agilerl.models.manifest import TrainingManifest
 from agilerl.registry import resolve
 from agilerl.strategies import TrainingStrategy
 from agilerl.training.run import Run

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from agilerl_plugin_llm import distributed
-from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
+from agilerl_plugin_llm.algorithms.base import LLMAlgorithm, slice_batch, trim_padding
 from agilerl_plugin_llm.envs import EnvAtCapacity
 from agilerl_plugin_llm.reward_model import score_batch
 from agilerl_plugin_llm.rollout.completions_log import completion_records, completions_due
@@ -522,8 +522,6 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     def _chunked_logprobs(
         self, batch: dict[str, torch.Tensor], *, reference: bool, temperature: float | None = None
     ) -> torch.Tensor:
-        from agilerl_plugin_llm.algorithms.base import slice_batch, trim_padding
-
         toggle = has_dropout(self.model)
         if toggle:
             self.model.eval()  # no dropout: these are the sampling/reference distributions

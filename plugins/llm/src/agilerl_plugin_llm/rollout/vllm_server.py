@@ -43,13 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agilerl_plugin_llm.rollout.generation import (
-    GenerationError,
-    LoRAExporter,
-    SamplingConfig,
-    _cut,
-    vllm_sampling_kwargs,
-)
+from agilerl_plugin_llm.rollout.sampling import GenerationError, SamplingConfig, _cut
+from agilerl_plugin_llm.rollout.vllm_engine import LoRAExporter, vllm_sampling_kwargs
 
 
 def completion_request(
