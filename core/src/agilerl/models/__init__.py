@@ -16,6 +16,7 @@ from agilerl.models import env
 from agilerl.models.base import (
     AlgorithmSpec,
     EnvSpec,
+    Mutable,
     Spec,
 )
 from agilerl.models.composition import section_models, training_spec_class
@@ -87,6 +88,7 @@ __all__ = [
     "AlgorithmSpec",
     "EnvSpec",
     "MultiFrequencySelectionSpec",
+    "Mutable",
     "MutationProbabilities",
     "MutationSpec",
     "RLHyperparameter",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models import Mutable
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.spec_base import (
@@ -21,7 +22,6 @@ from agilerl_plugin_gym.spec_base import (
 )
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
-    RL_HPO_RANGES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
@@ -132,16 +132,6 @@ class PPOSpec(GymAlgorithmSpec):
     space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **RL_HPO_RANGES,
-        "learn_step": (512, 8192),
-        "gae_lambda": (0.8, 0.99),
-        "clip_coef": (0.05, 0.35),
-        "ent_coef": (1e-3, 0.1),
-        "vf_coef": (0.1, 1.0),
-        "max_grad_norm": (0.1, 5.0),
-        "update_epochs": (1, 10),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     upstream_notes: ClassVar[dict[str, str]] = {
         "action_std_init": "AgileRL's meaning (initial log-std, any float); default -0.51 (std 0.6).",
@@ -153,22 +143,28 @@ class PPOSpec(GymAlgorithmSpec):
     }
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
-    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout.")] = 4096
-    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step.")] = 64
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages).")] = 0.95
+    learn_step: Annotated[
+        int, Field(ge=1, description="Env steps (all envs together) per rollout."), Mutable(512, 8192)
+    ] = 4096
+    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step."), Mutable(8, 512)] = 64
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    gae_lambda: Annotated[
+        float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages)."), Mutable(0.8, 0.99)
+    ] = 0.95
     action_std_init: float = Field(
         default=-0.5108,
         description="Initial log-std of the Gaussian policy (Box actions), as in AgileRL; -0.51 is std 0.6.",
     )
-    clip_coef: Annotated[float, Field(gt=0, description="PPO ratio clip range (and value clip range).")] = 0.2
-    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.01
-    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
-    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
+    clip_coef: Annotated[
+        float, Field(gt=0, description="PPO ratio clip range (and value clip range)."), Mutable(0.05, 0.35)
+    ] = 0.2
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient."), Mutable(1e-3, 0.1)] = 0.01
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient."), Mutable(0.1, 1.0)] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip."), Mutable(0.1, 5.0)] = 0.5
     target_kl: Annotated[
         float | None, Field(gt=0, description="Stop the update epochs early when approx KL exceeds this.")
     ] = None
-    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
+    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout."), Mutable(1, 10)] = 4
     share_encoders: bool = Field(default=True, description="Actor and critic share one encoder.")
     normalize_advantages: bool = Field(default=True, description="Normalise advantages per minibatch.")
     clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
@@ -222,15 +218,15 @@ class QLearningSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(RL_HPO_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
 
     learn_step: Annotated[
         int,
         Field(ge=1, description="Env steps per gradient step: below num_envs means several updates per vector step."),
+        Mutable(1, 10),
     ] = 5
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 1e-3
 
 
 class DQNSpec(QLearningSpec):
@@ -260,7 +256,6 @@ class DDPGSpec(GymAlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
     space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**RL_HPO_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -270,11 +265,13 @@ class DDPGSpec(GymAlgorithmSpec):
 
     # One gradient step per env step (SB3's and CleanRL's TD3/DDPG): AgileRL's 5 left a minimal TD3
     # Pendulum-v1 manifest unlearnt after 20k steps; with 1 it scores -114 by then (test_defaults.py).
-    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 1
-    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
-    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate.")] = 1e-3
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
-    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor (and target) update.")] = 2
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN)."), Mutable(1, 10)] = 1
+    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 1e-3
+    policy_freq: Annotated[
+        int, Field(ge=1, description="Critic updates per actor (and target) update."), Mutable(1, 10)
+    ] = 2
     O_U_noise: bool = Field(default=True, description="Ornstein-Uhlenbeck exploration noise (else Gaussian).")
     expl_noise: Annotated[float, Field(ge=0, description="Exploration noise scale (fraction of action range).")] = 0.1
     mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
@@ -293,7 +290,7 @@ class DDPGSpec(GymAlgorithmSpec):
 class TD3Spec(DDPGSpec):
     """Twin Delayed DDPG: twin critics, target policy smoothing, delayed policy updates."""
 
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 5e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 5e-3
     policy_noise: Annotated[float, Field(ge=0, description="Target policy smoothing noise (fraction of range).")] = 0.2
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models import Mutable
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 from agilerl_plugin_llm.training_fields import llm_training
 
@@ -35,7 +36,7 @@ class DatasetLLMSpec(PluginLLMSpec):
     #: The dataset env objective this algorithm trains on.
     objective: ClassVar[str] = "sft"
 
-    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration.")] = 16
+    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration."), Mutable(1, 32)] = 16
 
     @model_validator(mode="after")
     def _dataset_checks(self) -> DatasetLLMSpec:
@@ -82,14 +83,9 @@ class SFTSpec(DatasetLLMSpec):
 
     objective: ClassVar[str] = "sft"
     has_reference: ClassVar[bool] = False
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-5
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-5
     use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
         False
     )
@@ -99,21 +95,18 @@ class DPOSpec(DatasetLLMSpec):
     """Direct Preference Optimization (Rafailov et al. 2023) with an optional NLL term on chosen."""
 
     objective: ClassVar[str] = "preference"
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-        "beta": (0.01, 0.5),
-        "nll_alpha": (0.1, 2.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-6
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-6
     beta: Annotated[
-        float, Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref).")
+        float,
+        Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref)."),
+        Mutable(0.01, 0.5),
     ] = 0.1
     nll_alpha: Annotated[
-        float, Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style).")
+        float,
+        Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style)."),
+        Mutable(0.1, 2.0),
     ] = 1.0
 
 
