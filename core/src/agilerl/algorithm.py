@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 from agilerl.models.base import AlgorithmSpec
 
 _A = TypeVar("_A", bound="AlgorithmBase[Any]")
-#: The algorithm's spec class: ``class PPO(AlgorithmBase[PPOSpec])`` makes ``self.spec.lr`` typed.
+#: The algorithm's spec class: ``class MyAlgorithm(AlgorithmBase[MySpec])`` types ``self.spec.<field>``.
 SpecT = TypeVar("SpecT", bound=AlgorithmSpec)
 
 

@@ -25,7 +25,7 @@ class Mutable:
     """Field metadata: this hyperparameter is mutable by evolutionary HPO, by default within
     ``[low, high]``. Integer-ness comes from the field's type (``int`` fields stay whole numbers).
 
-    ``lr: Annotated[float, Field(gt=0, description="..."), Mutable(1e-5, 1e-2)] = 3e-4``. A
+    ``rate: Annotated[float, Field(gt=0, description="..."), Mutable(1e-5, 1e-2)] = 3e-4``. A
     manifest's ``mutation.rl_hp_selection`` overrides the range (and may name any numeric field).
     """
 

@@ -42,7 +42,7 @@ class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
         return make_llm_env(
             env_spec,
             tokenizer,
-            data_batch_size_per_gpu=algo.spec.batch_size,
+            data_batch_size_per_gpu=algo.batch_size,  # type: ignore[attr-defined]
             max_context_length=algo.max_model_len,  # type: ignore[attr-defined]
             seed=seed if seed is not None else algo.seed,  # type: ignore[attr-defined]
         )
