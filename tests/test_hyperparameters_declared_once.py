@@ -162,3 +162,31 @@ def test_mutation_makes_a_new_spec_and_one_hook_applies_it() -> None:
     with pytest.raises(KeyError):
         agent.set_hyperparameter("no_such_field", 1.0)
     assert ToySpec.mutable_ranges() == {"lr": Mutable(1e-4, 1e-2), "epochs": Mutable(1, 8)}
+
+
+def test_the_retired_declarations_fail_where_they_are_written_and_name_the_fix() -> None:
+    from typing import ClassVar
+
+    with pytest.raises(TypeError, match=r"hpo_ranges is retired.*Mutable"):
+
+        class OldSpec(AlgorithmSpec):
+            hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {"lr": (1e-4, 1e-2)}
+            lr: float = 1e-3
+
+    with pytest.raises(TypeError, match=r"_on_hyperparameter_change.*on_spec_change"):
+
+        class OldHook(AlgorithmBase[AlgorithmSpec]):
+            def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None: ...
+
+    with pytest.raises(TypeError, match=r"integer_hyperparameters is retired"):
+
+        class OldIntegers(AlgorithmBase[AlgorithmSpec]):
+            integer_hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr"})
+
+    class Spec(AlgorithmSpec):
+        lr: float = 1e-3
+
+    agent = AlgorithmBase(Spec())
+    with pytest.raises(AttributeError, match=r"self\.spec\.lr"):
+        _ = agent.lr  # type: ignore[attr-defined]
+    assert getattr(agent, "lr", None) is None and not hasattr(agent, "nothing")

@@ -24,6 +24,20 @@ class AlgorithmBase(Generic[SpecT]):
     ``super()`` to include the bookkeeping.
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Names of the retired protocol: fail where the class is written, not silently at mutation.
+        if "_on_hyperparameter_change" in vars(cls):
+            raise TypeError(
+                f"{cls.__qualname__}._on_hyperparameter_change(name, old, new) is no longer called: implement "
+                "on_spec_change(self, old_spec, changed_names) and read the new values from self.spec"
+            )
+        if "integer_hyperparameters" in vars(cls):
+            raise TypeError(
+                f"{cls.__qualname__}.integer_hyperparameters is retired: a hyperparameter is an integer when its "
+                "spec field is typed int"
+            )
+
     def __init__(self, spec: SpecT, *, index: int = 0) -> None:
         self.spec: SpecT = spec
         self.index = int(index)
@@ -31,6 +45,17 @@ class AlgorithmBase(Generic[SpecT]):
         self.scores: list[float] = []
         self.steps = 0
         self.mut: str | None = "None"
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup failed: name the fix when code reads a spec field off the
+        # algorithm (what AlgorithmBase used to copy there).
+        spec = self.__dict__.get("spec")
+        if spec is not None and name in type(spec).model_fields:
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}: hyperparameters are read from the "
+                f"spec, self.spec.{name} (AlgorithmBase does not copy spec fields onto the algorithm)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- hyperparameters ---------------------------------------------------------------------
     def get_hyperparameter(self, name: str) -> float:

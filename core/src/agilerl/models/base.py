@@ -108,6 +108,15 @@ class AlgorithmSpec(Spec):
         return []
 
     @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "hpo_ranges" in vars(cls):
+            raise TypeError(
+                f"{cls.__qualname__}.hpo_ranges is retired: declare each range on its field, "
+                "e.g. Annotated[float, Field(gt=0), Mutable(1e-5, 1e-2)] (agilerl.models.Mutable)"
+            )
+
+    @classmethod
     def mutable_ranges(cls) -> dict[str, Mutable]:
         """Fields carrying :class:`Mutable` metadata: their default mutation ranges, by name."""
         out: dict[str, Mutable] = {}
