@@ -2,9 +2,9 @@
 mutation range as field metadata (``Mutable``); algorithms read the spec; nothing copies fields
 by reflection.
 
-Walks every algorithm registered through the entry points (all plugins installed, the tutorial's
-A2C among them) plus the example plugin's UCB1 (registered only when installed), and each one's
-algorithm class with every class it inherits from.
+Walks every algorithm registered through the entry points (all plugins installed) plus the
+repository's example plugins (the tutorial's A2C, the example's UCB1) from their sources when they
+are not installed, and each one's algorithm class with every class it inherits from.
 """
 
 from __future__ import annotations
@@ -21,10 +21,16 @@ import pytest
 import agilerl.algorithm
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec, Mutable
-from agilerl.registry import MANIFEST_REGISTRY, resolve
+from agilerl.registry import MANIFEST_REGISTRY, import_object, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE_SRC = ROOT / "examples/plugins/agilerl-plugin-example/src"
+#: The repository's example plugins, walked from their sources when they are not installed.
+EXAMPLES = {
+    "UCB1": ("examples/plugins/agilerl-plugin-example/src", "agilerl_plugin_example.specs:UCB1Spec",
+             "agilerl_plugin_example.ucb:UCB1"),
+    "A2C": ("examples/plugins/agilerl-tutorial-a2c/src", "agilerl_tutorial_a2c.specs:A2CSpec",
+            "agilerl_tutorial_a2c.a2c:A2C"),
+}  # fmt: skip
 #: The class variables that used to hold a second declaration of a hyperparameter.
 RETIRED = ("hpo_ranges", "integer_hyperparameters")
 
@@ -35,14 +41,14 @@ def _registered() -> list[tuple[str, type[AlgorithmSpec], type]]:
         algorithm = MANIFEST_REGISTRY.entry(name).extra.get("algorithm")
         if algorithm is not None:
             out.append((name, spec, resolve(algorithm, name)))
-    if "UCB1" not in {n for n, _, _ in out} and EXAMPLE_SRC.is_dir():
-        sys.path.insert(0, str(EXAMPLE_SRC))
+    for name, (src, spec_path, algorithm_path) in EXAMPLES.items():
+        if name in {n for n, _, _ in out}:
+            continue
+        sys.path.insert(0, str(ROOT / src))
         try:
-            from agilerl_plugin_example.specs import UCB1Spec
-            from agilerl_plugin_example.ucb import UCB1
+            out.append((name, import_object(spec_path), import_object(algorithm_path)))
         finally:
-            sys.path.remove(str(EXAMPLE_SRC))
-        out.append(("UCB1", UCB1Spec, UCB1))
+            sys.path.remove(str(ROOT / src))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agilerl.models.base import AlgorithmSpec
 
@@ -46,16 +46,18 @@ class AlgorithmBase(Generic[SpecT]):
         self.steps = 0
         self.mut: str | None = "None"
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup failed: name the fix when code reads a spec field off the
-        # algorithm (what AlgorithmBase used to copy there).
-        spec = self.__dict__.get("spec")
-        if spec is not None and name in type(spec).model_fields:
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}: hyperparameters are read from the "
-                f"spec, self.spec.{name} (AlgorithmBase does not copy spec fields onto the algorithm)"
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:  # hidden from type checkers: they must still see a missing attribute
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached when normal lookup failed: name the fix when code reads a spec field off the
+            # algorithm (what AlgorithmBase used to copy there).
+            spec = self.__dict__.get("spec")
+            if spec is not None and name in type(spec).model_fields:
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}: hyperparameters are read from the "
+                    f"spec, self.spec.{name} (AlgorithmBase does not copy spec fields onto the algorithm)"
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- hyperparameters ---------------------------------------------------------------------
     def get_hyperparameter(self, name: str) -> float:
