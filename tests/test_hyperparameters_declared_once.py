@@ -20,8 +20,9 @@ import pytest
 
 import agilerl.algorithm
 from agilerl.algorithm import AlgorithmBase
+from agilerl.imports import import_object
 from agilerl.models import AlgorithmSpec, Mutable
-from agilerl.registry import MANIFEST_REGISTRY, import_object, resolve
+from agilerl.registry import MANIFEST_REGISTRY, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The repository's example plugins, walked from their sources when they are not installed.
