@@ -30,8 +30,9 @@ def manifest_json_schema() -> dict[str, Any]:
         s.setdefault("properties", {})["name"] = {"const": name, "description": f"Algorithm {name}"}
         s["required"] = sorted({*s.get("required", []), "name"})
         s["title"] = name
-        if cls.hpo_ranges:
-            s["x-hpo-ranges"] = {k: list(v) for k, v in cls.hpo_ranges.items()}
+        ranges = cls.mutable_ranges()
+        if ranges:
+            s["x-hpo-ranges"] = {k: [r.low, r.high] for k, r in ranges.items()}
         s["x-paradigm"], s["x-regime"], s["x-default-env-type"] = cls.paradigm, cls.regime, cls.default_env_type
         algo_variants.append(s)
     env_variants = []

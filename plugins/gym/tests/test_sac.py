@@ -129,12 +129,12 @@ def test_log_prob_is_the_squashed_gaussians() -> None:
 def test_entropy_coefficient_auto_learns_from_its_initial_value_and_a_float_stays_fixed() -> None:
     obs_space, act_space = spaces.Box(-1.0, 1.0, (3,), np.float32), spaces.Box(-2.0, 2.0, (2,), np.float32)
     auto = _agent(obs_space, act_space)
-    assert auto.target_entropy == -2.0  # -dim(A)
+    assert auto.entropy_target == -2.0  # -dim(A)
     assert math.isclose(auto.alpha().item(), 1.0)
     auto.learn(_batch(auto))
     assert auto.alpha().item() != 1.0  # one Adam step on log(alpha)
     assert math.isclose(_agent(obs_space, act_space, ent_coef="auto_0.1").alpha().item(), 0.1, rel_tol=1e-6)
-    assert _agent(obs_space, act_space, target_entropy=-0.5).target_entropy == -0.5
+    assert _agent(obs_space, act_space, target_entropy=-0.5).entropy_target == -0.5
     fixed = _agent(obs_space, act_space, ent_coef=0.05)
     assert "ent_coef" not in fixed.optimizers and not fixed.extra_params
     stats = fixed.learn(_batch(fixed))

@@ -13,6 +13,7 @@ from agilerl.models import env
 from agilerl.models.base import (
     AlgorithmSpec,
     EnvSpec,
+    Mutable,
     Spec,
 )
 from agilerl.models.composition import section_models, training_spec_class
@@ -46,6 +47,7 @@ __all__ = [
     "AlgorithmSpec",
     "EnvSpec",
     "MultiFrequencySelectionSpec",
+    "Mutable",
     "MutationProbabilities",
     "MutationSpec",
     "RLHyperparameter",

@@ -420,7 +420,7 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         for key in manifest.mutation.rl_hp_selection:
             field = type(algo).model_fields.get(key)
             is_bool = field is not None and field.annotation is bool
-            if key not in numeric and not (field is not None and not is_bool and key in type(algo).hpo_ranges):
+            if key not in numeric and not (field is not None and not is_bool and key in type(algo).mutable_ranges()):
                 hint = closest(key, list(numeric))
                 msg = f"{key!r} is not a numeric hyperparameter of {algo.name}"
                 msg += f"; did you mean {hint!r}?" if hint else f" (numeric fields: {', '.join(sorted(numeric))})"

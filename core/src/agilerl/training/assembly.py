@@ -199,8 +199,11 @@ def build_members(
         if runtime.resume_state is not None:
             load_member_state(agent, runtime.resume_state, manifest, source)
             for name, value in changed.items():
-                if hasattr(agent, "set_hyperparameter") and hasattr(agent, name):
-                    agent.set_hyperparameter(name, value)
+                if hasattr(agent, "set_hyperparameter"):
+                    try:
+                        agent.set_hyperparameter(name, value)
+                    except KeyError:  # not a hyperparameter this agent has
+                        continue
     return population
 
 

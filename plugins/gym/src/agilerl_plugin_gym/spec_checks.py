@@ -38,18 +38,6 @@ RL_SYNONYMS: dict[str, str] = {
     "exploration_final_eps": "training.eps_end",
 }  # fmt: skip
 
-#: Mutation ranges (``hpo_ranges``, AgileRL's) of the hyperparameters this plugin's algorithms
-#: share; a spec's table is this one plus its own (``{**RL_HPO_RANGES, "policy_freq": (1, 10)}``).
-RL_HPO_RANGES: dict[str, tuple[float, float]] = {
-    "batch_size": (8, 512),
-    "lr": (6.25e-5, 1e-2),
-    "lr_actor": (6.25e-5, 1e-2),
-    "lr_critic": (6.25e-5, 1e-2),
-    "gamma": (0.9, 0.9999),
-    "tau": (1e-4, 1e-2),
-    "learn_step": (1, 10),
-}
-
 #: Activations this plugin's networks have (networks.activation_layer), the ones act_mut may pick.
 ACTIVATION_NAMES: frozenset[str] = frozenset(
     {"Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax", "PReLU", "Identity"}

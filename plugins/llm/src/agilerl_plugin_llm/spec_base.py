@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AliasChoices, Field, field_validator
 
-from agilerl.models.base import AlgorithmSpec, Spec
+from agilerl.models.base import AlgorithmSpec, Mutable, Spec
 from agilerl_plugin_llm.fsdp_config import check_field
 
 
@@ -79,10 +79,10 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         "log_completions": "log_completions_steps",
     }  # fmt: skip
 
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.001
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 0.1
-    update_epochs: Annotated[int, Field(ge=1)] = 1
+    batch_size: Annotated[int, Field(ge=1), Mutable(1, 32)] = 16
+    beta: Annotated[float, Field(ge=0.0, le=1.0), Mutable(1e-4, 1e-2)] = 0.001
+    max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 0.1
+    update_epochs: Annotated[int, Field(ge=1), Mutable(1, 10)] = 1
     use_separate_reference_adapter: bool = True
     calc_position_embeddings: bool = True
     gradient_checkpointing: bool = True

@@ -288,7 +288,7 @@ class OffPolicyEngine:
         the schedule says; the last update's stats, the exploration stats and the training
         episodes' returns."""
         n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
+        schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
         obs, _ = env.reset(seed=seed)
         # environment.normalize: the agent acts on normalised observations; the shared buffer keeps
         # raw transitions and each sampled batch is normalised with this agent's statistics.
@@ -303,7 +303,7 @@ class OffPolicyEngine:
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)
         stats: Mapping[str, Any] = {}
-        nstep = self.replay.collector(agent.gamma)
+        nstep = self.replay.collector(agent.spec.gamma)
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         her = buf if isinstance(buf, HerReplayBuffer) else None  # stores whole episodes, relabels goals
         max_steps = self.max_steps
@@ -333,12 +333,12 @@ class OffPolicyEngine:
             due = schedule.due(agent.vec_steps, agent.steps, len(buf))
             if due:
                 if per is not None:  # one batch at a time (priorities change after each); beta from the steps
-                    beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
+                    beta = annealed_beta(getattr(agent.spec, "beta", 0.4), agent.steps, max_steps)
                     sample = partial(per.sample, beta=beta)
                     learn = with_priority_update(learn_fn, per)
-                    stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
+                    stats = {**gradient_steps(due, sample, learn, agent.spec.batch_size), "beta": beta}
                 else:
-                    stats = gradient_steps(due, buf.sample, learn_fn, agent.batch_size, buf.sample_many)
+                    stats = gradient_steps(due, buf.sample, learn_fn, agent.spec.batch_size, buf.sample_many)
         if her is not None:  # the next learn call starts new episodes: store these as they are
             her.close_episodes()
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
@@ -373,7 +373,7 @@ class MultiAgentOffPolicyEngine:
         """Collect ``num_steps`` env steps into ``memory`` from ``env.reset(seed=seed)``, updating
         as the schedule says; the mean of the updates' stats and the training episodes' scores."""
         n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
+        schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
         obs, _ = env.reset(seed=seed)
         agent.reset_noise(n)
         episodes = EpisodeReturns(n, key="train_score")
@@ -399,7 +399,7 @@ class MultiAgentOffPolicyEngine:
             agent.vec_steps += 1
             due = schedule.due(agent.vec_steps, agent.steps, len(memory))
             if due:
-                stats = gradient_steps(due, memory.sample, agent.learn, agent.batch_size, record=True)
+                stats = gradient_steps(due, memory.sample, agent.learn, agent.spec.batch_size, record=True)
                 for k, v in stats.items():
                     losses.setdefault(k, []).extend(v)
         out = {k: float(np.mean(v)) for k, v in losses.items()}

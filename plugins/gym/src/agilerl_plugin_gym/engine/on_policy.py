@@ -62,7 +62,7 @@ def rollout_plan(num_steps: int, learn_step: int, num_envs: int) -> list[int]:
 
 def recurrent(agent: OnPolicyAlgorithm) -> RecurrentOnPolicyAlgorithm | None:
     """``agent`` if its policy carries a hidden state (recurrent PPO), else None."""
-    return agent if getattr(agent, "recurrent", False) else None  # type: ignore[return-value]
+    return agent if getattr(agent.spec, "recurrent", False) else None  # type: ignore[return-value]
 
 
 class OnPolicyEngine:
@@ -106,7 +106,7 @@ class OnPolicyEngine:
         # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
         rec = recurrent(agent)
         state = rec.initial_hidden_state(n) if rec is not None else None
-        for steps in rollout_plan(num_steps, agent.learn_step, n):
+        for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
             buf = self.rollout_buffer(agent, steps, n, obs)
             for t in range(steps):
                 if rec is None:
@@ -129,7 +129,7 @@ class OnPolicyEngine:
                 valid = ~done  # a finished sub-env spends its next step auto-resetting
             obs_t = agent.obs_tensor(obs)
             last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
-            buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
+            buf.compute_returns_and_advantages(last_value, valid, agent.spec.gamma, agent.spec.gae_lambda)
             stats = dict(agent.learn(buf))
             agent.steps += steps * n
             agent.vec_steps += steps
@@ -170,7 +170,7 @@ class MultiAgentOnPolicyEngine:
         episodes = EpisodeReturns(n, key="train_score")
         stats: dict[str, list[float]] = {}
         ids = agent.agent_ids
-        for steps in rollout_plan(num_steps, agent.learn_step, n):
+        for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
             bufs = {a: self.rollout_buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device) for a in ids}
             for t in range(steps):
                 out, env_actions = agent.act_for_rollout(obs)
@@ -195,7 +195,7 @@ class MultiAgentOnPolicyEngine:
                     b = bufs[a]
                     reward = rewards[a].astype(np.float32)
                     if a in boot:
-                        reward = reward + agent.gamma * boot[a] * cut[a]
+                        reward = reward + agent.spec.gamma * boot[a] * cut[a]
                     b.rewards[t] = reward
                     stop = ended[a] | ~acted[a]
                     b.terminated[t] = stop  # a cut was bootstrapped through the reward above
@@ -206,7 +206,7 @@ class MultiAgentOnPolicyEngine:
             last_values = agent.values(obs)
             ones = np.ones(n, dtype=np.float32)
             for a in ids:
-                bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.gamma, agent.gae_lambda)
+                bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.spec.gamma, agent.spec.gae_lambda)
             for k, v in agent.learn({a: bufs[a].flat() for a in ids}).items():
                 stats.setdefault(k, []).append(v)
             agent.steps += steps * n

@@ -76,12 +76,6 @@ class A2C(GymAlgorithm):
             opt = torch.optim.Adam(self.parameters(), lr=self.spec.lr, eps=1e-5)
         self.optimizers = {"optimizer": opt}
 
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        # Mutation and checkpoints set hyperparameters by name: the spec, which this class reads, follows.
-        if name in type(self.spec).model_fields:
-            self.spec = self.spec.model_copy(update={name: new})
-        super()._on_hyperparameter_change(name, old, new)
-
     # --- the policy -------------------------------------------------------------------------------
     def log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``actions`` and entropy of the policy whose head gave ``out``."""

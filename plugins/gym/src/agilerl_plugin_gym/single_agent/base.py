@@ -47,10 +47,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     #: Learning-rate hyperparameter -> optimizer names it applies to.
     lr_optimizers: ClassVar[dict[str, tuple[str, ...]]] = {"lr": ("optimizer",)}
 
-    # Hyperparameters every single-agent algorithm has (set from the spec by AlgorithmBase).
-    gamma: float
-    batch_size: int
-    learn_step: int
+    # Hyperparameters are read from ``self.spec`` (the algorithm's spec class; never copied here).
 
     def __init__(
         self,
@@ -94,8 +91,8 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         self.targets.copy_online()
 
     def soft_update(self, tau: float | None = None) -> None:
-        """Polyak-average every target network towards its online one (``tau`` default: ``self.tau``)."""
-        self.targets.soft(float(getattr(self, "tau", 1.0) if tau is None else tau))
+        """Polyak-average every target network towards its online one (``tau`` default: ``self.spec.tau``)."""
+        self.targets.soft(float(getattr(self.spec, "tau", 1.0) if tau is None else tau))
 
     def make_optimizer(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
         """Adam over ``params`` (call it from :meth:`build_optimizers`)."""
@@ -115,12 +112,15 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         return torch.as_tensor(obs, device=self.device)
 
     # --- hyperparameters --------------------------------------------------------------------------
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        for opt_name in self.lr_optimizers.get(name, ()):
-            opt = self.optimizers.get(opt_name)
-            if opt is not None:
-                for group in opt.param_groups:
-                    group["lr"] = float(new)
+    def on_spec_change(self, old: Any, changed: frozenset[str]) -> None:
+        """A new learning rate goes into its optimizers' parameter groups (Adam's moments are kept);
+        every other hyperparameter is read from ``self.spec`` where it is used."""
+        for name in changed:
+            for opt_name in self.lr_optimizers.get(name, ()):
+                opt = self.optimizers.get(opt_name)
+                if opt is not None:
+                    for group in opt.param_groups:
+                        group["lr"] = float(getattr(self.spec, name))
 
     # --- evolution --------------------------------------------------------------------------------
     def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:

@@ -84,7 +84,8 @@ class SAC(GymAlgorithm):
             initial = float(str(spec.ent_coef).partition("_")[2] or 1.0)
             log_alpha = torch.full((1,), math.log(initial), device=self.device)
             self.extra_params = {"log_ent_coef": nn.Parameter(log_alpha)}
-        self.target_entropy = -float(self.act_dim) if spec.target_entropy == "auto" else float(spec.target_entropy)
+        #: The learned coefficient's entropy target (``target_entropy: auto`` is -dim(A)).
+        self.entropy_target = -float(self.act_dim) if spec.target_entropy == "auto" else float(spec.target_entropy)
         self.build_optimizers()
         self.gradient_updates = 0
 
@@ -96,12 +97,6 @@ class SAC(GymAlgorithm):
         }
         if self.learn_alpha:
             self.optimizers["ent_coef"] = self.make_optimizer([self.extra_params["log_ent_coef"]], self.spec.lr_actor)
-
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        # Mutation and checkpoints set hyperparameters by name: the spec, which this class reads, follows.
-        if name in type(self.spec).model_fields:
-            self.spec = self.spec.model_copy(update={name: new})
-        super()._on_hyperparameter_change(name, old, new)
 
     # --- the policy -------------------------------------------------------------------------------
     def mean_log_std(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,7 +196,7 @@ class SAC(GymAlgorithm):
         alpha = self.alpha()  # the value before this step's update serves both losses below
         if self.learn_alpha:
             log_alpha = self.extra_params["log_ent_coef"]
-            alpha_loss = -(log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            alpha_loss = -(log_alpha * (log_prob.detach() + self.entropy_target)).mean()
             self._step("ent_coef", alpha_loss)
             stats["ent_coef_loss"] = alpha_loss.detach()
         stats["ent_coef"] = alpha

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models.base import Mutable
 from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.sections.training import rl_training
@@ -22,7 +23,6 @@ from agilerl_plugin_gym.spec_base import (
 )
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
-    RL_HPO_RANGES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
@@ -165,16 +165,6 @@ class PPOSpec(GymAlgorithmSpec):
     space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **RL_HPO_RANGES,
-        "learn_step": (512, 8192),
-        "gae_lambda": (0.8, 0.99),
-        "clip_coef": (0.05, 0.35),
-        "ent_coef": (1e-3, 0.1),
-        "vf_coef": (0.1, 1.0),
-        "max_grad_norm": (0.1, 5.0),
-        "update_epochs": (1, 10),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     upstream_notes: ClassVar[dict[str, str]] = {
         "action_std_init": "AgileRL's meaning (initial log-std, any float); default -0.51 (std 0.6).",
@@ -186,22 +176,28 @@ class PPOSpec(GymAlgorithmSpec):
     }
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
-    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout.")] = 4096
-    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step.")] = 64
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages).")] = 0.95
+    learn_step: Annotated[
+        int, Field(ge=1, description="Env steps (all envs together) per rollout."), Mutable(512, 8192)
+    ] = 4096
+    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step."), Mutable(8, 512)] = 64
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    gae_lambda: Annotated[
+        float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages)."), Mutable(0.8, 0.99)
+    ] = 0.95
     action_std_init: float = Field(
         default=-0.5108,
         description="Initial log-std of the Gaussian policy (Box actions), as in AgileRL; -0.51 is std 0.6.",
     )
-    clip_coef: Annotated[float, Field(gt=0, description="PPO ratio clip range (and value clip range).")] = 0.2
-    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.01
-    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
-    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
+    clip_coef: Annotated[
+        float, Field(gt=0, description="PPO ratio clip range (and value clip range)."), Mutable(0.05, 0.35)
+    ] = 0.2
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient."), Mutable(1e-3, 0.1)] = 0.01
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient."), Mutable(0.1, 1.0)] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip."), Mutable(0.1, 5.0)] = 0.5
     target_kl: Annotated[
         float | None, Field(gt=0, description="Stop the update epochs early when approx KL exceeds this.")
     ] = None
-    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
+    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout."), Mutable(1, 10)] = 4
     share_encoders: bool = Field(default=True, description="Actor and critic share one encoder.")
     normalize_advantages: bool = Field(default=True, description="Normalise advantages per minibatch.")
     clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
@@ -255,15 +251,15 @@ class QLearningSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(RL_HPO_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
 
     learn_step: Annotated[
         int,
         Field(ge=1, description="Env steps per gradient step: below num_envs means several updates per vector step."),
+        Mutable(1, 10),
     ] = 5
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 1e-3
 
 
 class DQNSpec(QLearningSpec):
@@ -293,7 +289,6 @@ class DDPGSpec(GymAlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
     space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**RL_HPO_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -303,11 +298,13 @@ class DDPGSpec(GymAlgorithmSpec):
 
     # One gradient step per env step (SB3's and CleanRL's TD3/DDPG): AgileRL's 5 left a minimal TD3
     # Pendulum-v1 manifest unlearnt after 20k steps; with 1 it scores -114 by then (test_defaults.py).
-    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 1
-    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
-    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate.")] = 1e-3
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
-    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor (and target) update.")] = 2
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN)."), Mutable(1, 10)] = 1
+    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 1e-3
+    policy_freq: Annotated[
+        int, Field(ge=1, description="Critic updates per actor (and target) update."), Mutable(1, 10)
+    ] = 2
     O_U_noise: bool = Field(default=True, description="Ornstein-Uhlenbeck exploration noise (else Gaussian).")
     expl_noise: Annotated[float, Field(ge=0, description="Exploration noise scale (fraction of action range).")] = 0.1
     mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
@@ -326,7 +323,7 @@ class DDPGSpec(GymAlgorithmSpec):
 class TD3Spec(DDPGSpec):
     """Twin Delayed DDPG: twin critics, target policy smoothing, delayed policy updates."""
 
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 5e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 5e-3
     policy_noise: Annotated[float, Field(ge=0, description="Target policy smoothing noise (fraction of range).")] = 0.2
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
 
@@ -394,8 +391,8 @@ class SACSpec(GymAlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
     space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
-    # tau and gamma are mutable when named in mutation.rl_hp_selection; a fixed float ent_coef too.
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**RL_HPO_RANGES, "ent_coef": (1e-3, 0.5)}
+    # tau and gamma are mutable when named in mutation.rl_hp_selection (a fixed float ent_coef is not
+    # mutable: "auto" is a string, and a range for a str | float field would mutate nothing).
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
 
@@ -405,13 +402,18 @@ class SACSpec(GymAlgorithmSpec):
         Field(ge=1, description="Env steps (all envs together) per gradient step, as DQN/TD3: below num_envs "
               "several gradient steps run per vector step. SB3's train_freq F and gradient_steps G with n envs "
               "are learn_step = F * n / G."),
+        Mutable(1, 10),
     ] = 1  # fmt: skip
-    batch_size: Annotated[int, Field(ge=1, description="Transitions per gradient step.")] = 256
+    batch_size: Annotated[int, Field(ge=1, description="Transitions per gradient step."), Mutable(8, 512)] = 256
     lr_actor: Annotated[
-        float, Field(gt=0, description="Actor learning rate (also the entropy coefficient's, as SB3).")
+        float,
+        Field(gt=0, description="Actor learning rate (also the entropy coefficient's, as SB3)."),
+        Mutable(6.25e-5, 1e-2),
     ] = 3e-4
-    lr_critic: Annotated[float, Field(gt=0, description="Critics' learning rate.")] = 3e-4
-    tau: Annotated[float, Field(gt=0, le=1, description="Polyak rate of the target critics.")] = 5e-3
+    lr_critic: Annotated[float, Field(gt=0, description="Critics' learning rate."), Mutable(6.25e-5, 1e-2)] = 3e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Polyak rate of the target critics."), Mutable(1e-4, 1e-2)] = (
+        5e-3
+    )
     ent_coef: float | str = Field(
         default="auto",
         description="Entropy coefficient alpha: a positive float (fixed), 'auto' (learned, from 1.0) or "
@@ -439,30 +441,25 @@ class A2CSpec(GymAlgorithmSpec):
     space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **{k: v for k, v in RL_HPO_RANGES.items() if k != "batch_size"},
-        "learn_step": (8, 512),
-        "gae_lambda": (0.8, 1.0),
-        "ent_coef": (0.0, 0.05),
-        "vf_coef": (0.1, 1.0),
-        "max_grad_norm": (0.1, 5.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef")
 
     learn_step: Annotated[
         int,
         Field(ge=1, description="Env steps (all envs together) per rollout and update: SB3's n_steps x num_envs "
               "(40 is SB3's 5 steps x 8 envs)."),
+        Mutable(8, 512),
     ] = 40  # fmt: skip
-    lr: Annotated[float, Field(gt=0, description="Learning rate (SB3's default 7e-4).")] = 7e-4
+    lr: Annotated[float, Field(gt=0, description="Learning rate (SB3's default 7e-4)."), Mutable(6.25e-5, 1e-2)] = 7e-4
     optimizer: Literal["rmsprop", "adam"] = Field(
         default="rmsprop",
         description="rmsprop: torch's RMSprop with alpha 0.99, eps 1e-5 (SB3's use_rms_prop: true); adam: Adam, eps 1e-5.",
     )
-    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (1: plain n-step returns, SB3's).")] = 1.0
-    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.0
-    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
-    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
+    gae_lambda: Annotated[
+        float, Field(ge=0, le=1, description="GAE lambda (1: plain n-step returns, SB3's)."), Mutable(0.8, 1.0)
+    ] = 1.0
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient."), Mutable(0.0, 0.05)] = 0.0
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient."), Mutable(0.1, 1.0)] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip."), Mutable(0.1, 5.0)] = 0.5
     normalize_advantages: bool = Field(default=False, description="Normalise the rollout's advantages (SB3: off).")
     action_std_init: float = Field(
         default=0.0, description="Initial log-std of the Gaussian policy (Box actions); SB3's log_std_init 0."

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models.base import Mutable
 from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 from agilerl_plugin_llm.training_fields import llm_training
@@ -38,7 +39,7 @@ class DatasetLLMSpec(PluginLLMSpec):
     #: ``"module:attr"`` of the function that builds its env (``make_llm_env``'s signature).
     env_factory: ClassVar[str] = "agilerl_plugin_llm.dataset.env:make_llm_env"
 
-    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration.")] = 16
+    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration."), Mutable(1, 32)] = 16
 
     @model_validator(mode="after")
     def _dataset_checks(self) -> DatasetLLMSpec:
@@ -84,14 +85,9 @@ class SFTSpec(DatasetLLMSpec):
 
     objective: ClassVar[str] = "sft"
     has_reference: ClassVar[bool] = False
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-5
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-5
     use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
         False
     )
@@ -101,21 +97,18 @@ class DPOSpec(DatasetLLMSpec):
     """Direct Preference Optimization (Rafailov et al. 2023) with an optional NLL term on chosen."""
 
     objective: ClassVar[str] = "preference"
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-        "beta": (0.01, 0.5),
-        "nll_alpha": (0.1, 2.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-6
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-6
     beta: Annotated[
-        float, Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref).")
+        float,
+        Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref)."),
+        Mutable(0.01, 0.5),
     ] = 0.1
     nll_alpha: Annotated[
-        float, Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style).")
+        float,
+        Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style)."),
+        Mutable(0.1, 2.0),
     ] = 1.0
 
 
@@ -150,14 +143,9 @@ class RewardModelSpec(DatasetLLMSpec):
     objective: ClassVar[str] = "preference"
     env_factory: ClassVar[str] = "agilerl_plugin_llm.dataset.reward_env:make_reward_env"
     has_reference: ClassVar[bool] = False
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 1e-5
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 1e-5
     center_rewards_coefficient: Annotated[
         float | None,
         Field(ge=0.0, description="TRL's centering term: adds coefficient * (r_chosen + r_rejected)^2 to each "

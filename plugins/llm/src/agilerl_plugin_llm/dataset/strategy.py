@@ -45,7 +45,7 @@ class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
         return make_env(  # type: ignore[no-any-return]
             env_spec,
             tokenizer,
-            data_batch_size_per_gpu=algo.batch_size,
+            data_batch_size_per_gpu=algo.batch_size,  # type: ignore[attr-defined]
             max_context_length=algo.max_model_len,  # type: ignore[attr-defined]
             seed=seed if seed is not None else algo.seed,  # type: ignore[attr-defined]
         )
@@ -64,7 +64,7 @@ class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
         totals: dict[str, float] = {}
         for i in range(num_steps):
             t0 = time.perf_counter()
-            batch = run.env.next_batch(int(agent.batch_size))
+            batch = run.env.next_batch(int(agent.spec.batch_size))
             for key, value in agent.learn(batch).items():
                 totals[key] = totals.get(key, 0.0) + value
             totals["iteration_s"] = totals.get("iteration_s", 0.0) + time.perf_counter() - t0

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models.base import Spec
+from agilerl.models.base import Mutable, Spec
 from agilerl.registry import resolve
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
@@ -31,18 +31,6 @@ _VLLM_CHECKS = "agilerl_plugin_llm.rollout.vllm_engine"
 def _vllm_check(name: str) -> Any:
     return resolve(f"{_VLLM_CHECKS}:{name}", what="vLLM check")
 
-
-#: Default mutation ranges shared by the rollout family (AgileRL's LLM ranges).
-ROLLOUT_HPO_RANGES: dict[str, tuple[float, float]] = {
-    "batch_size": (1, 32),
-    "lr": (1e-7, 1e-5),
-    "clip_coef": (0.05, 0.35),
-    "max_grad_norm": (0.01, 10.0),
-    "beta": (1e-4, 1e-2),
-    "update_epochs": (1, 10),
-    "temperature": (0.1, 1.0),
-    "group_size": (4, 16),
-}
 
 # Inherited LLMAlgorithmSpec fields that change generation and that no backend here implements.
 _UNSUPPORTED_GENERATION_FIELDS = {
@@ -158,10 +146,11 @@ class RolloutLLMSpec(PluginLLMSpec):
 
     regime: ClassVar[str] = "rollout"
     default_env_type: ClassVar[str] = "rollout"
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = ROLLOUT_HPO_RANGES
 
     temperature: Annotated[
-        float, Field(ge=0.0, description="Sampling temperature while collecting rollouts (0: greedy).")
+        float,
+        Field(ge=0.0, description="Sampling temperature while collecting rollouts (0: greedy)."),
+        Mutable(0.1, 1.0),
     ] = 0.9
     top_p: Annotated[float, Field(gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")] = 1.0
     top_k: Annotated[int, Field(ge=0, description="Sample among the k most likely tokens (0: off).")] = 50
@@ -410,12 +399,14 @@ class GRPOSpec(RolloutLLMSpec):
     the k3 estimator) towards the reference policy.
     """
 
-    group_size: Annotated[int, Field(ge=2, description="Completions sampled per prompt (the group).")] = 8
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-7
+    group_size: Annotated[
+        int, Field(ge=2, description="Completions sampled per prompt (the group)."), Mutable(4, 16)
+    ] = 8
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-5)] = 5e-7
     clip_coef: Annotated[
         float | tuple[float, float],
         Field(description="Clip range of the importance ratio: a scalar c clips to [1 - c, 1 + c]; a pair "
-                          "[low, high] gives the ratio bounds themselves (asymmetric, e.g. DAPO's clip-higher)."),
+                          "[low, high] gives the ratio bounds themselves (asymmetric, e.g. DAPO's clip-higher)."), Mutable(0.05, 0.35),
     ] = 0.2  # fmt: skip
     adv_norm: Annotated[
         Literal["mean_only", "mean_std", "mean_batch_std"],
@@ -556,10 +547,12 @@ class LLMREINFORCESpec(RolloutLLMSpec):
     ``update_epochs > 1`` the ratio to the sampling policy is clipped like PPO (``clip_coef``).
     """
 
-    temperature: Annotated[float, Field(ge=0.0)] = 1.0
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-7
-    clip_coef: Annotated[float, Field(ge=0.0, description="Clip range of the importance ratio.")] = 0.2
+    temperature: Annotated[float, Field(ge=0.0), Mutable(0.1, 1.0)] = 1.0
+    max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 1.0
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-5)] = 5e-7
+    clip_coef: Annotated[
+        float, Field(ge=0.0, description="Clip range of the importance ratio."), Mutable(0.05, 0.35)
+    ] = 0.2
     gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount across turns.")] = 1.0
     baseline: Annotated[
         Literal["batch_mean", "none"], Field(description="Subtract the batch's mean return (lower variance).")
@@ -573,25 +566,22 @@ class LLMPPOSpec(RolloutLLMSpec):
     ``gamma`` across turns, ``gae_lambda`` across tokens); clipped-ratio policy loss plus
     ``vf_coef`` x the value loss, and the k3 KL to the reference (``beta``)."""
 
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **ROLLOUT_HPO_RANGES,
-        "lr_actor": (1e-7, 1e-5),
-        "lr_critic": (1e-7, 1e-3),
-        "vf_coef": (0.1, 1.0),
-        "gae_lambda": (0.8, 1.0),
-    }
-
-    temperature: Annotated[float, Field(ge=0.0)] = 1.0
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
+    temperature: Annotated[float, Field(ge=0.0), Mutable(0.1, 1.0)] = 1.0
+    max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 1.0
     lr_actor: Annotated[
         float,
         Field(gt=0.0, validation_alias=AliasChoices("lr_actor", "lr"), description="AdamW lr of the policy."),
+        Mutable(1e-7, 1e-5),
     ] = 5e-7
-    lr_critic: Annotated[float, Field(gt=0.0, description="AdamW lr of the value head.")] = 5e-5
-    clip_coef: Annotated[float, Field(ge=0.0, le=1.0, description="Clip range of the importance ratio.")] = 0.2
-    vf_coef: Annotated[float, Field(ge=0.0, description="Weight of the value loss.")] = 0.5
+    lr_critic: Annotated[float, Field(gt=0.0, description="AdamW lr of the value head."), Mutable(1e-7, 1e-3)] = 5e-5
+    clip_coef: Annotated[
+        float, Field(ge=0.0, le=1.0, description="Clip range of the importance ratio."), Mutable(0.05, 0.35)
+    ] = 0.2
+    vf_coef: Annotated[float, Field(ge=0.0, description="Weight of the value loss."), Mutable(0.1, 1.0)] = 0.5
     gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount across turns (tokens of a turn: 1).")] = 1.0
-    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0, description="GAE lambda across policy tokens.")] = 0.95
+    gae_lambda: Annotated[
+        float, Field(ge=0.0, le=1.0, description="GAE lambda across policy tokens."), Mutable(0.8, 1.0)
+    ] = 0.95
     whiten_advantages: Annotated[bool, Field(description="Normalise advantages over the batch's tokens.")] = True
     kl_clamp: Annotated[float | None, Field(gt=0.0, description="Clamp the per-token k3 KL estimate.")] = 10.0
     advantage_granularity: Annotated[
@@ -608,7 +598,6 @@ class LLMPPOSpec(RolloutLLMSpec):
 
 
 __all__ = [
-    "ROLLOUT_HPO_RANGES",
     "CISPOSpec",
     "LLMPPOSpec",
     "GRPOSpec",
