@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import AgileRLError
+from agilerl_plugin_llm.chat import is_conversational
 
 log = logging.getLogger("agilerl.llm.rewards")
 
@@ -306,7 +307,7 @@ class BatchReward:
             return
         rows = [t.info["reward_row"] for t in todo]
         prompts = [r["prompt"] for r in rows]
-        conversational = [isinstance(p, list) for p in prompts]
+        conversational = [is_conversational(p) for p in prompts]
         completions: list[Any] = [
             [{"role": "assistant", "content": r["completion"]}] if conv else r["completion"]
             for r, conv in zip(rows, conversational, strict=True)
