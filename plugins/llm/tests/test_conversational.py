@@ -79,6 +79,10 @@ def test_a_list_of_plain_values_is_a_standard_column_a_prompt_template_formats(t
     path = _jsonl(tmp_path / "rows.jsonl", [{"question": [1, 2, 3], "answer": "6"}])
     text, _, _ = _prompt_text(tokenizer, _rollout(path, prompt_template={"user_0": "Use {question}"}))
     assert text == "<|im_start|>user\nUse [1, 2, 3]<|im_end|>\n<|im_start|>assistant\n"
+    from agilerl_plugin_llm.check_data import chat_row_problem
+
+    assert chat_row_problem({"question": [1, 2, 3], "answer": "6"}, "rollout") is None  # validation agrees
+    assert "not a {role, content}" in str(chat_row_problem({"prompt": [{"content": "a"}]}, "rollout"))
 
 
 @pytest.mark.parametrize(
