@@ -74,6 +74,17 @@ def test_standard_prompts_still_render_as_one_user_message(tokenizer: Any, tmp_p
     assert text == "<|im_start|>user\nsay eight<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_a_list_of_plain_values_is_a_standard_column_a_prompt_template_formats(tokenizer: Any, tmp_path: Path) -> None:
+    """Countdown's rows (AgileRL's grpo.yaml): ``question`` is a list of numbers, not a conversation."""
+    path = _jsonl(tmp_path / "rows.jsonl", [{"question": [1, 2, 3], "answer": "6"}])
+    text, _, _ = _prompt_text(tokenizer, _rollout(path, prompt_template={"user_0": "Use {question}"}))
+    assert text == "<|im_start|>user\nUse [1, 2, 3]<|im_end|>\n<|im_start|>assistant\n"
+    from agilerl_plugin_llm.check_data import chat_row_problem
+
+    assert chat_row_problem({"question": [1, 2, 3], "answer": "6"}, "rollout") is None  # validation agrees
+    assert "not a {role, content}" in str(chat_row_problem({"prompt": [{"content": "a"}]}, "rollout"))
+
+
 @pytest.mark.parametrize(
     ("prompt", "needle"),
     [

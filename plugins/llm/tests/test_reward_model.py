@@ -61,6 +61,18 @@ def reward_manifest(model_dir: Path, data: Path, run_dir: Path, **training: Any)
     }
 
 
+def one_logit_model(model_dir: Path, out: Path, seed: int = 0) -> Path:
+    """A real (untrained) reward model: the tiny model under a fresh one-logit head, with its tokenizer."""
+    from transformers import AutoModelForSequenceClassification
+
+    from agilerl_plugin_llm.model import load_tokenizer
+
+    torch.manual_seed(seed)  # the new head's initial weights
+    AutoModelForSequenceClassification.from_pretrained(model_dir, num_labels=1).save_pretrained(out)
+    load_tokenizer(model_dir).save_pretrained(out)
+    return out
+
+
 def _evals(run_dir: Path, key: str) -> list[float]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [r[key] for r in rows if key in r]
@@ -242,15 +254,89 @@ def test_reward_model_refuses_fields_it_would_not_use(field: str, value: Any) ->
 
 
 def test_a_non_finite_score_is_an_error_naming_the_completion(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from transformers import AutoModelForSequenceClassification
-
-    from agilerl_plugin_llm.model import load_tokenizer
     from agilerl_plugin_llm.reward_model import RewardModelError, RewardModelScorer
 
-    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(tmp_path / "rm")
-    load_tokenizer(tiny_model_dir).save_pretrained(tmp_path / "rm")
-    scorer = RewardModelScorer(str(tmp_path / "rm"))
+    scorer = RewardModelScorer(str(one_logit_model(tiny_model_dir, tmp_path / "rm")))
     with torch.no_grad():
         scorer.model.score.weight.fill_(float("nan"))
     with pytest.raises(RewardModelError, match="scored completion 0 as nan"):
         scorer([_chat("say cat")], ["cat please."])
+
+
+LENGTH_REWARD = "def length(completions, **kwargs):\n    return [float(len(c[0]['content'])) for c in completions]\n"
+
+
+def test_reward_funcs_and_a_reward_model_score_each_completion_as_their_weighted_sum(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """TRL's reward_funcs with a reward model among them: one weight each, the model's last; the
+    completions log shows each part."""
+    from agilerl.training.trainer import LocalTrainer
+    from agilerl_plugin_llm.model import load_tokenizer
+    from agilerl_plugin_llm.reward_model import RewardModelScorer
+
+    rm = one_logit_model(tiny_model_dir, tmp_path / "rm")
+    (tmp_path / "rewards.py").write_text(LENGTH_REWARD, encoding="utf-8")
+    rows = [{"prompt": _chat(f"say {w}")} for w in WORDS]
+    prompts = _jsonl(tmp_path / "prompts.jsonl", rows)
+    manifest = {
+        "algorithm": {"name": "GRPO", "batch_size": 2, "group_size": 2, "lr": 0.01, "beta": 0.0,
+                      "max_output_tokens": 6, "temperature": 1.0, "gradient_checkpointing": False,
+                      "log_completions_steps": 1},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "max_context_length": 96},
+        "environment": {"env_type": "rollout", "dataset_path": str(prompts), "reward_model": str(rm),
+                        "reward_funcs": [f"{tmp_path / 'rewards.py'}:length"], "reward_weights": [0.5, 2.0]},
+        "training": {"max_steps": 1, "evo_steps": 1, "seed": 0, "progress": False, "run_dir": str(tmp_path / "run")},
+    }  # fmt: skip
+    LocalTrainer(load_manifest(manifest)).train()
+    logged = [json.loads(line) for line in (tmp_path / "run" / "completions.jsonl").read_text().splitlines()]
+    assert len(logged) == 4  # the whole batch of one iteration
+    tokenizer = load_tokenizer(tiny_model_dir)
+    rendered = {tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True): r["prompt"]
+                for r in rows}  # fmt: skip
+    scorer = RewardModelScorer(str(rm))
+    for r in logged:
+        assert set(r["rewards"]) == {"length", "reward_model"}
+        assert r["rewards"]["length"] == float(len(r["completion"]))
+        # the reward model's part is its own score of the row's messages + the completion
+        expected = scorer([rendered[r["prompt"]]], [r["completion"]])[0]
+        assert r["rewards"]["reward_model"] == pytest.approx(expected, abs=1e-4)
+        assert r["reward"] == pytest.approx(0.5 * r["rewards"]["length"] + 2.0 * r["rewards"]["reward_model"], abs=1e-4)
+    assert len({round(r["rewards"]["reward_model"], 4) for r in logged}) > 1  # it scores each completion
+
+
+def test_reward_weights_cover_the_reward_model_last_as_trl(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from agilerl_plugin_llm.reward_model import reward_model_func
+    from agilerl_plugin_llm.specs import LLMEnvSpec
+
+    env = {"env_type": "rollout", "dataset_path": str(tmp_path / "x.jsonl"), "reward_model": str(tmp_path)}
+    with pytest.raises(ValidationError, match=re.escape("one per reward_funcs entry (1), then the reward_model's")):
+        LLMEnvSpec(**env, reward_funcs=["r.py:length"], reward_weights=[1.0])
+    with pytest.raises(ValidationError, match="reward_model would name two reward sources"):
+        LLMEnvSpec(**env, reward_funcs=["r.py:reward_model"])
+    with pytest.raises(ValidationError, match="1 weights for 2 reward sources"):
+        LLMEnvSpec(**env, reward_funcs=["r.py:length"], reward_weights=[3.0])
+    spec = LLMEnvSpec(**env, reward_weights=[3.0])  # the reward model alone: one weight
+    assert spec.reward_weights == [3.0]
+    assert reward_model_func(LLMEnvSpec(env_type="rollout", dataset_path=str(tmp_path / "x.jsonl"))) is None
+
+
+def test_a_rubric_file_and_a_reward_model_are_one_way_of_scoring_too(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from agilerl.errors import ManifestError
+    from agilerl.models import validate_manifest
+
+    prompts = _jsonl(tmp_path / "prompts.jsonl", [{"prompt": _chat("say cat")}])
+    rubric = tmp_path / "rubric.py"
+    rubric.write_text("def reward_fn(completion, answer, question):\n    return 1.0\n", encoding="utf-8")
+    data = {
+        "algorithm": {"name": "GRPO", "batch_size": 2, "group_size": 2},
+        "network": {"pretrained_model_name_or_path": str(tiny_model_dir), "max_context_length": 96},
+        "environment": {"env_type": "rollout", "dataset_path": str(prompts), "rubric_file_path": str(rubric),
+                        "reward_model": str(one_logit_model(tiny_model_dir, tmp_path / "rm"))},
+    }  # fmt: skip
+    with pytest.raises(ManifestError) as err:
+        validate_manifest(data)
+    text = "\n".join(str(p) for p in err.value.problems)
+    assert "environment.rubric_file_path: reward_model already score the completions" in text, text

@@ -88,15 +88,18 @@ def check_conversation(messages: Any, where: str, *, first: int = 0) -> list[dic
 
 
 def prompt_messages(value: Any, where: str) -> list[dict[str, Any]] | None:
-    """A rollout prompt as messages (None for a standard text prompt). Generation follows it, so it
-    must end with a user (or tool) message; text holding a JSON message list is refused."""
+    """A rollout prompt as messages (None for a standard prompt: text, or a list holding no mapping, such
+    as a column of numbers a ``prompt_template`` formats). A list with a mapping in it is a
+    conversation, checked as one. Generation follows it, so it must end with a user (or tool)
+    message; text holding a JSON message list is refused."""
     if looks_like_json_messages(value):
         raise ConversationError(
             f"{where} is text holding a JSON list of messages (a CSV cell cannot hold a list, and the policy would "
             "read the list as text); store conversational rows as .jsonl, .parquet or a save_to_disk directory"
         )
-    if not isinstance(plain(value), list):
-        return None
+    value = plain(value)
+    if not isinstance(value, list) or not any(isinstance(m, Mapping) for m in value):
+        return None  # text, or a list of plain values (Countdown's numbers): a standard prompt's column
     messages = check_conversation(value, where)
     if messages[-1]["role"] not in ("user", "tool"):
         raise ConversationError(

@@ -249,6 +249,8 @@ def chat_row_problem(row: dict[str, Any], objective: str, mapping: dict[str, str
         if looks_like_json_messages(value):
             return (f"column {actual!r} is text holding a JSON list of messages (a CSV cell cannot hold a list); "
                     "store conversational rows as .jsonl, .parquet or a save_to_disk directory")  # fmt: skip
+        if objective == "rollout" and isinstance(value, list) and not any(isinstance(m, dict) for m in value):
+            continue  # a list of plain values (Countdown's numbers) is a standard column a prompt_template formats
         if isinstance(value, list):
             why = conversation_problem(value)
             if why:

@@ -250,12 +250,11 @@ def _definition_problem(name: str, node: ast.AST | None) -> str | None:
 def rubric_problems(spec: Any) -> list[tuple[str, str]]:
     """``(field, why)`` for the rubric of a dataset-backed rollout env (the file is parsed, not run)."""
     path_value = getattr(spec, "rubric_file_path", None)
-    if not path_value and getattr(spec, "reward_model", None):
-        return []  # the reward model alone scores the completions
     if not path_value:
         return [("rubric_file_path", "required with dataset rows: a Python file defining "
                  f"reward_fn({', '.join(RUBRIC_CALL)}) -> float (another name: set rubric_name); or "
-                 "reward_funcs: ['module:function', ...], batched functions the TRL way")]  # fmt: skip
+                 "reward_funcs: ['module:function', ...], batched functions the TRL way, or reward_model: a "
+                 "local reward model directory")]  # fmt: skip
     path = Path(str(path_value)).expanduser()
     if not path.exists():
         return [("rubric_file_path", f"no such file: {path_value} (relative to {Path.cwd()})")]

@@ -7,11 +7,12 @@ scores a prompt and its completion, as TRL's reward models do.
   error if it has none, never a stringified list); a standard (text) prompt is the plain text
   ``prompt + completion`` followed by the end-of-sequence token, as TRL's RewardTrainer tokenises
   standard rows.
-* **As a reward source** (``environment.reward_model: DIR``): :class:`RewardModelScorer` scores a
-  whole batch of completions at once on the rollout device; :func:`score_batch` adds its score to
-  each dataset-row episode's reward after the rollout (``info["rewards"]["reward_model"]`` keeps it).
-  The scorer is also a TRL-style batched reward callable, ``scorer(prompts=..., completions=...)
-  -> list[float]``.
+* **As a reward source** (``environment.reward_model: DIR``): :class:`RewardModelScorer` is a
+  TRL-style batched reward callable, ``scorer(prompts=..., completions=...) -> list[float]``, that
+  scores a whole batch of completions at once on the rollout device. :func:`reward_model_func`
+  makes it one of the run's batched reward functions (beside ``reward_funcs``, weighted by
+  ``reward_weights``), so each dataset-row episode's reward is the weighted sum after the rollout
+  and ``info["rewards"]["reward_model"]`` keeps its score.
 * **Validation** (:func:`reward_model_problems`, standard library only): the directory is a model
   transformers can load, its ``architectures`` is a sequence classifier and its head is one logit
   (``num_labels`` from ``config.json``; a config without ``id2label`` has transformers' default of 2).
@@ -210,72 +211,32 @@ def scorer_for(path: str) -> RewardModelScorer:
     return _SCORERS[key]
 
 
-def with_reward_model(make_env: Any, spec: Any, source_field: str) -> Any:
-    """``make_env`` whose envs carry the spec's reward model (``env.agilerl_reward_model``: a name no user
-    env would hold for itself), for :func:`score_batch`."""
-    path = getattr(spec, "reward_model", None)
-    if not path:
-        return make_env
-    if source_field not in ("dataset", "dataset_path", "hf_dataset_id"):
-        raise RewardModelError(f"{FIELD}: a reward model scores dataset rows' completions (dataset_path, "
-                               "hf_dataset_id or dataset); an env scores its own replies")  # fmt: skip
-    scorer = scorer_for(str(path))
-
-    def make() -> Any:
-        env = make_env()
-        env.agilerl_reward_model = scorer
-        return env
-
-    return make
-
-
 def reward_model_func(spec: Any) -> tuple[str, float, RewardModelScorer] | None:
     """``(name, weight, fn)`` of the spec's reward model as a TRL-style batched reward function
-    (``fn(prompts=..., completions=..., **columns) -> list[float]``), or None when it names none: the
-    form a registry of batched reward sources takes."""
+    (``fn(prompts=..., completions=..., **columns) -> list[float]``), or None when it names none.
+
+    The weight is the last of ``reward_weights`` (after one per ``reward_funcs`` entry: in TRL a reward
+    model is one of ``reward_funcs``, weighted in ``reward_weights``), else 1. It joins the batched
+    reward sources (:data:`agilerl_plugin_llm.rollout.reward_funcs.REWARD_SOURCES`) under the name
+    ``reward_model``, which is its key in each episode's ``info["rewards"]`` and in completions.jsonl.
+    """
     path = getattr(spec, "reward_model", None)
-    return ("reward_model", 1.0, scorer_for(str(path))) if path else None
-
-
-def episode_texts(harness: Any) -> tuple[Any, str] | None:
-    """``(prompt, completion)`` of a finished single-turn dataset episode (None: nothing was generated).
-    The prompt is the row's messages when it is conversational, else the user message as rendered."""
-    messages = list(getattr(harness, "messages", []) or [])
-    if not messages or messages[-1].get("role") != "assistant":
+    if not path:
         return None
-    conversation = getattr(harness.env, "prompt_messages", None)
-    if conversation:
-        return list(conversation), str(messages[-1]["content"])
-    user = next((m["content"] for m in reversed(messages[:-1]) if m.get("role") == "user"), "")
-    return str(user), str(messages[-1]["content"])
-
-
-def score_batch(harnesses: Sequence[Any], trajs: Sequence[Any]) -> None:
-    """Add each episode's reward model score to its reward (one batched call per reward model)."""
-    groups: dict[int, tuple[RewardModelScorer, list[tuple[Any, Any, str]]]] = {}
-    for harness, traj in zip(harnesses, trajs, strict=True):
-        scorer = getattr(harness.env, "agilerl_reward_model", None)
-        texts = episode_texts(harness) if scorer is not None else None
-        if scorer is not None and texts is not None:
-            groups.setdefault(id(scorer), (scorer, []))[1].append((traj, *texts))
-    for scorer, items in groups.values():
-        values = scorer([p for _, p, _ in items], [c for _, _, c in items])
-        for (traj, _, _), value in zip(items, values, strict=True):
-            traj.rewards = [*traj.rewards[:-1], (traj.rewards[-1] if traj.rewards else 0.0) + float(value)]
-            traj.info.setdefault("rewards", {})["reward_model"] = float(value)
+    weights = list(getattr(spec, "reward_weights", None) or [])
+    index = len(getattr(spec, "reward_funcs", None) or [])
+    weight = float(weights[index]) if index < len(weights) else 1.0
+    return "reward_model", weight, scorer_for(str(path))
 
 
 __all__ = [
     "RewardModelError",
     "RewardModelScorer",
     "encode_reward_input",
-    "episode_texts",
     "num_labels",
     "pad_batch",
     "reward_model_func",
     "reward_model_problems",
-    "score_batch",
     "scorer_for",
-    "with_reward_model",
     "sequence_scores",
 ]

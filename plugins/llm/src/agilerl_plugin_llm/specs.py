@@ -189,8 +189,8 @@ class LLMEnvSpec(EnvSpec):
     ] = None  # fmt: skip
     reward_weights: Annotated[
         list[float] | None,
-        Field(description="Weights of the functions listed in rubric_name, or of reward_funcs (default 1 each); "
-                          "the reward is the weighted sum."),
+        Field(description="Weights of the functions listed in rubric_name, or of reward_funcs followed by the "
+                          "reward_model's when it is set, as in TRL (default 1 each); the reward is the weighted sum."),
     ] = None  # fmt: skip
     max_reward: float | None = None
     train_test_split: Annotated[
@@ -265,8 +265,9 @@ class LLMEnvSpec(EnvSpec):
         str | None,
         Field(description="Rollout reward from a local AutoModelForSequenceClassification directory with one "
                           "output (e.g. an exported RewardModel run): it scores each prompt + completion in "
-                          "batches on the rollout device, chat-templated when the rows are conversational, "
-                          "and its score adds to the rubric's (without rubric_file_path it is the reward)."),
+                          "batches on the rollout device, chat-templated when the rows are conversational: "
+                          "one more batched reward function beside reward_funcs (its weight is the last of "
+                          "reward_weights). Instead of rubric_file_path."),
     ] = None  # fmt: skip
 
     @model_validator(mode="after")
@@ -309,7 +310,7 @@ class LLMEnvSpec(EnvSpec):
         names = self.rubric_name
         if names is not None and (not names or any(not n for n in ([names] if isinstance(names, str) else names))):
             raise ValueError("rubric_name: give a function name (or a non-empty list / mapping of them)")
-        if self.reward_funcs is not None:
+        if self.reward_funcs is not None or self.reward_model:
             self._check_reward_funcs()
         elif self.reward_weights is not None:
             if isinstance(names, dict):
@@ -346,15 +347,29 @@ class LLMEnvSpec(EnvSpec):
         return self
 
     def _check_reward_funcs(self) -> None:
-        funcs = self.reward_funcs or []
-        if not funcs or not all(isinstance(f, str) and ":" in f for f in funcs):
+        """The batched reward sources: ``reward_funcs``, then the reward model, each with one weight (as in
+        TRL, where a reward model is one of ``reward_funcs`` and has its weight in ``reward_weights``)."""
+        funcs = self.reward_funcs
+        if funcs is not None and (not funcs or not all(isinstance(f, str) and ":" in f for f in funcs)):
             raise ValueError("reward_funcs: give a list of 'module:function' (or 'path/to/file.py:function') names")
-        if self.reward_weights is not None and len(self.reward_weights) != len(funcs):
+        funcs = funcs or []
+        count = len(funcs) + (1 if self.reward_model else 0)
+        if self.reward_weights is not None and len(self.reward_weights) != count:
+            if self.reward_model:
+                raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {count} reward sources: "
+                                 f"one per reward_funcs entry ({len(funcs)}), then the reward_model's (as TRL, where "
+                                 "a reward model is one of reward_funcs)")  # fmt: skip
             raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {len(funcs)} reward "
                              "function(s) in reward_funcs")  # fmt: skip
-        if self.rubric_name is not None:
+        if funcs and self.rubric_name is not None:
             raise ValueError("rubric_name names functions of rubric_file_path; with reward_funcs list every "
                              "function there")  # fmt: skip
+        names = [str(f).rpartition(":")[2] for f in funcs] + (["reward_model"] if self.reward_model else [])
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"reward_funcs: {', '.join(repeated)} would name two reward sources (each function's "
+                             "value is logged under its name, the reward model's as reward_model); give the "
+                             "functions distinct names")  # fmt: skip
 
     @property
     def has_rows(self) -> bool:

@@ -24,7 +24,6 @@ import torch
 from agilerl_plugin_llm import distributed
 from agilerl_plugin_llm.algorithms.base import LLMAlgorithm, slice_batch, trim_padding
 from agilerl_plugin_llm.envs import EnvAtCapacity
-from agilerl_plugin_llm.reward_model import score_batch
 from agilerl_plugin_llm.rollout.completions_log import completion_records, completions_due
 from agilerl_plugin_llm.rollout.generation import (
     GenerationBackend,
@@ -84,9 +83,7 @@ def collect(
             for i in started:
                 harnesses[i].close()
         wave += 1
-    trajs = [t for t in out if t is not None]
-    score_batch(harnesses, trajs)  # environment.reward_model: one batched call per reward model
-    return trajs
+    return [t for t in out if t is not None]
 
 
 _warned_no_room = False
@@ -372,7 +369,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             trajs = collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
                             generation_seed=generation_seed, logprobs=logprobs)  # fmt: skip
             scorer = getattr(harnesses[0].env, "batch_reward", None) if harnesses else None
-            if scorer is not None:  # batched reward functions (reward_funcs): the whole batch at once
+            if scorer is not None:  # batched reward sources (reward_funcs, reward_model): the whole batch at once
                 scorer.score(trajs)
             return trajs
         finally:

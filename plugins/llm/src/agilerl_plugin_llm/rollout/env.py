@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agilerl_plugin_llm.reward_model import with_reward_model
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, load_chat_template, stop_token_ids
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, build_source
 
@@ -23,7 +22,6 @@ def _factory(
     split: str,
 ) -> tuple[Callable[[], RolloutHarness], int]:
     make_env, source_turns, field = build_source(spec, seed=seed, split=split)
-    make_env = with_reward_model(make_env, spec, field)  # environment.reward_model: scored in batches
     spec_turns = getattr(spec, "max_turns", None)
     max_turns = int(spec_turns or source_turns or 1)
     if field == "env_url" and spec_turns is None and source_turns is None:

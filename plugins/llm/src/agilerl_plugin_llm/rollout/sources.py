@@ -60,11 +60,7 @@ def unsupported_fields(spec: Any, source_field: str) -> list[tuple[str, str]]:
     out = [(f, why) for f, why in UNSUPPORTED_ROLLOUT_FIELDS.items() if _is_set(getattr(spec, f, None))]
     if getattr(spec, "strict_chat_template_boundary", None) is False:
         out.append(("strict_chat_template_boundary", "turn boundaries are always rendered token-exactly (strict)"))
-    if source_field not in ("dataset", "dataset_path", "hf_dataset_id"):
-        from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set
-
-        out += [(f, "scores dataset rows (dataset_path, hf_dataset_id or dataset); an env scores its own replies")
-                for f in batched_sources_set(spec)]  # fmt: skip
+    out += batched_source_problems(spec, source_field)
     if source_field != "env_url":
         out += [
             (f, "only applies to env_url (OpenEnv) sources")
@@ -72,6 +68,17 @@ def unsupported_fields(spec: Any, source_field: str) -> list[tuple[str, str]]:
             if _is_set(getattr(spec, f, None))
         ]
     return out
+
+
+def batched_source_problems(spec: Any, source_field: str) -> list[tuple[str, str]]:
+    """``(field, why)`` for batched reward sources (``reward_funcs``, ``reward_model``) set on a source
+    that is not dataset rows: they score rows' completions, and an env scores its own replies."""
+    if source_field in ("dataset", "dataset_path", "hf_dataset_id"):
+        return []
+    from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set
+
+    return [(f, "scores dataset rows (dataset_path, hf_dataset_id or dataset); an env scores its own replies")
+            for f in batched_sources_set(spec)]  # fmt: skip
 
 
 def check_supported(spec: Any, source_field: str) -> None:
@@ -144,7 +151,7 @@ def select_source(spec: Any) -> RolloutSource:
         fields = sorted({*table, "env_url"})
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
-            f"{', '.join(fields)} (dataset rows also need rubric_file_path or reward_funcs)"
+            f"{', '.join(fields)} (dataset rows also need rubric_file_path, reward_funcs or reward_model)"
         )
     if len(builds) > 1:
         raise RolloutSourceError(
@@ -156,6 +163,9 @@ def select_source(spec: Any) -> RolloutSource:
 def build_source(spec: Any, *, seed: int | None = None, split: str = "train") -> tuple[MakeEnv, int | None, str]:
     """``(make_env, max_turns, field)`` for ``spec``'s source. ``split`` reaches sources that take it."""
     source = select_source(spec)
+    batched = batched_source_problems(spec, source.field)  # any source, a plugin's too
+    if batched:
+        raise RolloutSourceError(f"environment.{batched[0][0]}: {batched[0][1]}")
     build = source.resolve()
     kwargs: dict[str, Any] = {"seed": seed}
     try:
@@ -302,11 +312,9 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
     """The reward ``(completion, answer, question) -> float`` from ``rubric_file_path``: the function
     ``rubric_name`` names, or the weighted sum of the ones it lists (``reward_weights``)."""
     path = getattr(spec, "rubric_file_path", None) or getattr(spec, "reward_file_path", None)
-    if not path and getattr(spec, "reward_model", None):
-        return _reward_model_only  # the reward model alone scores (agilerl_plugin_llm.reward_model.score_batch)
     if not path:
         raise RolloutSourceError(
-            "environment.rubric_file_path: dataset rows need a rubric: a Python file defining "
+            "environment.rubric_file_path: dataset rows need a reward (or reward_funcs / reward_model): a Python file defining "
             "reward_fn(completion, answer, question) -> float"
         )
     named = getattr(spec, "reward_functions", None) or [(getattr(spec, "rubric_name", None) or "reward_fn", 1.0)]
@@ -337,10 +345,6 @@ def rubric_parts(rubric: Any, completion: str, answer: Any, question: Any) -> di
         name: (weight, as_reward(fn(completion, answer, question), f"{name}(completion, answer, question)"))
         for name, weight, fn in rubric.parts
     }
-
-
-def _reward_model_only(completion: str, answer: Any, question: Any) -> float:
-    return 0.0
 
 
 def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple[str | None, str, str | None]:
@@ -439,7 +443,7 @@ class RubricEnv:
     ) -> None:
         self.rows = rows
         self.rubric = rubric
-        #: Batched reward functions (``reward_funcs``): the reply is scored with its batch after the
+        #: Batched reward sources (``reward_funcs``, ``reward_model``): the reply is scored with its batch after the
         #: rollout (:class:`~agilerl_plugin_llm.rollout.reward_funcs.BatchReward`), not here.
         self.batch_reward = batch_reward
         self.user_prompt = ""
@@ -543,7 +547,7 @@ def _no_rubric(completion: str, answer: Any, question: Any) -> float:  # pragma:
 
 
 def _batched_reward(spec: Any, max_reward: float | None) -> Any:
-    """The shared batched scorer when the spec names batched reward sources (``reward_funcs``, ...)."""
+    """The shared batched scorer when the spec names batched reward sources (``reward_funcs``, ``reward_model``)."""
     from agilerl_plugin_llm.rollout.reward_funcs import BatchReward, batched_sources_set, build_reward_funcs
 
     fields = batched_sources_set(spec)
