@@ -216,12 +216,12 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
     from agilerl import checkpoint
     from agilerl.models.manifest import read_manifest_file, validate_manifest
     from agilerl.training.resume import describe_diff, manifest_diff, require_trust
-    from agilerl.training.rundir import resume_point
+    from agilerl.training.rundir import describe_state, resume_point
     from agilerl.training.trainer import LocalTrainer
 
-    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or the run directory's newest state
     if path != Path(args.resume) and not quiet:
-        print(f"resuming from {path}", file=sys.stderr)
+        print(f"resuming from {path} (the newest state in {args.resume}: {describe_state(payload)})", file=sys.stderr)
     args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
@@ -368,7 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
     p.add_argument("manifest", nargs="?", help="YAML or JSON manifest")
-    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file (or a run dir: its newest)")
+    p.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue from a checkpoint file (or a run dir: its newest state by generation and step count)",
+    )
     p.add_argument("--run-dir", help="where metrics and the elite go")
     p.add_argument("--device", help="cpu, cuda, auto (overrides training.device)")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
