@@ -304,8 +304,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if clash:
         print(f"warning: {clash}", file=sys.stderr)
     infos = plugin_infos()
+    clashes = _clashes()
     if args.json:
-        _print_json([i.as_dict() for i in infos])
+        rows = [i.as_dict() for i in infos]
+        for row in rows:
+            row["clashes"] = [{"kind": kind, "name": name, "providers": who} for kind, name, who in clashes
+                              if row["name"] in who]  # fmt: skip
+        _print_json(rows)
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
@@ -313,7 +318,23 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
         print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
+    for kind, name, who in clashes:
+        from agilerl.registry import provider_variable
+
+        print(
+            f"clash: {kind} {name!r} is registered by {' and '.join(map(repr, who))}: only that name is ambiguous; "
+            f"pick one with name: {who[0]}:{name} in the manifest or {provider_variable(name)}={who[0]}"
+        )
     return 0
+
+
+def _clashes() -> list[tuple[str, str, list[str]]]:
+    """``(kind, name, providers)`` for each name two plugins register (algorithms, env types)."""
+    from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+
+    return [
+        (table.kind, name, who) for table in (MANIFEST_REGISTRY, ENV_TYPES) for name, who in table.clashes().items()
+    ]
 
 
 def cmd_algorithms(args: argparse.Namespace) -> int:
@@ -321,7 +342,8 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
 
     rows = [
         {"name": e.key, "spec": f"{e.value.__module__}.{e.value.__qualname__}", "paradigm": e.value.paradigm,
-         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider}
+         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider,
+         "ambiguous": e.extra.get("ambiguous")}
         for e in MANIFEST_REGISTRY.entries()
         if not e.value.not_supported  # known names a plugin refuses: not trainable, not listed
     ]  # fmt: skip
