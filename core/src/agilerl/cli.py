@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl import __version__
-from agilerl.errors import AgileRLError, ManifestError
+from agilerl.errors import AgileRLError, ManifestError, TrainingInterrupted
 
 
 def _print_json(obj: Any) -> None:
@@ -590,6 +590,9 @@ def _main(argv: list[str]) -> int:
             parser.print_help()
             return 2
         return int(args.handler(args) or 0)
+    except TrainingInterrupted as exc:  # the user's choice, not an error: what was kept and how to go on
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
     except AgileRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

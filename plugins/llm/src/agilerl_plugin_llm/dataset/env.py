@@ -34,6 +34,7 @@ import torch
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_llm.model import check_chat_template
+from agilerl_plugin_llm.quiet import quiet_progress_bars
 from agilerl_plugin_llm.specs import LLMEnvSpec
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ def _offline() -> Iterator[None]:
 def load_local_dataset(path: Path, what: str, *, recursive: bool = False) -> Any:
     """A local dataset: a data file, a folder of data files, or a ``save_to_disk`` directory."""
     import datasets
+
+    quiet_progress_bars()
 
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "state.json").exists():
@@ -138,6 +141,8 @@ def load_cached_dataset(name: str, what: str, *, config: str | None = None) -> A
     with ``huggingface-cli download --repo-type dataset <id>``) read from its data files.
     """
     import datasets
+
+    quiet_progress_bars()
 
     try:
         with _offline():
