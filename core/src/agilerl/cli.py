@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl import __version__
-from agilerl.errors import AgileRLError, ManifestError, TrainingInterrupted
+from agilerl.errors import AgileRLError, ManifestError, Problem, TrainingInterrupted
 
 
 def _print_json(obj: Any) -> None:
@@ -50,10 +50,34 @@ def _parse_set(values: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``over`` (from ``--set``) laid onto ``base``: each override changes what it names and nothing
+    more. One that would replace more is refused, naming what it would drop: a mapping replaced by
+    a value (``--set algorithm=DQN`` drops every other algorithm field), or a value replaced by a
+    mapping (``--set environment.env_config.x=1`` where ``env_config`` names a file). ``null``
+    removes what it names (``--set mutation=null``)."""
     merged = dict(base)
+    if not prefix and isinstance(merged.get("algorithm"), str) and isinstance(over.get("algorithm"), dict):
+        merged["algorithm"] = {"name": merged["algorithm"]}  # `algorithm: PPO` is short for {name: PPO}
+    problems: list[Problem] = []
     for k, v in over.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+        path, old = f"{prefix}{k}", merged.get(k)
+        if isinstance(v, dict) and isinstance(old, dict):
+            merged[k] = _merge(old, v, f"{path}.")
+            continue
+        if isinstance(old, dict) and old and v is not None:
+            fields = ", ".join(sorted(map(str, old)))
+            key = "name" if "name" in old else next(iter(old))
+            problems.append(Problem(f"--set {path}", (
+                f"would replace the whole {path} mapping ({fields}) with {v!r}; set the field you mean, "
+                f"e.g. --set {path}.{key}={v}")))  # fmt: skip
+        elif isinstance(v, dict) and old is not None:
+            problems.append(Problem(f"--set {path}", (
+                f"{path} is {old!r} in the manifest, not a mapping: --set {path}.{next(iter(v), '')} would replace "
+                f"it with a mapping; set {path} itself")))  # fmt: skip
+        merged[k] = v
+    if problems:
+        raise ManifestError(problems, source="--set")
     return merged
 
 

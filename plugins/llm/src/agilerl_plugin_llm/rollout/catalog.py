@@ -99,10 +99,53 @@ def missing_dataset(spec: Any) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
+def _first_row_columns(path: Path) -> set[str] | None:
+    """The column names of a local .jsonl/.csv file's first row (None: another format, or unreadable
+    here: the rows' own checks say why)."""
+    import csv
+    import json
+
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            if path.suffix.lower() == ".csv":
+                return set(next(csv.reader(fh), []))
+            if path.suffix.lower() == ".jsonl":
+                for line in fh:
+                    if line.strip():
+                        row = json.loads(line)
+                        return set(row) if isinstance(row, dict) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None
+
+
+def catalog_column_problems(spec: Any) -> list[tuple[str, str]]:
+    """A local ``dataset_path`` standing in for a catalog env's dataset must hold the columns the
+    catalog's rubric and prompt template read (else the run trains on, and is scored from, nothing)."""
+    entry = CATALOG.get(str(getattr(spec, "name", "") or "").lower())
+    given = getattr(spec, "dataset_path", None)
+    if entry is None or not given:
+        return []
+    path = Path(str(given)).expanduser()
+    columns = _first_row_columns(path) if path.is_file() else None
+    if columns is None:
+        return []
+    lacking = [c for c in entry.columns if c not in columns]
+    if not lacking:
+        return []
+    return [(
+        "dataset_path",
+        f"{str(given)!r} stands in for the catalog env {spec.name!r}'s dataset, but its rows have no "
+        f"{', '.join(map(repr, lacking))} column (they have {', '.join(map(repr, sorted(columns)))}); the catalog's "
+        f"rubric and prompt template read {', '.join(map(repr, entry.columns))}: rename the columns to those",
+    )]  # fmt: skip
+
+
 def dataset_source_problems(spec: Any) -> list[tuple[str, str]]:
-    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
-    rows' and rubric's own checks (:func:`agilerl_plugin_llm.check_data.rollout_source_problems`)."""
-    missing = missing_dataset(spec)
+    """The dataset rollout source's validation check: a catalog dataset that is not here, or a local
+    copy without the catalog's columns, else the rows' and rubric's own checks
+    (:func:`agilerl_plugin_llm.check_data.rollout_source_problems`)."""
+    missing = missing_dataset(spec) or catalog_column_problems(spec)
     if missing:
         return missing
     from agilerl_plugin_llm.check_data import rollout_source_problems
@@ -110,4 +153,5 @@ def dataset_source_problems(spec: Any) -> list[tuple[str, str]]:
     return rollout_source_problems(spec)
 
 
-__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "dataset_source_problems", "missing_dataset"]
+__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "catalog_column_problems", "dataset_source_problems",
+           "missing_dataset"]  # fmt: skip

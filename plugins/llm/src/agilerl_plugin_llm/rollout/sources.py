@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agilerl.errors import AgileRLError
+from agilerl.errors import AgileRLError, closest
 from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import HookTable, resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
+from agilerl_plugin_llm.rollout.catalog import CATALOG
 from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
 
 MakeEnv = Callable[[], TextEnv]
@@ -136,6 +137,14 @@ def select_source(spec: Any) -> RolloutSource:
     builds = {id(table[f].build): table[f] for f in present}
     if not builds:
         fields = sorted({*table, "env_url"})
+        name = str(getattr(spec, "name", "") or "")
+        hint = closest(name, CATALOG) if name else None
+        if hint is not None:  # a misspelt catalog name: it named no catalog env, so nothing was filled in
+            raise RolloutSourceError(
+                f"environment.name: {name!r} is not a catalog env; did you mean {hint!r}? "
+                f"(catalog: {', '.join(sorted(CATALOG))}; any other rollout env needs one source: "
+                f"{', '.join(fields)})"
+            )
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
             f"{', '.join(fields)} (dataset rows also need rubric_file_path)"

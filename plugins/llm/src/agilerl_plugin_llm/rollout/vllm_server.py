@@ -50,6 +50,7 @@ from agilerl_plugin_llm.rollout.generation import (
     _cut,
     vllm_sampling_kwargs,
 )
+from agilerl_plugin_llm.rollout.specs import http_url_problem
 
 
 def completion_request(
@@ -191,6 +192,9 @@ class VLLMServerBackend:
         export_dir: str | None = None,
         lora: bool = True,
     ) -> None:
+        problem = http_url_problem(base_url)
+        if problem is not None:  # another scheme never answers: refused now, not after server_timeout
+            raise GenerationError(f"vllm_server_url: {problem}")
         self.base_url = base_url.rstrip("/")
         self.stop_ids = list(stop_ids)
         self.timeout = float(timeout)
