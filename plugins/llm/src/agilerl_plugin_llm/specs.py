@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from agilerl.errors import Problem
+from agilerl.errors import Problem, closest
 from agilerl.models import EnvSpec, Spec
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
@@ -359,11 +360,48 @@ def quantization_problem(value: Any) -> str | None:
     if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
         return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
                 "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
+    if isinstance(value, Mapping) and (unknown := _unknown_bnb_keys(value)):
+        # BitsAndBytesConfig keeps an unknown key as an attribute and quantizes by its defaults
+        # (bnb_4bit_quant_typ: nf4 would train fp4): refused by name instead.
+        known = _bnb_arguments()
+        hints = [f"{k!r}" + (f" (did you mean {hint!r}?)" if (hint := closest(k, known)) else "") for k in unknown]
+        return (f"quantization: transformers.BitsAndBytesConfig takes no {', '.join(hints)}; "
+                f"its arguments are {', '.join(sorted(known))}")  # fmt: skip
     if importlib.util.find_spec("bitsandbytes") is None:
         return ("quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs the "
                 "bitsandbytes package, which is not installed here: pip install 'agilerl-plugin-llm[qlora]'. "
                 "Remove it (or set quantization: none) to train in full precision")  # fmt: skip
     return None
+
+
+def _bnb_arguments() -> set[str]:
+    """The named arguments of ``transformers.BitsAndBytesConfig.__init__``, read from the source of
+    the installed transformers (parsed, not imported: validation imports no heavy package)."""
+    import ast
+
+    try:
+        spec = importlib.util.find_spec("transformers")  # the top package only: nothing is imported
+    except (ImportError, ValueError):
+        return set()
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    source = Path(next(iter(spec.submodule_search_locations))) / "utils" / "quantization_config.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "BitsAndBytesConfig":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = [*item.args.posonlyargs, *item.args.args, *item.args.kwonlyargs]
+                    return {a.arg for a in args if a.arg != "self"}
+    return set()
+
+
+def _unknown_bnb_keys(mapping: Mapping[str, Any]) -> list[str]:
+    known = _bnb_arguments()
+    return [str(k) for k in mapping if k not in known] if known else []
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:

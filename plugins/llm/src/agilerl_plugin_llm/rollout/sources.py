@@ -29,7 +29,7 @@ from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import HookTable, resolve
 from agilerl_plugin_llm.envs import TextEnv, as_reward
 from agilerl_plugin_llm.rollout.catalog import CATALOG
-from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
+from agilerl_plugin_llm.rollout.gem_envs import gem_config_problem, import_gem, uses_gem
 
 MakeEnv = Callable[[], TextEnv]
 Build = Callable[..., tuple[MakeEnv, "int | None"]]
@@ -473,6 +473,9 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
     factory_ref = getattr(spec, "factory", None)
     if uses_gem(factory_ref) or uses_gem(entrypoint):
         import_gem()  # before load_object imports it: GEM's import would double every log line
+        problem = gem_config_problem(entrypoint, config) if config and uses_gem(factory_ref) else None
+        if problem is not None:
+            raise RolloutSourceError(f"environment.env_config: {problem}")
     if factory_ref:
         factory = load_object(factory_ref, "factory")
 
