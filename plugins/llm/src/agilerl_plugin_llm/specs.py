@@ -516,13 +516,18 @@ class PluginLLMSpec(LLMAlgorithmSpec):
     ] = False  # fmt: skip
 
 
-def model_path_problems(name_or_path: str | None) -> list[Problem]:
+def model_path_problems(name_or_path: str | None, lora_config: Any = None) -> list[Problem]:
     """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
     can load (config, tokenizer, readable weights), read without transformers
-    (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
-    from agilerl_plugin_llm.check_inputs import model_problems
+    (:func:`agilerl_plugin_llm.check_inputs.model_problems`); then that ``lora_config.target_modules``
+    names modules the model has."""
+    from agilerl_plugin_llm.check_inputs import lora_target_problems, model_problems
 
-    return model_problems(name_or_path)
+    problems = model_problems(name_or_path)
+    if not problems and lora_config is not None:
+        targets = getattr(lora_config, "target_modules", "all-linear")
+        problems = lora_target_problems(name_or_path, targets, "network.lora_config.target_modules")
+    return problems
 
 
 __all__ = [

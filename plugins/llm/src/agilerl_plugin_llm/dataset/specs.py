@@ -59,7 +59,7 @@ class DatasetLLMSpec(PluginLLMSpec):
             from agilerl_plugin_llm.check_data import dataset_problems
 
             problems += dataset_problems(env, type(self).objective)
-        problems += model_path_problems(self.pretrained_model_name_or_path)
+        problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         mutation = manifest.mutation
         if (
             llm_training(manifest).num_epochs is not None

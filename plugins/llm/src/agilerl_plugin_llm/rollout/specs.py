@@ -372,7 +372,7 @@ class RolloutLLMSpec(PluginLLMSpec):
                     problems.append(Problem(f"environment.{name}", why))
         from agilerl_plugin_llm.specs import model_path_problems
 
-        problems += model_path_problems(self.pretrained_model_name_or_path)
+        problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",
