@@ -99,24 +99,65 @@ def missing_dataset(spec: Any) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
-def _first_row_columns(path: Path) -> set[str] | None:
-    """The column names of a local .jsonl/.csv file's first row (None: another format, or unreadable
-    here: the rows' own checks say why)."""
+def _first_row(path: Path) -> dict[str, Any] | None:
+    """A local .jsonl/.csv file's first row (None: another format, or unreadable here: the rows' own
+    checks say why)."""
     import csv
     import json
 
     try:
         with path.open(encoding="utf-8", newline="") as fh:
             if path.suffix.lower() == ".csv":
-                return set(next(csv.reader(fh), []))
+                return next(csv.DictReader(fh), None)
             if path.suffix.lower() == ".jsonl":
                 for line in fh:
                     if line.strip():
                         row = json.loads(line)
-                        return set(row) if isinstance(row, dict) else None
+                        return row if isinstance(row, dict) else None
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return None
+
+
+def _first_row_columns(path: Path) -> set[str] | None:
+    row = _first_row(path)
+    return None if row is None else set(row)
+
+
+def rubric_probe_problems(spec: Any) -> list[tuple[str, str]]:
+    """The rubric called once on the first row of a local dataset file with an empty completion, as
+    the run calls it before any model loads (docs/llm.md, "Rubrics"): a rubric that raises, or
+    returns something that is not a number, is refused at validation too. (The rubric file is the
+    manifest's own code, imported as the run imports it.)"""
+    given = getattr(spec, "dataset_path", None)
+    functions = list(getattr(spec, "reward_functions", None) or [])
+    if not given or getattr(spec, "columns", None) or len(functions) > 1:
+        return []  # a column mapping or several weighted functions: the run's own probe checks them
+    path = Path(str(given)).expanduser()
+    row = _first_row(path) if path.is_file() else None
+    if row is None:
+        return []
+    from agilerl.errors import AgileRLError
+    from agilerl_plugin_llm.envs import as_reward
+    from agilerl_plugin_llm.rollout.sources import ANSWER_COLUMN, QUESTION_COLUMNS, load_rubric
+
+    try:
+        rubric = load_rubric(spec)
+    except AgileRLError as exc:
+        field, _, why = str(exc).partition(": ")
+        return [(field.removeprefix("environment."), why or str(exc))]
+    name = functions[0][0] if functions else getattr(spec, "rubric_name", None) or "reward_fn"
+    question = next((row[c] for c in QUESTION_COLUMNS if c in row), None)
+    try:
+        value = rubric("", row.get(ANSWER_COLUMN), question)
+    except Exception as exc:
+        return [("rubric_name", f"{name}(completion, answer, question) raised on a probe call with an empty "
+                                f"completion and the first row: {type(exc).__name__}: {exc}")]  # fmt: skip
+    try:
+        as_reward(value, f"{name}(completion, answer, question)")
+    except AgileRLError as exc:
+        return [("rubric_name", str(exc))]
+    return []
 
 
 def catalog_column_problems(spec: Any) -> list[tuple[str, str]]:
@@ -150,8 +191,8 @@ def dataset_source_problems(spec: Any) -> list[tuple[str, str]]:
         return missing
     from agilerl_plugin_llm.check_data import rollout_source_problems
 
-    return rollout_source_problems(spec)
+    return rollout_source_problems(spec) or rubric_probe_problems(spec)
 
 
 __all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "catalog_column_problems", "dataset_source_problems",
-           "missing_dataset"]  # fmt: skip
+           "missing_dataset", "rubric_probe_problems"]  # fmt: skip
