@@ -153,6 +153,11 @@ def select_source(spec: Any) -> RolloutSource:
         raise RolloutSourceError(
             f"environment: a rollout env takes exactly one source, got {', '.join(present)}; keep one of them"
         )
+    if len(present) > 1:  # several fields of one source (dataset_path and hf_dataset_id): one would be ignored
+        raise RolloutSourceError(
+            f"environment: {' and '.join(present)} both name where the rows come from, and only one would be "
+            "read; keep one of them"
+        )
     return next(iter(builds.values()))
 
 
