@@ -53,12 +53,12 @@ def _parse_set(values: Sequence[str]) -> dict[str, Any]:
 def _merge(base: dict[str, Any], over: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``over`` (from ``--set``) laid onto ``base``: each override changes what it names and nothing
     more. One that would replace more is refused, naming what it would drop: a mapping replaced by
-    a value (``--set algorithm=DQN`` drops every other algorithm field), or a value replaced by a
+    a value (``--set algorithm=NAME`` drops every other algorithm field), or a value replaced by a
     mapping (``--set environment.env_config.x=1`` where ``env_config`` names a file). ``null``
     removes what it names (``--set mutation=null``)."""
     merged = dict(base)
     if not prefix and isinstance(merged.get("algorithm"), str) and isinstance(over.get("algorithm"), dict):
-        merged["algorithm"] = {"name": merged["algorithm"]}  # `algorithm: PPO` is short for {name: PPO}
+        merged["algorithm"] = {"name": merged["algorithm"]}  # `algorithm: NAME` is short for {name: NAME}
     problems: list[Problem] = []
     for k, v in over.items():
         path, old = f"{prefix}{k}", merged.get(k)
