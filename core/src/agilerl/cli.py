@@ -19,7 +19,7 @@ from typing import Any
 import agilerl.checkpoint as checkpoint
 from agilerl import __version__
 from agilerl.checks import device_problems
-from agilerl.errors import AgileRLError, ManifestError
+from agilerl.errors import AgileRLError, ManifestError, Problem, TrainingInterrupted
 from agilerl.export import export_policy
 from agilerl.inference import evaluate
 from agilerl.models.manifest import read_manifest_file, validate_manifest
@@ -32,7 +32,7 @@ from agilerl.strategies import check_algorithm
 from agilerl.training import processes
 from agilerl.training.metrics import console_handler
 from agilerl.training.resume import describe_diff, manifest_diff, require_trust
-from agilerl.training.rundir import check_not_in_use, resume_point, run_dir_of
+from agilerl.training.rundir import check_not_in_use, describe_state, resume_point, run_dir_of
 from agilerl.training.trainer import LocalTrainer
 
 
@@ -64,10 +64,34 @@ def _parse_set(values: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``over`` (from ``--set``) laid onto ``base``: each override changes what it names and nothing
+    more. One that would replace more is refused, naming what it would drop: a mapping replaced by
+    a value (``--set algorithm=NAME`` drops every other algorithm field), or a value replaced by a
+    mapping (``--set environment.env_config.x=1`` where ``env_config`` names a file). ``null``
+    removes what it names (``--set mutation=null``)."""
     merged = dict(base)
+    if not prefix and isinstance(merged.get("algorithm"), str) and isinstance(over.get("algorithm"), dict):
+        merged["algorithm"] = {"name": merged["algorithm"]}  # `algorithm: NAME` is short for {name: NAME}
+    problems: list[Problem] = []
     for k, v in over.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+        path, old = f"{prefix}{k}", merged.get(k)
+        if isinstance(v, dict) and isinstance(old, dict):
+            merged[k] = _merge(old, v, f"{path}.")
+            continue
+        if isinstance(old, dict) and old and v is not None:
+            fields = ", ".join(sorted(map(str, old)))
+            key = "name" if "name" in old else next(iter(old))
+            problems.append(Problem(f"--set {path}", (
+                f"would replace the whole {path} mapping ({fields}) with {v!r}; set the field you mean, "
+                f"e.g. --set {path}.{key}={v}")))  # fmt: skip
+        elif isinstance(v, dict) and old is not None:
+            problems.append(Problem(f"--set {path}", (
+                f"{path} is {old!r} in the manifest, not a mapping: --set {path}.{next(iter(v), '')} would replace "
+                f"it with a mapping; set {path} itself")))  # fmt: skip
+        merged[k] = v
+    if problems:
+        raise ManifestError(problems, source="--set")
     return merged
 
 
@@ -215,9 +239,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: bool = False) -> Any:
     """``--resume``: the manifest file given (or the checkpoint's own, if it names no code or is
     trusted), with ``--set`` applied; prints which fields differ from the stored manifest."""
-    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or the run directory's newest state
     if path != Path(args.resume) and not quiet:
-        print(f"resuming from {path}", file=sys.stderr)
+        print(f"resuming from {path} (the newest state in {args.resume}: {describe_state(payload)})", file=sys.stderr)
     args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
@@ -292,8 +316,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if clash:
         print(f"warning: {clash}", file=sys.stderr)
     infos = plugin_infos()
+    clashes = _clashes()
     if args.json:
-        _print_json([i.as_dict() for i in infos])
+        rows = [i.as_dict() for i in infos]
+        for row in rows:
+            row["clashes"] = [{"kind": kind, "name": name, "providers": who} for kind, name, who in clashes
+                              if row["name"] in who]  # fmt: skip
+        _print_json(rows)
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
@@ -301,13 +330,30 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
         print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
+    for kind, name, who in clashes:
+        from agilerl.registry import provider_variable
+
+        print(
+            f"clash: {kind} {name!r} is registered by {' and '.join(map(repr, who))}: only that name is ambiguous; "
+            f"pick one with name: {who[0]}:{name} in the manifest or {provider_variable(name)}={who[0]}"
+        )
     return 0
+
+
+def _clashes() -> list[tuple[str, str, list[str]]]:
+    """``(kind, name, providers)`` for each name two plugins register (algorithms, env types)."""
+    from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+
+    return [
+        (table.kind, name, who) for table in (MANIFEST_REGISTRY, ENV_TYPES) for name, who in table.clashes().items()
+    ]
 
 
 def cmd_algorithms(args: argparse.Namespace) -> int:
     rows = [
         {"name": e.key, "spec": f"{e.value.__module__}.{e.value.__qualname__}", "paradigm": e.value.paradigm,
-         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider}
+         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider,
+         "ambiguous": e.extra.get("ambiguous")}
         for e in MANIFEST_REGISTRY.entries()
         if not e.value.not_supported  # known names a plugin refuses: not trainable, not listed
     ]  # fmt: skip
@@ -348,7 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
     p.add_argument("manifest", nargs="?", help="YAML or JSON manifest")
-    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file (or a run dir: its newest)")
+    p.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue from a checkpoint file (or a run dir: its newest state by generation and step count)",
+    )
     p.add_argument("--run-dir", help="where metrics and the elite go")
     p.add_argument("--device", help="cpu, cuda, auto (overrides training.device)")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
@@ -539,6 +589,9 @@ def _main(argv: list[str]) -> int:
             parser.print_help()
             return 2
         return int(args.handler(args) or 0)
+    except TrainingInterrupted as exc:  # the user's choice, not an error: what was kept and how to go on
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
     except AgileRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -13,7 +13,9 @@ from __future__ import annotations
 #: provides: spec classes and env factories importable from ``agilerl.models``).
 KNOWN_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
     "agilerl-plugin-gym": {
-        "algorithms": ("CQN", "DDPG", "DQN", "IPPO", "MADDPG", "MATD3", "PPO", "RainbowDQN", "TD3"),
+        "algorithms": (
+            "A2C", "CQN", "DDPG", "DQN", "IPPO", "MADDPG", "MATD3", "PPO", "RainbowDQN", "SAC", "TD3", "TQC",
+        ),  # fmt: skip
         "env_types": ("gym", "offline"),
         "paradigms": ("multi_agent", "single_agent"),
         "seed_names": (
@@ -33,7 +35,7 @@ KNOWN_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
         "seed_names": ("BanditEnvSpec", "make_bandit_env"),
     },
     "agilerl-plugin-llm": {
-        "algorithms": ("CISPO", "DPO", "GRPO", "GSPO", "LLMPPO", "LLMREINFORCE", "SFT"),
+        "algorithms": ("CISPO", "DPO", "GRPO", "GSPO", "LLMPPO", "LLMREINFORCE", "RLOO", "RewardModel", "SFT"),
         "env_types": ("dataset", "multiturn", "preference", "reasoning", "rollout", "sft"),
         "paradigms": ("llm",),
         "seed_names": (

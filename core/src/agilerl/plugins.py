@@ -276,6 +276,19 @@ def reset() -> None:
         listener()
 
 
+def plugin_info(name: str) -> PluginInfo | None:
+    """What is known of the plugin registered as ``name`` (None: an in-process object unknown here)."""
+    return _infos.get(name)
+
+
+def describe(name: str) -> str:
+    """``'name' (distribution version)``: a plugin as messages name it."""
+    info = _infos.get(name)
+    if info is None or not info.distribution:
+        return repr(name)
+    return f"{name!r} ({info.distribution} {info.version or ''})".replace(" )", ")")
+
+
 def plugin_module(name: str) -> ModuleType | None:
     pm = get_plugin_manager()
     obj = pm.get_plugin(name)

@@ -58,7 +58,9 @@ def _rollout(agent: A2C, env_id: str, steps: int = 16, n: int = 2) -> RolloutBuf
         obs, reward, term, trunc, _ = env.step(agent.env_action(action))
         buf.rewards[t], buf.terminated[t], buf.dones[t] = reward, term, term | trunc
         valid = ~(term | trunc)
-    buf.compute_returns_and_advantages(agent.value(agent.obs_tensor(obs)), valid, agent.spec.gamma, agent.spec.gae_lambda)
+    buf.compute_returns_and_advantages(
+        agent.value(agent.obs_tensor(obs)), valid, agent.spec.gamma, agent.spec.gae_lambda
+    )
     return buf
 
 

@@ -172,7 +172,7 @@ def test_ctrl_c_stops_every_rank_and_the_checkpoint_resumes_in_two_processes(
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher
     out, err = proc.communicate()
     assert proc.returncode == 130, out + err
-    assert "interrupted; checkpoint written to" in err and "--num-processes 2" in err, err
+    assert "stopped by Ctrl-C, as you asked; checkpoint written to" in err and "--num-processes 2" in err, err
     ckpt = run_dir / "checkpoint_interrupted.pt"
     stopped = torch.load(ckpt, weights_only=True)["agents"][0]["steps"]
     assert stopped >= 3

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
 from agilerl.checks import manifest_problems
-from agilerl.errors import ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
+from agilerl.errors import AmbiguousNameError, ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.composition import (
     ALIASES,
@@ -348,7 +348,7 @@ def _algorithm(
         return None
     try:
         spec_cls = MANIFEST_REGISTRY.get(name)
-    except UnknownNameError as exc:
+    except (UnknownNameError, AmbiguousNameError) as exc:
         problems.append(Problem("algorithm.name", str(exc)))
         return None
     lifted: set[str] = set()
@@ -402,7 +402,7 @@ def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: 
     fields["env_type"] = env_type
     try:
         spec_cls = ENV_TYPES.spec_class(env_type)
-    except UnknownNameError as exc:
+    except (UnknownNameError, AmbiguousNameError) as exc:
         problems.append(Problem("environment.env_type", str(exc)))
         return None
     try:
@@ -491,7 +491,10 @@ def _algorithm_class(data: Mapping[str, Any]) -> type[AlgorithmSpec] | None:
     raw = data.get("algorithm")
     name = raw.get("name") if isinstance(raw, Mapping) else raw
     if isinstance(name, str) and name in MANIFEST_REGISTRY:
-        return MANIFEST_REGISTRY.get(name)
+        try:
+            return MANIFEST_REGISTRY.get(name)
+        except AmbiguousNameError:  # reported once, at algorithm.name
+            return None
     return None
 
 

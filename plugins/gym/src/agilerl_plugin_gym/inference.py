@@ -22,6 +22,7 @@ the greedy action either way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -239,6 +240,11 @@ class SingleAgentInference:
             spec = render_spec(env_spec, "human")
         elif video:
             spec = render_spec(env_spec, "rgb_array")
+            # Frames are drawn off-screen: pygame's SDL needs no display or sound device, and when it
+            # looks for them where there are none it prints a false "Error: XDG_RUNTIME_DIR is
+            # invalid" (and ALSA lines) though the video is fine. A user's own SDL settings stay.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+            os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         env = make_single_env(spec)
         tmp_dir: Path | None = None
         if video:

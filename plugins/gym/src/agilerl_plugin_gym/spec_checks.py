@@ -150,6 +150,13 @@ def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Pro
             f"exploration noise has one vector per env here (environment.num_envs = {num_envs}); "
             "other sizes are not supported yet: remove it",
         ))  # fmt: skip
+    delay = getattr(manifest.training, "learning_delay", None)
+    if delay and delay >= manifest.training.max_steps:
+        problems.append(Problem(
+            "training.learning_delay",
+            f"{delay} is not below training.max_steps ({manifest.training.max_steps}): learning starts after "
+            f"learning_delay steps, so no agent would ever learn; lower it or raise max_steps",
+        ))  # fmt: skip
     return problems
 
 

@@ -23,13 +23,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agilerl.errors import Problem
+from agilerl.errors import AgileRLError, Problem
 from agilerl_plugin_llm.chat import conversation_problem, is_conversational, looks_like_json_messages
 from agilerl_plugin_llm.check_inputs import looks_like_path, rubric_problems
+from agilerl_plugin_llm.envs import as_reward
 from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
 from agilerl_plugin_llm.reward_model import reward_model_problems
-from agilerl_plugin_llm.rollout.catalog import missing_dataset
-from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
+from agilerl_plugin_llm.rollout.catalog import CATALOG, missing_dataset
+from agilerl_plugin_llm.rollout.sources import (
+    ANSWER_COLUMN,
+    QUESTION_COLUMNS,
+    RolloutSourceError,
+    check_prompt_template,
+    load_rubric,
+)
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
@@ -353,16 +360,94 @@ def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     return out
 
 
+def _first_row(path: Path) -> dict[str, Any] | None:
+    """A local .jsonl/.csv file's first row (None: another format, or unreadable here: the rows' own
+    checks say why)."""
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            if path.suffix.lower() == ".csv":
+                return next(csv.DictReader(fh), None)
+            if path.suffix.lower() == ".jsonl":
+                for line in fh:
+                    if line.strip():
+                        row = json.loads(line)
+                        return row if isinstance(row, dict) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None
+
+
+def _first_row_columns(path: Path) -> set[str] | None:
+    row = _first_row(path)
+    return None if row is None else set(row)
+
+
+def rubric_probe_problems(spec: Any) -> list[tuple[str, str]]:
+    """The rubric called once on the first row of a local dataset file with an empty completion, as
+    the run calls it before any model loads (docs/llm.md, "Rubrics"): a rubric that raises, or
+    returns something that is not a number, is refused at validation too. (The rubric file is the
+    manifest's own code, imported as the run imports it.)"""
+    given = getattr(spec, "dataset_path", None)
+    functions = list(getattr(spec, "reward_functions", None) or [])
+    if not given or getattr(spec, "columns", None) or len(functions) > 1:
+        return []  # a column mapping or several weighted functions: the run's own probe checks them
+    path = Path(str(given)).expanduser()
+    row = _first_row(path) if path.is_file() else None
+    if row is None:
+        return []
+    try:
+        rubric = load_rubric(spec)
+    except AgileRLError as exc:
+        field, _, why = str(exc).partition(": ")
+        return [(field.removeprefix("environment."), why or str(exc))]
+    name = functions[0][0] if functions else getattr(spec, "rubric_name", None) or "reward_fn"
+    question = next((row[c] for c in QUESTION_COLUMNS if c in row), None)
+    try:
+        value = rubric("", row.get(ANSWER_COLUMN), question)
+    except Exception as exc:
+        return [("rubric_name", f"{name}(completion, answer, question) raised on a probe call with an empty "
+                                f"completion and the first row: {type(exc).__name__}: {exc}")]  # fmt: skip
+    try:
+        as_reward(value, f"{name}(completion, answer, question)")
+    except AgileRLError as exc:
+        return [("rubric_name", str(exc))]
+    return []
+
+
+def catalog_column_problems(spec: Any) -> list[tuple[str, str]]:
+    """A local ``dataset_path`` standing in for a catalog env's dataset must hold the columns the
+    catalog's rubric and prompt template read (else the run trains on, and is scored from, nothing)."""
+    entry = CATALOG.get(str(getattr(spec, "name", "") or "").lower())
+    given = getattr(spec, "dataset_path", None)
+    if entry is None or not given:
+        return []
+    path = Path(str(given)).expanduser()
+    columns = _first_row_columns(path) if path.is_file() else None
+    if columns is None:
+        return []
+    lacking = [c for c in entry.columns if c not in columns]
+    if not lacking:
+        return []
+    return [(
+        "dataset_path",
+        f"{str(given)!r} stands in for the catalog env {spec.name!r}'s dataset, but its rows have no "
+        f"{', '.join(map(repr, lacking))} column (they have {', '.join(map(repr, sorted(columns)))}); the catalog's "
+        f"rubric and prompt template read {', '.join(map(repr, entry.columns))}: rename the columns to those",
+    )]  # fmt: skip
+
+
 def dataset_source_problems(spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
-    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
-    rows' and rubric's own checks (:func:`rollout_source_problems`), whether conversational rows have a
-    chat template to render them (the manifest names the model), and the reward model's own checks."""
-    missing = missing_dataset(spec)
+    """The dataset rollout source's validation check: a catalog dataset that is not here, or a local copy
+    without the catalog's columns; else the rows' and rubric's own checks (:func:`rollout_source_problems`),
+    whether conversational rows have a chat template to render them (the manifest names the model), the
+    reward model's own checks, and the rubric probed on the first row."""
+    missing = missing_dataset(spec) or catalog_column_problems(spec)
     if missing:
         return missing
     model = getattr(getattr(manifest, "algorithm", None), "pretrained_model_name_or_path", None)
     chat = [(p.path.removeprefix("environment."), p.message) for p in chat_template_problems(spec, model, "rollout")]
-    return rollout_source_problems(spec) + chat + reward_model_problems(getattr(spec, "reward_model", None))
+    problems = rollout_source_problems(spec) + chat + reward_model_problems(getattr(spec, "reward_model", None))
+    return problems or rubric_probe_problems(spec)
 
 
 __all__ = [
@@ -371,7 +456,9 @@ __all__ = [
     "chat_row_problem",
     "chat_template_problems",
     "dataset_problems",
+    "catalog_column_problems",
     "dataset_source_problems",
     "has_chat_template",
     "rollout_source_problems",
+    "rubric_probe_problems",
 ]

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from agilerl.errors import Problem
+from agilerl.errors import Problem, closest
 from agilerl.models.base import EnvSpec, Spec
-from agilerl_plugin_llm.check_inputs import model_problems
+from agilerl_plugin_llm.check_inputs import lora_target_problems, model_problems
 from agilerl_plugin_llm.rollout.catalog import apply_catalog
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
@@ -421,11 +422,48 @@ def quantization_problem(value: Any) -> str | None:
     if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
         return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
                 "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
+    if isinstance(value, Mapping) and (unknown := _unknown_bnb_keys(value)):
+        # BitsAndBytesConfig keeps an unknown key as an attribute and quantizes by its defaults
+        # (bnb_4bit_quant_typ: nf4 would train fp4): refused by name instead.
+        known = _bnb_arguments()
+        hints = [f"{k!r}" + (f" (did you mean {hint!r}?)" if (hint := closest(k, known)) else "") for k in unknown]
+        return (f"quantization: transformers.BitsAndBytesConfig takes no {', '.join(hints)}; "
+                f"its arguments are {', '.join(sorted(known))}")  # fmt: skip
     if importlib.util.find_spec("bitsandbytes") is None:
         return ("quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs the "
                 "bitsandbytes package, which is not installed here: pip install 'agilerl-plugin-llm[qlora]'. "
                 "Remove it (or set quantization: none) to train in full precision")  # fmt: skip
     return None
+
+
+def _bnb_arguments() -> set[str]:
+    """The named arguments of ``transformers.BitsAndBytesConfig.__init__``, read from the source of
+    the installed transformers (parsed, not imported: validation imports no heavy package)."""
+    import ast
+
+    try:
+        spec = importlib.util.find_spec("transformers")  # the top package only: nothing is imported
+    except (ImportError, ValueError):
+        return set()
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    source = Path(next(iter(spec.submodule_search_locations))) / "utils" / "quantization_config.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "BitsAndBytesConfig":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = [*item.args.posonlyargs, *item.args.args, *item.args.kwonlyargs]
+                    return {a.arg for a in args if a.arg != "self"}
+    return set()
+
+
+def _unknown_bnb_keys(mapping: Mapping[str, Any]) -> list[str]:
+    known = _bnb_arguments()
+    return [str(k) for k in mapping if k not in known] if known else []
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
@@ -540,11 +578,16 @@ class PluginLLMSpec(LLMAlgorithmSpec):
     ] = False  # fmt: skip
 
 
-def model_path_problems(name_or_path: str | None) -> list[Problem]:
+def model_path_problems(name_or_path: str | None, lora_config: Any = None) -> list[Problem]:
     """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
     can load (config, tokenizer, readable weights), read without transformers
-    (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
-    return model_problems(name_or_path)
+    (:func:`agilerl_plugin_llm.check_inputs.model_problems`); then that ``lora_config.target_modules``
+    names modules the model has."""
+    problems = model_problems(name_or_path)
+    if not problems and lora_config is not None:
+        targets = getattr(lora_config, "target_modules", "all-linear")
+        problems = lora_target_problems(name_or_path, targets, "network.lora_config.target_modules")
+    return problems
 
 
 __all__ = [

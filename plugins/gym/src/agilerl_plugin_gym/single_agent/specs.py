@@ -117,6 +117,10 @@ def _space_problems(
     except GymEnvError as exc:  # "environment.entrypoint: ..." -> that field's path
         path, sep, message = str(exc).partition(": ")
         return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
+    except (TypeError, ValueError) as exc:
+        if env.env_config:  # options the env's constructor refuses (an unknown key, a wrong type)
+            return [env_config_problem(env, exc)]
+        return []
     except Exception:  # the env's own failure: the run reports it with its traceback
         return []
     from agilerl_plugin_gym.encoder_rules import (  # deferred: gymnasium, loaded only when validation builds an env
@@ -155,6 +159,16 @@ def _space_problems(
     finally:
         made.close()
     return []
+
+
+def env_config_problem(env: GymEnvSpec, exc: Exception) -> Problem:
+    """``environment.env_config`` refused by the env's constructor, said at validation (at train it
+    would be a worker's traceback): an unknown key, or a value of the wrong type."""
+    message = str(exc).split(" was raised from the environment creator")[0]
+    return Problem(
+        "environment.env_config",
+        f"{env.env_id} does not take these options: {type(exc).__name__}: {message}",
+    )
 
 
 class PPOSpec(GymAlgorithmSpec):

@@ -16,6 +16,7 @@ from typing import Any
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_llm.chat import check_conversation, is_conversational, looks_like_json_messages, plain
+from agilerl_plugin_llm.quiet import quiet_progress_bars
 from agilerl_plugin_llm.specs import LLMEnvSpec
 
 #: Columns each objective reads (after ``columns`` remapping). SFT takes either form.
@@ -62,6 +63,8 @@ def _offline() -> Iterator[None]:
 def load_local_dataset(path: Path, what: str, *, recursive: bool = False) -> Any:
     """A local dataset: a data file, a folder of data files, or a ``save_to_disk`` directory."""
     import datasets
+
+    quiet_progress_bars()
 
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "state.json").exists():
@@ -121,6 +124,8 @@ def load_cached_dataset(name: str, what: str, *, config: str | None = None) -> A
     with ``huggingface-cli download --repo-type dataset <id>``) read from its data files.
     """
     import datasets
+
+    quiet_progress_bars()
 
     try:
         with _offline():

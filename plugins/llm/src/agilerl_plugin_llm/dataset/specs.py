@@ -62,7 +62,7 @@ class DatasetLLMSpec(PluginLLMSpec):
         else:
             problems += dataset_problems(env, type(self).objective)
             problems += chat_template_problems(env, self.pretrained_model_name_or_path, type(self).objective)
-        problems += model_path_problems(self.pretrained_model_name_or_path)
+        problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         mutation = manifest.mutation
         if (
             llm_training(manifest).num_epochs is not None

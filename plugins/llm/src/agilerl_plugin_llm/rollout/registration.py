@@ -50,4 +50,6 @@ def register_rollout_sources(register: Any) -> None:
     check = "agilerl_plugin_llm.check_data:dataset_source_problems"
     for field in ("dataset", "dataset_path", "hf_dataset_id"):
         register(field, rows, check=check)
-    register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")
+    # A GEM game's options, checked against the game's own arguments (GEM drops unknown ones).
+    register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source",
+             check="agilerl_plugin_llm.rollout.gem_envs:entrypoint_problems")  # fmt: skip

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agilerl.errors import AgileRLError
+from agilerl.errors import AgileRLError, closest
 from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import HookTable, resolve
 from agilerl_plugin_llm.chat import ConversationError, plain, prompt_messages
 from agilerl_plugin_llm.envs import TextEnv, as_reward
-from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
+from agilerl_plugin_llm.rollout.catalog import CATALOG
+from agilerl_plugin_llm.rollout.gem_envs import gem_config_problem, import_gem, uses_gem
 
 MakeEnv = Callable[[], TextEnv]
 Build = Callable[..., tuple[MakeEnv, "int | None"]]
@@ -149,6 +150,14 @@ def select_source(spec: Any) -> RolloutSource:
     builds = {id(table[f].build): table[f] for f in present}
     if not builds:
         fields = sorted({*table, "env_url"})
+        name = str(getattr(spec, "name", "") or "")
+        hint = closest(name, CATALOG) if name else None
+        if hint is not None:  # a misspelt catalog name: it named no catalog env, so nothing was filled in
+            raise RolloutSourceError(
+                f"environment.name: {name!r} is not a catalog env; did you mean {hint!r}? "
+                f"(catalog: {', '.join(sorted(CATALOG))}; any other rollout env needs one source: "
+                f"{', '.join(fields)})"
+            )
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
             f"{', '.join(fields)} (dataset rows also need rubric_file_path, reward_funcs or reward_model)"
@@ -156,6 +165,11 @@ def select_source(spec: Any) -> RolloutSource:
     if len(builds) > 1:
         raise RolloutSourceError(
             f"environment: a rollout env takes exactly one source, got {', '.join(present)}; keep one of them"
+        )
+    if len(present) > 1:  # several fields of one source (dataset_path and hf_dataset_id): one would be ignored
+        raise RolloutSourceError(
+            f"environment: {' and '.join(present)} both name where the rows come from, and only one would be "
+            "read; keep one of them"
         )
     return next(iter(builds.values()))
 
@@ -575,6 +589,9 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
     factory_ref = getattr(spec, "factory", None)
     if uses_gem(factory_ref) or uses_gem(entrypoint):
         import_gem()  # before load_object imports it: GEM's import would double every log line
+        problem = gem_config_problem(entrypoint, config) if config and uses_gem(factory_ref) else None
+        if problem is not None:
+            raise RolloutSourceError(f"environment.env_config: {problem}")
     if factory_ref:
         factory = load_object(factory_ref, "factory")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 
 from agilerl.errors import Problem
 from agilerl.models.base import Mutable, Spec
@@ -38,6 +39,31 @@ _UNSUPPORTED_GENERATION_FIELDS = {
     "thinking_token_budget": "thinking budgets are not supported yet",
     "answer_continuation": "answer continuation is not supported yet",
 }
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a generation server's address (None: it can). Only ``http``/``https``
+    with a host are spoken to: any other scheme would never answer, and the run would wait its whole
+    ``server_timeout`` on it."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        return f"{url!r} is not a usable URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        return f"{url!r} is not a usable URL: {scheme}; a vLLM server is reached at http:// or https://HOST:PORT"
+    if not parts.hostname:
+        return f"{url!r} is not a usable URL: it names no host (http://HOST:PORT)"
+    return None
+
+
+def _check_http_url(value: str | None) -> str | None:
+    if value is not None and (problem := http_url_problem(value)) is not None:
+        raise ValueError(problem)
+    return value
 
 
 class VLLMConfig(Spec):
@@ -83,6 +109,8 @@ class VLLMConfig(Spec):
         ),
     ] = False
 
+    _server_base_url = field_validator("server_base_url")(_check_http_url)
+
     @property
     def server_url(self) -> str:
         """The server's base URL (``mode: server``)."""
@@ -108,7 +136,16 @@ def _fold_vllm_fields(data: Any) -> Any:
         data["generation_backend"] = wanted
     config = data.get("vllm_config")
     if isinstance(config, dict):
-        cfg = VLLMConfig.model_validate(config)
+        try:
+            cfg = VLLMConfig.model_validate(config)
+        except ValidationError as exc:  # said where the user wrote it: algorithm.vllm_config.<field>
+            details: list[InitErrorDetails] = []
+            for e in exc.errors(include_url=False):
+                detail = InitErrorDetails(type=e["type"], loc=("vllm_config", *e["loc"]), input=e["input"])
+                if "ctx" in e:
+                    detail["ctx"] = e["ctx"]
+                details.append(detail)
+            raise ValidationError.from_exception_data(exc.title, details) from None
         data.setdefault("vllm_gpu_memory_utilization", cfg.gpu_memory_utilization)
         data.setdefault("vllm_sleep_mode", cfg.sleep_mode)
         data["vllm_engine_args"] = {**cfg.engine_args(), **dict(data.get("vllm_engine_args") or {})}
@@ -253,6 +290,8 @@ class RolloutLLMSpec(PluginLLMSpec):
     def _agilerl_generation_fields(cls, data: Any) -> Any:
         return _fold_vllm_fields(data)
 
+    _vllm_server_url = field_validator("vllm_server_url")(_check_http_url)
+
     @model_validator(mode="after")
     def _unsupported(self) -> RolloutLLMSpec:
         for name, why in _UNSUPPORTED_GENERATION_FIELDS.items():
@@ -344,7 +383,7 @@ class RolloutLLMSpec(PluginLLMSpec):
                 for name, why in source.problems(manifest.environment, manifest=manifest):
                     problems.append(Problem(f"environment.{name}", why))
 
-        problems += model_path_problems(self.pretrained_model_name_or_path)
+        problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl_plugin_llm.rollout.sampling import GenerationError, SamplingConfig, _cut
+from agilerl_plugin_llm.rollout.specs import http_url_problem
 from agilerl_plugin_llm.rollout.vllm_engine import LoRAExporter, vllm_sampling_kwargs
 
 
@@ -186,6 +187,9 @@ class VLLMServerBackend:
         export_dir: str | None = None,
         lora: bool = True,
     ) -> None:
+        problem = http_url_problem(base_url)
+        if problem is not None:  # another scheme never answers: refused now, not after server_timeout
+            raise GenerationError(f"vllm_server_url: {problem}")
         self.base_url = base_url.rstrip("/")
         self.stop_ids = list(stop_ids)
         self.timeout = float(timeout)
