@@ -14,8 +14,19 @@ from __future__ import annotations
 KNOWN_PLUGINS: dict[str, dict[str, tuple[str, ...]]] = {
     "agilerl-plugin-gym": {
         "algorithms": (
-            "A2C", "CQN", "DDPG", "DQN", "IPPO", "MADDPG", "MATD3", "PPO", "RainbowDQN", "SAC", "TD3", "TQC",
-        ),  # fmt: skip
+            "A2C",
+            "CQN",
+            "DDPG",
+            "DQN",
+            "IPPO",
+            "MADDPG",
+            "MATD3",
+            "PPO",
+            "RainbowDQN",
+            "SAC",
+            "TD3",
+            "TQC",
+        ),
         "env_types": ("gym", "offline"),
         "paradigms": ("multi_agent", "single_agent"),
         "seed_names": (
