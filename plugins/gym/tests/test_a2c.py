@@ -81,13 +81,13 @@ def test_sb3_defaults() -> None:
     opt = agent.optimizers["optimizer"]
     assert isinstance(opt, torch.optim.RMSprop)
     assert opt.defaults["alpha"] == 0.99 and opt.defaults["eps"] == 1e-5
-    assert isinstance(_agent("CartPole-v1", optimizer="adam")[0].optimizers["optimizer"], torch.optim.Adam)
+    assert isinstance(_agent("CartPole-v1", use_rms_prop=False)[0].optimizers["optimizer"], torch.optim.Adam)
 
 
 def test_one_gradient_step_per_rollout_with_the_sb3_loss() -> None:
     """``learn`` is exactly one optimizer step of policy + vf_coef * value - ent_coef * entropy."""
     torch.manual_seed(0)
-    agent, _ = _agent("CartPole-v1", ent_coef=0.01, optimizer="adam")
+    agent, _ = _agent("CartPole-v1", ent_coef=0.01, use_rms_prop=False)
     buf = _rollout(agent, "CartPole-v1")
     data = buf.flat()
     twin = agent.clone()

@@ -388,6 +388,8 @@ def rubric_probe_problems(spec: Any) -> list[tuple[str, str]]:
     returns something that is not a number, is refused at validation too. (The rubric file is the
     manifest's own code, imported as the run imports it.)"""
     given = getattr(spec, "dataset_path", None)
+    if getattr(spec, "reward_funcs", None) or getattr(spec, "reward_model", None):
+        return []  # batched reward sources, no rubric: their own checks ran (reward_funcs_problems, ...)
     functions = list(getattr(spec, "reward_functions", None) or [])
     if not given or getattr(spec, "columns", None) or len(functions) > 1:
         return []  # a column mapping or several weighted functions: the run's own probe checks them

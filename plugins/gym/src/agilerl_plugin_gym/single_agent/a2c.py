@@ -70,7 +70,7 @@ class A2C(GymAlgorithm):
         return [*self.nets["actor"].parameters(), *self.nets["critic"].parameters(), *self.extra_params.values()]
 
     def build_optimizers(self) -> None:
-        if self.spec.optimizer == "rmsprop":  # SB3's: RMSprop(alpha=0.99, eps=1e-5)
+        if self.spec.use_rms_prop:  # SB3's: RMSprop(alpha=0.99, eps=1e-5)
             opt: Any = torch.optim.RMSprop(self.parameters(), lr=self.spec.lr, alpha=0.99, eps=1e-5)
         else:
             opt = torch.optim.Adam(self.parameters(), lr=self.spec.lr, eps=1e-5)

@@ -464,9 +464,9 @@ class A2CSpec(GymAlgorithmSpec):
         Mutable(8, 512),
     ] = 40  # fmt: skip
     lr: Annotated[float, Field(gt=0, description="Learning rate (SB3's default 7e-4)."), Mutable(6.25e-5, 1e-2)] = 7e-4
-    optimizer: Literal["rmsprop", "adam"] = Field(
-        default="rmsprop",
-        description="rmsprop: torch's RMSprop with alpha 0.99, eps 1e-5 (SB3's use_rms_prop: true); adam: Adam, eps 1e-5.",
+    use_rms_prop: bool = Field(
+        default=True,
+        description="As SB3's: true, torch's RMSprop with alpha 0.99, eps 1e-5; false, Adam with eps 1e-5.",
     )
     gae_lambda: Annotated[
         float, Field(ge=0, le=1, description="GAE lambda (1: plain n-step returns, SB3's)."), Mutable(0.8, 1.0)
