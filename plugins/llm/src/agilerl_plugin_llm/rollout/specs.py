@@ -147,6 +147,8 @@ class RolloutLLMSpec(PluginLLMSpec):
     regime: ClassVar[str] = "rollout"
     default_env_type: ClassVar[str] = "rollout"
     hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = ROLLOUT_HPO_RANGES
+    #: The held-out evaluation's decoding (``agent.test``): greedy or sampled, samples per prompt.
+    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"eval_greedy", "eval_samples_per_task"}
 
     temperature: Annotated[
         float, Field(ge=0.0, description="Sampling temperature while collecting rollouts (0: greedy).")
