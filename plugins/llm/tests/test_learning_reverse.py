@@ -115,3 +115,44 @@ def test_grpo_with_lora_from_sft_warm_start_raises_heldout_exact_match(warm_star
     scores = [r["eval/eval_greedy_success"] for r in rows]
     # Measured 0.594 -> 0.680 / 0.750 / 0.711 at steps 40 / 80 / 120 (seed 0).
     assert scores[-1] > scores[0] + rows[-1]["eval/eval_success_stderr"], scores
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
+    tiny_model_dir: Path, tmp_path: Path, greedy: bool
+) -> None:
+    """``training.eval_samples_per_task`` adds a sampled evaluation beside the greedy one;
+    ``eval_greedy: false`` makes the sampled one the fitness. Each score comes with its standard error."""
+    work = tmp_path
+    (work / "tiny-model").symlink_to(tiny_model_dir)
+    (work / "sft-model").symlink_to(tiny_model_dir)  # no warm start needed to check the metric names
+    write_rows(reverse_rows(80, seed=0), work / "reverse.jsonl")
+    path = _manifest("grpo.yaml", work, max_steps=1, evo_steps=1, eval_loop=2, eval_samples_per_task=3)
+    data = yaml.safe_load(path.read_text())
+    data["training"]["eval_greedy"] = greedy
+    data["algorithm"].update(batch_size=4, group_size=2)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    _cli("train", path)
+    rows = _rows(work / "grpo")
+    assert len(rows) == 2  # the step-0 evaluation, then generation 0's
+    for row in rows:
+        assert row["eval/eval_prompts"] == 8  # eval_loop x batch_size
+        for metric in ("reward", "success"):
+            assert 0.0 <= row[f"eval/eval_sampled_{metric}"] <= 1.0
+            assert row[f"eval/eval_sampled_{metric}_stderr"] >= 0.0
+            head = "greedy" if greedy else "sampled"
+            assert row[f"eval/eval_{metric}"] == row[f"eval/eval_{head}_{metric}"]
+            assert row[f"eval/eval_{metric}_stderr"] == row[f"eval/eval_{head}_{metric}_stderr"]
+            assert (f"eval/eval_greedy_{metric}" in row) is greedy
+        if "fitness" in row:
+            assert row["fitness"] == row["eval/eval_reward"]
+
+
+def test_eval_decoding_fields_are_refused_for_dataset_algorithms(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from agilerl.models import load_manifest
+
+    data = yaml.safe_load((EXAMPLE / "sft.yaml").read_text())
+    data["network"]["pretrained_model_name_or_path"] = str(tiny_model_dir)
+    data["training"]["eval_samples_per_task"] = 4
+    with pytest.raises(Exception, match="eval_samples_per_task"):
+        load_manifest(data)
