@@ -6,7 +6,8 @@ makes in both of our runs). One warm start serves every run: the tiny model
 (``build_tiny_model``) after ``--sft-steps`` steps of our SFT, exported. From it each side trains for
 ``--steps`` optimizer steps per seed with the same settings: ``--prompts`` prompts x ``--group``
 completions per step, ``--tokens`` new tokens at temperature 1, the token-level (``dapo``) loss,
-clip 0.2, no KL (``beta`` 0), AdamW at ``--lr``, full fine-tuning, the rubric of
+clip 0.2, no KL (``beta`` 0), AdamW at ``--lr``, gradients clipped at ``--max-grad-norm`` (default
+0.1, our GRPO's default; TRL's own default is 1.0), full fine-tuning, the rubric of
 ``examples/llm/reverse/reverse_rubric.py``, one torch thread, each run in its own process. TRL's side
 ends completions at ``<|im_end|>`` (set as its tokenizer's ``eos_token``), as ours does (its rollout
 stops on the chat template's end-of-turn marker), so neither side is scored on text past the turn.
@@ -101,7 +102,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
                           train_test_split=SPLIT, max_reward=1.0)  # fmt: skip
     spec = GRPOSpec(pretrained_model_name_or_path=args.warm, batch_size=args.prompts, group_size=args.group,
                     lr=args.lr, beta=0.0, clip_coef=0.2, loss_type="dapo", max_output_tokens=args.tokens,
-                    max_model_len=64, temperature=1.0, max_grad_norm=1.0, gradient_checkpointing=False,
+                    max_model_len=64, temperature=1.0, max_grad_norm=args.max_grad_norm, gradient_checkpointing=False,
                     seed=args.seed)  # fmt: skip
     envs = make_rollout_envs(env_spec, tok, max_model_len=64, max_output_tokens=args.tokens, seed=SPLIT_SEED)
     agent = GRPO(spec, tokenizer=tok)
@@ -109,6 +110,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         agent.learn_iteration(envs)
+        agent.steps += 1  # as the training loop does: each iteration draws the next prompts
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     score = exact_match(agent.model, tok, heldout)
     return {"after": score.mean, "after_stderr": score.stderr, "wall_s": wall, "cpu_s": cpu}
@@ -143,7 +145,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
         output_dir=tempfile.mkdtemp(prefix="trl-learning-"), per_device_train_batch_size=args.prompts * args.group,
         num_generations=args.group, max_completion_length=args.tokens, learning_rate=args.lr, beta=0.0,
         epsilon=0.2, loss_type="dapo", scale_rewards="group", temperature=1.0, top_k=0, top_p=1.0,
-        max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6,
+        max_grad_norm=args.max_grad_norm, lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6,
         save_strategy="no", report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False,
         disable_tqdm=True, seed=args.seed, dataloader_num_workers=0,
     )  # fmt: skip
@@ -158,7 +160,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
 def spawn(which: str, args: argparse.Namespace, seed: int, warm: str, data: str) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--worker", which, "--warm", warm, "--data", data, "--seed", str(seed),
            "--steps", str(args.steps), "--tokens", str(args.tokens), "--prompts", str(args.prompts),
-           "--group", str(args.group), "--lr", str(args.lr)]  # fmt: skip
+           "--group", str(args.group), "--lr", str(args.lr), "--max-grad-norm", str(args.max_grad_norm)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "AGILERL_STRICT_PLUGINS": "1"}  # fmt: skip
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -178,6 +180,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--max-grad-norm", type=float, default=0.1,
+                   help="gradient clipping on both sides (0.1: our GRPO default; TRL's default is 1.0)")  # fmt: skip
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
     p.add_argument("--warm", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
