@@ -10,5 +10,5 @@ def reward_fn(completion: str, answer: str, question: str) -> float:
     reply = completion.strip()
     if reply == answer:
         return 1.0
-    right = sum(a == b for a, b in zip(reply, answer))
+    right = sum(a == b for a, b in zip(reply, answer, strict=False))
     return 0.5 * right / max(len(answer), len(reply))
