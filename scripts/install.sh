@@ -44,8 +44,8 @@ for dir in plugins/*/; do
   extras=$(sed -n 's/^install-extras = "\(.*\)"/\1/p' "$dir/pyproject.toml")
   packages+=(-e "${dir%/}${extras:+[$extras]}")
 done
-# Example plugins whose pyproject.toml opts in ([tool.agilerl] install-by-default = true): the test
-# suite trains them (e.g. the A2C tutorial plugin); the others are installed by their tests on demand.
+# Example plugins whose pyproject.toml opts in ([tool.agilerl] install-by-default = true); the others
+# (the plugin example, the A2C tutorial) are installed or registered by their tests on demand.
 for dir in examples/plugins/*/; do
   grep -qs '^install-by-default = true' "$dir/pyproject.toml" && packages+=(-e "${dir%/}")
 done
@@ -60,6 +60,18 @@ except md.PackageNotFoundError:
 sys.exit(0 if "examples/plugins/agilerl-plugin-a2c" in url else 1)'; then
   echo "[install] removing the old tutorial package agilerl-plugin-a2c (now agilerl-tutorial-a2c)"
   "${pip[@]}" uninstall -q -y agilerl-plugin-a2c
+fi
+# The A2C tutorial (registered as TutorialA2C) was installed by default until the gym plugin got a
+# built-in A2C: drop that editable install of this checkout, so the environment is a fresh one's.
+if "$venv/bin/python" -c '
+import importlib.metadata as md, sys
+try:
+    url = md.distribution("agilerl-tutorial-a2c").read_text("direct_url.json") or ""
+except md.PackageNotFoundError:
+    url = ""
+sys.exit(0 if "examples/plugins/agilerl-tutorial-a2c" in url else 1)'; then
+  echo "[install] removing the tutorial package agilerl-tutorial-a2c (no longer installed by default)"
+  "${pip[@]}" uninstall -q -y agilerl-tutorial-a2c
 fi
 dev=(-r requirements-dev.txt)
 no_compile=()

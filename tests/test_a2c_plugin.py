@@ -1,5 +1,7 @@
-"""The tutorial of docs/gym.md: a separate package (examples/plugins/agilerl-tutorial-a2c, installed by
-scripts/install.sh) adds A2C to the gym plugin's ``single_agent`` paradigm with public API only.
+"""The tutorial of docs/gym.md: a separate package (examples/plugins/agilerl-tutorial-a2c) adds an A2C,
+registered as ``TutorialA2C`` (the gym plugin has a built-in ``A2C``), to the gym plugin's
+``single_agent`` paradigm with public API only. scripts/install.sh does not install it: where it is
+not installed, these tests register its hooks module in-process, as its entry point would.
 
 It gets the rest for free: validation of the env and its spaces, the manifest schema, the CLI, the
 on-policy strategy's loop (rollouts, GAE, autoreset), populations with mutation, checkpoints and
@@ -8,8 +10,10 @@ exact resume.
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,8 @@ import torch
 import yaml
 
 from agilerl.cli import main
+from agilerl.plugins import register_plugin, unregister_plugin
+from agilerl.registry import MANIFEST_REGISTRY
 from agilerl.training.trainer import LocalTrainer
 from agilerl_plugin_gym.protocols import OnPolicyAlgorithm
 
@@ -25,13 +31,23 @@ ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "examples/plugins/agilerl-tutorial-a2c/a2c_cartpole.yaml"
 
 
-@pytest.fixture(autouse=True)
-def _installed() -> None:
+TUTORIAL_SRC = ROOT / "examples/plugins/agilerl-tutorial-a2c/src"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _tutorial() -> Iterator[None]:
+    """The tutorial's hooks: from its entry point where it is installed, else registered here."""
     torch.set_num_threads(1)
-    eps = importlib.metadata.entry_points(group="agilerl")
-    assert any(ep.value == "agilerl_tutorial_a2c.hooks" for ep in eps), (
-        "agilerl-tutorial-a2c is not installed: run scripts/install.sh (it installs examples/plugins/agilerl-tutorial-a2c)"
-    )
+    if "TutorialA2C" in MANIFEST_REGISTRY.names():  # installed (its entry point loaded)
+        yield
+        return
+    sys.path.insert(0, str(TUTORIAL_SRC))
+    name = register_plugin(importlib.import_module("agilerl_tutorial_a2c.hooks"), name="tutorial_a2c_inprocess")
+    try:
+        yield
+    finally:
+        unregister_plugin(name)
+        sys.path.remove(str(TUTORIAL_SRC))
 
 
 def _write(tmp: Path, data: dict[str, Any]) -> Path:
@@ -58,13 +74,13 @@ def test_spec_inherits_env_and_space_checks_and_schema(tmp_path: Path, capsys: p
     capsys.readouterr()
     data["environment"]["name"] = "Pendulum-v1"  # Box actions: A2C declared DQN's rules (Discrete only)
     assert main(["validate", str(_write(tmp_path, data))]) == 1
-    assert "A2C needs a Discrete action space" in capsys.readouterr().err
+    assert "TutorialA2C needs a Discrete action space" in capsys.readouterr().err
     data["environment"]["name"] = "CartPole-v1"
     data["algorithm"]["batch_size"] = 64  # a field A2C would not use is refused by name
     assert main(["validate", str(_write(tmp_path, data))]) == 1
     assert "batch_size" in capsys.readouterr().err
     assert main(["schema"]) == 0
-    assert "A2C" in capsys.readouterr().out
+    assert "TutorialA2C" in capsys.readouterr().out
 
 
 def test_population_mutation_checkpoint_and_exact_resume(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ sections' names only.
 
 The one exception is the seed API's forwarding: names AgileRL users import from core
 (``agilerl.models.make_gym_env`` ...) and the table saying which plugin to install for a name
-(``errors.KNOWN_PROVIDERS``). Both are listed here explicitly.
+(``known_plugins.KNOWN_PLUGINS``). Both are listed here explicitly.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SECTION_VOCABULARY = {"encoder": "encoder vocabulary", "encoders": "encoder voca
 #: vs W&B's offline mode and the HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE variables core passes on.
 HOMONYMS = {"offline"}
 #: (file, top-level assignment) whose whole statement may name plugins' names: "pip install X" hints.
-ALLOWED_ASSIGNMENTS = {("errors.py", "KNOWN_PROVIDERS")}
+ALLOWED_ASSIGNMENTS = {("known_plugins.py", "KNOWN_PLUGINS")}
 
 
 def _forbidden() -> dict[str, str]:

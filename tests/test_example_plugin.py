@@ -60,7 +60,7 @@ def test_gets_a_population_and_hyperparameter_mutation_for_free(example_env: dic
     assert {r["generation"] for r in rows} == {0, 1, 2, 3}
     assert len({r["agent"] for r in rows}) > 4  # offspring with fresh indices
     cs = {r["hp/c"] for r in rows}
-    assert len(cs) > 1 and all(0.05 <= c <= 4.0 for c in cs)  # c mutated within the spec's hpo_ranges
+    assert len(cs) > 1 and all(0.05 <= c <= 4.0 for c in cs)  # c mutated within its field's Mutable range
 
 
 def test_ctrl_c_mid_run_writes_a_checkpoint_and_resumes(example_env: dict[str, str], tmp_path: Path) -> None:

@@ -101,15 +101,15 @@ def test_lr_mutation_reaches_the_optimizer_and_clones_own_their_optimizers() -> 
     for _ in range(5):
         muts.mutate([agent])
         assert agent.mut == "lr"
-        assert agent.optimizers["optimizer"].param_groups[0]["lr"] == agent.lr
-    assert agent.lr != 1e-3
+        assert agent.optimizers["optimizer"].param_groups[0]["lr"] == agent.spec.lr
+    assert agent.spec.lr != 1e-3
     twin = agent.clone(index=7)
     assert twin.index == 7
     assert optimizer_params(twin) == trainable_params(twin)
     assert not optimizer_params(twin) & optimizer_params(agent)  # the clone trains its own weights
     twin.set_hyperparameter("lr", 5e-4)
     assert twin.optimizers["optimizer"].param_groups[0]["lr"] == 5e-4
-    assert agent.optimizers["optimizer"].param_groups[0]["lr"] == agent.lr != 5e-4
+    assert agent.optimizers["optimizer"].param_groups[0]["lr"] == agent.spec.lr != 5e-4
 
 
 # --------------------------------------------------------------------------------------------------
@@ -248,8 +248,8 @@ def test_hpo_finds_a_learning_rate_and_beats_the_single_agent_on_the_same_budget
 
     best, log = hpo.best, rows(tmp_path / "hpo")
     assert alone.best.steps == budget  # the same total env steps
-    assert alone.best.lr == TINY_LR
-    assert best.lr >= 100 * TINY_LR  # the mutation raised the learning rate ...
+    assert alone.best.spec.lr == TINY_LR
+    assert best.spec.lr >= 100 * TINY_LR  # the mutation raised the learning rate ...
     # ... and the agent learned: far above every initial network (a lucky one can balance a while)
     initial = max(r["fitness"] for r in log if r["generation"] == 0)
     assert best.fitness[-1] >= initial + 100, (best.fitness, initial)

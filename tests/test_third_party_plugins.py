@@ -77,12 +77,7 @@ def _old_a2c() -> dict[str, str]:
     a2c = re.sub(r"\n    def rollout_layout\(self\).*?\n\n", "\n", (src / "a2c.py").read_text(), flags=re.S)
     a2c = re.sub(r"\n    protocol_version = 1\n", "\n", a2c)
     assert "rollout_layout(self)" not in a2c
-    hooks = (
-        (src / "hooks.py")
-        .read_text()
-        .replace('"A2C"', '"OldA2C"')
-        .replace("register(A2CSpec,", "register(A2CSpec, name='OldA2C',")
-    )
+    hooks = (src / "hooks.py").read_text().replace('"TutorialA2C"', '"OldA2C"')
     return {name: text.replace("agilerl_tutorial_a2c", "old_a2c") for name, text in
             {"a2c.py": a2c, "hooks.py": hooks, "specs.py": (src / "specs.py").read_text()}.items()}  # fmt: skip
 
@@ -110,7 +105,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = root / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(target), *map(str, pkgs)],
+         "--disable-pip-version-check", "--target", str(target), *map(str, pkgs), str(TUTORIAL)],
         check=True,
     )  # fmt: skip
     return target
@@ -199,7 +194,7 @@ def test_an_out_of_date_plugin_algorithm_is_named_with_what_it_lacks(site: Path,
     proc = _run(["train", str(path), "--run-dir", "run", "--no-progress"], site, tmp_path, strict=False)
     assert proc.returncode == 2 and expected in proc.stderr and "AttributeError" not in proc.stderr, proc.stderr
     # the tutorial's A2C, which declares the version it implements, passes the same check
-    data["algorithm"]["name"] = "A2C"
+    data["algorithm"]["name"] = "TutorialA2C"
     path.write_text(yaml.safe_dump(data))
     proc = _run(["validate", str(path)], site, tmp_path, strict=False)
     assert proc.returncode == 0, proc.stderr

@@ -111,9 +111,9 @@ def learn_ops(agent: Any, strategy: Any, algo: str) -> dict[str, int]:
     from torch.profiler import ProfilerActivity, profile
 
     buf = getattr(strategy, "buffer", None)
-    if algo == "ppo" or buf is None or len(buf) < agent.batch_size:
+    if algo == "ppo" or buf is None or len(buf) < agent.spec.batch_size:
         return {}
-    batch = buf.sample(agent.batch_size, beta=0.4) if algo == "rainbow" else buf.sample(agent.batch_size)
+    batch = buf.sample(agent.spec.batch_size, beta=0.4) if algo == "rainbow" else buf.sample(agent.spec.batch_size)
     agent.learn(batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         agent.learn(batch)
@@ -128,7 +128,7 @@ def dqn_learn_vs_bare(agent: Any, strategy: Any, iters: int) -> dict[str, float]
     import torch
     from torch import nn
 
-    batch = strategy.buffer.sample(agent.batch_size)
+    batch = strategy.buffer.sample(agent.spec.batch_size)
     n_obs, n_act = batch["obs"].shape[1], agent.n_actions
     widths = [n_obs, *agent.nets["actor"].encoder.hidden_size, agent.nets["actor"].encoder.out_dim]
 
@@ -154,7 +154,7 @@ def dqn_learn_vs_bare(agent: Any, strategy: Any, iters: int) -> dict[str, float]
             torch._foreach_lerp_(tp, qp, 0.005)
 
     weights = [m.weight.detach() for m in q if isinstance(m, nn.Linear)]
-    grads = [torch.randn(agent.batch_size, w.shape[0]) for w in weights]
+    grads = [torch.randn(agent.spec.batch_size, w.shape[0]) for w in weights]
 
     def matmuls() -> None:  # forward (online and target), then the weight and input gradients
         with torch.no_grad():

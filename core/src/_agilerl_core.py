@@ -1,4 +1,4 @@
-"""agilerl-core's guard against the other ``agilerl``, and the ``agilerl`` command's launcher.
+"""The ``agilerl`` command's launcher, which checks that ``import agilerl`` is agilerl-core first.
 
 The PyPI distribution ``agilerl`` (AgileRL) installs a package with the same import name as
 agilerl-core's, ``agilerl``. Installed side by side, one shadows or overwrites the other: Python
@@ -7,7 +7,8 @@ into one ``site-packages``). This module lives outside the ``agilerl`` package s
 command can say so even when ``import agilerl`` gives the other package, or fails.
 
 Our choice: agilerl-core keeps the import name ``agilerl`` (the seed API and every plugin import
-it), so the two cannot share an environment; we detect the clash and say which to uninstall.
+it), so the two cannot share an environment; we detect the clash (:mod:`_agilerl_guard`, which
+``agilerl`` itself also asks) and say which to uninstall.
 """
 
 from __future__ import annotations
@@ -15,29 +16,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-DISTRIBUTION = "agilerl-core"
-
-
-def foreign_agilerl() -> str | None:
-    """A message when the PyPI distribution ``agilerl`` is installed in this environment, else None."""
-    from importlib import metadata
-
-    try:
-        dist = metadata.distribution("agilerl")
-    except metadata.PackageNotFoundError:
-        return None
-    name = dist.metadata["Name"] or "agilerl"
-    return (
-        f"the PyPI package {name!r} {dist.version} (AgileRL) is installed here and uses the same import name, "
-        f"'agilerl', as {DISTRIBUTION}: only one of them can be imported. Uninstall one "
-        f"(pip uninstall {name}) or give each its own virtual environment."
-    )
+from _agilerl_guard import DISTRIBUTION, foreign_agilerl
 
 
 def main() -> Any:
     """The ``agilerl`` console script: check that ``import agilerl`` is agilerl-core, then run the CLI."""
     try:
-        import agilerl
+        import agilerl  # deferred: the launcher checks which package ``import agilerl`` gives
     except Exception as exc:
         problem = foreign_agilerl()
         if problem is None:
@@ -49,7 +34,7 @@ def main() -> Any:
         where = getattr(agilerl, "__file__", "?")
         print(f"error: 'import agilerl' gives {where}, not {DISTRIBUTION}; {problem}", file=sys.stderr)
         return 2
-    from agilerl.cli import main as cli_main
+    from agilerl.cli import main as cli_main  # deferred: only once agilerl is known to be agilerl-core
 
     return cli_main()
 

@@ -60,6 +60,26 @@ def test_set_overrides(run_cli: Run, manifest_file: Path) -> None:
     assert code == 0 and json.loads(out)["manifest"]["training"]["max_steps"] == 123
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("algorithm=UCB2", "--set algorithm: would replace the whole algorithm mapping (c, name) with 'UCB2'; "
+                           "set the field you mean, e.g. --set algorithm.name=UCB2"),
+        ("environment.env_type.x=1", "--set environment.env_type: environment.env_type is 'karmed' in the manifest, "
+                                     "not a mapping"),
+    ],
+)  # fmt: skip
+def test_a_set_that_would_replace_more_than_it_names_is_refused(
+    run_cli: Run, manifest_file: Path, override: str, said: str
+) -> None:
+    for command in ("validate", "train"):
+        code, _, err = run_cli(command, manifest_file, "--set", override)
+        assert code == 1 and said in err and "Traceback" not in err, err
+    # what it names, it sets; null removes
+    code, out, _ = run_cli("validate", manifest_file, "--set", "algorithm.c=0.5", "--set", "mutation=null", "--json")
+    assert code == 0 and json.loads(out)["manifest"]["algorithm"]["c"] == 0.5
+
+
 def test_train_and_plot(run_cli: Run, manifest_file: Path, tmp_path: Path) -> None:
     code, out, err = run_cli("train", manifest_file, "--run-dir", tmp_path / "run", "--no-progress")
     assert code == 0, err

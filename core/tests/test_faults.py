@@ -486,3 +486,34 @@ def test_resume_writes_to_the_run_dir_given_at_the_start_over_the_manifests(
     code, _, err = run_cli("train", path, "--resume", tmp_path / "cli", "--no-progress")
     assert code == 0, err
     assert max(r["steps"] for r in rows(tmp_path / "cli")) == 500 and not (tmp_path / "run").exists()
+
+
+def test_a_manifest_given_as_a_checkpoint_is_named_as_one(
+    tmp_path: Path, run_cli: Run, evolving: dict[str, Any], write_manifest: Callable[..., Path]
+) -> None:
+    path = write_manifest(evolving)
+    as_json = tmp_path / "m.json"
+    as_json.write_text(json.dumps(evolving))
+    for given in (path, as_json):
+        for args in (("train", "--resume", given), ("train", path, "--resume", given), ("eval", given)):
+            code, _, err = run_cli(*args, "--no-progress") if args[0] == "train" else run_cli(*args)
+            assert code == 2, (args, err)
+            assert f"{given} is a manifest, not a checkpoint" in err, (args, err)
+            assert "damaged" not in err and "Traceback" not in err, (args, err)
+
+
+def test_a_run_dir_resumes_its_newest_state_not_its_newest_file(evolving: dict[str, Any], tmp_path: Path) -> None:
+    """Ranked by generation, phase and steps: an older-state file touched last is not taken, and a
+    damaged newest one falls back with a warning."""
+    from agilerl.training.rundir import newest_state
+
+    evolving["training"]["max_steps"] = 300
+    LocalTrainer.from_manifest(evolving).train()
+    run_dir = tmp_path / "run"
+    older = run_dir / "checkpoint_100.pt"
+    os.utime(older)  # the newest file, the oldest state
+    path, payload = newest_state(run_dir)
+    assert path == run_dir / "checkpoint_300.pt" and payload["generation"] == 2
+    (run_dir / "checkpoint_300.pt").write_bytes(b"cut")
+    path, _ = newest_state(run_dir)
+    assert path == run_dir / "last.pt"  # the same state as the damaged one

@@ -11,26 +11,25 @@ from pydantic import Field
 from agilerl.algorithm import AlgorithmBase
 from agilerl.hpo import Mutations, TournamentSelection, resolve_hp_ranges
 from agilerl.hpo.mutation import UnsupportedMutationError
-from agilerl.models import AlgorithmSpec, MutationSpec
+from agilerl.models import AlgorithmSpec, Mutable, MutationSpec
 
 
 class ToySpec(AlgorithmSpec):
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {"lr": (1e-4, 1e-2), "batch_size": (8, 64)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size")
-    lr: float = 1e-3
-    batch_size: int = 32
+    lr: Annotated[float, Field(gt=0), Mutable(1e-4, 1e-2)] = 1e-3
+    batch_size: Annotated[int, Field(ge=1), Mutable(8, 64)] = 32
     gamma: Annotated[float, Field(gt=0, le=1)] = 0.99
     update_epochs: int = 1
 
 
-class Toy(AlgorithmBase):
+class Toy(AlgorithmBase[ToySpec]):
     def __init__(self, index: int, fitness: float) -> None:
         super().__init__(ToySpec(), index=index)
         self.fitness = [fitness]
         self.optimizer_rebuilds = 0
 
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        if name == "lr":
+    def on_spec_change(self, old: ToySpec, changed: frozenset[str]) -> None:
+        if "lr" in changed:
             self.optimizer_rebuilds += 1
 
 
@@ -76,8 +75,8 @@ def test_hyperparameter_mutation_respects_ranges_types_and_rebuilds_optimizers()
     for _ in range(200):
         muts.mutate([agent])
         labels.add(agent.mut)
-        assert 5e-4 <= agent.lr <= 2e-3
-        assert isinstance(agent.batch_size, int) and 16 <= agent.batch_size <= 48
+        assert 5e-4 <= agent.spec.lr <= 2e-3
+        assert isinstance(agent.spec.batch_size, int) and 16 <= agent.spec.batch_size <= 48
     assert labels == {"lr", "batch_size"}
     assert agent.optimizer_rebuilds > 0
 
@@ -109,8 +108,8 @@ def test_integer_hyperparameters_grow_and_shrink_by_at_least_one() -> None:
     for _ in range(100):
         muts.mutate([agent])
         assert agent.mut == "update_epochs"
-        assert isinstance(agent.update_epochs, int) and 1 <= agent.update_epochs <= 4
-        seen.append(agent.update_epochs)
+        assert isinstance(agent.spec.update_epochs, int) and 1 <= agent.spec.update_epochs <= 4
+        seen.append(agent.spec.update_epochs)
     assert set(seen) == {1, 2, 3, 4}
     assert muts.new_value(Toy(0, 1.0), "update_epochs", grow=True) == 2
     assert muts.new_value(Toy(0, 1.0), "update_epochs", grow=False) == 1  # never below the range
@@ -120,9 +119,9 @@ def test_batch_sizes_stay_valid_integers_even_when_the_range_reaches_zero() -> N
     # batch_size's field says >= 1: a range going lower must not produce a 0 batch.
     muts = Mutations(hp_only({"batch_size": {"min": 0, "max": 3, "shrink_factor": 0.1}}), ToySpec())
     agent = Toy(0, 1.0)
-    agent.batch_size = 2
+    agent.set_hyperparameter("batch_size", 2)
     assert muts.new_value(agent, "batch_size", grow=False) == 1
-    agent.batch_size = 1
+    agent.set_hyperparameter("batch_size", 1)
     assert muts.new_value(agent, "batch_size", grow=False) == 1
 
 
@@ -137,8 +136,8 @@ def test_mutate_elite_false_leaves_the_first_slot_alone() -> None:
     muts = Mutations(hp_only({"lr": {"min": 1e-5, "max": 1.0}}), ToySpec(), rng=random.Random(0))
     pop = population()
     muts.mutate(pop, skip={0})
-    assert pop[0].lr == 1e-3 and pop[0].mut == "None"
-    assert all(a.mut == "lr" and a.lr != 1e-3 for a in pop[1:])
+    assert pop[0].spec.lr == 1e-3 and pop[0].mut == "None"
+    assert all(a.mut == "lr" and a.spec.lr != 1e-3 for a in pop[1:])
 
 
 def test_selection_records_parents_for_the_log() -> None:

@@ -56,7 +56,7 @@ def test_resume_mid_evolution_continues_from_the_saved_population(
     select = TournamentSelection.select
 
     def spy(self: TournamentSelection, population: list[Any]) -> Any:
-        seen.append([(a.index, a.c, list(a.fitness), a.steps, a.mut) for a in population])
+        seen.append([(a.index, a.spec.c, list(a.fitness), a.steps, a.mut) for a in population])
         return select(self, population)
 
     monkeypatch.setattr(TournamentSelection, "select", spy)
@@ -75,7 +75,7 @@ def test_resume_mid_evolution_continues_from_the_saved_population(
     for agent in resumed.population:
         assert agent.steps == 400 and len(agent.fitness) == 4
         assert agent.fitness[:2] in histories
-        assert 0.1 <= agent.c <= 3.0
+        assert 0.1 <= agent.spec.c <= 3.0
     # Same checkpoint, same seeds: the first resumed generation evolves exactly as the full run did
     # (selection and mutation streams restored); later generations also depend on the env's draws.
     full_rows = [r for r in rows(tmp_path / "full") if r["generation"] == 2]

@@ -160,13 +160,32 @@ def test_a_misspelled_hook_implementation_is_rejected(site: Path) -> None:
         MANIFEST_REGISTRY.names()
 
 
-def test_two_plugins_registering_one_name_is_an_error_naming_both(site: Path) -> None:
+def test_two_plugins_registering_one_name_make_only_that_name_ambiguous(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agilerl.errors import AmbiguousNameError
+
     for i in (1, 2):
         make_distribution(site, f"dup-{i}", f"dup_{i}", GOOD)
-    with pytest.raises(DuplicateRegistrationError) as info:
-        MANIFEST_REGISTRY.names()
-    assert "'dup_1'" in str(info.value) and "'dup_2'" in str(info.value)
-    assert "GoodAlgo" in str(info.value)
+    make_distribution(site, "good-plugin", "good_plugin", GOOD.replace("GoodAlgo", "OtherAlgo"))
+    monkeypatch.setenv("AGILERL_STRICT_PLUGINS", "1")  # a clash is no plugin failure, even strict
+    names = MANIFEST_REGISTRY.names()
+    assert {"OtherAlgo", "dup_1:GoodAlgo", "dup_2:GoodAlgo"} <= set(names) and "GoodAlgo" not in names
+    assert MANIFEST_REGISTRY.get("OtherAlgo").__name__ == "OtherAlgoSpec"  # the rest still works
+    with pytest.raises(AmbiguousNameError) as info:
+        MANIFEST_REGISTRY.get("GoodAlgo")
+    said = str(info.value)
+    assert "algorithm 'GoodAlgo' is registered by 2 plugins: 'dup_1' (dup-1 1.2.3) and 'dup_2' (dup-2 1.2.3)" in said
+    assert "name: dup_1:GoodAlgo" in said and "AGILERL_PROVIDER_GOODALGO=dup_1" in said
+    # picked by entry-point or distribution name, in the name or in the environment
+    assert MANIFEST_REGISTRY.entry("dup_2:GoodAlgo").provider == "dup_2"
+    assert MANIFEST_REGISTRY.entry("dup-1:GoodAlgo").provider == "dup_1"
+    monkeypatch.setenv("AGILERL_PROVIDER_GOODALGO", "dup-2")
+    assert MANIFEST_REGISTRY.entry("GoodAlgo").provider == "dup_2"
+    monkeypatch.setenv("AGILERL_PROVIDER_GOODALGO", "dup-3")
+    with pytest.raises(AmbiguousNameError, match="AGILERL_PROVIDER_GOODALGO=dup-3 names none of them"):
+        MANIFEST_REGISTRY.get("GoodAlgo")
+    assert MANIFEST_REGISTRY.clashes() == {"GoodAlgo": ["dup_1", "dup_2"]}
 
 
 def test_in_process_plugins_and_plugin_defined_hookspecs(register_plugin: Any) -> None:
@@ -206,7 +225,7 @@ def test_a_plugin_defined_hook_fills_a_hook_table_in_one_line(register_plugin: A
     """``HookTable``: core's registry behaviour (providers, duplicates, refill) for a plugin's own hook."""
     import types
 
-    from agilerl.errors import DuplicateRegistrationError, UnknownNameError
+    from agilerl.errors import UnknownNameError
     from agilerl.hookspecs import hookspec
     from agilerl.registry import HookTable
 
@@ -264,12 +283,26 @@ def test_cli_strict_mode_fails_with_exit_2(site: Path, run_cli: Any, monkeypatch
     assert code == 2 and "needs libfoo" in err and "Traceback" not in err
 
 
-def test_cli_misspelled_hook_and_duplicates(site: Path, run_cli: Any) -> None:
+def test_cli_shows_a_clash_and_refuses_only_the_ambiguous_name(
+    site: Path, run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_distribution(site, "dup-1", "dup_1", GOOD)
     make_distribution(site, "dup-2", "dup_2", GOOD)
-    code, _, err = run_cli("algorithms")
-    assert code == 2 and "'GoodAlgo' is registered twice" in err and "AGILERL_DISABLE_PLUGINS" in err
-    assert "'dup_1'" in err and "'dup_2'" in err
+    monkeypatch.setenv("AGILERL_LOAD_PLUGINS", "dup-1,dup-2")
+    code, out, err = run_cli("algorithms")
+    assert code == 0 and "dup_1:GoodAlgo" in out and "dup_2:GoodAlgo" in out, err
+    code, out, err = run_cli("plugins")
+    assert code == 0, err
+    assert "clash: algorithm 'GoodAlgo' is registered by 'dup_1' and 'dup_2'" in out
+    assert "name: dup_1:GoodAlgo" in out and "AGILERL_PROVIDER_GOODALGO=dup_1" in out
+    code, out, _ = run_cli("plugins", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rows["dup_1"]["clashes"] == [{"kind": "algorithm", "name": "GoodAlgo", "providers": ["dup_1", "dup_2"]}]
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text("algorithm: {name: GoodAlgo}\nenvironment: {env_type: none}\n")
+    code, _, err = run_cli("validate", manifest)
+    assert code != 0 and "algorithm.name: algorithm 'GoodAlgo' is registered by 2 plugins" in err, err
+    assert "Traceback" not in err
 
 
 def test_cli_misspelled_hook_implementation(site: Path, run_cli: Any) -> None:

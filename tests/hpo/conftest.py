@@ -13,6 +13,7 @@ import pytest
 def ray_local() -> Iterator[Any]:
     ray = pytest.importorskip("ray", reason="the Ray backend needs the extra: pip install 'agilerl-core[ray]'")
     ray.init(
+        address="local",  # its own instance, whatever other cluster this machine runs or /tmp/ray names
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -111,6 +111,13 @@ PARADIGMS: dict[str, dict[str, Any]] = {
         "replay_buffer": {"max_size": 1000},
         "training": {"max_steps": 200, "evo_steps": 100, "eval_steps": 50, "learning_delay": 20},
     },
+    "SAC": {  # off-policy with its own parameter (the learned entropy coefficient) and exploration draws
+        "algorithm": {"name": "SAC", "learn_step": 4, "batch_size": 16},
+        "environment": {"name": "Pendulum-v1", "num_envs": 2},
+        "network": SMALL_NET,
+        "replay_buffer": {"max_size": 1000},
+        "training": {"max_steps": 200, "evo_steps": 100, "eval_steps": 50, "learning_delay": 20},
+    },
     "NeuralUCB": {
         "algorithm": {"name": "NeuralUCB"},
         "environment": {"name": "iris"},

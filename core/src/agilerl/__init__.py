@@ -20,7 +20,7 @@ class PackageClashWarning(UserWarning):
 
 def _warn_if_shadowed() -> None:
     try:
-        from _agilerl_core import foreign_agilerl
+        from _agilerl_guard import foreign_agilerl
     except ImportError:  # pragma: no cover - a broken install without the launcher module
         return
     problem = foreign_agilerl()

@@ -53,6 +53,27 @@ class CheckpointCorruptError(AgileRLError):
     exit_code = 2
 
 
+class NotACheckpointError(AgileRLError):
+    """A file given as a checkpoint is something else (a manifest, most often)."""
+
+    exit_code = 2
+
+
+def _is_manifest(p: Path, payload: Any = None) -> bool:
+    """Whether ``p`` (or its parsed JSON ``payload``) is a training manifest, not a checkpoint."""
+    if p.suffix.lower() in (".yaml", ".yml"):
+        return True
+    return isinstance(payload, dict) and "format" not in payload and ("algorithm" in payload or "apiVersion" in payload)
+
+
+def not_a_checkpoint(p: Path) -> NotACheckpointError:
+    return NotACheckpointError(
+        f"{p} is a manifest, not a checkpoint: a checkpoint is a .pt file (or a run directory) written by "
+        f"agilerl train. Train from this manifest with agilerl train {p}; continue a run with "
+        f"agilerl train {p} --resume RUN_DIR (or CHECKPOINT)"
+    )
+
+
 class CheckpointMismatchError(AgileRLError):
     """A checkpoint does not fit the manifest it is used with (another algorithm, another network)."""
 
@@ -289,9 +310,13 @@ def load(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointCorruptError(f"cannot read checkpoint {p}: {exc.strerror or exc}") from None
     if not head:
         raise CheckpointCorruptError(f"checkpoint {p} is damaged: the file is empty (0 bytes)")
+    if _is_manifest(p):
+        raise not_a_checkpoint(p)
     try:
         if head == b"{":
             payload = json.loads(p.read_text())
+            if _is_manifest(p, payload):
+                raise not_a_checkpoint(p)
         else:
             import torch
 

@@ -155,6 +155,14 @@ def cross_field_problems(manifest: TrainingManifest) -> list[Problem]:
             "tournament_selection.tournament_size",
             f"{size} is larger than the population (training.pop_size {t.pop_size})",
         ))  # fmt: skip
+    evolves = manifest.mutation is not None or sel is not None
+    if evolves and t.pop_size > 1 and t.evo_steps is not None and t.evo_steps > t.max_steps:
+        # Evolution runs between generations; max_steps ends the run inside the first one. (A budget
+        # of exactly one generation is left alone: a cheap smoke run of a population.)
+        which = "mutation" if manifest.mutation is not None else "tournament_selection"
+        problems.append(Problem("training.evo_steps", (
+            f"{t.evo_steps} is more than training.max_steps ({t.max_steps}): the run ends inside its first "
+            f"generation, so the {which} section never acts; lower evo_steps or raise max_steps")))  # fmt: skip
     if manifest.mutation is not None:
         supported = type(manifest.algorithm).supported_mutations
         weights = manifest.mutation.probabilities.operator_weights()
@@ -177,10 +185,44 @@ def cross_field_problems(manifest: TrainingManifest) -> list[Problem]:
     return problems
 
 
+def writable_dir_problem(path: str, field: str) -> Problem | None:
+    """Whether files can be written in the directory ``path`` names (created if missing): found now,
+    not at the first checkpoint write after a generation's work. The nearest existing folder must be
+    a directory that takes a file (tried with a temporary file, deleted at once: as root, permission
+    bits say nothing, a read-only mount or ``/proc`` still refuse)."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(os.path.expandvars(path)).expanduser()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return Problem(field, f"{path!r} cannot hold files: {str(existing)!r} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        return Problem(field, f"cannot write in {str(existing)!r} (for {path!r}): {exc.strerror or exc}")
+    return None
+
+
+def path_problems(manifest: TrainingManifest) -> list[Problem]:
+    """Where the run writes its checkpoints, checked before any work is done."""
+    t = manifest.training
+    if not t.checkpoint_path:
+        return []
+    from pathlib import Path
+
+    problem = writable_dir_problem(str(Path(t.checkpoint_path).parent), "training.checkpoint_path")
+    return [problem] if problem is not None else []
+
+
 def manifest_problems(manifest: TrainingManifest) -> list[Problem]:
     """Every check of this module, in order."""
     return [
         *cross_field_problems(manifest),
+        *path_problems(manifest),
         *device_problems(manifest.training.device),
         *backend_problems(manifest),
         *resource_problems(manifest),
@@ -188,4 +230,4 @@ def manifest_problems(manifest: TrainingManifest) -> list[Problem]:
 
 
 __all__ = ["FLOORS", "MAX_POP_SIZE", "available_memory", "backend_problems", "cross_field_problems", "device_problems",
-           "machine_cpus", "manifest_problems", "resource_problems"]  # fmt: skip
+           "machine_cpus", "manifest_problems", "path_problems", "resource_problems", "writable_dir_problem"]  # fmt: skip

@@ -16,8 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import agilerl.checkpoint as checkpoint
 from agilerl import __version__
-from agilerl.errors import AgileRLError, ManifestError
+from agilerl.checks import device_problems
+from agilerl.errors import AgileRLError, ManifestError, Problem, TrainingInterrupted
+from agilerl.export import export_policy
+from agilerl.inference import evaluate
+from agilerl.models.manifest import read_manifest_file, validate_manifest
+from agilerl.plot import compare_runs, plot_run
+from agilerl.plugins import PluginLoadWarning, get_plugin_manager, plugin_infos
+from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+from agilerl.safe_load import loads_yaml
+from agilerl.schema import manifest_json_schema, manifest_markdown
+from agilerl.strategies import check_algorithm
+from agilerl.training import processes
+from agilerl.training.metrics import console_handler
+from agilerl.training.resume import describe_diff, manifest_diff, require_trust
+from agilerl.training.rundir import check_not_in_use, describe_state, resume_point, run_dir_of
+from agilerl.training.trainer import LocalTrainer
 
 
 def _print_json(obj: Any) -> None:
@@ -35,8 +51,6 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, line: str) -> None:
 
 def _parse_set(values: Sequence[str]) -> dict[str, Any]:
     """``--set training.max_steps=1000`` -> nested overrides (values parsed as YAML, strictly)."""
-    from agilerl.safe_load import loads_yaml
-
     out: dict[str, Any] = {}
     for item in values:
         key, sep, raw = item.partition("=")
@@ -50,16 +64,38 @@ def _parse_set(values: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, Any], over: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``over`` (from ``--set``) laid onto ``base``: each override changes what it names and nothing
+    more. One that would replace more is refused, naming what it would drop: a mapping replaced by
+    a value (``--set algorithm=NAME`` drops every other algorithm field), or a value replaced by a
+    mapping (``--set environment.env_config.x=1`` where ``env_config`` names a file). ``null``
+    removes what it names (``--set mutation=null``)."""
     merged = dict(base)
+    if not prefix and isinstance(merged.get("algorithm"), str) and isinstance(over.get("algorithm"), dict):
+        merged["algorithm"] = {"name": merged["algorithm"]}  # `algorithm: NAME` is short for {name: NAME}
+    problems: list[Problem] = []
     for k, v in over.items():
-        merged[k] = _merge(merged[k], v) if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+        path, old = f"{prefix}{k}", merged.get(k)
+        if isinstance(v, dict) and isinstance(old, dict):
+            merged[k] = _merge(old, v, f"{path}.")
+            continue
+        if isinstance(old, dict) and old and v is not None:
+            fields = ", ".join(sorted(map(str, old)))
+            key = "name" if "name" in old else next(iter(old))
+            problems.append(Problem(f"--set {path}", (
+                f"would replace the whole {path} mapping ({fields}) with {v!r}; set the field you mean, "
+                f"e.g. --set {path}.{key}={v}")))  # fmt: skip
+        elif isinstance(v, dict) and old is not None:
+            problems.append(Problem(f"--set {path}", (
+                f"{path} is {old!r} in the manifest, not a mapping: --set {path}.{next(iter(v), '')} would replace "
+                f"it with a mapping; set {path} itself")))  # fmt: skip
+        merged[k] = v
+    if problems:
+        raise ManifestError(problems, source="--set")
     return merged
 
 
 def _load(path: str, overrides: Sequence[str] = ()) -> Any:
-    from agilerl.models.manifest import read_manifest_file, validate_manifest
-
     data = read_manifest_file(path)
     if overrides:
         data = _merge(data, _parse_set(overrides))
@@ -72,8 +108,6 @@ def _load(path: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from agilerl.strategies import check_algorithm
-
     try:
         manifest = _load(args.manifest, args.set or ())
         check_algorithm(manifest.algorithm, foreign_only=True)  # a third party's algorithm: its missing methods
@@ -117,8 +151,6 @@ def _processes(env: Any) -> str:
 
 def describe(manifest: Any) -> str:
     """A short human summary of a validated manifest."""
-    from agilerl.registry import MANIFEST_REGISTRY
-
     algo, env, t = manifest.algorithm, manifest.environment, manifest.training
     entry = MANIFEST_REGISTRY.entry(algo.name)
     lines = [
@@ -137,23 +169,18 @@ def describe(manifest: Any) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from agilerl.training.trainer import LocalTrainer
-
     kwargs: dict[str, Any] = {}
     if args.run_dir:
         kwargs["run_dir"] = args.run_dir
     if args.no_progress:
         kwargs["progress"] = False
     if args.device:
-        from agilerl.checks import device_problems
-
         problems = device_problems(args.device, "--device")
         if problems:
             raise ManifestError(problems)
         kwargs["device"] = args.device
     if args.overwrite:
         kwargs["overwrite"] = True
-    from agilerl.training.rundir import check_not_in_use, run_dir_of
 
     resumed = Path(args.resume) if args.resume else None
     if resumed is not None and resumed.is_file():
@@ -161,7 +188,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     for busy in (args.run_dir, resumed if resumed is not None and resumed.is_dir() else None):
         if busy:  # refuse at once, before a checkpoint another run may be rotating is read
             check_not_in_use(Path(busy))
-    from agilerl.training import processes
 
     if args.num_processes < 1:
         raise AgileRLError(f"--num-processes must be at least 1, got {args.num_processes}")
@@ -213,15 +239,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: bool = False) -> Any:
     """``--resume``: the manifest file given (or the checkpoint's own, if it names no code or is
     trusted), with ``--set`` applied; prints which fields differ from the stored manifest."""
-    from agilerl import checkpoint
-    from agilerl.models.manifest import read_manifest_file, validate_manifest
-    from agilerl.training.resume import describe_diff, manifest_diff, require_trust
-    from agilerl.training.rundir import resume_point
-    from agilerl.training.trainer import LocalTrainer
-
-    path, payload = resume_point(Path(args.resume))  # a checkpoint, or a run directory's newest
+    path, payload = resume_point(Path(args.resume))  # a checkpoint, or the run directory's newest state
     if path != Path(args.resume) and not quiet:
-        print(f"resuming from {path}", file=sys.stderr)
+        print(f"resuming from {path} (the newest state in {args.resume}: {describe_state(payload)})", file=sys.stderr)
     args.resume = str(path)
     stored = payload.get("manifest") or {}
     if args.manifest:
@@ -243,8 +263,6 @@ def _resume_trainer(args: argparse.Namespace, kwargs: dict[str, Any], *, quiet: 
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from agilerl.inference import evaluate
-
     result = evaluate(
         args.source,
         episodes=args.episodes,
@@ -273,8 +291,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export_policy(args: argparse.Namespace) -> int:
-    from agilerl.export import export_policy
-
     out = export_policy(
         args.source, format=args.format, output=args.output, member=args.member, which=args.which,
         trust=args.trust_checkpoint, manifest=args.manifest,
@@ -284,8 +300,6 @@ def cmd_export_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from agilerl.schema import manifest_json_schema, manifest_markdown
-
     text = manifest_markdown().rstrip("\n") if args.markdown else json.dumps(manifest_json_schema(), indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
@@ -296,16 +310,19 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from _agilerl_core import foreign_agilerl
-
-    from agilerl.plugins import plugin_infos
+    from _agilerl_guard import foreign_agilerl
 
     clash = foreign_agilerl()
     if clash:
         print(f"warning: {clash}", file=sys.stderr)
     infos = plugin_infos()
+    clashes = _clashes()
     if args.json:
-        _print_json([i.as_dict() for i in infos])
+        rows = [i.as_dict() for i in infos]
+        for row in rows:
+            row["clashes"] = [{"kind": kind, "name": name, "providers": who} for kind, name, who in clashes
+                              if row["name"] in who]  # fmt: skip
+        _print_json(rows)
         return 0
     if not infos:
         print("no plugins installed (pip install an agilerl plugin: see docs/user-guide.md)")
@@ -313,15 +330,30 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for i in infos:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
         print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
+    for kind, name, who in clashes:
+        from agilerl.registry import provider_variable
+
+        print(
+            f"clash: {kind} {name!r} is registered by {' and '.join(map(repr, who))}: only that name is ambiguous; "
+            f"pick one with name: {who[0]}:{name} in the manifest or {provider_variable(name)}={who[0]}"
+        )
     return 0
 
 
-def cmd_algorithms(args: argparse.Namespace) -> int:
-    from agilerl.registry import MANIFEST_REGISTRY
+def _clashes() -> list[tuple[str, str, list[str]]]:
+    """``(kind, name, providers)`` for each name two plugins register (algorithms, env types)."""
+    from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
+    return [
+        (table.kind, name, who) for table in (MANIFEST_REGISTRY, ENV_TYPES) for name, who in table.clashes().items()
+    ]
+
+
+def cmd_algorithms(args: argparse.Namespace) -> int:
     rows = [
         {"name": e.key, "spec": f"{e.value.__module__}.{e.value.__qualname__}", "paradigm": e.value.paradigm,
-         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider}
+         "regime": e.value.regime, "env_type": e.value.default_env_type, "provider": e.provider,
+         "ambiguous": e.extra.get("ambiguous")}
         for e in MANIFEST_REGISTRY.entries()
         if not e.value.not_supported  # known names a plugin refuses: not trainable, not listed
     ]  # fmt: skip
@@ -330,8 +362,6 @@ def cmd_algorithms(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from agilerl.registry import ENV_TYPES
-
     rows = [
         {"env_type": e.key, "spec": e.value.spec_cls.__name__, "provider": e.provider,
          "functions": sorted(e.value.functions)}
@@ -342,16 +372,12 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from agilerl.plot import plot_run
-
     out = plot_run(args.run_dir, args.output)
     print(f"wrote {out}")
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from agilerl.plot import compare_runs
-
     out = compare_runs(args.run_dirs, args.output)
     print(f"wrote {out}")
     return 0
@@ -368,7 +394,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train from a manifest (or resume a checkpoint)")
     p.add_argument("manifest", nargs="?", help="YAML or JSON manifest")
-    p.add_argument("--resume", metavar="CHECKPOINT", help="continue from a checkpoint file (or a run dir: its newest)")
+    p.add_argument(
+        "--resume",
+        metavar="CHECKPOINT",
+        help="continue from a checkpoint file (or a run dir: its newest state by generation and step count)",
+    )
     p.add_argument("--run-dir", help="where metrics and the elite go")
     p.add_argument("--device", help="cpu, cuda, auto (overrides training.device)")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
@@ -462,8 +492,6 @@ def _add_verbosity(parser: argparse.ArgumentParser, *, suppress: bool = False) -
 
 
 def _add_plugin_commands(parser: argparse.ArgumentParser) -> None:
-    from agilerl.plugins import get_plugin_manager
-
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     get_plugin_manager().hook.agilerl_register_commands(subparsers=sub)
 
@@ -510,9 +538,6 @@ def _log_level(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     import logging
     import warnings
-
-    from agilerl.plugins import PluginLoadWarning
-    from agilerl.training.metrics import console_handler
 
     argv = list(sys.argv[1:] if argv is None else argv)
     level = _log_level(argv)
@@ -564,6 +589,9 @@ def _main(argv: list[str]) -> int:
             parser.print_help()
             return 2
         return int(args.handler(args) or 0)
+    except TrainingInterrupted as exc:  # the user's choice, not an error: what was kept and how to go on
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
     except AgileRLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

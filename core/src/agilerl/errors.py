@@ -10,40 +10,14 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-# Names that live in a plugin we publish: used to tell people what to install.
-KNOWN_PROVIDERS: dict[str, str] = {
-    **dict.fromkeys(["PPO", "DQN", "DDPG", "TD3", "CQN", "IPPO", "MADDPG", "MATD3"], "agilerl-plugin-gym"),
-    **dict.fromkeys(["NeuralUCB", "NeuralTS"], "agilerl-plugin-bandit"),
-    **dict.fromkeys(["SFT", "DPO", "GRPO", "LLMREINFORCE"], "agilerl-plugin-llm"),
-    # env types
-    "gym": "agilerl-plugin-gym",
-    "offline": "agilerl-plugin-gym",
-    "bandit": "agilerl-plugin-bandit",
-    "rollout": "agilerl-plugin-llm",
-    "dataset": "agilerl-plugin-llm",
-    # paradigms
-    "single_agent": "agilerl-plugin-gym",
-    "multi_agent": "agilerl-plugin-gym",
-    "llm": "agilerl-plugin-llm",
-    # seed API names that live in plugins
-    **dict.fromkeys(
-        [
-            "GymEnvSpec",
-            "OfflineEnvSpec",
-            "SingleAgentAlgorithmSpec",
-            "MultiAgentAlgorithmSpec",
-            "make_gym_env",
-            "make_pz_env",
-            "make_single_env",
-        ],
-        "agilerl-plugin-gym",
-    ),
-    **dict.fromkeys(["BanditEnvSpec", "make_bandit_env"], "agilerl-plugin-bandit"),
-    **dict.fromkeys(
-        ["LLMEnvSpec", "LLMAlgorithmSpec", "LoraConfigDict", "make_llm_env", "make_rollout_env_factory"],
-        "agilerl-plugin-llm",
-    ),
-}
+from agilerl.known_plugins import KNOWN_PLUGINS, KNOWN_PROVIDERS
+
+
+def known_providers(kind: str) -> dict[str, str]:
+    """The names of ``kind`` (``algorithm``, ``env_type``, ``paradigm``) that a plugin we publish
+    provides -> that plugin's distribution: what "unknown name" messages offer to install."""
+    key = {"algorithm": "algorithms", "env_type": "env_types", "paradigm": "paradigms"}.get(kind, "")
+    return {name: dist for dist, kinds in KNOWN_PLUGINS.items() for name in kinds.get(key, ())}
 
 
 def closest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str | None:
@@ -72,18 +46,40 @@ class DuplicateRegistrationError(PluginError):
     """Two providers registered the same name in one table."""
 
 
+class AmbiguousNameError(PluginError, KeyError):
+    """Two plugins registered one name (an algorithm, an env type): only that name is unusable
+    until the manifest or the environment picks its provider."""
+
+    def __init__(self, kind: str, name: str, providers: Sequence[str], message: str) -> None:
+        self.kind, self.name, self.providers = kind, name, list(providers)
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class UnknownNameError(AgileRLError, KeyError):
     """A name (algorithm, env type, paradigm, ...) that no installed plugin registered."""
 
     def __init__(self, kind: str, name: str, registered: Sequence[str]) -> None:
         self.kind, self.name, self.registered = kind, name, list(registered)
-        parts = [f"unknown {kind} {name!r}."]
-        hint = closest(name, registered)
-        if hint is not None and hint != name:
-            parts.append(f"Did you mean {hint!r}?")
-        provider = KNOWN_PROVIDERS.get(name) or KNOWN_PROVIDERS.get(hint or "")
-        if provider and hint in (None, name):
-            parts.append(f"It is provided by {provider!r}: pip install {provider}")
+        # A name a known plugin provides, which is not installed: that plugin's install line first,
+        # not a fuzzy match with an installed name that merely contains it.
+        uninstalled = {n: d for n, d in known_providers(kind).items() if n not in self.registered}
+        if name in uninstalled:
+            provider = uninstalled[name]
+            parts = [
+                f"unknown {kind} {name!r}: it is provided by the plugin {provider!r}, which is not installed "
+                f"(or not loaded): pip install {provider}."
+            ]
+        else:
+            parts = [f"unknown {kind} {name!r}."]
+            # the fuzzy match among what could be meant: installed names and known plugins' names
+            hint = closest(name, [*self.registered, *uninstalled])
+            if hint is not None and hint != name:
+                parts.append(f"Did you mean {hint!r}?")
+                if hint in uninstalled:
+                    parts.append(f"It is provided by {uninstalled[hint]!r}: pip install {uninstalled[hint]}.")
         shown = ", ".join(sorted(registered)) if registered else "(none: is a plugin installed?)"
         parts.append(f"Registered {kind}s: {shown}.")
         super().__init__(" ".join(parts))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import AgileRLError
-from agilerl.inference import PolicyExporter, load
+from agilerl.inference import PolicyExporter, algorithm_and_plugin, load
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}
 
@@ -60,8 +60,6 @@ def export_policy(
             raise AgileRLError("export_policy(agent) needs output=")
         out = Path(output)
     if not isinstance(agent, PolicyExporter):
-        from agilerl.inference import algorithm_and_plugin
-
         ckpt = getattr(agent, "checkpoint_path", None) or "CHECKPOINT"
         raise AgileRLError(
             f"agilerl export-policy cannot write a TorchScript or ONNX file for {algorithm_and_plugin(agent)}. "

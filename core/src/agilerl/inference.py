@@ -27,8 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agilerl import checkpoint
+import agilerl.checkpoint as checkpoint
 from agilerl.errors import AgileRLError
+from agilerl.models.manifest import load_manifest
+from agilerl.plugins import plugin_infos
+from agilerl.registry import MANIFEST_REGISTRY
+from agilerl.training.assembly import build_member, resolve_device
+from agilerl.trust import LOAD_REMEDY, require_trust
 
 #: Files :func:`resolve_checkpoint` looks for in a run directory, per ``which``.
 RUN_FILES = {
@@ -187,10 +192,6 @@ def load(
     :returns: the algorithm object, with ``agent.manifest`` set to the manifest it was trained on
         and ``agent.checkpoint_path`` to the file read.
     """
-    from agilerl.models.manifest import load_manifest
-    from agilerl.training.assembly import build_member, resolve_device
-    from agilerl.trust import LOAD_REMEDY, require_trust
-
     loaded = read_checkpoint(path, member=member, which=which)
     if manifest is None:
         # Checked before validation: validating a custom env imports it.
@@ -248,8 +249,6 @@ def algorithm_and_plugin(agent: Any) -> str:
     manifest = getattr(agent, "manifest", None)
     if manifest is None:
         return name
-    from agilerl.plugins import plugin_infos
-    from agilerl.registry import MANIFEST_REGISTRY
 
     name = str(manifest.algorithm.name)
     entry = MANIFEST_REGISTRY.entry_for(manifest.algorithm)

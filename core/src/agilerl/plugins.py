@@ -26,7 +26,7 @@ from typing import Any
 
 import pluggy
 
-from agilerl import hookspecs
+import agilerl.hookspecs as hookspecs
 from agilerl.errors import PluginError
 
 ENTRY_POINT_GROUP = "agilerl"
@@ -94,11 +94,12 @@ def strict() -> bool:
 def load_plugins() -> None:
     """Load every entry point of group ``agilerl`` once (idempotent, thread-safe, re-entrant-safe).
 
-    A plugin module that uses core's lazy names while it is being imported (``from agilerl.models
-    import SingleAgentAlgorithmSpec`` at the top of its ``specs.py``) calls back in here: that
-    nested call loads the entry points still waiting (so the name it asks for can be found) and
-    returns; the entry point being imported, and the final checks, stay with the outer call. No
-    entry point is ever loaded or registered twice.
+    The built-in plugins import core's real modules only, so loading them never calls back in here.
+    A third-party plugin that imports one of the seed API's plugin-provided names while it is being
+    imported (``from agilerl.models import SingleAgentAlgorithmSpec`` at the top of its ``specs.py``:
+    :mod:`agilerl.compat`, which reads the registries) does: that nested call loads the entry points
+    still waiting (so the name it asks for can be found) and returns; the entry point being imported,
+    and the final checks, stay with the outer call. No entry point is ever loaded or registered twice.
     """
     global _pm, _loaded, _pending
     with _lock:
@@ -273,6 +274,19 @@ def reset() -> None:
         _infos.clear()
     for listener in list(_listeners):
         listener()
+
+
+def plugin_info(name: str) -> PluginInfo | None:
+    """What is known of the plugin registered as ``name`` (None: an in-process object unknown here)."""
+    return _infos.get(name)
+
+
+def describe(name: str) -> str:
+    """``'name' (distribution version)``: a plugin as messages name it."""
+    info = _infos.get(name)
+    if info is None or not info.distribution:
+        return repr(name)
+    return f"{name!r} ({info.distribution} {info.version or ''})".replace(" )", ")")
 
 
 def plugin_module(name: str) -> ModuleType | None:

@@ -7,20 +7,32 @@
 * :data:`SECTION_SCHEMAS`: manifest section -> the plugin model that validates it (``network``,
   ``replay_buffer``), and the plugin models that extend core's ``training`` section.
 
-Each fills itself from the plugin hooks on first use. A name registered twice is an error naming
-both providers; an unknown name lists what is registered, the closest match, and the plugin to
-install when core knows it.
+Each fills itself from the plugin hooks on first use. A name two plugins register is, in the tables a
+manifest picks from by name (algorithms, env types), ambiguous: that name alone is refused, naming
+both providers and how to pick one (``name: PROVIDER:NAME`` in the manifest, or the environment
+variable ``AGILERL_PROVIDER_<NAME>=PROVIDER``); every other name works. In the structural tables
+(builders, strategies, sections) a name registered twice is an error naming both providers. An
+unknown name lists what is registered, the closest match, and the plugin to install when core
+knows it.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from agilerl import plugins
-from agilerl.errors import DuplicateRegistrationError, MissingPluginError, PluginError, UnknownNameError
+import agilerl.plugins as plugins
+from agilerl.errors import (
+    AmbiguousNameError,
+    DuplicateRegistrationError,
+    MissingPluginError,
+    PluginError,
+    UnknownNameError,
+)
 from agilerl.imports import import_object
 
 if TYPE_CHECKING:
@@ -30,6 +42,23 @@ T = TypeVar("T")
 AlgoSpecT = TypeVar("AlgoSpecT", bound="AlgorithmSpec")
 
 IN_PROCESS = "<in-process>"
+
+
+def provider_variable(key: str) -> str:
+    """``AGILERL_PROVIDER_<KEY>``: the environment variable that picks the provider of ``key``."""
+    return "AGILERL_PROVIDER_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+
+
+def _same_provider(asked: str, provider: str) -> bool:
+    """Whether ``asked`` names ``provider``: its entry-point name or its distribution's name (with
+    ``-``, ``_`` and ``.`` alike, any case, as pip compares names)."""
+
+    def norm(s: str) -> str:
+        return re.sub(r"[-_.]+", "-", s).lower()
+
+    info = plugins.plugin_info(provider)
+    names = {provider, *([info.distribution] if info is not None and info.distribution else [])}
+    return norm(asked) in {norm(n) for n in names}
 
 
 def resolve(obj: Any, what: str = "object") -> Any:
@@ -54,9 +83,13 @@ class _Table(Generic[T]):
 
     kind = "name"
     hook = ""
+    #: True: a name two plugins register is ambiguous (that name alone is refused until a provider is
+    #: picked); False: it is an error for the whole table (structural tables: one owner per key).
+    clashes_are_ambiguous = False
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry[T]] | None = None
+        self._clashes: dict[str, list[Entry[T]]] = {}
         self._manual: dict[str, Entry[T]] = {}
         self._lock = threading.RLock()
         plugins.on_change(self.invalidate)
@@ -98,6 +131,7 @@ class _Table(Generic[T]):
                 return self._entries
             pm = plugins.get_plugin_manager()
             table: dict[str, Entry[T]] = {}
+            clashes: dict[str, list[Entry[T]]] = {}
             caller = getattr(pm.hook, self.hook, None)  # None: no loaded plugin declares the hook
             # Call each implementation on its own so every entry knows its provider.
             for impl in reversed(caller.get_hookimpls() if caller is not None else []):
@@ -113,10 +147,17 @@ class _Table(Generic[T]):
                     plugins.report_hook_failure(impl.plugin_name, self.hook, exc)
                     continue
                 for entry in own.values():
+                    old = table.get(entry.key) or (clashes[entry.key][0] if entry.key in clashes else None)
+                    if self.clashes_are_ambiguous and old is not None and old.value is not entry.value:
+                        # Two plugins, one name: that name becomes ambiguous, every other works.
+                        clashes.setdefault(entry.key, [table.pop(entry.key)] if entry.key in table else [])
+                        clashes[entry.key].append(entry)
+                        continue
                     self._put(table, entry)
             for entry in self._manual.values():
                 self._put(table, entry)
             self._entries = table
+            self._clashes = {k: sorted(v, key=lambda e: e.provider) for k, v in clashes.items()}
             return table
 
     # --- reading -----------------------------------------------------------------------------
@@ -125,21 +166,67 @@ class _Table(Generic[T]):
         return True
 
     def entry(self, key: str) -> Entry[T]:
+        """The entry registered as ``key``; ``PROVIDER:KEY`` picks one plugin's (needed where two
+        plugins register ``KEY``, unless ``AGILERL_PROVIDER_<KEY>`` picks it)."""
         table = self._fill()
-        try:
+        if key in table:
             return table[key]
-        except KeyError:
-            raise UnknownNameError(self.kind, key, [k for k, e in table.items() if self._listed(e)]) from None
+        asked, _, bare = key.rpartition(":") if ":" in key and self.clashes_are_ambiguous else ("", "", key)
+        candidates = self._clashes.get(bare) or ([table[bare]] if bare in table else [])
+        if not asked and candidates:
+            asked = os.environ.get(provider_variable(bare), "").strip()
+            if not asked:
+                self._ambiguous(bare, candidates, "")
+        if asked and candidates:
+            for e in candidates:
+                if _same_provider(asked, e.provider):
+                    return e
+            picked = f"{provider_variable(bare)}={asked}" if ":" not in key else f"{key!r}"
+            self._ambiguous(bare, candidates, f"{picked} names none of them. ")
+        raise UnknownNameError(self.kind, key, self.listed_keys()) from None
+
+    def _ambiguous(self, key: str, candidates: list[Entry[T]], said: str) -> NoReturn:
+        shown = [plugins.describe(e.provider) for e in candidates]
+        if len(candidates) == 1:
+            head = f"{self.kind} {key!r} is provided by {shown[0]} alone; {said}"
+        else:
+            head = f"{self.kind} {key!r} is registered by {len(shown)} plugins: {' and '.join(shown)}. {said}"
+        first = candidates[0].provider
+        how = f"Pick one in the manifest (name: {first}:{key}) or in the environment ({provider_variable(key)}={first})"
+        if len(candidates) > 1:
+            how += f"; or uninstall one, or disable it with AGILERL_DISABLE_PLUGINS={candidates[-1].provider}"
+        raise AmbiguousNameError(self.kind, key, shown, head + how + ".")
+
+    def listed_keys(self) -> list[str]:
+        """The names a user can give: each registered key, and ``PROVIDER:KEY`` for an ambiguous one."""
+        return [e.key for e in self.entries() if self._listed(e)]
+
+    def clashes(self) -> dict[str, list[str]]:
+        """Each ambiguous name -> the plugins that register it."""
+        self._fill()
+        return {k: [e.provider for e in v] for k, v in sorted(self._clashes.items())}
 
     def __contains__(self, key: object) -> bool:
-        return key in self._fill()
+        if not isinstance(key, str):
+            return False
+        try:
+            self.entry(key)
+        except (UnknownNameError, AmbiguousNameError):
+            return key in self._clashes
+        return True
 
     def keys(self) -> list[str]:
         return sorted(self._fill())
 
     def entries(self) -> list[Entry[T]]:
+        """Every entry, sorted by name; an ambiguous name's once per provider, as ``PROVIDER:KEY``."""
         table = self._fill()
-        return [table[k] for k in sorted(table)]
+        found = [table[k] for k in table]
+        for key, clashing in self._clashes.items():
+            found += [
+                Entry(f"{e.provider}:{key}", e.value, e.provider, {**e.extra, "ambiguous": key}) for e in clashing
+            ]
+        return sorted(found, key=lambda e: e.key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -186,6 +273,7 @@ class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
 
     kind = "algorithm"
     hook = "agilerl_register_algorithms"
+    clashes_are_ambiguous = True
 
     def _make_register(self, table: dict[str, Entry[Any]], provider: str) -> Callable[..., Any]:
         def register(
@@ -242,20 +330,18 @@ class AlgorithmRegistry(_Table["type[AlgorithmSpec]"]):
 
     def name_of(self, spec_cls: type[AlgorithmSpec]) -> str | None:
         """The registered name of ``spec_cls`` (or of its nearest registered base class)."""
-        table = self._fill()
+        entries = self.entries()  # an ambiguous name's entries as PROVIDER:NAME, which entry() resolves
         for cls in spec_cls.__mro__:
-            for entry in table.values():
+            for entry in entries:
                 if entry.value is cls:
                     return entry.key
         return None
 
     def entry_for(self, spec: AlgorithmSpec) -> Entry[Any] | None:
-        name = spec.name
-        table = self._fill()
-        if name in table:
-            return table[name]
+        if spec.name in self:
+            return self.entry(spec.name)
         found = self.name_of(type(spec))
-        return table[found] if found else None
+        return self.entry(found) if found else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,6 +362,7 @@ class EnvTypeRegistry(_Table[EnvType]):
 
     kind = "env_type"
     hook = "agilerl_register_env_types"
+    clashes_are_ambiguous = True
 
     def _make_register(self, table: dict[str, Entry[EnvType]], provider: str) -> Callable[..., Any]:
         def register(

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agilerl.models import sections
 from agilerl.models.composition import section_models
 from agilerl.models.manifest import API_VERSION
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
@@ -29,8 +30,9 @@ def manifest_json_schema() -> dict[str, Any]:
         s.setdefault("properties", {})["name"] = {"const": name, "description": f"Algorithm {name}"}
         s["required"] = sorted({*s.get("required", []), "name"})
         s["title"] = name
-        if cls.hpo_ranges:
-            s["x-hpo-ranges"] = {k: list(v) for k, v in cls.hpo_ranges.items()}
+        ranges = cls.mutable_ranges()
+        if ranges:
+            s["x-hpo-ranges"] = {k: [r.low, r.high] for k, r in ranges.items()}
         s["x-paradigm"], s["x-regime"], s["x-default-env-type"] = cls.paradigm, cls.regime, cls.default_env_type
         algo_variants.append(s)
     env_variants = []
@@ -115,8 +117,6 @@ def _plugin_section(key: str, model: type[BaseModel] | None) -> list[tuple[str, 
 def manifest_markdown() -> str:
     """The manifest reference page: every section and field, its default, and how it differs from
     AgileRL's (the ``vs AgileRL`` column: empty means AgileRL's name, meaning and default)."""
-    from agilerl.models import sections
-
     models = section_models()
 
     lines = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from agilerl.builders import AlgorithmBuilder
 from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.env import make_env
@@ -158,8 +159,6 @@ def check_algorithm(
     tests' business, and validating them stays light). Raises :class:`~agilerl.errors.PluginError`
     naming the methods the class lacks.
     """
-    from agilerl.builders import AlgorithmBuilder
-
     if foreign_only and not joins_another_plugin(spec):
         return
     strategy = strategy or select_strategy(spec)

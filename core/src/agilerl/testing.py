@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
-from agilerl import plugins
+import agilerl.plugins as plugins
+from agilerl.cli import main
+from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
 
 
 def assert_registered(*, algorithms: list[str] = (), env_types: list[str] = ()) -> None:  # type: ignore[assignment]
     """Fail unless the named algorithms and env types are in the registries."""
-    from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
-
     missing = [a for a in algorithms if a not in MANIFEST_REGISTRY] + [e for e in env_types if e not in ENV_TYPES]
     assert not missing, f"not registered: {missing}; loaded plugins: {[i.name for i in plugins.plugin_infos()]}"
 
@@ -67,8 +67,6 @@ def write_manifest(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    from agilerl.cli import main
-
     def _run(*args: str) -> tuple[int, str, str]:
         code = main([str(a) for a in args])
         out, err = capsys.readouterr()

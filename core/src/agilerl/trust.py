@@ -38,6 +38,8 @@ from typing import Any
 
 from agilerl.errors import AgileRLError
 from agilerl.imports import is_file_reference
+from agilerl.plugins import plugin_infos
+from agilerl.registry import ENV_TYPES
 
 #: Manifest keys whose values are imported, executed or put on ``sys.path``.
 CODE_KEYS = frozenset({"entrypoint", "factory", "path", "env_wrappers", "wrappers", "rubric_file_path",
@@ -153,8 +155,6 @@ def _normalise(dist: str) -> str:
 
 def registered_roots() -> frozenset[str]:
     """Top-level packages whose code counts as registered: ``agilerl`` and each loaded plugin's package."""
-    from agilerl.plugins import plugin_infos
-
     # an entry point's value is "pkg.module" or "pkg.module:object"
     return frozenset(
         {"agilerl"} | {_root(i.module.partition(":")[0]) for i in plugin_infos() if not i.error and i.module}
@@ -165,7 +165,6 @@ def _env_spec_class(env: Mapping[str, Any]) -> Any:
     """The spec class a loaded plugin registers for ``env``'s ``env_type``, or ``None``."""
     if not isinstance(env.get("env_type"), str):
         return None
-    from agilerl.registry import ENV_TYPES
 
     try:
         return ENV_TYPES.spec_class(env["env_type"])
@@ -211,7 +210,6 @@ def untrusted_references(manifest: Mapping[str, Any]) -> list[tuple[str, Any]]:
             module = _env_module(value) or ""
             if _root(module) in roots:
                 continue
-            from agilerl.plugins import plugin_infos
 
             dists = frozenset(i.distribution for i in plugin_infos() if not i.error and i.distribution)
             if "__main__" not in module.split(".") and _root(module) in _dependency_roots(dists):

@@ -82,7 +82,7 @@ def test_routing_builds_the_registered_classes() -> None:
     ucb, _ = _agent("NeuralUCB")
     ts, _ = _agent("NeuralTS")
     assert type(ucb) is NeuralUCB and type(ts) is NeuralTS
-    assert ts.lr == 3e-3 and ucb.lr == 1e-3
+    assert ts.spec.lr == 3e-3 and ucb.spec.lr == 1e-3
     spec = load_manifest({"algorithm": {"name": "NeuralTS"}, "environment": {"name": "iris"}}).algorithm
     assert select_builder(spec) is BanditBuilder
     assert isinstance(select_strategy(spec), BanditStrategy)
@@ -157,14 +157,14 @@ def test_learning_steps_the_network_with_gyms_flat_adam() -> None:
     for arm in range(agent.arms):
         agent.observe(context[arm], float(arm == 0))
     seq, params = _autograd_net(agent.net)
-    reference = torch.optim.Adam(params, lr=agent.lr)
+    reference = torch.optim.Adam(params, lr=agent.spec.lr)
     theta0 = agent.theta0.clone()
     rng_state = agent.rng.bit_generator.state
     agent.learn()
     agent.rng.bit_generator.state = rng_state
-    x, r = agent.memory.sample(agent.batch_size, agent.rng)
+    x, r = agent.memory.sample(agent.spec.batch_size, agent.rng)
     flat = torch.cat([p.flatten() for p in params])
-    loss = torch.nn.functional.mse_loss(seq(x).squeeze(-1), r) + agent.reg * ((flat - theta0) ** 2).sum()
+    loss = torch.nn.functional.mse_loss(seq(x).squeeze(-1), r) + agent.spec.reg * ((flat - theta0) ** 2).sum()
     loss.backward()
     reference.step()
     assert torch.allclose(agent.net.flat, torch.cat([p.detach().flatten() for p in params]), atol=1e-6)
@@ -181,7 +181,7 @@ def test_checkpoints_with_the_former_optimizer_state_load() -> None:
         agent.learn()
     state = agent.state_dict()
     opt = agent.optimizer
-    state_old = {**state, "optimizer": {"lr": agent.lr, "betas": [0.9, 0.999], "eps": 1e-8, "m": opt.exp_avg.clone(),
+    state_old = {**state, "optimizer": {"lr": agent.spec.lr, "betas": [0.9, 0.999], "eps": 1e-8, "m": opt.exp_avg.clone(),
                                         "v": opt.exp_avg_sq.clone(), "t": int(opt.step_count)}}  # fmt: skip
     new, old = _agent(seed=5)[0], _agent(seed=6)[0]
     new.load_state_dict(state)
@@ -264,7 +264,7 @@ def test_lr_mutation_updates_the_optimizer() -> None:
     agent.set_hyperparameter("lr", 5e-4)
     assert agent.optimizer.param_groups[0]["lr"] == 5e-4
     agent.set_hyperparameter("batch_size", 20.6)
-    assert agent.batch_size == 21
+    assert agent.spec.batch_size == 21
 
 
 @pytest.mark.slow

@@ -10,10 +10,13 @@ NET = {"latent_dim": 16, "encoder_config": {"arch": "mlp", "hidden_size": [16], 
 MPE = {"name": "mpe2.simple_speaker_listener_v4", "num_envs": 4, "sync": True, "env_config": {"max_cycles": 25}}
 ENVS = {
     "PPO": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
+    "A2C": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "DQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "RainbowDQN": {"name": "CartPole-v1", "num_envs": 4, "sync": True},
     "DDPG": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "TD3": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
+    "SAC": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
+    "TQC": {"name": "Pendulum-v1", "num_envs": 4, "sync": True},
     "IPPO": MPE,
     "MADDPG": MPE,
     "MATD3": MPE,
@@ -27,12 +30,12 @@ def tiny_manifest(algo: str, tmp: Path, max_steps: int = 2 * TINY_EVO) -> dict[s
 
         h5 = write_hdf5(tmp / "cqn.h5", record_episodes(None, 400, seed=0))
         env = {"name": "CartPole-v1", "num_envs": 4, "sync": True, "dataset_path": str(h5)}
-    on_policy = algo in ("PPO", "IPPO")
+    on_policy = algo in ("PPO", "IPPO", "A2C")
     # Every operator, so exact resume covers networks mutated in shape and activation.
     probabilities = {"no_mut": 0.1, "params_mut": 0.3, "rl_hp_mut": 0.3, "arch_mut": 0.3,
                      "new_layer": 0.5, "act_mut": 0.2}  # fmt: skip
     return {
-        "algorithm": {"name": algo, "batch_size": 16, "learn_step": 64 if on_policy else 4},
+        "algorithm": {"name": algo, "learn_step": 64 if on_policy else 4, **({} if algo == "A2C" else {"batch_size": 16})},
         "environment": env,
         "network": NET,
         "replay_buffer": {"max_size": 1000},

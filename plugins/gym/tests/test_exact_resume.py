@@ -35,7 +35,7 @@ from agilerl.training.trainer import LocalTrainer
 
 HERE = Path(__file__).resolve().parent
 EVO = TINY_EVO
-ALGOS = ["PPO", "DQN", "DDPG", "TD3", "RainbowDQN", "IPPO", "MADDPG", "MATD3", "CQN"]
+ALGOS = ["PPO", "A2C", "DQN", "DDPG", "TD3", "SAC", "TQC", "RainbowDQN", "IPPO", "MADDPG", "MATD3", "CQN"]
 
 
 def assert_same_state(a: Any, b: Any) -> None:
@@ -95,7 +95,9 @@ def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subproce
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
     code = "import sys; from agilerl.cli import main; sys.exit(main(sys.argv[1:]))"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    # The parent's PYTHONPATH after HERE: the subprocess imports the same sources as this process.
+    pythonpath = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     cmd = [sys.executable, "-c", code, "train", str(path), "--run-dir", str(tmp / name), "--no-progress", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=None)
 
@@ -103,7 +105,7 @@ def _cli(manifest: dict[str, Any], tmp: Path, name: str, *args: str) -> subproce
 @pytest.mark.slow  # three `agilerl train` subprocesses each
 @pytest.mark.parametrize(
     "algo,after,learned",
-    [("PPO", 10, [0]), ("DQN", 40, [0, 1]), ("TD3", 10, [0]), ("DDPG", 40, [0, 1]),
+    [("PPO", 10, [0]), ("A2C", 10, [0]), ("DQN", 40, [0, 1]), ("TD3", 10, [0]), ("SAC", 40, [0, 1]), ("TQC", 10, [0]), ("DDPG", 40, [0, 1]),
      ("RainbowDQN", 40, [0, 1]), ("IPPO", 10, [0]), ("MADDPG", 40, [0, 1]), ("MATD3", 10, [0])],
 )  # fmt: skip
 def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: list[int], tmp_path: Path) -> None:
@@ -116,7 +118,7 @@ def test_sigint_mid_generation_resumes_exactly(algo: str, after: int, learned: l
     reference = checkpoint.load(tmp_path / f"ckpt_{m['training']['max_steps']}.pt")
     (tmp_path / f"ckpt_{m['training']['max_steps']}.pt").unlink()
 
-    single = algo in ("PPO", "DQN", "DDPG", "TD3", "RainbowDQN")  # gym wrappers: module.attr; PettingZoo: module:attr
+    single = algo not in ("IPPO", "MADDPG", "MATD3")  # gym wrappers: module.attr; PettingZoo: module:attr
     wrapper, sep = ("SigintAfter", ".") if single else ("SigintAfterParallel", ":")
     wrapped = {**m, "environment": {**m["environment"], "path": str(HERE),
                                     "env_wrappers": [[f"gym_test_wrappers{sep}{wrapper}", {"steps": after}]]}}  # fmt: skip
@@ -157,6 +159,10 @@ ENCODER_CASES = {
                                       "path": _TESTS, "num_envs": 4, "sync": True},
                               {"latent_dim": 16, "encoder_config": {"latent_dim": 8, "vector_space_mlp": True,
                                                                     "mlp_config": {"hidden_size": [16]}}}),
+    "SAC-multiinput": ("SAC", {"name": "Reach", "custom": True, "entrypoint": "encoder_envs:DictReach",
+                               "path": _TESTS, "num_envs": 4, "sync": True},
+                       {"latent_dim": 16, "encoder_config": {"latent_dim": 8, "vector_space_mlp": True,
+                                                             "mlp_config": {"hidden_size": [16]}}}),
     "PPO-simba": ("PPO", {"name": "CartPole-v1", "num_envs": 4, "sync": True},
                   {"latent_dim": 16, "simba": True, "encoder_config": {"hidden_size": 16, "num_blocks": 1}}),
 }  # fmt: skip

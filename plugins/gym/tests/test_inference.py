@@ -142,7 +142,16 @@ def _single(algo: str, env_id: str, **algo_fields: Any) -> Any:
 
 @pytest.mark.parametrize(
     ("algo", "env_id"),
-    [("PPO", "CartPole-v1"), ("PPO", "Pendulum-v1"), ("DDPG", "Pendulum-v1"), ("DQN", "FrozenLake-v1")],
+    [
+        ("PPO", "CartPole-v1"),
+        ("PPO", "Pendulum-v1"),
+        ("DDPG", "Pendulum-v1"),
+        ("SAC", "Pendulum-v1"),
+        ("TQC", "Pendulum-v1"),
+        ("A2C", "Pendulum-v1"),
+        ("A2C", "CartPole-v1"),
+        ("DQN", "FrozenLake-v1"),
+    ],
 )
 def test_export_gives_the_agents_actions(algo: str, env_id: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime")

@@ -252,6 +252,6 @@ def test_a_batch_size_mutated_past_the_dataset_size_still_learns(tmp_path: Path)
     agent = trainer.train().population[0]
     size = len(trainer.strategy.memory)
     agent.set_hyperparameter("batch_size", 4 * size)  # what rl_hp_mut may do with a small dataset
-    assert agent.batch_size == 4 * size
+    assert agent.spec.batch_size == 4 * size
     stats = trainer.strategy.learn(agent, SimpleNamespace(manifest=m), 10)  # type: ignore[arg-type]
     assert stats["gradient_steps"] == 10 and np.isfinite(stats["loss"])

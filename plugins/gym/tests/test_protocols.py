@@ -20,8 +20,10 @@ from agilerl_plugin_gym.multi_agent.builder import MultiAgentBuilder
 from agilerl_plugin_gym.multi_agent.vec_env import make_pz_env
 from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
 
-SINGLE = {"PPO": ("CartPole-v1", protocols.OnPolicyAlgorithm), "DQN": ("CartPole-v1", protocols.OffPolicyAlgorithm),
-          "DDPG": ("Pendulum-v1", protocols.OffPolicyAlgorithm), "TD3": ("Pendulum-v1", protocols.OffPolicyAlgorithm)}  # fmt: skip
+SINGLE = {"PPO": ("CartPole-v1", protocols.OnPolicyAlgorithm), "A2C": ("CartPole-v1", protocols.OnPolicyAlgorithm), "DQN": ("CartPole-v1", protocols.OffPolicyAlgorithm),
+          "DDPG": ("Pendulum-v1", protocols.OffPolicyAlgorithm), "TD3": ("Pendulum-v1", protocols.OffPolicyAlgorithm),
+          "SAC": ("Pendulum-v1", protocols.OffPolicyAlgorithm),
+          "TQC": ("Pendulum-v1", protocols.OffPolicyAlgorithm)}  # fmt: skip
 MULTI = {"IPPO": protocols.MultiAgentOnPolicyAlgorithm, "MADDPG": protocols.MultiAgentOffPolicyAlgorithm,
          "MATD3": protocols.MultiAgentOffPolicyAlgorithm}  # fmt: skip
 
@@ -53,7 +55,9 @@ def test_multi_agent_algorithms_implement_their_protocol(algo: str) -> None:
     _check(agent, MULTI[algo])
 
 
-@pytest.mark.parametrize("name", ["PPO", "DQN", "RainbowDQN", "DDPG", "TD3", "IPPO", "MADDPG", "MATD3"])
+@pytest.mark.parametrize(
+    "name", ["PPO", "A2C", "DQN", "RainbowDQN", "DDPG", "TD3", "SAC", "TQC", "IPPO", "MADDPG", "MATD3"]
+)
 def test_every_builtin_algorithm_implements_its_strategys_protocol(name: str) -> None:
     """What `agilerl train` checks for every algorithm (and `agilerl validate` for a third party's)."""
     from agilerl.registry import MANIFEST_REGISTRY

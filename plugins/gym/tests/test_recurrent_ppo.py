@@ -139,7 +139,7 @@ def test_rollout_carries_state_resets_it_at_episode_start_and_bptt_reproduces_it
                         assert not buf.hidden[t + 1, env].any()
                     else:
                         np.testing.assert_allclose(buf.hidden[t + 1, env], carried[env], rtol=1e-5, atol=1e-6)
-            seqs = buf.sequences(agent.max_seq_len, agent.bptt_sequence_type)
+            seqs = buf.sequences(agent.spec.max_seq_len, agent.spec.bptt_sequence_type)
             log_prob, _, value = agent.evaluate_sequences(seqs)
         mask = seqs["mask"]
         torch.testing.assert_close(log_prob[mask], seqs["log_probs"][mask], rtol=1e-4, atol=1e-5)

@@ -89,12 +89,12 @@ def test_ctrl_c_writes_checkpoint_and_resumes(train, read_metrics, tmp_path: Pat
     assert rows[-1]["steps"] == 8192
 
 
-@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3"])
+@pytest.mark.parametrize("algo", ["PPO", "DQN", "TD3", "SAC"])
 def test_population_with_mutations_trains_and_resumes(train, read_metrics, tmp_path: Path, algo: str) -> None:  # type: ignore[no-untyped-def]
     """A population under tournament selection and every mutation operator (architecture, parameter
     noise, hyperparameters) trains through the core loop, checkpoints mutated architectures, and
     resumes from them."""
-    env = {"name": "Pendulum-v1" if algo == "TD3" else "CartPole-v1", "num_envs": 4, "sync": True}
+    env = {"name": "Pendulum-v1" if algo in ("TD3", "SAC") else "CartPole-v1", "num_envs": 4, "sync": True}
     algorithm = {"name": algo, "batch_size": 32, "learn_step": 128 if algo == "PPO" else 4}
     m: dict[str, Any] = {
         "algorithm": algorithm,
@@ -120,3 +120,58 @@ def test_population_with_mutations_trains_and_resumes(train, read_metrics, tmp_p
     code, run_dir, out = train(m, "--resume", str(tmp_path / "pop_1024.pt"), name="pop_resumed")
     assert code == 0, out
     assert max(r["steps"] for r in read_metrics(run_dir)) == 1536
+
+
+@pytest.mark.parametrize("algo", ["PPO", "DQN"])
+def test_a_run_dir_resumes_from_its_newest_state_and_a_finished_one_is_a_no_op(
+    read_metrics, tmp_path: Path, capsys: pytest.CaptureFixture[str], algo: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Interrupted, resumed and finished: the run dir then holds an older ``checkpoint_interrupted.pt``
+    beside a newer ``last.pt``. ``--resume RUN_DIR`` takes the newest state (``last.pt``), says so,
+    and, the run being complete, trains nothing and rewrites nothing."""
+    import yaml
+
+    from agilerl.cli import main
+
+    env = {"name": "CartPole-v1", "num_envs": 2, "sync": True}
+    if algo == "PPO":
+        algorithm: dict[str, Any] = {"name": "PPO", "learn_step": 128, "batch_size": 64}
+        extra: dict[str, Any] = {}
+    else:
+        algorithm = {"name": "DQN", "batch_size": 32, "learn_step": 4}
+        extra = {"learning_delay": 64}
+    m: dict[str, Any] = {
+        "algorithm": algorithm,
+        "environment": env,
+        "network": {"latent_dim": 16, "encoder_config": {"arch": "mlp", "hidden_size": [16], "layer_norm": False}},
+        "training": {"max_steps": 768, "evo_steps": 256, "eval_steps": 20, "seed": 1, **extra},
+    }
+    run_dir = tmp_path / "run"
+    clean = tmp_path / "m.yaml"
+    clean.write_text(yaml.safe_dump(m))
+    interrupting = tmp_path / "interrupting.yaml"
+    wrapped = {**env, "path": str(HERE), "env_wrappers": [["gym_test_wrappers.InterruptAfter", {"steps": 200}]]}
+    interrupting.write_text(yaml.safe_dump({**m, "environment": wrapped}))
+
+    def cli(*args: str) -> tuple[int, str]:
+        code = main(["train", *args, "--no-progress"])
+        out, err = capsys.readouterr()
+        return code, out + err
+
+    code, out = cli(str(interrupting), "--run-dir", str(run_dir))  # Ctrl-C in generation 2 (steps 128 per env each)
+    assert code == 130, out
+    assert (run_dir / "checkpoint_interrupted.pt").is_file()
+    code, out = cli(str(clean), "--resume", str(run_dir))
+    assert code == 0, out
+    assert f"resuming from {run_dir / 'checkpoint_interrupted.pt'}" in out
+    assert (run_dir / "last.pt").is_file() and (run_dir / "checkpoint_interrupted.pt").is_file()
+    finished = read_metrics(run_dir)
+    assert max(r["steps"] for r in finished) == 768
+    kept = {p.name: p.read_bytes() for p in run_dir.glob("*.pt")}
+
+    code, out = cli(str(clean), "--resume", str(run_dir))
+    assert code == 0, out
+    assert f"resuming from {run_dir / 'last.pt'} (the newest state in {run_dir}: generation 2 (evaluated), " in out
+    assert "is already complete (stopped by max_steps); nothing was trained" in out
+    assert read_metrics(run_dir) == finished  # no generation redone
+    assert {p.name: p.read_bytes() for p in run_dir.glob("*.pt")} == kept

@@ -172,7 +172,7 @@ def test_ctrl_c_stops_every_rank_and_the_checkpoint_resumes_in_two_processes(
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the launcher
     out, err = proc.communicate()
     assert proc.returncode == 130, out + err
-    assert "interrupted; checkpoint written to" in err and "--num-processes 2" in err, err
+    assert "stopped by Ctrl-C, as you asked; checkpoint written to" in err and "--num-processes 2" in err, err
     ckpt = run_dir / "checkpoint_interrupted.pt"
     stopped = torch.load(ckpt, weights_only=True)["agents"][0]["steps"]
     assert stopped >= 3
@@ -480,3 +480,90 @@ def test_an_fsdp_population_evolves_as_in_one_process(
         assert a["index"] == b["index"] and a["steps"] == b["steps"]
         for name, tensor in a["weights"].items():
             assert torch.allclose(tensor, b["weights"][name], atol=1e-5, rtol=1e-4), name
+
+
+# --- two nodes on one box: torchrun --nnodes 2, c10d rendezvous on 127.0.0.1 ----------------------
+
+
+def launch_two_nodes(
+    path: Path, *extra: str, kill_rank: int | None = None, kill_when: Callable[[], bool] = lambda: True
+) -> list[subprocess.CompletedProcess[str]]:
+    """``agilerl train PATH`` as two torchrun nodes of one process each (two launcher processes meeting at a
+    c10d rendezvous on 127.0.0.1), as on two machines. ``kill_rank``: SIGKILL that rank's worker once
+    ``kill_when()`` holds (mid-run); the other node must then end by itself."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "agilerl-test", "--max-restarts", "0",
+           "-m", "agilerl", "train", str(path), *extra]  # fmt: skip
+    nodes = [
+        subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    if kill_rank is not None:
+        while not kill_when() and all(n.poll() is None for n in nodes):
+            time.sleep(0.05)
+        victim = next(
+            int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _is_rank_worker(p, str(path), kill_rank)
+        )  # fmt: skip
+        os.kill(victim, signal.SIGKILL)
+    done = []
+    for node in nodes:
+        out, err = node.communicate(timeout=600)  # bounded: a node left waiting for a dead peer fails the test
+        done.append(subprocess.CompletedProcess(node.args, node.returncode, out, err))
+    return done
+
+
+def _is_rank_worker(proc: Path, manifest_path: str, rank: int) -> bool:
+    try:
+        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        environ = (proc / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    worker = b"agilerl" in cmdline and manifest_path.encode() in cmdline and b"torch.distributed.run" not in cmdline
+    return worker and f"RANK={rank}".encode() in environ
+
+
+@pytest.mark.parametrize("algo", ["SFT", pytest.param("GRPO", marks=SLOW)])
+def test_two_torchrun_nodes_match_one_process(
+    algo: str, tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],
+    one_process: Callable[[str], Path],
+) -> None:  # fmt: skip
+    one, two = one_process(algo), tmp_path / "two"
+    done = launch_two_nodes(write_manifest(manifest(algo, tiny_model_dir, tmp_path, two), "two.yaml"))
+    for node in done:
+        assert node.returncode == 0, node.stdout + node.stderr
+    # One node ran rank 0 (it reports); the other's worker, rank 1 with LOCAL_RANK 0, wrote nothing.
+    assert sum(node.stdout.count("done: 1 generation(s)") for node in done) == 1
+    assert len(list((two / "tensorboard").iterdir())) == 1
+    a = torch.load(one / "elite.pt", weights_only=True)["agents"][0]
+    b = torch.load(two / "elite.pt", weights_only=True)["agents"][0]
+    assert a["steps"] == b["steps"] == 3
+    atol = 1e-3 if algo == "GRPO" else 1e-5  # float summation order (see the single-node test above)
+    for name, tensor in a["weights"].items():
+        assert torch.allclose(tensor, b["weights"][name], atol=atol, rtol=1e-4), name
+
+
+@pytest.mark.slow
+def test_a_killed_node_ends_the_other_clearly_and_the_run_resumes_on_two_nodes(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    run_dir = tmp_path / "run"
+    data = manifest("SFT", tiny_model_dir, tmp_path, run_dir)
+    data["training"].update({"max_steps": 40, "evo_steps": 4, "checkpoint_steps": 4})
+    path = write_manifest(data, "long.yaml")
+    done = launch_two_nodes(path, kill_rank=1, kill_when=lambda: any(run_dir.glob("checkpoint_*.pt")))
+    survivor = next((node for node in done if "a collective with the other" in node.stderr), None)
+    assert survivor is not None, "\n---\n".join(node.stderr[-3000:] for node in done)
+    assert survivor.returncode != 0
+    assert "rank 0 of 2: a collective with the other processes failed" in survivor.stderr, survivor.stderr
+    assert "--resume RUN_DIR" in survivor.stderr
+    kept = max(r.get("steps", 0) for r in rows(run_dir))
+    assert 0 < kept < 40  # killed mid-run, after a checkpoint
+    # Both nodes again, resumed from the run directory's newest checkpoint: the run finishes.
+    resumed = launch_two_nodes(path, "--resume", str(run_dir))
+    for node in resumed:
+        assert node.returncode == 0, node.stdout + node.stderr
+    assert sum("done:" in node.stdout for node in resumed) == 1
+    assert max(r.get("steps", 0) for r in rows(run_dir)) > kept
+    final = torch.load(run_dir / "last.pt", weights_only=True)["agents"][0]
+    assert final["steps"] >= 40

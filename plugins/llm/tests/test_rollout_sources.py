@@ -130,6 +130,18 @@ def test_a_plugin_adds_a_rollout_source_through_the_hook(
     assert rewards == [1.0, 0.0, 1.0] and h1.trajectory().terminated
 
 
+@pytest.mark.parametrize("field", ["reward_model", "reward_funcs"])
+def test_batched_reward_sources_are_refused_on_a_plugin_source_when_it_is_built(
+    register_plugin: Callable[..., str], tiny_model_dir: Path, tmp_path: Path, field: str
+) -> None:
+    """A reward model or reward_funcs score dataset rows' completions; a plugin's env scores its own
+    replies, so building it with either is an error naming the field (not a silently unused field)."""
+    register_plugin(CountdownSourcePlugin(), name="countdown")
+    value: Any = str(tmp_path) if field == "reward_model" else ["r.py:f"]
+    with pytest.raises(RolloutSourceError, match=f"environment.{field}: scores dataset rows"):
+        make_rollout_env_factory(rollout_spec(name="countdown-3", **{field: value}), load_tokenizer(tiny_model_dir))
+
+
 # --- bad input through `agilerl train`: clear errors, before any training ---------------------------
 
 

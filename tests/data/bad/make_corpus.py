@@ -191,6 +191,8 @@ for stem, expect in [
         f"an SFT dataset: {stem.replace('_', ' ')}",
     )
 c("dpo_dataset_no_rejected", DPO, {"environment.dataset_path": f"{J}/no_rejected.jsonl"}, f"environment.dataset_path: {J}/no_rejected.jsonl:1: no column 'rejected'", "a preference row without rejected")
+c("dpo_dataset_chat_roles", DPO, {"environment.dataset_path": f"{J}/chat_roles.jsonl"}, f"environment.dataset_path: {J}/chat_roles.jsonl:1: column 'chosen': messages 0 and 1 are both user messages", "a conversational pair whose turns do not alternate")
+c("grpo_dataset_chat_unknown_role", GRPO, {"environment.dataset_path": f"{J}/chat_unknown_role.jsonl"}, f"{J}/chat_unknown_role.jsonl:1: column 'prompt': message 0 has role 'bot'", "a conversational prompt with a role chat templates do not know")
 # --- custom envs (checked like SB3's check_env / PettingZoo's api test) ---
 for cls, what in [
     ("WrongShape", "shape (4,)"),
@@ -467,5 +469,18 @@ for name, text in {
 (OUT / "jsonl" / "blank_lines.jsonl").write_text("\n  \n\n")
 (OUT / "jsonl" / "no_question.csv").write_text("query,answer\nsay eight,eight\n")
 (OUT / "jsonl" / "garbage.parquet").write_text("prompt,response\n")
-written += 18
+(OUT / "jsonl" / "chat_roles.jsonl").write_text(
+    json.dumps(
+        {
+            "prompt": [{"role": "user", "content": "say eight"}],
+            "chosen": [{"role": "user", "content": "eight"}, {"role": "user", "content": "eight"}],
+            "rejected": [{"role": "assistant", "content": "seven"}],
+        }
+    )
+    + "\n"
+)
+(OUT / "jsonl" / "chat_unknown_role.jsonl").write_text(
+    json.dumps({"prompt": [{"role": "bot", "content": "say eight"}], "answer": "eight"}) + "\n"
+)
+written += 20
 print(f"wrote {written} files to {OUT}")

@@ -37,15 +37,16 @@ class HPRange:
 
 def resolve_hp_ranges(spec: AlgorithmSpec, mutation: MutationSpec) -> dict[str, HPRange]:
     """Mutable hyperparameters and their ranges: the manifest's ``rl_hp_selection`` if given,
-    else the spec's ``default_mutable`` with ranges from ``hpo_ranges``."""
+    else the spec's ``default_mutable`` with ranges from their fields' :class:`~agilerl.models.Mutable`
+    metadata (a default-mutable field without one: a decade either side of its value)."""
     if mutation.rl_hp_selection:
         return {k: HPRange(v.min, v.max, v.grow_factor, v.shrink_factor) for k, v in mutation.rl_hp_selection.items()}
-    ranges = type(spec).hpo_ranges
+    ranges = type(spec).mutable_ranges()
     values = spec.hyperparameters()
     out: dict[str, HPRange] = {}
     for name in type(spec).default_mutable:
         if name in ranges:
-            lo, hi = ranges[name]
+            lo, hi = ranges[name].low, ranges[name].high
         elif name in values:
             v = float(values[name])
             lo, hi = (v / 10, v * 10) if v > 0 else (v * 10, v / 10)
@@ -134,7 +135,7 @@ class Mutations:
         current = agent.get_hyperparameter(name)
         factor = r.grow_factor if grow else r.shrink_factor
         f_lo, lo_inc, f_hi, hi_inc = field_bounds(self.algo_spec, name)
-        integer = name in getattr(agent, "integer_hyperparameters", ()) or name in self.algo_spec.integer_fields()
+        integer = name in self.algo_spec.integer_fields()
         is_int = (isinstance(current, int) and not isinstance(current, bool)) or integer
         if is_int:
             cur = round(current)

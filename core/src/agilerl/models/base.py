@@ -1,14 +1,16 @@
 """Spec base classes: the data a manifest's ``algorithm`` and ``environment`` sections validate into.
 
 A spec is data. It declares its routing as class variables (``paradigm``, ``regime``,
-``default_env_type``) and its default mutation ranges (``hpo_ranges``); builders and strategies,
-looked up from those, turn it into a live algorithm and pick the loop that trains it.
+``default_env_type``); each hyperparameter is a typed field, declared once, whose default mutation
+range is field metadata (:class:`Mutable`). Builders and strategies, looked up from the routing,
+turn it into a live algorithm (which reads its spec) and pick the loop that trains it.
 """
 
 from __future__ import annotations
 
 import types
 import typing
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -16,6 +18,23 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 if TYPE_CHECKING:
     from agilerl.errors import Problem
     from agilerl.models.manifest import TrainingManifest
+
+
+@dataclass(frozen=True)
+class Mutable:
+    """Field metadata: this hyperparameter is mutable by evolutionary HPO, by default within
+    ``[low, high]``. Integer-ness comes from the field's type (``int`` fields stay whole numbers).
+
+    ``rate: Annotated[float, Field(gt=0, description="..."), Mutable(1e-5, 1e-2)] = 3e-4``. A
+    manifest's ``mutation.rl_hp_selection`` overrides the range (and may name any numeric field).
+    """
+
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        if not self.low <= self.high:
+            raise ValueError(f"Mutable({self.low}, {self.high}): low must not exceed high")
 
 
 class Spec(BaseModel):
@@ -45,8 +64,6 @@ class AlgorithmSpec(Spec):
     default_env_type: ClassVar[str] = ""
     #: Env steps per agent between evaluations when ``training.evo_steps`` is not given.
     default_evo_steps: ClassVar[int] = 10_000
-    #: Default (min, max) ranges for hyperparameter mutation, by field name.
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {}
     #: Hyperparameters mutated when ``mutation.rl_hp_selection`` is empty.
     default_mutable: ClassVar[tuple[str, ...]] = ()
     #: Mutation operators this family supports (``rl_hp_mut`` always; others if the algorithm can).
@@ -67,8 +84,6 @@ class AlgorithmSpec(Spec):
     #: Non-empty: a name a plugin knows (e.g. from AgileRL's catalogue) but cannot train yet. A
     #: manifest naming it fails with exactly this one message, and nothing else is checked.
     not_supported: ClassVar[str] = ""
-
-    batch_size: Annotated[int, Field(ge=1, description="Samples per gradient step.")] = 64
 
     _registry_name: str | None = PrivateAttr(default=None)
 
@@ -91,6 +106,25 @@ class AlgorithmSpec(Spec):
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:
         """Cross-section checks a spec wants run at validation time (override; default none)."""
         return []
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if "hpo_ranges" in vars(cls):
+            raise TypeError(
+                f"{cls.__qualname__}.hpo_ranges is retired: declare each range on its field, "
+                "e.g. Annotated[float, Field(gt=0), Mutable(1e-5, 1e-2)] (agilerl.models.Mutable)"
+            )
+
+    @classmethod
+    def mutable_ranges(cls) -> dict[str, Mutable]:
+        """Fields carrying :class:`Mutable` metadata: their default mutation ranges, by name."""
+        out: dict[str, Mutable] = {}
+        for name, info in cls.model_fields.items():
+            for meta in info.metadata:
+                if isinstance(meta, Mutable):
+                    out[name] = meta
+        return out
 
     @classmethod
     def integer_fields(cls) -> frozenset[str]:

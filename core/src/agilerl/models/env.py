@@ -1,12 +1,21 @@
 """Environment construction: :func:`make_env` dispatches on ``spec.env_type`` to the factory a plugin
 registered. The seed API's named factories (``make_gym_env``, ``make_pz_env``, ...) stay importable
-from here and resolve through the registry; a missing plugin gives an "install X" error."""
+from here: they live in :mod:`agilerl.compat` and resolve through the registry; a missing plugin
+gives an "install X" error."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
+from agilerl.compat import (
+    make_bandit_env,
+    make_gym_env,
+    make_llm_env,
+    make_pz_env,
+    make_rollout_env_factory,
+    make_single_env,
+)
 from agilerl.models.base import EnvSpec
 from agilerl.registry import ENV_TYPES
 
@@ -31,22 +40,6 @@ def make_env(spec: EnvSpec, **kwargs: Any) -> Any:
     given = {k: v for k, v in kwargs.items() if v is not None}
     return factory(spec, **_accepted(factory, given))
 
-
-def _forward(name: str) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return ENV_TYPES.function(name)(*args, **kwargs)
-
-    call.__name__ = call.__qualname__ = name
-    call.__doc__ = f"Resolve ``{name}`` from the plugin that registered it, and call it."
-    return call
-
-
-make_gym_env = _forward("make_gym_env")
-make_pz_env = _forward("make_pz_env")
-make_single_env = _forward("make_single_env")
-make_bandit_env = _forward("make_bandit_env")
-make_llm_env = _forward("make_llm_env")
-make_rollout_env_factory = _forward("make_rollout_env_factory")
 
 __all__ = [
     "make_bandit_env",

@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, model_validator
 
-from agilerl.errors import ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
+from agilerl.checks import manifest_problems
+from agilerl.errors import AmbiguousNameError, ManifestError, ManifestSyntaxError, Problem, UnknownNameError, closest
 from agilerl.models.base import AlgorithmSpec, EnvSpec
 from agilerl.models.composition import (
     ALIASES,
@@ -30,6 +31,7 @@ from agilerl.models.sections import (
     unsupported_operators_message,
 )
 from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY, PLUGIN_SECTIONS, SECTION_SCHEMAS
+from agilerl.safe_load import load_file
 
 API_VERSION = "agilerl.com/v1"
 
@@ -346,7 +348,7 @@ def _algorithm(
         return None
     try:
         spec_cls = MANIFEST_REGISTRY.get(name)
-    except UnknownNameError as exc:
+    except (UnknownNameError, AmbiguousNameError) as exc:
         problems.append(Problem("algorithm.name", str(exc)))
         return None
     lifted: set[str] = set()
@@ -400,7 +402,7 @@ def _environment(data: Mapping[str, Any], algo: AlgorithmSpec | None, problems: 
     fields["env_type"] = env_type
     try:
         spec_cls = ENV_TYPES.spec_class(env_type)
-    except UnknownNameError as exc:
+    except (UnknownNameError, AmbiguousNameError) as exc:
         problems.append(Problem("environment.env_type", str(exc)))
         return None
     try:
@@ -418,7 +420,7 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         for key in manifest.mutation.rl_hp_selection:
             field = type(algo).model_fields.get(key)
             is_bool = field is not None and field.annotation is bool
-            if key not in numeric and not (field is not None and not is_bool and key in type(algo).hpo_ranges):
+            if key not in numeric and not (field is not None and not is_bool and key in type(algo).mutable_ranges()):
                 hint = closest(key, list(numeric))
                 msg = f"{key!r} is not a numeric hyperparameter of {algo.name}"
                 msg += f"; did you mean {hint!r}?" if hint else f" (numeric fields: {', '.join(sorted(numeric))})"
@@ -449,7 +451,6 @@ def _cross_checks(manifest: TrainingManifest) -> list[Problem]:
         if key in training.model_fields_set and getattr(training, key) != default:
             if key not in type(algo).training_fields:
                 problems.append(Problem(f"training.{key}", f"not used by {algo.name} (not supported yet); remove it"))
-    from agilerl.checks import manifest_problems
 
     problems.extend(manifest_problems(manifest))
     if problems:
@@ -490,7 +491,10 @@ def _algorithm_class(data: Mapping[str, Any]) -> type[AlgorithmSpec] | None:
     raw = data.get("algorithm")
     name = raw.get("name") if isinstance(raw, Mapping) else raw
     if isinstance(name, str) and name in MANIFEST_REGISTRY:
-        return MANIFEST_REGISTRY.get(name)
+        try:
+            return MANIFEST_REGISTRY.get(name)
+        except AmbiguousNameError:  # reported once, at algorithm.name
+            return None
     return None
 
 
@@ -576,8 +580,6 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
 
 def read_manifest_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a YAML or JSON file strictly and within limits (:mod:`agilerl.safe_load`)."""
-    from agilerl.safe_load import load_file
-
     p = Path(path)
     data = load_file(p)
     if data is None:

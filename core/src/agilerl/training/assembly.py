@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agilerl.builders import AlgorithmBuildRuntime, select_builder
+from agilerl.checkpoint import CheckpointMismatchError, check_has_agents
+from agilerl.hpo.mfpbt import MultiFrequencySelection
+from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
+from agilerl.hpo.selection import TournamentSelection
+from agilerl.models.sections import MultiFrequencySelectionSpec
 from agilerl.strategies import select_strategy
 from agilerl.training.run import EVAL_SEED_OFFSET, Run, eval_seed
 from agilerl.training.runstate import restore_rng
@@ -76,7 +81,6 @@ def hp_config(manifest: TrainingManifest) -> dict[str, tuple[float, float]]:
     """The resolved mutable-hyperparameter ranges ``name -> (min, max)`` a builder receives."""
     if manifest.mutation is None:
         return {}
-    from agilerl.hpo.mutation import resolve_hp_ranges
 
     return {k: (r.min, r.max) for k, r in resolve_hp_ranges(manifest.algorithm, manifest.mutation).items()}
 
@@ -87,10 +91,6 @@ def make_evolution(
     """Selection and mutation of a run with HPO (``(None, None)`` without), on two seeded streams."""
     if not manifest.hpo:
         return None, None
-    from agilerl.hpo.mfpbt import MultiFrequencySelection
-    from agilerl.hpo.mutation import Mutations, resolve_hp_ranges
-    from agilerl.hpo.selection import TournamentSelection
-    from agilerl.models.sections import MultiFrequencySelectionSpec
 
     t = manifest.training
     sel = manifest.tournament_selection
@@ -148,8 +148,6 @@ def load_member_state(agent: Any, state: dict[str, Any], manifest: TrainingManif
     """Load a checkpointed agent ``state`` into the freshly built ``agent``; a state that does not fit
     it (another architecture, another algorithm's state) raises
     :class:`~agilerl.checkpoint.CheckpointMismatchError` naming ``source`` and what is missing."""
-    from agilerl.checkpoint import CheckpointMismatchError
-
     try:
         agent.load_state_dict(state)
     except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, IndexError) as exc:
@@ -179,8 +177,6 @@ def build_members(
     not fit the member the manifest builds raises :class:`~agilerl.checkpoint.CheckpointMismatchError`
     naming ``source``; a checkpoint holding no agent state is refused.
     """
-    from agilerl.checkpoint import check_has_agents
-
     builder = select_builder(manifest.algorithm)
     if resume is not None:
         check_has_agents(source, resume)
@@ -203,8 +199,11 @@ def build_members(
         if runtime.resume_state is not None:
             load_member_state(agent, runtime.resume_state, manifest, source)
             for name, value in changed.items():
-                if hasattr(agent, "set_hyperparameter") and hasattr(agent, name):
-                    agent.set_hyperparameter(name, value)
+                if hasattr(agent, "set_hyperparameter"):
+                    try:
+                        agent.set_hyperparameter(name, value)
+                    except KeyError:  # not a hyperparameter this agent has
+                        continue
     return population
 
 

@@ -184,18 +184,52 @@ def probe_ray_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
         )
 
 
-def use_ray_auth_token() -> None:
-    """Connect with Ray's token authentication when a token is at hand and the mode is not set.
+def cluster_wants_ray_token(address: str, timeout: float = CONNECT_TIMEOUT_S) -> bool | None:
+    """Whether the Ray cluster at ``address`` refuses a call without an auth token: its GCS is asked for
+    the cluster id, without a token. ``None`` when that cannot be told (a Ray Client ``ray://`` address,
+    or no answer in time)."""
+    if address.startswith("ray://") or address in ("auto", "local"):
+        return None
+    import grpc  # deferred: a dependency of Ray, needed only when a run joins a cluster
 
-    Since Ray 2.59 ``ray start --head`` turns token authentication on and writes the token to
-    ``~/.ray/auth_token``, but a driver given an address connects without it unless
-    ``RAY_AUTH_MODE=token``; it then retries for ~20 s and reports a connection error. A driver in token
-    mode also connects to a cluster without authentication, so the mode is set whenever a token exists.
-    Ray reads the mode when it is imported: call this before."""
+    with grpc.insecure_channel(address) as channel:
+        get_cluster_id = channel.unary_unary(
+            "/ray.rpc.NodeInfoGcsService/GetClusterId",
+            request_serializer=lambda _: b"",  # the request message has no fields
+            response_deserializer=lambda data: data,
+        )
+        try:
+            get_cluster_id(None, timeout=timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                return True
+            return None
+    return False
+
+
+def use_ray_auth_token(address: str) -> None:
+    """Connect with Ray's token authentication exactly when the cluster at ``address`` asks for it.
+
+    Since Ray 2.59 ``ray start --head`` (and any new local ``ray.init()``) turns token authentication on
+    and writes the token to ``~/.ray/auth_token``, but a driver given an address connects without it
+    unless ``RAY_AUTH_MODE=token``: it then retries for ~20 s and reports a connection error. The
+    reverse fails too: a driver in token mode joins a cluster started without authentication, but the
+    cluster's calls back to it carry no token and are refused, so every actor's creation is cancelled
+    ("The actor never ran"). A token file left by an earlier local run says nothing about this cluster,
+    so the cluster is asked. Ray reads the mode when it is imported: call this before."""
     if os.environ.get("RAY_AUTH_MODE"):
         return  # the user's choice
+    wants = cluster_wants_ray_token(address)
+    if wants is False:
+        return
     token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+    have_token = bool(os.environ.get("RAY_AUTH_TOKEN")) or os.path.isfile(token_file)
+    if wants and not have_token:
+        raise AgileRLError(
+            f"training.ray_address: the Ray cluster at {address!r} uses token authentication and no token is at "
+            "hand; give its token as RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, or in ~/.ray/auth_token)"
+        )
+    if have_token:  # wants is True, or unknown (a ray:// address): a token at hand is the best guess
         os.environ["RAY_AUTH_MODE"] = "token"
 
 
@@ -209,7 +243,7 @@ def make_backend(training: TrainingSpec) -> Backend:
         address = training.ray_address or os.environ.get("RAY_ADDRESS")
         if address:
             probe_ray_address(address)
-            use_ray_auth_token()
+            use_ray_auth_token(address)
     name = training.backend if training.backend in BACKENDS else "local"
     module, _, attr = BACKENDS[name].partition(":")
     cls = getattr(importlib.import_module(module), attr)  # ray_backend says how to install Ray

@@ -315,7 +315,7 @@ class EvolutionaryLoop:
                 where = (
                     f"; the last checkpoint is {latest}. Resume with: {resume_command(run, latest)}" if latest else ""
                 )
-                raise TrainingInterrupted(f"interrupted twice: stopped without writing a checkpoint{where}") from None
+                raise TrainingInterrupted(f"stopped by a second Ctrl-C, without writing a checkpoint{where}") from None
             # The members of an unfinished generation that completed their step are kept as they are,
             # with their learn metrics (the row a resumed run logs for them is the uninterrupted one).
             phase = "trained" if self.stage == "learn" else "evaluated"
@@ -326,7 +326,8 @@ class EvolutionaryLoop:
                 run, self.strategy, checkpoint_file(run, interrupted=True), phase=phase, extra=extra
             )
             raise TrainingInterrupted(
-                f"interrupted; checkpoint written to {path}. Resume with: {resume_command(run, path)}"
+                f"stopped by Ctrl-C, as you asked; checkpoint written to {path}. "
+                f"Resume with: {resume_command(run, path)}"
             ) from None
         finally:
             self.interrupt.restore()

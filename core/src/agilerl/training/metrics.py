@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agilerl.errors import AgileRLError
+
 if TYPE_CHECKING:
     from agilerl.training.run import Run
 
@@ -230,8 +232,6 @@ def _start_wandb(run_dir: Path, config: dict[str, Any]) -> Any:
     try:
         import wandb
     except ImportError as exc:
-        from agilerl.errors import AgileRLError
-
         raise AgileRLError("logging.wandb needs Weights & Biases: pip install 'agilerl-core[wandb]'") from exc
     kwargs = {k: v for k, v in config.items() if v is not None}
     kwargs.setdefault("dir", str(run_dir))

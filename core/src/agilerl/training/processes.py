@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agilerl.errors import AgileRLError
+from agilerl.registry import MANIFEST_REGISTRY, STRATEGIES
 
 #: Seconds the other ranks get to finish after one rank failed, before they are terminated.
 FAILURE_GRACE_S = 20.0
@@ -62,8 +63,6 @@ def require_multi_process(strategy: Any, algorithm: str, processes: int) -> None
 
 def multi_process_algorithms() -> list[str]:
     """Registered algorithms whose strategy runs in several processes."""
-    from agilerl.registry import MANIFEST_REGISTRY, STRATEGIES
-
     names = []
     for entry in MANIFEST_REGISTRY.entries():
         spec = entry.value

@@ -27,10 +27,13 @@ the trained agent, its learn metrics and any rows the strategy logged back.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
+from agilerl.training.assembly import assemble_run
 from agilerl.training.backend import (
     Backend,
     MemberCallback,
@@ -54,6 +57,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 #: Seconds the worker actors may take to start (each builds its strategy and envs once).
 WORKER_START_TIMEOUT_S = 300.0
+#: Seconds between looks at the cluster's nodes while members train: a worker whose node has died is
+#: dropped and its member trained again on another worker (Ray would restart the actor there only if
+#: that node had room beside its own worker, which it has not).
+NODE_CHECK_S = 2.0
+#: Seconds a failed worker's node is watched for Ray to declare it dead (its health checks take ~15 s by
+#: default) before the failure is taken as the worker's own.
+NODE_DEATH_WAIT_S = 45.0
+
+log = logging.getLogger("agilerl")
 
 
 class _RowCollector:
@@ -80,8 +92,6 @@ class MemberWorker:
     def __init__(self, manifest: TrainingManifest, *, device: str, run_dir: str) -> None:
         from pathlib import Path
 
-        from agilerl.training.assembly import assemble_run
-
         self.logger = _RowCollector(Path(run_dir))
         # The driver's assembly without members: same seeding, envs and strategy set-up.
         self.run, self.strategy = assemble_run(
@@ -90,6 +100,10 @@ class MemberWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        """The Ray node this worker runs on (from Ray's runtime context)."""
+        return str(ray.get_runtime_context().get_node_id())
 
     def load_strategy_state(self, state: dict[str, Any]) -> None:
         self.strategy.load_state_dict(state)
@@ -125,6 +139,8 @@ class RayBackend(Backend):
     def __init__(self, training: TrainingSpec) -> None:
         self.training = training
         self.workers: list[Any] = []
+        #: The Ray node each worker runs on (by id() of its handle): a node found dead drops its workers.
+        self.worker_nodes: dict[int, str] = {}
         self.owns_ray = False
         self.independent = True
 
@@ -146,7 +162,9 @@ class RayBackend(Backend):
             # the training while the driver waits, so they run at the driver's priority.
             kwargs["_system_config"] = {"worker_niceness": 0}
         try:
-            ray.init(address=address, **kwargs)
+            # "local": a new instance of our own, whatever /tmp/ray/ray_current_cluster names (a cluster
+            # that died without cleanup is still named there, and ray.init() would try to join it).
+            ray.init(address=address or "local", **kwargs)
         except ConnectionError as exc:
             raise AgileRLError(
                 f"training.ray_address: cannot reach a Ray cluster at {address!r} ({exc}); "
@@ -199,14 +217,12 @@ class RayBackend(Backend):
             max_restarts=retries,
             max_task_retries=retries,
         )
-        manifest_ref = ray.put(run.manifest)
-        # Held for the backend's life: a restarted actor is rebuilt from its constructor arguments,
-        # and Ray frees an object nothing references ("already deleted by the reference counting").
-        self._manifest_ref = manifest_ref
-        self.workers = [actor.remote(manifest_ref, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)]
+        # The manifest goes by value (a few KB, inlined in each creation task): a restarted actor is
+        # rebuilt from its constructor arguments, which an object in the store could have lost with a node.
+        self.workers = [actor.remote(run.manifest, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)]
         try:
             # Fail here, not mid-generation, on a bad setup; bounded, as every wait on the cluster is.
-            ray.get([w.pid.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
+            nodes = ray.get([w.node_id.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             self.close()
             raise AgileRLError(
@@ -217,6 +233,11 @@ class RayBackend(Backend):
         except ray.exceptions.RayError as exc:
             self.close()
             raise AgileRLError(f"training.backend: ray: the workers could not start: {_cause(exc)}") from None
+        self.worker_nodes = {id(w): node for w, node in zip(self.workers, nodes, strict=True)}
+        log.info(
+            "ray: %d worker(s) on %d node(s): %s", len(nodes), len(set(nodes)),
+            ", ".join(f"{node} x{nodes.count(node)}" for node in dict.fromkeys(nodes)),
+        )  # fmt: skip
 
     def close(self) -> None:
         for w in self.workers:
@@ -248,6 +269,11 @@ class RayBackend(Backend):
         busy: dict[Any, Any] = {}  # ref -> worker
         args: dict[Any, Any] = {}  # ref -> the object ref of its member
         while queue or pending:
+            idle = [w for w in idle if id(w) in self.worker_nodes]  # none on a node that died
+            if queue and not self.workers:
+                raise MemberFailedError(
+                    f"member {population[queue[0]].index}: every node of the Ray cluster that held a worker is gone"
+                )
             while queue and idle:
                 pos = queue.pop(0)
                 worker = idle.pop(0)
@@ -256,17 +282,58 @@ class RayBackend(Backend):
                 pending[ref] = pos
                 busy[ref] = worker
                 args[ref] = member_ref
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=NODE_CHECK_S)
+            if not done:
+                self._drop_workers_on_dead_nodes()
+                continue
             ref = done[0]
             pos = pending.pop(ref)
-            idle.append(busy.pop(ref))
-            result = _unpack(self._get(ref, population[pos]))
+            worker = busy.pop(ref)
             args.pop(ref, None)
+            try:
+                data = self._get(ref, population[pos]) if id(worker) in self.worker_nodes else None
+            except MemberFailedError:
+                if not self._lost_with_its_node(worker):
+                    raise
+                data = None
+            if data is None:  # its node died: the member trains again, from the driver's copy, elsewhere
+                queue.insert(0, pos)
+                continue
+            idle.append(worker)
+            result = _unpack(data)
             self._deliver(run, result)
             results[pos] = result
             if on_member is not None:
                 on_member(pos, population[pos].steps, result)
         return [r for r in results if r is not None]
+
+    def _lost_with_its_node(self, worker: Any) -> bool:
+        """After ``worker`` failed: whether its node died (its workers are then dropped). Ray takes some
+        seconds to declare a node dead; that is waited for (bounded) only where workers on other nodes
+        could take the member over."""
+        node = self.worker_nodes.get(id(worker))
+        elsewhere = any(n != node for n in self.worker_nodes.values())
+        deadline = time.monotonic() + (NODE_DEATH_WAIT_S if elsewhere else 0.0)
+        while True:
+            self._drop_workers_on_dead_nodes()
+            if id(worker) not in self.worker_nodes:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
+    def _drop_workers_on_dead_nodes(self) -> None:
+        alive = {str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+        for worker in [w for w in self.workers if self.worker_nodes[id(w)] not in alive]:
+            node = self.worker_nodes.pop(id(worker))
+            self.workers.remove(worker)
+            log.warning(
+                "ray: node %s is gone; its worker's member trains again on the %d worker(s) left",
+                node, len(self.workers),
+            )  # fmt: skip
+            # Its pending step then fails at once (and is re-queued) instead of waiting for a restart
+            # that no node has room for.
+            ray.kill(worker, no_restart=True)
 
     def _sequential(
         self,

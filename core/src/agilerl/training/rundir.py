@@ -6,7 +6,8 @@
   stale lock behind.
 - :func:`claim`: a directory that already holds a run (metrics or checkpoints) is refused unless
   the run resumes (``--resume``) or ``overwrite`` asks to replace it.
-- :func:`resume_point`: what ``--resume PATH`` continues (a checkpoint, or a run directory's newest);
+- :func:`resume_point`: what ``--resume PATH`` continues (a checkpoint, or the run directory's
+  checkpoint holding the newest state by generation and step count, :func:`newest_state`);
   :func:`run_dir_of`: the run directory a checkpoint lies in, where the resumed run writes.
 - :func:`truncate_records`: a resumed run first cuts every record file (``metrics.jsonl``,
   ``metrics.csv``, ``population.jsonl``) back to the checkpoint it resumes from, so the rows it
@@ -27,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import agilerl.checkpoint as checkpoint
+from agilerl.checkpoint import atomic_write
 from agilerl.errors import AgileRLError
 
 LOCK_NAME = ".agilerl.lock"
@@ -112,32 +115,83 @@ def claim(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
 
 def latest_checkpoint(directory: Path) -> Path:
-    """The newest intact checkpoint in ``directory`` (numbered, final or interrupted), by modification
-    time: a damaged newer one (truncated, failing its digest) is skipped with a warning naming it.
-    With none, the run's ``last.pt``."""
-    return _newest_intact(directory)[0]
+    """The checkpoint in ``directory`` holding the run's newest state (see :func:`newest_state`)."""
+    return newest_state(directory)[0]
 
 
-def _newest_intact(directory: Path) -> tuple[Path, dict[str, Any]]:
-    from agilerl import checkpoint
+def state_order(payload: dict[str, Any]) -> tuple[int, int, int]:
+    """Where a checkpoint's state lies in its run's course: ``(generation, phase, steps)``.
 
-    found = [p for p in directory.glob("checkpoint*.pt") if p.is_file()]
-    if not found and (directory / "last.pt").is_file():
-        # A run without numbered checkpoints (no training.checkpoint_steps) still leaves last.pt: the
-        # whole last evaluated population with the run's state, resumable like any checkpoint.
-        found = [directory / "last.pt"]
-    if not found:
+    A run goes generation by generation; within one, a ``"trained"`` checkpoint (Ctrl-C or a failed
+    member part way through its training) comes before the ``"evaluated"`` one that completes it, and
+    among interrupted ones the one with more steps trained is later. So the largest key is the newest
+    state, whatever the files' names or modification times say."""
+    agents = payload.get("agents") or []
+    steps = sum(int(a.get("steps", 0) or 0) for a in agents if isinstance(a, dict))
+    return int(payload.get("generation", 0)), int(payload.get("phase") == "evaluated"), steps
+
+
+def describe_state(payload: dict[str, Any]) -> str:
+    """``generation 3 (evaluated), 6144 steps``: the state :func:`state_order` ranks, in words."""
+    generation, evaluated, steps = state_order(payload)
+    phase = "evaluated" if evaluated else "part-trained"
+    return f"generation {generation} ({phase}), {steps} steps"
+
+
+def newest_state(directory: Path) -> tuple[Path, dict[str, Any]]:
+    """The intact checkpoint of ``directory`` holding the run's newest state, and its payload.
+
+    Every checkpoint the run writes there is a candidate: the numbered ones (only the highest intact
+    number need be read: numbers count steps), ``checkpoint.pt``, ``checkpoint_interrupted.pt`` and
+    ``last.pt``. They are ranked by :func:`state_order`, never by modification time (a run
+    interrupted, resumed and finished leaves an older ``checkpoint_interrupted.pt`` beside a newer
+    ``last.pt``). On a tie a numbered checkpoint is preferred to ``last.pt`` (the same state). A
+    damaged file is skipped with a warning naming it."""
+    numbered = sorted(
+        (p for p in directory.glob("checkpoint_*.pt") if p.is_file() and _number(p) is not None),
+        key=lambda p: (_number(p), p.stat().st_mtime_ns),
+        reverse=True,
+    )
+    singles = [directory / n for n in ("checkpoint.pt", "checkpoint_interrupted.pt", "last.pt")]
+    singles = [p for p in singles if p.is_file()]
+    # any other checkpoint*.pt (a hand-named copy) competes like a single file
+    singles += sorted(
+        p for p in directory.glob("checkpoint*.pt") if p.is_file() and p not in singles and p not in numbered
+    )
+    if not numbered and not singles:
         raise checkpoint.no_checkpoint(directory, "checkpoint*.pt or last.pt")
-    newest_first = sorted(found, key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
-    return checkpoint.newest_intact(newest_first)
+    loaded: list[tuple[Path, dict[str, Any]]] = []
+    first_error: checkpoint.CheckpointCorruptError | None = None
+    if numbered:
+        try:
+            loaded.append(checkpoint.newest_intact(numbered))
+        except checkpoint.CheckpointCorruptError as exc:
+            first_error = exc
+    for path in singles:
+        try:
+            loaded.append((path, checkpoint.load(path)))
+        except checkpoint.CheckpointCorruptError as exc:
+            import logging
+
+            logging.getLogger("agilerl.checkpoint").warning("%s; skipping it", exc)
+            first_error = first_error or exc
+    if not loaded:
+        assert first_error is not None
+        raise first_error
+    # max() keeps the first of equal keys: numbered, then checkpoint.pt, interrupted, last.pt
+    return max(loaded, key=lambda found: state_order(found[1]))
+
+
+def _number(path: Path) -> int | None:
+    m = re.match(r"^checkpoint_(\d+)\.pt$", path.name)
+    return int(m.group(1)) if m else None
 
 
 def resume_point(path: Path) -> tuple[Path, dict[str, Any]]:
     """The checkpoint ``--resume PATH`` continues and its payload: ``PATH`` itself, or the run
-    directory ``PATH``'s newest intact checkpoint (the one rule for the CLI and :class:`LocalTrainer`)."""
-    from agilerl import checkpoint
-
-    return _newest_intact(path) if path.is_dir() else (path, checkpoint.load(path))
+    directory ``PATH``'s checkpoint holding the newest state (the one rule for the CLI and
+    :class:`LocalTrainer`)."""
+    return newest_state(path) if path.is_dir() else (path, checkpoint.load(path))
 
 
 def run_dir_of(checkpoint_file: Path) -> Path | None:
@@ -208,8 +262,6 @@ def truncate_records(run_dir: Path, last_generation: int) -> int:
     """Cut every record file of ``run_dir`` back to generation ``last_generation`` (rows of later
     generations, and damaged lines, go); ``metrics.csv`` is rewritten from the kept metric rows.
     Returns the number of lines dropped."""
-    from agilerl.checkpoint import atomic_write
-
     dropped = 0
     for name in RECORD_FILES:
         path = run_dir / name
@@ -235,8 +287,6 @@ def _generation(row: dict[str, Any]) -> int:
 
 
 def _rewrite_csv(csv_path: Path, rows: list[dict[str, Any]]) -> None:
-    from agilerl.checkpoint import atomic_write
-
     if not csv_path.exists():
         return
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -250,5 +300,5 @@ def _rewrite_csv(csv_path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 __all__ = ["LOCK_NAME", "RECORD_FILES", "RUN_FILES", "RunDirError", "RunDirLock", "check_not_in_use", "claim", "holds_run",
-           "latest_checkpoint", "numbered_checkpoints", "prune_checkpoints", "remove_stale_temp_files", "resume_point", "run_dir_of",
-           "truncate_records"]  # fmt: skip
+           "describe_state", "latest_checkpoint", "newest_state", "numbered_checkpoints", "prune_checkpoints", "remove_stale_temp_files", "resume_point", "run_dir_of",
+           "state_order", "truncate_records"]  # fmt: skip

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agilerl import checkpoint
+import agilerl.checkpoint as checkpoint
 from agilerl.training.processes import is_main_process, world_size
 from agilerl.training.resume import code_references
 from agilerl.training.rundir import numbered_checkpoints, prune_checkpoints

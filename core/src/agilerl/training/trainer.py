@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agilerl import checkpoint
+import agilerl.checkpoint as checkpoint
 from agilerl.builders import select_builder
 from agilerl.errors import AgileRLError
 from agilerl.models.manifest import TrainingManifest, load_manifest
@@ -18,8 +18,9 @@ from agilerl.training.backend import make_backend
 from agilerl.training.loop import TrainResult, evolutionary_loop
 from agilerl.training.metrics import MetricsLogger, SilentMetricsLogger, ensure_console_logging
 from agilerl.training.processes import is_main_process, require_multi_process, world_size
+from agilerl.training.resume import require_trust
 from agilerl.training.run import Run
-from agilerl.training.rundir import resume_point
+from agilerl.training.rundir import RunDirLock, claim, resume_point, run_dir_of, truncate_records
 from agilerl.training.runstate import last_generation_recorded, write_checkpoint
 
 
@@ -71,7 +72,6 @@ class LocalTrainer:
         run dir in the copy); else the run directory stored in the checkpoint."""
         if self._resume is None:
             return None
-        from agilerl.training.rundir import run_dir_of
 
         t = self.manifest.training
         stored_dir = self._resume.get("run_dir")
@@ -97,8 +97,6 @@ class LocalTrainer:
         file) is refused unless ``trust_checkpoint``: pass the manifest you trust instead
         (``LocalTrainer(load_manifest(path_to_yaml), resume_from=path)``).
         """
-        from agilerl.training.resume import require_trust
-
         found, payload = resume_point(Path(path))
         require_trust(str(found), payload["manifest"], trusted=trust_checkpoint)
         return cls(load_manifest(payload["manifest"]), resume_from=found, resume_payload=payload, **kwargs)
@@ -109,8 +107,6 @@ class LocalTrainer:
 
     def train(self) -> TrainResult:
         """Train with the run directory locked: a second run into it is refused while this one runs."""
-        from agilerl.training.rundir import RunDirLock, claim, truncate_records
-
         with RunDirLock(self.run_dir):
             claim(self.run_dir, resume=self._resume is not None, overwrite=self.overwrite)
             if self._resume is not None:

@@ -65,7 +65,11 @@ def data_problems(manifest: TrainingManifest) -> list[Problem]:
             )]  # fmt: skip
         return []
     # pandas only for tables (validating a builtin dataset or an entrypoint imports neither pandas nor torch)
-    from agilerl_plugin_bandit.env import BanditDataError, make_bandit_env, read_table
+    from agilerl_plugin_bandit.env import (  # deferred: numpy and pandas, loaded only to read a table
+        BanditDataError,
+        make_bandit_env,
+        read_table,
+    )
 
     problems: list[Problem] = []
     tables: dict[str, Any] = {}

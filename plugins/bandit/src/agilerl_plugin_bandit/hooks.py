@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl import hookimpl
+from agilerl.hookspecs import hookimpl
 from agilerl_plugin_bandit.specs import BanditEnvSpec, NeuralTSSpec, NeuralUCBSpec
 
 _PKG = "agilerl_plugin_bandit"

@@ -51,12 +51,7 @@ class NeuralBandit(AlgorithmBase):
     #: Rewards that make the fitness: the mean reward over the agent's most recent steps.
     fitness_window: ClassVar[int] = 500
 
-    gamma: float
-    lamb: float
-    reg: float
-    learn_step: int
-    lr: float
-    batch_size: int
+    spec: BanditSpec
 
     def __init__(
         self,
@@ -103,7 +98,7 @@ class NeuralBandit(AlgorithmBase):
         self.theta0 = net.flat.clone()
         #: Diagonal of U minus lamb: running sum of squared (width-scaled) gradients, per parameter.
         self.grad_sq = net.zeros()
-        self.optimizer = FlatAdam(net.params, lr=self.lr)
+        self.optimizer = FlatAdam(net.params, lr=self.spec.lr)
         self._bind()
 
     def _bind(self) -> None:
@@ -123,10 +118,10 @@ class NeuralBandit(AlgorithmBase):
         self.__dict__.update(state)
         self._bind()
 
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        if name == "lr":
+    def on_spec_change(self, old: BanditSpec, changed: frozenset[str]) -> None:
+        if "lr" in changed:
             # Keep Adam's moment estimates: only the step size changed.
-            self.optimizer.param_groups[0]["lr"] = float(new)
+            self.optimizer.param_groups[0]["lr"] = float(self.spec.lr)
 
     # --- acting ------------------------------------------------------------------------------
     def score(self, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -135,7 +130,7 @@ class NeuralBandit(AlgorithmBase):
 
     def _sigma(self, squares: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """``sqrt(sum_p g_p**2 / (m * (lamb + G_p)))`` per row, from each layer's ``(a**2, delta**2)``."""
-        torch.add(self.grad_sq, self.lamb, out=self._inv).reciprocal_()
+        torch.add(self.grad_sq, self.spec.lamb, out=self._inv).reciprocal_()
         var: torch.Tensor | None = None
         for (inv_w_t, inv_b), (a2, d2) in zip(self._inv_views, squares, strict=True):
             # sum_ij (d_i a_j)^2 / U_ij = sum_i d_i^2 * (sum_j a_j^2 / U_ij), plus the bias term.
@@ -184,11 +179,11 @@ class NeuralBandit(AlgorithmBase):
         """
         if len(self.memory) == 0:
             return torch.zeros((), device=self.device)
-        x, r = self.memory.sample(self.batch_size, self.rng)
+        x, r = self.memory.sample(self.spec.batch_size, self.rng)
         net = self.net
         mse = net.mse_gradient(x, r)  # into the flat gradient buffer FlatAdam steps with
-        if self.reg > 0:
-            net.grad.add_(net.flat - self.theta0, alpha=2.0 * self.reg)
+        if self.spec.reg > 0:
+            net.grad.add_(net.flat - self.theta0, alpha=2.0 * self.spec.reg)
         self.optimizer.step()
         return mse
 
@@ -239,7 +234,7 @@ class NeuralBandit(AlgorithmBase):
         if name == self.net.activation:
             return None
         self.net.set_activation(name)
-        self.optimizer = FlatAdam(self.net.params, lr=self.lr)
+        self.optimizer = FlatAdam(self.net.params, lr=self.spec.lr)
         return f"act:{name}"
 
     def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
@@ -291,7 +286,7 @@ class NeuralBandit(AlgorithmBase):
         self.net = new
         self.theta0 = theta0
         self.grad_sq = grad_sq
-        self.optimizer = FlatAdam(new.params, lr=self.lr)
+        self.optimizer = FlatAdam(new.params, lr=self.spec.lr)
         self._bind()
 
     # --- checkpoints -------------------------------------------------------------------------
@@ -329,9 +324,9 @@ class NeuralBandit(AlgorithmBase):
         self.net.load_flat(state["params"].to(self.device))
         self.theta0 = state["theta0"].to(self.device).clone()
         self.grad_sq = state["grad_sq"].to(self.device).clone()
-        self.optimizer = FlatAdam(self.net.params, lr=self.lr)
+        self.optimizer = FlatAdam(self.net.params, lr=self.spec.lr)
         self.optimizer.load_state_dict(adam_state(state["optimizer"], self.net))
-        self.optimizer.param_groups[0]["lr"] = float(self.lr)
+        self.optimizer.param_groups[0]["lr"] = float(self.spec.lr)
         capacity = int(state["memory"]["capacity"])
         if capacity != self.memory.capacity:
             self.memory = BanditMemory(capacity, self.context_dim, device=self.device)

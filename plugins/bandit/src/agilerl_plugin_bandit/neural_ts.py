@@ -17,4 +17,4 @@ class NeuralTS(NeuralBandit):
     def score(self, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
         # Draws come from the agent's own numpy generator, so runs are reproducible and resumable.
         noise = torch.from_numpy(self.rng.standard_normal(mu.shape[0], dtype="float32")).to(mu.device)
-        return mu + self.gamma * sigma * noise
+        return mu + self.spec.gamma * sigma * noise

@@ -16,4 +16,4 @@ class NeuralUCB(NeuralBandit):
     """Neural contextual bandit with an upper-confidence-bound exploration bonus."""
 
     def score(self, mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-        return mu + self.gamma * sigma
+        return mu + self.spec.gamma * sigma

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models.base import AlgorithmSpec, EnvSpec
+from agilerl.models.base import AlgorithmSpec, EnvSpec, Mutable
+from agilerl_plugin_bandit.check_data import data_problems
 from agilerl_plugin_bandit.tables import BUILTIN_DATASETS, table_path_problem
 
 if TYPE_CHECKING:
@@ -237,14 +238,6 @@ class BanditSpec(AlgorithmSpec):
     regime: ClassVar[str] = "online"
     default_env_type: ClassVar[str] = "bandit"
     default_evo_steps: ClassVar[int] = 500
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "lr": (6.25e-5, 1e-2),
-        "batch_size": (8, 512),
-        "learn_step": (1, 10),
-        "gamma": (0.01, 10.0),
-        "lamb": (0.01, 100.0),
-        "reg": (1e-6, 1e-1),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     #: AgileRL's bandit loop reads ``episode_steps``: steps per training episode (see BanditStrategy.learn).
     training_fields: ClassVar[frozenset[str]] = frozenset({"episode_steps"})
@@ -265,18 +258,25 @@ class BanditSpec(AlgorithmSpec):
     gamma: Annotated[
         float,
         Field(gt=0, description="Exploration scale: multiplies the UCB bonus / the posterior's standard deviation."),
+        Mutable(0.01, 10.0),
     ] = 1.0
     lamb: Annotated[
         float,
         Field(gt=0, description="Prior precision of the (diagonal) design matrix; larger explores less at first."),
+        Mutable(0.01, 100.0),
     ] = 1.0
     reg: Annotated[
         float,
         Field(ge=0, description="L2 penalty pulling the weights towards their initial values in the regression loss."),
+        Mutable(1e-6, 1e-1),
     ] = 6.25e-4
-    learn_step: Annotated[int, Field(ge=1, description="Env steps between gradient updates.")] = 2
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate of the reward network.")] = 1e-3
-    batch_size: Annotated[int, Field(ge=1, description="Past (context, reward) pairs per gradient step.")] = 64
+    learn_step: Annotated[int, Field(ge=1, description="Env steps between gradient updates."), Mutable(1, 10)] = 2
+    lr: Annotated[
+        float, Field(gt=0, description="Adam learning rate of the reward network."), Mutable(6.25e-5, 1e-2)
+    ] = 1e-3
+    batch_size: Annotated[
+        int, Field(ge=1, description="Past (context, reward) pairs per gradient step."), Mutable(8, 512)
+    ] = 64
     normalize_images: bool = Field(
         default=True,
         exclude=True,
@@ -349,7 +349,6 @@ class BanditSpec(AlgorithmSpec):
             problems.append(
                 Problem("replay_buffer.kind", f"{self.name} uses a classic replay buffer; set kind: classic")
             )
-        from agilerl_plugin_bandit.check_data import data_problems
 
         return problems or data_problems(manifest)
 
@@ -357,10 +356,14 @@ class BanditSpec(AlgorithmSpec):
 class NeuralUCBSpec(BanditSpec):
     """NeuralUCB (Zhou et al., 2020): pull the arm maximising predicted reward + ``gamma`` x uncertainty."""
 
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate of the reward network.")] = 1e-3
+    lr: Annotated[
+        float, Field(gt=0, description="Adam learning rate of the reward network."), Mutable(6.25e-5, 1e-2)
+    ] = 1e-3
 
 
 class NeuralTSSpec(BanditSpec):
     """NeuralTS (Zhang et al., 2021): pull the arm whose reward sampled from the network's posterior is highest."""
 
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate of the reward network.")] = 3e-3
+    lr: Annotated[
+        float, Field(gt=0, description="Adam learning rate of the reward network."), Mutable(6.25e-5, 1e-2)
+    ] = 3e-3

@@ -180,7 +180,7 @@ class BanditStrategy(TrainingStrategy):
             total_reward += reward
             total_regret += regret or 0.0
             agent.steps += 1
-            if agent.steps % agent.learn_step == 0:
+            if agent.steps % agent.spec.learn_step == 0:
                 losses.append(agent.learn())
             context = next_context
             episode_score += reward

@@ -18,6 +18,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import Problem
+from agilerl_plugin_gym.sections import ReplayBufferSpec
 
 if TYPE_CHECKING:
     from agilerl.models.base import AlgorithmSpec
@@ -186,7 +187,10 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
     """Make the manifest's custom env once (as the run will) and check it; [] when not custom."""
     if not wants_check(manifest):
         return []
-    from agilerl_plugin_gym.envs import GymEnvError, make_single_env
+    from agilerl_plugin_gym.envs import (  # deferred: gymnasium, loaded only when validation builds an env
+        GymEnvError,
+        make_single_env,
+    )
 
     try:
         env = make_single_env(manifest.environment, multi_agent=multi_agent)  # type: ignore[arg-type]
@@ -221,8 +225,6 @@ def batch_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Prob
                 "make batch_size <= learn_step",
             )]  # fmt: skip
     elif regime == "off_policy":
-        from agilerl_plugin_gym.sections import ReplayBufferSpec
-
         buffer = manifest.replay_buffer or ReplayBufferSpec()
         if batch > buffer.max_size:
             return [Problem(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
-from agilerl.models import EnvSpec
+from agilerl.models.base import EnvSpec, Spec
 
 
 def cpu_cores() -> int:
@@ -24,6 +24,33 @@ def cpu_cores() -> int:
 
 
 WrapperEntry = str | tuple[str, dict[str, Any]]
+
+
+class NormalizeSpec(Spec):
+    """``environment.normalize``: running-statistics normalisation saved with the agent, as
+    Stable-Baselines3's ``VecNormalize`` (:mod:`agilerl_plugin_gym.normalization`).
+
+    ``normalize: true`` is ``{obs: true}``. Statistics update during training only; evaluation,
+    ``predict``, ``agilerl eval`` and the exported policy apply them frozen to raw observations.
+    """
+
+    field_synonyms: ClassVar[dict[str, str]] = {"norm_obs": "obs", "norm_reward": "reward"}
+
+    obs: bool = Field(default=True, description="Normalise observations by their running mean and variance.")
+    reward: bool = Field(
+        default=False, description="Scale rewards by the running standard deviation of the discounted return."
+    )
+    clip_obs: Annotated[
+        float, Field(gt=0, description="Normalised observations are clipped to [-clip_obs, clip_obs].")
+    ] = 10.0
+    clip_reward: Annotated[
+        float, Field(gt=0, description="Scaled rewards are clipped to [-clip_reward, clip_reward].")
+    ] = 10.0
+    epsilon: Annotated[float, Field(gt=0, description="Added to the variance before the square root.")] = 1e-8
+    gamma: Annotated[
+        float | None,
+        Field(gt=0, le=1, description="Discount of the return whose spread scales rewards (default: algorithm.gamma)."),
+    ] = None
 
 
 class GymEnvSpec(EnvSpec):
@@ -54,6 +81,11 @@ class GymEnvSpec(EnvSpec):
         validation_alias=AliasChoices("env_wrappers", "wrappers"),
         description="Wrappers applied to each env: 'module.Class' or ['module.Class', {kwargs}].",
     )
+    normalize: NormalizeSpec | None = Field(
+        default=None,
+        description="Running mean/variance normalisation of observations (and rewards), saved with the agent "
+        "(SB3's VecNormalize): true, or {obs, reward, clip_obs, clip_reward, epsilon, gamma}.",
+    )
     sync: bool | None = Field(
         default=None,
         description="SyncVectorEnv (one process) if true, AsyncVectorEnv (a process per env) if false; "
@@ -76,6 +108,16 @@ class GymEnvSpec(EnvSpec):
             else:
                 out.append(item)
         return out
+
+    @field_validator("normalize", mode="before")
+    @classmethod
+    def _normalize_flag(cls, value: Any) -> Any:
+        # `normalize: true` turns on observation normalisation with SB3's defaults; false is off.
+        if value is True:
+            return {}
+        if value is False:
+            return None
+        return value
 
     @field_validator("entrypoint", "factory")
     @classmethod

@@ -31,6 +31,7 @@ from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
 from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
 from agilerl_plugin_gym.env_spec import GymEnvSpec, cpu_cores
+from agilerl_plugin_gym.multi_agent.vec_env import make_single_pz_env
 
 log = logging.getLogger("agilerl.gym.envs")  # under "agilerl": the CLI shows it
 
@@ -133,6 +134,27 @@ def _route_mujoco_warnings(spec: GymEnvSpec) -> None:
     _mujoco_routed = True
 
 
+class CastObservation(gym.ObservationWrapper):  # type: ignore[type-arg]
+    """Cast a float ``Box`` observation to ``environment.default_type`` (float32 by default).
+
+    gymnasium's ``DtypeObservation`` builds the new space from the float64 bounds, and ``Box`` then
+    warns on every env made (``Box low's precision lowered by casting to float32``: every MuJoCo env,
+    on every validate and train). The bounds are cast here first, so the space is built in its own
+    dtype and says nothing; what the cast does to values is the same."""
+
+    def __init__(self, env: gym.Env[Any, Any], dtype: np.dtype[Any]) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Box)
+        self.dtype = np.dtype(dtype)
+        with np.errstate(over="ignore"):  # a finite float64 bound beyond float32's range becomes inf
+            low, high = space.low.astype(self.dtype), space.high.astype(self.dtype)
+        self.observation_space = gym.spaces.Box(low, high, space.shape, self.dtype)
+
+    def observation(self, observation: Any) -> Any:
+        return np.asarray(observation, dtype=self.dtype)
+
+
 def _single(
     spec: GymEnvSpec,
     make_raw: Callable[[], gym.Env[Any, Any]],
@@ -148,7 +170,7 @@ def _single(
     obs_space = env.observation_space
     want = np.dtype(spec.default_type)
     if isinstance(obs_space, gym.spaces.Box) and obs_space.dtype.kind == "f" and obs_space.dtype != want:
-        env = gym.wrappers.DtypeObservation(env, want)
+        env = CastObservation(env, want)
     for wrapper, kwargs in wrappers:
         env = wrapper(env, **kwargs)
     return env
@@ -166,7 +188,6 @@ def make_single_env(spec: GymEnvSpec, *, multi_agent: bool = False) -> Any:
 def _make_pz_single(spec: GymEnvSpec) -> Any:
     # One builder of single PettingZoo envs, shared with the vector env; imported here so that
     # single-agent use never imports the multi-agent package.
-    from agilerl_plugin_gym.multi_agent.vec_env import make_single_pz_env
 
     add_env_path(spec, GymEnvError)  # checks that environment.path is a directory (a GymEnvError naming the field)
     return make_single_pz_env(spec)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl import hookimpl
+from agilerl.hookspecs import hookimpl
 from agilerl_plugin_gym.multi_agent import registration as multi
 from agilerl_plugin_gym.single_agent import registration as single
 

@@ -22,6 +22,7 @@ the greedy action either way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,6 +34,12 @@ from torch import nn
 
 from agilerl.errors import AgileRLError
 from agilerl.inference import Episode
+from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
+from agilerl_plugin_gym.env_config import load_env_config
+from agilerl_plugin_gym.envs import GymEnvError, make_single_env
+from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
+from agilerl_plugin_gym.normalization import NormalizedPolicy, Normalizer
+from agilerl_plugin_gym.observations import map_obs, subspaces
 
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
 
@@ -43,13 +50,8 @@ def render_spec(env_spec: Any, render_mode: str, *, multi_agent: bool = False) -
     ``env_config`` (a mapping, or a YAML/JSON file of constructor kwargs) is read by the env
     makers' own loader, so a missing or unparsable file is the error training gives.
     """
-    from agilerl_plugin_gym.env_config import load_env_config
-    from agilerl_plugin_gym.envs import GymEnvError
-
     error: type[AgileRLError] = GymEnvError
     if multi_agent:
-        from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
-
         error = PettingZooEnvError
     cfg = load_env_config(env_spec, error)
     return env_spec.model_copy(update={"env_config": {**cfg, "render_mode": render_mode}})
@@ -61,8 +63,6 @@ class _EpisodeBound:
     env's own step limit, else the default cap (said in the log); a progress line every few seconds."""
 
     def __init__(self, agent: Any, env_spec: Any, env: Any, episodes: int) -> None:
-        from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
-
         manifest = getattr(agent, "manifest", None)
         eval_steps = getattr(getattr(manifest, "training", None), "eval_steps", None)
         label = str(getattr(env_spec, "label", None) or getattr(env_spec, "name", "env"))
@@ -102,8 +102,6 @@ def _is_batch(space: spaces.Space[Any], obs: np.ndarray) -> bool:
 def _structured_batch(space: spaces.Dict | spaces.Tuple, obs: Any) -> tuple[dict[str, Any], bool]:
     """A Dict/Tuple observation as a dict of arrays (parts converted like arrays), and whether it is
     a batch (judged by its first part)."""
-    from agilerl_plugin_gym.observations import subspaces
-
     parts = subspaces(space)
     items = obs.items() if isinstance(obs, Mapping) else enumerate(obs)
     given = {str(k): v for k, v in items}
@@ -180,6 +178,9 @@ class SingleAgentInference:
     nets: dict[str, Any]
     policy_name: ClassVar[str]
     device: torch.device
+    #: Observation/reward statistics (``environment.normalize``); ``None``: observations go to the
+    #: networks as they come. ``predict`` and the exported policy take raw observations.
+    normalizer: Normalizer | None = None
 
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -197,14 +198,14 @@ class SingleAgentInference:
         """
         x: Any
         if isinstance(self.observation_space, (spaces.Dict, spaces.Tuple)):
-            from agilerl_plugin_gym.observations import map_obs
-
             x, batch = _structured_batch(self.observation_space, observation)
             x = x if batch else map_obs(lambda a: a[None], x)
         else:
             obs = _as_obs_array(self.observation_space, observation)
             batch = _is_batch(self.observation_space, obs)
             x = obs if batch else obs[None]
+        if self.normalizer is not None:  # frozen statistics: raw observations in
+            x = self.normalizer.normalize_obs(x)
         act = getattr(self, "act", None)
         env_action = getattr(self, "env_action", None)
         if not deterministic and callable(act) and callable(env_action):  # a stochastic policy (PPO)
@@ -232,8 +233,6 @@ class SingleAgentInference:
         ``training.eval_steps``, else the env's own limit, else a default cap that the log names),
         and a long evaluation logs a progress line every few seconds.
         """
-        from agilerl_plugin_gym.envs import make_single_env
-
         if video and render:
             raise AgileRLError("eval: choose --render or --video, not both (one env has one render mode)")
         spec = env_spec
@@ -241,6 +240,11 @@ class SingleAgentInference:
             spec = render_spec(env_spec, "human")
         elif video:
             spec = render_spec(env_spec, "rgb_array")
+            # Frames are drawn off-screen: pygame's SDL needs no display or sound device, and when it
+            # looks for them where there are none it prints a false "Error: XDG_RUNTIME_DIR is
+            # invalid" (and ALSA lines) though the video is fine. A user's own SDL settings stay.
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+            os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         env = make_single_env(spec)
         tmp_dir: Path | None = None
         if video:
@@ -288,7 +292,9 @@ class SingleAgentInference:
 
         actor = copy.deepcopy(self.nets[self.policy_name]).cpu().eval()
         nvec = [int(n) for n in self.action_space.nvec] if isinstance(self.action_space, spaces.MultiDiscrete) else None
-        module = GreedyPolicy(actor, self.action_space, tanh_scaled=hasattr(self, "scale"), nvec=nvec)
+        module: nn.Module = GreedyPolicy(actor, self.action_space, tanh_scaled=hasattr(self, "scale"), nvec=nvec)
+        if self.normalizer is not None:  # the exported graph takes raw observations
+            module = NormalizedPolicy(self.normalizer.module(), module)
         return module.eval()
 
     def example_observation(self) -> np.ndarray:
@@ -392,8 +398,6 @@ class MultiAgentInference:
         ``training.sum_scores: false``), as training's evaluation scores it; episodes are bounded
         and reported as the single-agent ``run_episodes`` does.
         """
-        from agilerl_plugin_gym.envs import make_single_env
-
         if video:
             raise AgileRLError("eval: --video records gymnasium envs; for PettingZoo envs use --render")
         spec = render_spec(env_spec, "human", multi_agent=True) if render else env_spec

@@ -1,7 +1,7 @@
 """The PPO update: the clipped surrogate loss and its minibatch epochs, shared by PPO (single-agent,
 recurrent too) and IPPO (one update per network key).
 
-* :class:`PPOSettings` — the hyperparameters the update reads, as attributes (mutable by HPO);
+* :class:`PPOHyperparameters` — the spec fields the update reads (it is given the algorithm's spec);
 * :func:`clipped_surrogate` — the loss of one minibatch (clipped ratio, optional value clip,
   entropy bonus);
 * :func:`ppo_update` — ``update_epochs`` passes of shuffled minibatches over a flattened rollout,
@@ -27,30 +27,31 @@ from torch import nn
 from agilerl_plugin_gym.observations import rows
 from agilerl_plugin_gym.optim import FlatParameters
 
-__all__ = ["LossGrads", "ManualStep", "PPOSettings", "clipped_surrogate", "ppo_update", "surrogate_grads"]
+__all__ = ["LossGrads", "ManualStep", "PPOHyperparameters", "clipped_surrogate", "ppo_update", "surrogate_grads"]
 
 
-class PPOSettings:
-    """The hyperparameters :func:`ppo_update` reads, as attributes (mutable by HPO).
+class PPOHyperparameters(Protocol):
+    """The spec fields :func:`ppo_update` reads (PPO's and IPPO's specs have them): the update
+    takes the algorithm's spec itself, so a mutated value is read at the next update."""
 
-    PPO and IPPO inherit this declaration (annotations only: values come from the spec via
-    :class:`agilerl.algorithm.AlgorithmBase`, or are set in ``__init__``).
-    """
-
-    lr: float
-    learn_step: int
-    batch_size: int
-    gamma: float
-    gae_lambda: float
-    update_epochs: int
-    clip_coef: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
-    target_kl: float | None
-    normalize_advantages: bool
-    clip_vloss: bool
-    device: torch.device
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def update_epochs(self) -> int: ...
+    @property
+    def clip_coef(self) -> float: ...
+    @property
+    def ent_coef(self) -> float: ...
+    @property
+    def vf_coef(self) -> float: ...
+    @property
+    def max_grad_norm(self) -> float: ...
+    @property
+    def target_kl(self) -> float | None: ...
+    @property
+    def normalize_advantages(self) -> bool: ...
+    @property
+    def clip_vloss(self) -> bool: ...
 
 
 def clipped_surrogate(
@@ -58,7 +59,7 @@ def clipped_surrogate(
     entropy: torch.Tensor,
     value: torch.Tensor,
     batch: Mapping[str, torch.Tensor],
-    s: PPOSettings,
+    s: PPOHyperparameters,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(loss, policy_loss, value_loss, entropy, ratio, log_ratio)`` of one minibatch."""
     log_ratio = new_log_prob - batch["log_probs"]
@@ -108,7 +109,7 @@ def _clamp_backward(x: torch.Tensor, grad: torch.Tensor, low: float, high: float
 
 @torch.no_grad()
 def surrogate_grads(
-    new_log_prob: torch.Tensor, value: torch.Tensor, batch: Mapping[str, torch.Tensor], s: PPOSettings
+    new_log_prob: torch.Tensor, value: torch.Tensor, batch: Mapping[str, torch.Tensor], s: PPOHyperparameters
 ) -> LossGrads:
     """:func:`clipped_surrogate` without autograd: its loss terms and its gradients.
 
@@ -176,7 +177,7 @@ def ppo_update(
     forward: Forward | None,
     optimizer: Optimizer,
     params: Sequence[nn.Parameter] | FlatParameters,
-    s: PPOSettings,
+    s: PPOHyperparameters,
     *,
     seq_forward: SequenceForward | None = None,
     manual_step: ManualStep | None = None,
@@ -204,11 +205,12 @@ def ppo_update(
         return {}
     batch_size = min(int(s.batch_size), n)
     # Accumulate on tensors: converting to floats every minibatch would sync every step.
-    sums = torch.zeros(3, device=s.device)
-    approx_kl = torch.zeros((), device=s.device)
+    device = data["advantages"].device
+    sums = torch.zeros(3, device=device)
+    approx_kl = torch.zeros((), device=device)
     updates = 0
     for _ in range(int(s.update_epochs)):
-        perm = torch.randperm(n, device=s.device)
+        perm = torch.randperm(n, device=device)
         for start in range(0, n - batch_size + 1, batch_size):
             idx = perm[start : start + batch_size]
             mb = {k: rows(v, idx) for k, v in data.items()}  # an obs of Dict/Tuple parts too

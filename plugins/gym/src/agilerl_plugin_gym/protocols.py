@@ -34,7 +34,10 @@ __all__ = [
     "MultiAgentOffPolicyAlgorithm",
     "MultiAgentOnPolicyAlgorithm",
     "OffPolicyAlgorithm",
+    "OffPolicySpecFields",
     "OnPolicyAlgorithm",
+    "OnPolicySpecFields",
+    "RLSpecFields",
     "RolloutLayout",
 ]
 
@@ -51,16 +54,42 @@ class RolloutLayout:
     action_dtype: Any
 
 
+class RLSpecFields(Protocol):
+    """The hyperparameters every gym strategy reads, from the algorithm's spec (``agent.spec``):
+    the spec is their one declaration (``AlgorithmBase`` keeps it current under mutation)."""
+
+    @property
+    def learn_step(self) -> int: ...
+    @property
+    def gamma(self) -> float: ...
+
+
+class OnPolicySpecFields(RLSpecFields, Protocol):
+    """What the on-policy engine reads besides: GAE's lambda."""
+
+    @property
+    def gae_lambda(self) -> float: ...
+
+
+class OffPolicySpecFields(RLSpecFields, Protocol):
+    """What the off-policy engine reads besides: transitions per sampled batch."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+
 @runtime_checkable
 class GymAlgorithmProtocol(Protocol):
-    """What every gym strategy reads: bookkeeping, the device, the learn schedule."""
+    """What every gym strategy reads: bookkeeping, the device, the spec (the learn schedule)."""
 
     index: int
     steps: int
     #: Vector-env steps this agent has taken (persistent across ``learn`` calls, checkpointed).
     vec_steps: int
-    learn_step: int
     device: Any
+
+    @property
+    def spec(self) -> RLSpecFields: ...
 
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float: ...
 
@@ -69,8 +98,8 @@ class GymAlgorithmProtocol(Protocol):
 class OnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """Single-agent on-policy (PPO, A2C): the strategy collects rollouts, the algorithm updates."""
 
-    gamma: float
-    gae_lambda: float
+    @property
+    def spec(self) -> OnPolicySpecFields: ...
 
     def rollout_layout(self) -> RolloutLayout: ...
 
@@ -94,9 +123,8 @@ class OnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
 
 
 class RecurrentOnPolicyAlgorithm(OnPolicyAlgorithm, Protocol):
-    """An on-policy algorithm whose policy keeps a hidden state per env (recurrent PPO; ``recurrent`` True)."""
+    """An on-policy algorithm whose policy keeps a hidden state per env (recurrent PPO; ``spec.recurrent`` True)."""
 
-    recurrent: bool
     #: Width of one env's flat hidden state (the rollout buffer stores one per step).
     state_size: int
     #: The state the last rollout ended with (checkpointed).
@@ -115,10 +143,10 @@ class RecurrentOnPolicyAlgorithm(OnPolicyAlgorithm, Protocol):
 class OffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """Single-agent off-policy (DQN, DDPG, TD3): act, store, learn from sampled batches."""
 
-    #: Transitions per sampled batch (on-policy algorithms need no such field).
-    batch_size: int
-    #: Discount (the engine's n-step returns discount with it).
-    gamma: float
+    #: ``spec.batch_size``: transitions per sampled batch; ``spec.gamma``: the engine's n-step
+    #: returns discount with it.
+    @property
+    def spec(self) -> OffPolicySpecFields: ...
 
     def init_exploration(self, training: RLTrainingFields) -> None:
         """Read the exploration schedule from ``training`` (keeps a restored epsilon)."""
@@ -146,8 +174,9 @@ class MultiAgentOnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """IPPO: per-agent policies over a PettingZoo vector env."""
 
     agent_ids: list[str]
-    gamma: float
-    gae_lambda: float
+
+    @property
+    def spec(self) -> OnPolicySpecFields: ...
 
     def episode_score(self, returns: np.ndarray) -> np.ndarray: ...
 
@@ -167,7 +196,9 @@ class MultiAgentOffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     """MADDPG, MATD3: decentralised actors, joint replay."""
 
     agent_ids: list[str]
-    batch_size: int
+
+    @property
+    def spec(self) -> OffPolicySpecFields: ...
 
     def episode_score(self, returns: np.ndarray) -> np.ndarray: ...
 

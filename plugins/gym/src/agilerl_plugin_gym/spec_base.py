@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl.models import AlgorithmSpec
+from agilerl.models.base import AlgorithmSpec, Mutable
 
 if TYPE_CHECKING:
     from gymnasium import spaces
 
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ class SpaceRules:
     def check(self, algo: str, observation_space: spaces.Space[Any], action_space: spaces.Space[Any]) -> None:
         """Raise :class:`~agilerl_plugin_gym.single_agent.spaces.UnsupportedSpaceError` naming ``algo``
         unless it takes these spaces."""
-        from agilerl_plugin_gym.single_agent.spaces import check_spaces
+        from agilerl_plugin_gym.single_agent.spaces import (
+            check_spaces,  # deferred: gymnasium, loaded only when validation builds an env
+        )
 
         check_spaces(self, algo, observation_space, action_space)
 
@@ -88,8 +90,9 @@ class SingleAgentAlgorithmSpec(_RLMemory):
     #: The env spaces the algorithm takes, checked on one env at validation (None: not checked).
     space_rules: ClassVar[SpaceRules | None] = None
 
-    learn_step: Annotated[int, Field(ge=1, description="Env steps between learning updates.")] = 5
-    gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount factor.")] = 0.99
+    batch_size: Annotated[int, Field(ge=1, description="Samples per gradient step."), Mutable(8, 512)] = 64
+    learn_step: Annotated[int, Field(ge=1, description="Env steps between learning updates."), Mutable(1, 10)] = 5
+    gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount factor."), Mutable(0.9, 0.9999)] = 0.99
     normalize_images: bool = True
     net_config: dict[str, Any] | None = None
 
@@ -101,8 +104,9 @@ class MultiAgentAlgorithmSpec(_RLMemory):
     regime: ClassVar[str] = "on_policy"
     default_env_type: ClassVar[str] = "gym"
 
+    batch_size: Annotated[int, Field(ge=1, description="Samples per gradient step."), Mutable(8, 512)] = 64
     learn_step: Annotated[int, Field(ge=1)] = 2048
-    gamma: Annotated[float, Field(ge=0.0, le=1.0)] = 0.99
+    gamma: Annotated[float, Field(ge=0.0, le=1.0), Mutable(0.9, 0.9999)] = 0.99
     normalize_images: bool = True
     torch_compiler: str | None = None
     net_config: dict[str, Any] | None = None

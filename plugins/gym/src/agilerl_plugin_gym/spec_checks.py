@@ -14,9 +14,11 @@ import importlib
 from typing import TYPE_CHECKING
 
 from agilerl.errors import Problem
+from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
 
 if TYPE_CHECKING:
-    from agilerl.models import AlgorithmSpec, TrainingManifest
+    from agilerl.models.base import AlgorithmSpec
+    from agilerl.models.manifest import TrainingManifest
 
 #: Stable-Baselines3 / CleanRL / RLlib names for this plugin's hyperparameters (hints only).
 RL_SYNONYMS: dict[str, str] = {
@@ -36,18 +38,6 @@ RL_SYNONYMS: dict[str, str] = {
     "exploration_final_eps": "training.eps_end",
 }  # fmt: skip
 
-#: Mutation ranges (``hpo_ranges``, AgileRL's) of the hyperparameters this plugin's algorithms
-#: share; a spec's table is this one plus its own (``{**RL_HPO_RANGES, "policy_freq": (1, 10)}``).
-RL_HPO_RANGES: dict[str, tuple[float, float]] = {
-    "batch_size": (8, 512),
-    "lr": (6.25e-5, 1e-2),
-    "lr_actor": (6.25e-5, 1e-2),
-    "lr_critic": (6.25e-5, 1e-2),
-    "gamma": (0.9, 0.9999),
-    "tau": (1e-4, 1e-2),
-    "learn_step": (1, 10),
-}
-
 #: Activations this plugin's networks have (networks.activation_layer), the ones act_mut may pick.
 ACTIVATION_NAMES: frozenset[str] = frozenset(
     {"Tanh", "GELU", "ReLU", "ELU", "LeakyReLU", "Sigmoid", "Softplus", "Softmax", "PReLU", "Identity"}
@@ -59,8 +49,6 @@ def encoder_kind_problem(arch: str, *, recurrent: bool = False, multi_agent: boo
     registration (:class:`~agilerl_plugin_gym.sections.encoders.EncoderKind`): no network here, a
     recurrent kind for a policy without memory (``recurrent``: the algorithm has one), or a kind the
     multi-agent algorithms do not take (``multi_agent``)."""
-    from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
-
     kind = ENCODERS.get(arch)
     if kind is None:
         return None
@@ -112,7 +100,7 @@ def network_problems(manifest: TrainingManifest, *, multi_agent: bool = False) -
 def buffer_problems(
     manifest: TrainingManifest, algo: str = "", features: frozenset[str] = frozenset(), n_step: int | None = None
 ) -> list[Problem]:
-    """Replay-buffer variants the algorithm (``features``: "per", "n_step") does not learn from.
+    """Replay-buffer variants the algorithm (``features``: "per", "n_step", "her") does not learn from.
 
     ``n_step`` is set for an algorithm with its own n-step field (RainbowDQN), which always uses
     prioritized replay and its n-step returns: switching either off there, or a second n-step
@@ -129,6 +117,12 @@ def buffer_problems(
     if rb.n_step_buffer and "n_step" not in features:
         problems.append(Problem("replay_buffer.n_step_buffer", f"n-step replay is not supported yet{who}; "
                                 "DQN and RainbowDQN have it"))  # fmt: skip
+    if rb.her and "her" not in features:
+        problems.append(Problem("replay_buffer.her", f"hindsight experience replay is not supported{who}; "
+                                "the single-agent off-policy algorithms (DQN, DDPG, TD3) have it"))  # fmt: skip
+    elif rb.her and (rb.per_buffer or rb.n_step_buffer or n_step is not None):
+        problems.append(Problem("replay_buffer.her", "hindsight experience replay with prioritised or n-step "
+                                "replay is not supported yet; turn those off"))  # fmt: skip
     if n_step is not None:
         given = rb.model_fields_set
         if "per_buffer" in given and not rb.per_buffer:
@@ -156,7 +150,26 @@ def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Pro
             f"exploration noise has one vector per env here (environment.num_envs = {num_envs}); "
             "other sizes are not supported yet: remove it",
         ))  # fmt: skip
+    delay = getattr(manifest.training, "learning_delay", None)
+    if delay and delay >= manifest.training.max_steps:
+        problems.append(Problem(
+            "training.learning_delay",
+            f"{delay} is not below training.max_steps ({manifest.training.max_steps}): learning starts after "
+            f"learning_delay steps, so no agent would ever learn; lower it or raise max_steps",
+        ))  # fmt: skip
     return problems
+
+
+def normalize_problems(manifest: TrainingManifest, *, supported: bool, who: str) -> list[Problem]:
+    """``environment.normalize`` where the algorithm's engine does not apply it (``supported``
+    False: the multi-agent and offline algorithms) is refused by name, not ignored."""
+    if supported or getattr(manifest.environment, "normalize", None) is None:
+        return []
+    return [Problem(
+        "environment.normalize",
+        f"not supported yet by {who}: observation/reward normalisation is applied by the single-agent "
+        "on-policy and off-policy engines (PPO, DQN, RainbowDQN, DDPG, TD3); remove it",
+    )]  # fmt: skip
 
 
 def missing_env_package(env_id: str) -> str | None:

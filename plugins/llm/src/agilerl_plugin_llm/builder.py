@@ -9,7 +9,7 @@ import inspect
 from typing import Any
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
-from agilerl.models import TrainingManifest
+from agilerl.models.manifest import TrainingManifest
 from agilerl_plugin_llm.model import load_tokenizer
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 from agilerl_plugin_llm.training_fields import llm_training

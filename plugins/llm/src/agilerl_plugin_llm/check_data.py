@@ -4,7 +4,10 @@ Read with the standard library (no ``datasets``, no torch), so ``agilerl validat
 run would hit, naming the file, the line and the column: a path that does not exist or is not a
 data file (``/etc/passwd``, a directory a dataset env cannot read), an empty file, a line that is
 not JSON (or uses ``NaN``/``Infinity``), a row that is not an object, a row missing a column its
-objective reads (after ``environment.columns`` remapping), a text column that is not text. Blank
+objective reads (after ``environment.columns`` remapping), a text column that is not text, a
+conversational column (a message list) that is not a well-formed conversation
+(:mod:`agilerl_plugin_llm.chat`) or a CSV cell holding one as JSON text; and conversational rows for a
+tokenizer without a chat template (:func:`chat_template_problems`, reading the model's files). Blank
 lines in JSON Lines are skipped, as the run skips them. ``.json``, ``.jsonl`` and ``.csv`` are read
 row by row (at most :data:`MAX_ROWS`; at most :data:`MAX_PROBLEMS` problems are reported); a
 ``.parquet`` file's magic bytes are checked (its columns when the run starts). A Hub dataset id
@@ -20,15 +23,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agilerl.errors import Problem
+from agilerl.errors import AgileRLError, Problem
+from agilerl_plugin_llm.chat import conversation_problem, is_conversational, looks_like_json_messages
+from agilerl_plugin_llm.check_inputs import looks_like_path, rubric_problems
+from agilerl_plugin_llm.envs import as_reward
+from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
+from agilerl_plugin_llm.reward_model import reward_model_problems
+from agilerl_plugin_llm.rollout.catalog import CATALOG, missing_dataset
+from agilerl_plugin_llm.rollout.sources import (
+    ANSWER_COLUMN,
+    QUESTION_COLUMNS,
+    RolloutSourceError,
+    check_prompt_template,
+    load_rubric,
+)
 
 MAX_ROWS = 100_000
 MAX_PROBLEMS = 5
 _MAX_JSON_BYTES = 256 << 20
 #: Objective -> the column sets a row may have (any one of them).
 _NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "sft": (("prompt", "response"), ("messages",)),
-    "preference": (("prompt", "chosen", "rejected"),),
+    "sft": (("prompt", "response"), ("messages",), ("prompt", "completion")),
+    # conversational pairs may leave the prompt implicit (TRL)
+    "preference": (("prompt", "chosen", "rejected"), ("chosen", "rejected")),
     "rollout": (("question",), ("prompt",)),  # agilerl_plugin_llm.rollout.sources.QUESTION_COLUMNS
 }
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".pq")
@@ -50,7 +67,7 @@ def _mapping(env: Any, objective: str) -> dict[str, str]:
         roles = {"question", "prompt", "answer"}
         return {**{k: v for k, v in columns.items() if k in roles}, **{v: k for k, v in columns.items() if v in roles}}
     out: dict[str, str] = {}
-    expected = {"prompt", "response", "chosen", "rejected", "messages"}
+    expected = {"prompt", "response", "chosen", "rejected", "messages", "completion"}
     for key, value in columns.items():
         if key in expected:
             out[key] = value
@@ -204,6 +221,9 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
                            f"({row[actual]!r}), not text; write it as a string",
                 ))  # fmt: skip
                 break
+        why = chat_row_problem(row, objective, mapping)
+        if why:
+            problems.append(Problem(where, f"{path}:{lineno}: {why}"))
     for missing, (lines, keys) in absent.items():
         other = "".join(f" (or {', '.join(map(repr, f))})" for f in forms[1:])
         shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
@@ -219,11 +239,92 @@ def dataset_problems(env: Any, objective: str) -> list[Problem]:
     return problems
 
 
+#: The columns that may hold a conversation (a list of messages), per objective.
+_CHAT_COLUMNS = {
+    "sft": ("messages", "prompt", "response", "completion"),
+    "preference": ("prompt", "chosen", "rejected"),
+    "rollout": ("prompt", "question"),
+}
+
+
+def chat_row_problem(row: dict[str, Any], objective: str, mapping: dict[str, str] | None = None) -> str | None:
+    """Why a row's conversational columns are malformed (the same checks the run makes), or None."""
+    mapping = mapping or {}
+    for col in _CHAT_COLUMNS.get(objective, ()):
+        actual = mapping.get(col, col)
+        value = row.get(actual)
+        if looks_like_json_messages(value):
+            return (f"column {actual!r} is text holding a JSON list of messages (a CSV cell cannot hold a list); "
+                    "store conversational rows as .jsonl, .parquet or a save_to_disk directory")  # fmt: skip
+        if objective == "rollout" and isinstance(value, list) and not any(isinstance(m, dict) for m in value):
+            continue  # a list of plain values (Countdown's numbers) is a standard column a prompt_template formats
+        if isinstance(value, list):
+            why = conversation_problem(value)
+            if why:
+                return f"column {actual!r}: {why}"
+            if objective == "rollout" and value[-1].get("role") not in ("user", "tool"):
+                return (
+                    f"column {actual!r}: the prompt ends with a {value[-1]['role']} message; end it with the user turn"
+                )
+    if objective == "preference" and mapping.get("prompt", "prompt") not in row:
+        chosen, rejected = row.get(mapping.get("chosen", "chosen")), row.get(mapping.get("rejected", "rejected"))
+        if not (is_conversational(chosen) and is_conversational(rejected)):
+            return ("no 'prompt' column, and chosen/rejected are not message lists (an implicit prompt is the "
+                    "messages two conversations share); add a prompt column or map one with environment.columns")  # fmt: skip
+    return None
+
+
+def first_row(env: Any) -> dict[str, Any] | None:
+    """The first row of the local .jsonl/.json/.csv file ``env`` names (None: not such a file, or no row)."""
+    value = getattr(env, "dataset_path", None) or getattr(env, "hf_dataset_id", None) or getattr(env, "dataset", None)
+    path = Path(str(value)).expanduser() if value else None
+    if path is None or not path.is_file() or path.suffix.lower() not in (".jsonl", ".json", ".csv"):
+        return None
+    for _, row in _rows(path, "", []):
+        return row if isinstance(row, dict) else None
+    return None
+
+
+def chat_template_problems(env: Any, model_path: str | None, objective: str) -> list[Problem]:
+    """Conversational rows need a chat template: the model's tokenizer's (read from its files, nothing
+    loaded) or ``chat_template_path``; ``apply_chat_template: false`` cannot render them at all."""
+    row = first_row(env)
+    if row is None:
+        return []
+    mapping = _mapping(env, objective)
+    chat = [c for c in _CHAT_COLUMNS.get(objective, ()) if is_conversational(row.get(mapping.get(c, c)))]
+    if not chat:
+        return []
+    column = mapping.get(chat[0], chat[0])
+    if not getattr(env, "apply_chat_template", True):
+        return [Problem("environment.apply_chat_template", (
+            f"the rows are conversational (column {column!r} holds messages), which only a chat template renders; "
+            "remove apply_chat_template: false"))]  # fmt: skip
+    if getattr(env, "chat_template_path", None) or not model_path:
+        return []
+    directory = Path(str(model_path)).expanduser()
+    if not directory.is_dir() or has_chat_template(directory):
+        return []
+    return [Problem("environment.chat_template_path", (
+        f"the rows are conversational (column {column!r} holds messages) and the tokenizer in {model_path} has no "
+        "chat template to render them; set environment.chat_template_path to a Jinja template file, or use a "
+        "model whose tokenizer has one"))]  # fmt: skip
+
+
+def has_chat_template(directory: Path) -> bool:
+    """Whether the tokenizer saved in ``directory`` has a chat template (its files read, nothing loaded)."""
+    if (directory / "chat_template.jinja").is_file() or (directory / "chat_template.json").is_file():
+        return True
+    config = directory / "tokenizer_config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    except (OSError, ValueError):
+        return True  # unreadable: model_problems reports it
+    return bool(isinstance(data, dict) and data.get("chat_template"))
+
+
 def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Problem]:
     """A dataset named by Hub id must be in a local cache (a name written as a path must exist)."""
-    from agilerl_plugin_llm.check_inputs import looks_like_path
-    from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
-
     if looks_like_path(name) or Path(name).suffix.lower() in _SUFFIXES:
         return [Problem(where, f"no such file: {name} (relative to {Path.cwd()}); give an existing data file "
                                "(.jsonl, .json, .csv or .parquet) or a Hub id in the local cache")]  # fmt: skip
@@ -234,9 +335,6 @@ def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Pro
 
 def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     """The validation check of the dataset rollout source (rows + rubric): ``(field, why)`` pairs."""
-    from agilerl_plugin_llm.check_inputs import rubric_problems
-    from agilerl_plugin_llm.rollout.sources import RolloutSourceError, check_prompt_template
-
     out = [(p.path.removeprefix("environment."), p.message) for p in dataset_problems(spec, "rollout")]
     from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set, reward_funcs_problems
 
@@ -262,4 +360,105 @@ def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     return out
 
 
-__all__ = ["MAX_PROBLEMS", "MAX_ROWS", "dataset_problems", "rollout_source_problems"]
+def _first_row(path: Path) -> dict[str, Any] | None:
+    """A local .jsonl/.csv file's first row (None: another format, or unreadable here: the rows' own
+    checks say why)."""
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            if path.suffix.lower() == ".csv":
+                return next(csv.DictReader(fh), None)
+            if path.suffix.lower() == ".jsonl":
+                for line in fh:
+                    if line.strip():
+                        row = json.loads(line)
+                        return row if isinstance(row, dict) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None
+
+
+def _first_row_columns(path: Path) -> set[str] | None:
+    row = _first_row(path)
+    return None if row is None else set(row)
+
+
+def rubric_probe_problems(spec: Any) -> list[tuple[str, str]]:
+    """The rubric called once on the first row of a local dataset file with an empty completion, as
+    the run calls it before any model loads (docs/llm.md, "Rubrics"): a rubric that raises, or
+    returns something that is not a number, is refused at validation too. (The rubric file is the
+    manifest's own code, imported as the run imports it.)"""
+    given = getattr(spec, "dataset_path", None)
+    functions = list(getattr(spec, "reward_functions", None) or [])
+    if not given or getattr(spec, "columns", None) or len(functions) > 1:
+        return []  # a column mapping or several weighted functions: the run's own probe checks them
+    path = Path(str(given)).expanduser()
+    row = _first_row(path) if path.is_file() else None
+    if row is None:
+        return []
+    try:
+        rubric = load_rubric(spec)
+    except AgileRLError as exc:
+        field, _, why = str(exc).partition(": ")
+        return [(field.removeprefix("environment."), why or str(exc))]
+    name = functions[0][0] if functions else getattr(spec, "rubric_name", None) or "reward_fn"
+    question = next((row[c] for c in QUESTION_COLUMNS if c in row), None)
+    try:
+        value = rubric("", row.get(ANSWER_COLUMN), question)
+    except Exception as exc:
+        return [("rubric_name", f"{name}(completion, answer, question) raised on a probe call with an empty "
+                                f"completion and the first row: {type(exc).__name__}: {exc}")]  # fmt: skip
+    try:
+        as_reward(value, f"{name}(completion, answer, question)")
+    except AgileRLError as exc:
+        return [("rubric_name", str(exc))]
+    return []
+
+
+def catalog_column_problems(spec: Any) -> list[tuple[str, str]]:
+    """A local ``dataset_path`` standing in for a catalog env's dataset must hold the columns the
+    catalog's rubric and prompt template read (else the run trains on, and is scored from, nothing)."""
+    entry = CATALOG.get(str(getattr(spec, "name", "") or "").lower())
+    given = getattr(spec, "dataset_path", None)
+    if entry is None or not given:
+        return []
+    path = Path(str(given)).expanduser()
+    columns = _first_row_columns(path) if path.is_file() else None
+    if columns is None:
+        return []
+    lacking = [c for c in entry.columns if c not in columns]
+    if not lacking:
+        return []
+    return [(
+        "dataset_path",
+        f"{str(given)!r} stands in for the catalog env {spec.name!r}'s dataset, but its rows have no "
+        f"{', '.join(map(repr, lacking))} column (they have {', '.join(map(repr, sorted(columns)))}); the catalog's "
+        f"rubric and prompt template read {', '.join(map(repr, entry.columns))}: rename the columns to those",
+    )]  # fmt: skip
+
+
+def dataset_source_problems(spec: Any, manifest: Any = None) -> list[tuple[str, str]]:
+    """The dataset rollout source's validation check: a catalog dataset that is not here, or a local copy
+    without the catalog's columns; else the rows' and rubric's own checks (:func:`rollout_source_problems`),
+    whether conversational rows have a chat template to render them (the manifest names the model), the
+    reward model's own checks, and the rubric probed on the first row."""
+    missing = missing_dataset(spec) or catalog_column_problems(spec)
+    if missing:
+        return missing
+    model = getattr(getattr(manifest, "algorithm", None), "pretrained_model_name_or_path", None)
+    chat = [(p.path.removeprefix("environment."), p.message) for p in chat_template_problems(spec, model, "rollout")]
+    problems = rollout_source_problems(spec) + chat + reward_model_problems(getattr(spec, "reward_model", None))
+    return problems or rubric_probe_problems(spec)
+
+
+__all__ = [
+    "MAX_PROBLEMS",
+    "MAX_ROWS",
+    "chat_row_problem",
+    "chat_template_problems",
+    "dataset_problems",
+    "catalog_column_problems",
+    "dataset_source_problems",
+    "has_chat_template",
+    "rollout_source_problems",
+    "rubric_probe_problems",
+]

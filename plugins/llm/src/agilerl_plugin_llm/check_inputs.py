@@ -76,6 +76,60 @@ def model_problems(value: str | None, where: str = MODEL_FIELD) -> list[Problem]
     return [Problem(where, f"{text!r}: {why}")] if why else []
 
 
+def model_dir(value: str) -> Path | None:
+    """The directory a run loads ``value`` from (a local directory, or its local hub snapshot)."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return path
+    return None if path.exists() or looks_like_path(value) else hub_snapshot(value)
+
+
+def weight_names(directory: Path) -> set[str] | None:
+    """The tensor names of a model directory's safetensors weights, read from their headers (nothing
+    is loaded); None when they are not safetensors or cannot be read."""
+    index = directory / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            return set(_read_json(index).get("weight_map") or {})
+        with (directory / "model.safetensors").open("rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            if length > 100 << 20:
+                return None
+            header = json.loads(fh.read(length).decode("utf-8"))
+    except (OSError, ValueError, AttributeError, struct.error, UnicodeDecodeError):
+        return None
+    return {k for k in header if k != "__metadata__"} if isinstance(header, dict) else None
+
+
+def lora_target_problems(value: str | None, target_modules: str | list[str], where: str) -> list[Problem]:
+    """``target_modules`` that name no module of the local model (peft would refuse them when the
+    model loads): read from the weights' tensor names (``...self_attn.q_proj.weight``: module
+    ``q_proj``). ``all-linear`` and regular expressions (a string) are left to peft."""
+    if not value or isinstance(target_modules, str):
+        return []
+    directory = model_dir(str(value))
+    names = weight_names(directory) if directory is not None else None
+    if not names:
+        return []
+    modules = {name.rsplit(".", 1)[0] for name in names}
+
+    def found(target: str) -> bool:
+        return any(m == target or m.endswith("." + target) for m in modules)
+
+    missing = [t for t in target_modules if not found(t)]
+    if not missing:
+        return []
+    leaves = sorted({m.rsplit(".", 1)[-1] for m in modules if not m.rsplit(".", 1)[-1].isdigit()})
+    said = ", ".join(f"{t!r}" + (f" (did you mean {h!r}?)" if (h := closest(t, leaves)) else "") for t in missing)
+    return [
+        Problem(
+            where,
+            f"{said}: no such module in the model at {str(value)!r} (its modules: "
+            f"{', '.join(leaves[:20])}{', ...' if len(leaves) > 20 else ''}); or use all-linear",
+        )
+    ]
+
+
 def model_dir_problem(path: Path) -> str | None:
     """Why the directory ``path`` is not a model transformers can load, or None."""
     config = path / "config.json"
@@ -253,7 +307,8 @@ def rubric_problems(spec: Any) -> list[tuple[str, str]]:
     if not path_value:
         return [("rubric_file_path", "required with dataset rows: a Python file defining "
                  f"reward_fn({', '.join(RUBRIC_CALL)}) -> float (another name: set rubric_name); or "
-                 "reward_funcs: ['module:function', ...], batched functions the TRL way")]  # fmt: skip
+                 "reward_funcs: ['module:function', ...], batched functions the TRL way, or reward_model: a "
+                 "local reward model directory")]  # fmt: skip
     path = Path(str(path_value)).expanduser()
     if not path.exists():
         return [("rubric_file_path", f"no such file: {path_value} (relative to {Path.cwd()})")]

@@ -17,9 +17,15 @@ from __future__ import annotations
 import atexit
 import os
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
+
+from agilerl.errors import AgileRLError
+from agilerl_plugin_llm.fsdp_config import env_problems
 
 
 def world_size() -> int:
@@ -41,11 +47,43 @@ def context() -> tuple[int, int]:
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("AGILERL_DIST_BACKEND") != "gloo" else "gloo"
         if backend == "nccl":  # one GPU per process: "cuda" then means this process's own device
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=backend)
+        # Every collective waits at most this long for a peer that hangs (one that dies is noticed at once).
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=collective_timeout_s()))
         # Leave the group before the interpreter exits: a gloo group torn down by exit aborts the
         # process ("terminate called without an active exception") when a peer is still running.
         atexit.register(_leave)
     return int(dist.get_rank()), int(dist.get_world_size())
+
+
+#: Seconds a collective waits for a process that stopped answering (``AGILERL_DIST_TIMEOUT_S``).
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
+
+
+def collective_timeout_s() -> float:
+    return float(os.environ.get("AGILERL_DIST_TIMEOUT_S", DEFAULT_COLLECTIVE_TIMEOUT_S))
+
+
+class PeerLostError(AgileRLError):
+    """A collective failed: another process of the launch (on this node or another) died or stopped answering."""
+
+
+@contextmanager
+def peers_alive() -> Iterator[None]:
+    """Turn a collective's failure (a peer's connection reset or closed, a timeout) into a
+    :class:`PeerLostError` that says what happened and how to go on."""
+    try:
+        yield
+    except RuntimeError as exc:  # gloo and nccl report a lost peer as RuntimeError (DistBackendError)
+        import torch.distributed as dist
+
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, world_size())
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PeerLostError(
+            f"rank {rank} of {world}: a collective with the other processes failed ({first}); another process of "
+            "this launch, on this node or another, has died or stopped answering, so this one stops too. Start "
+            "every node again with the same launch command and `--resume RUN_DIR` (the newest checkpoint; "
+            "training.checkpoint_steps keeps them mid-run)"
+        ) from None
 
 
 def comm_device() -> torch.device:
@@ -134,7 +172,8 @@ def sum_gradients(params: list[torch.nn.Parameter], stats: Stats | None = None) 
     if fuse and stats is not None:
         parts.append(_pack_stats(stats, grads[0].device if grads else comm_device()))
     flat = torch.cat(parts)
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    with peers_alive():
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     offset = 0
     for g in grads:
         n = g.numel()
@@ -158,7 +197,8 @@ def merge_stats(totals: dict[str, float], counts: dict[str, int]) -> tuple[dict[
     import torch.distributed as dist
 
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (totals, counts))
+    with peers_alive():
+        dist.all_gather_object(gathered, (totals, counts))
     out_t: dict[str, float] = {}
     out_c: dict[str, int] = {}
     for t, c in gathered:
@@ -177,7 +217,8 @@ def agree_any(flag: bool) -> bool:
     import torch.distributed as dist
 
     value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=comm_device())
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    with peers_alive():
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 
 
@@ -200,7 +241,6 @@ def launch_problems(env: dict[str, str] | None = None) -> list[str]:
             "shard with FSDP2 instead (accelerate launch --use_fsdp --fsdp_version 2, or the algorithm's fsdp "
             "field), or launch with --multi_gpu for plain data parallelism"
         )
-    from agilerl_plugin_llm.fsdp_config import env_problems
 
     problems.extend(env_problems(env))  # --use_fsdp: FSDP2 sharding (agilerl_plugin_llm.fsdp)
     precision = env.get("ACCELERATE_MIXED_PRECISION", "no").lower()
@@ -229,8 +269,6 @@ def check_launch() -> None:
     """Raise a clear error for a launch :func:`launch_problems` refuses."""
     problems = launch_problems()
     if problems:
-        from agilerl.errors import AgileRLError
-
         raise AgileRLError("this launch cannot run here:\n  - " + "\n  - ".join(problems))
 
 
@@ -245,6 +283,9 @@ class DataParallelStrategy:
 
 __all__ = [
     "DataParallelStrategy",
+    "PeerLostError",
+    "collective_timeout_s",
+    "peers_alive",
     "agree_any",
     "check_launch",
     "context",

@@ -32,7 +32,9 @@ class TextEnv(Protocol):
     may be called from different threads at once; the rollout harness then plays a batch's envs
     concurrently instead of one after another. ``info["metrics"]`` (a dict of numbers for the
     episode so far) is averaged over a batch's episodes into the training metrics.
-    ``info["prefix"]`` / ``info["suffix"]`` (GEM's convention, as AgileRL reads it): text put before /
+    ``prompt_messages``: a list of ``{role, content}`` messages that *is* the prompt (a conversational
+    dataset row, TRL's form); set, the harness renders it with the chat template instead of
+    ``system_prompt`` + the observation. ``info["prefix"]`` / ``info["suffix"]`` (GEM's convention, as AgileRL reads it): text put before /
     after the observation in the user message (GEM's Sudoku sends the board as the suffix).
     """
 

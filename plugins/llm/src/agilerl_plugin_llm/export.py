@@ -52,11 +52,11 @@ def load_policy(source: str | Path, *, agent_index: int = 0, trust: bool = False
     Code the stored manifest names (a rubric or reward file, an env entrypoint) is imported only if
     a plugin registers it, or with ``trust`` (``--trust-checkpoint``): core's trust rule.
     """
-    from agilerl import checkpoint
-    from agilerl.models import load_manifest
+    import agilerl.checkpoint as checkpoint
+    from agilerl.models.manifest import load_manifest
     from agilerl.trust import require_trust
-    from agilerl_plugin_llm.builder import LLMBuilder
-    from agilerl_plugin_llm.model import load_tokenizer
+    from agilerl_plugin_llm.builder import LLMBuilder  # deferred: torch, kept out of registration and validation
+    from agilerl_plugin_llm.model import load_tokenizer  # deferred: torch, kept out of registration and validation
 
     path = find_checkpoint(source)
     payload = checkpoint.load(path)
@@ -82,13 +82,14 @@ def model_card(manifest: Any, agent: Any, checkpoint_path: Path, fmt: str) -> st
 
     spec = manifest.algorithm
     base = spec.pretrained_model_name_or_path
+    auto = getattr(agent, "auto_class", "AutoModelForCausalLM")
     usage = (
         "from peft import PeftModel\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
         f"base = AutoModelForCausalLM.from_pretrained({base!r})\nmodel = PeftModel.from_pretrained(base, 'OUT_DIR')\n"
         "tokenizer = AutoTokenizer.from_pretrained('OUT_DIR')\n"
         if fmt == "adapter"
-        else "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-        "model = AutoModelForCausalLM.from_pretrained('OUT_DIR')\ntokenizer = AutoTokenizer.from_pretrained('OUT_DIR')\n"
+        else f"from transformers import {auto}, AutoTokenizer\n\n"
+        f"model = {auto}.from_pretrained('OUT_DIR')\ntokenizer = AutoTokenizer.from_pretrained('OUT_DIR')\n"
     )
     fitness = f"{agent.fitness[-1]:.6g}" if getattr(agent, "fitness", None) else "not evaluated"
     return (
@@ -112,14 +113,14 @@ def export(
     trust: bool = False,
 ) -> Path:
     """Write population member ``agent_index`` of ``source`` (a run directory or checkpoint) to ``out_dir``."""
-    from agilerl_plugin_llm import model as llm_model
+    from agilerl_plugin_llm import model as llm_model  # deferred: torch, kept out of registration and validation
 
     if fmt not in FORMATS:
         raise ExportError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     agent, manifest, path = load_policy(source, agent_index=agent_index, trust=trust)
     lora = llm_model.is_peft(agent.model)
-    if fmt == "auto":
-        fmt = "adapter" if lora else "merged"
+    if fmt == "auto":  # a reward model exports merged: the directory GRPO's environment.reward_model loads
+        fmt = getattr(agent, "export_format", None) or ("adapter" if lora else "merged")
     if fmt == "adapter" and not lora:
         raise ExportError("--format adapter needs a LoRA run (network.lora_config); this run trained every weight")
     if fmt == "merged" and getattr(agent.spec, "quantization", None) not in (None, "none", "None", False, {}):

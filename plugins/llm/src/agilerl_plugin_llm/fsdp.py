@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from agilerl_plugin_llm.distributed import comm_device
+
 # The field and the launcher's flags are read without torch (validation imports only that module).
 from agilerl_plugin_llm.fsdp_config import UPSTREAM_DEFAULTS, env_problems, field_problems, settings
 
@@ -136,8 +138,6 @@ def own_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     """``clip_grad_norm_`` over sharded and unsharded parameters together (the norm of the whole gradient)."""
     import torch.distributed as dist
-
-    from agilerl_plugin_llm.distributed import comm_device
 
     device = next((p.grad.device for p in params if p.grad is not None), comm_device())
     sharded = torch.zeros((), dtype=torch.float32, device=device)

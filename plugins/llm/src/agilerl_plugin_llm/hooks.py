@@ -11,15 +11,16 @@ from typing import Any
 
 import pluggy
 
-from agilerl import hookimpl
+from agilerl.hookspecs import hookimpl
+from agilerl_plugin_llm import hookspecs
 from agilerl_plugin_llm.dataset import registration as dataset
+from agilerl_plugin_llm.export import register_commands
+from agilerl_plugin_llm.rollout import completions_log
 from agilerl_plugin_llm.rollout import registration as rollout
 
 
 @hookimpl
 def agilerl_add_hookspecs(plugin_manager: pluggy.PluginManager) -> None:
-    from agilerl_plugin_llm import hookspecs
-
     plugin_manager.add_hookspecs(hookspecs)
 
 
@@ -53,9 +54,6 @@ def agilerl_llm_register_rollout_sources(register: Any) -> None:
 
 @hookimpl
 def agilerl_register_commands(subparsers: Any) -> None:
-    from agilerl_plugin_llm.export import register_commands
-    from agilerl_plugin_llm.rollout import completions_log
-
     register_commands(subparsers)
     completions_log.register_commands(subparsers)  # agilerl completions RUN_DIR
 

@@ -35,8 +35,10 @@ def measure(vocab: int, tokens: int, chunked: bool, rows: int = 4, chunk_rows: i
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agilerl_plugin_llm.algorithms.base import sequence_logprobs
-    from agilerl_plugin_llm.logprobs import auto_chunk_rows
+    from agilerl_plugin_llm.algorithms.base import (
+        sequence_logprobs,  # deferred: torch, imported when the measurement runs
+    )
+    from agilerl_plugin_llm.logprobs import auto_chunk_rows  # deferred: torch, imported when the measurement runs
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -20,6 +20,7 @@ import torch
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_llm.fsdp import full, is_dtensor, like
+from agilerl_plugin_llm.quiet import quiet_progress_bars
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,7 @@ def load_model(
             device_map={"": target},
             dtype=compute_dtype(device),
         )
+    quiet_progress_bars()  # "Loading weights": a bar for a terminal, not a log
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except Exception as exc:

@@ -43,8 +43,10 @@ def measure(
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agilerl_plugin_llm.algorithms.base import sequence_logprobs
-    from agilerl_plugin_llm.packing import pack_rows
+    from agilerl_plugin_llm.algorithms.base import (
+        sequence_logprobs,  # deferred: torch, imported when the measurement runs
+    )
+    from agilerl_plugin_llm.packing import pack_rows  # deferred: torch, imported when the measurement runs
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -15,7 +15,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AliasChoices, Field, field_validator
 
-from agilerl.models import AlgorithmSpec, Spec
+from agilerl.models.base import AlgorithmSpec, Mutable, Spec
+from agilerl_plugin_llm.fsdp_config import check_field
 
 
 def resolve_local_path(value: Any) -> Any:
@@ -78,10 +79,10 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         "log_completions": "log_completions_steps",
     }  # fmt: skip
 
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.001
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 0.1
-    update_epochs: Annotated[int, Field(ge=1)] = 1
+    batch_size: Annotated[int, Field(ge=1), Mutable(1, 32)] = 16
+    beta: Annotated[float, Field(ge=0.0, le=1.0), Mutable(1e-4, 1e-2)] = 0.001
+    max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 0.1
+    update_epochs: Annotated[int, Field(ge=1), Mutable(1, 10)] = 1
     use_separate_reference_adapter: bool = True
     calc_position_embeddings: bool = True
     gradient_checkpointing: bool = True
@@ -149,7 +150,6 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     @classmethod
     def _fsdp_runs_here(cls, value: Any) -> Any:
         # Each problem at algorithm.fsdp.<key> (agilerl_plugin_llm.fsdp_config, no torch).
-        from agilerl_plugin_llm.fsdp_config import check_field
 
         return check_field(value)
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from agilerl.errors import Problem
-from agilerl.models import EnvSpec, Spec
+from agilerl.errors import Problem, closest
+from agilerl.models.base import EnvSpec, Spec
+from agilerl_plugin_llm.check_inputs import lora_target_problems, model_problems
+from agilerl_plugin_llm.rollout.catalog import apply_catalog
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
 
 # --------------------------------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def _translate_env_type(data: Any) -> Any:
 
 
 #: Fields naming local files, stored absolute so a checkpoint resumes from any working directory.
-PATH_FIELDS = ("dataset", "dataset_path", "rubric_file_path", "reward_file_path", "chat_template_path")
+PATH_FIELDS = ("dataset", "dataset_path", "rubric_file_path", "reward_file_path", "chat_template_path", "reward_model")
 #: Fields of the form ``path/to/file.py:attr`` (or ``module:attr``): the file part is resolved.
 FILE_REF_FIELDS = ("entrypoint", "factory", "observation_processor")
 
@@ -187,8 +190,8 @@ class LLMEnvSpec(EnvSpec):
     ] = None  # fmt: skip
     reward_weights: Annotated[
         list[float] | None,
-        Field(description="Weights of the functions listed in rubric_name, or of reward_funcs (default 1 each); "
-                          "the reward is the weighted sum."),
+        Field(description="Weights of the functions listed in rubric_name, or of reward_funcs followed by the "
+                          "reward_model's when it is set, as in TRL (default 1 each); the reward is the weighted sum."),
     ] = None  # fmt: skip
     max_reward: float | None = None
     train_test_split: Annotated[
@@ -259,13 +262,29 @@ class LLMEnvSpec(EnvSpec):
     apply_chat_template: Annotated[
         bool, Field(description="Format prompts with the tokenizer's chat template (false: plain text).")
     ] = True
+    reward_model: Annotated[
+        str | None,
+        Field(description="Rollout reward from a local AutoModelForSequenceClassification directory with one "
+                          "output (e.g. an exported RewardModel run): it scores each prompt + completion in "
+                          "batches on the rollout device, chat-templated when the rows are conversational: "
+                          "one more batched reward function beside reward_funcs (its weight is the last of "
+                          "reward_weights). Instead of rubric_file_path."),
+    ] = None  # fmt: skip
+
+    @model_validator(mode="after")
+    def _reward_model_scores_rows(self) -> LLMEnvSpec:
+        if self.reward_model and self.env_type == "dataset":
+            raise ValueError("reward_model scores generated completions (env_type: rollout); a RewardModel run "
+                             "trains one from preference rows with algorithm: {name: RewardModel}")  # fmt: skip
+        if self.reward_model and (self.entrypoint or self.env_url):
+            raise ValueError("reward_model scores dataset rows' completions (dataset_path, hf_dataset_id or "
+                             "dataset); an entrypoint or env_url env scores its own replies")  # fmt: skip
+        return self
 
     @model_validator(mode="before")
     @classmethod
     def _legacy(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("env_type") in (None, "rollout", "reasoning"):
-            from agilerl_plugin_llm.rollout.catalog import apply_catalog
-
             data = apply_catalog(data)
         return _absolute_paths(_translate_env_type(data))
 
@@ -292,7 +311,7 @@ class LLMEnvSpec(EnvSpec):
         names = self.rubric_name
         if names is not None and (not names or any(not n for n in ([names] if isinstance(names, str) else names))):
             raise ValueError("rubric_name: give a function name (or a non-empty list / mapping of them)")
-        if self.reward_funcs is not None:
+        if self.reward_funcs is not None or self.reward_model:
             self._check_reward_funcs()
         elif self.reward_weights is not None:
             if isinstance(names, dict):
@@ -329,15 +348,29 @@ class LLMEnvSpec(EnvSpec):
         return self
 
     def _check_reward_funcs(self) -> None:
-        funcs = self.reward_funcs or []
-        if not funcs or not all(isinstance(f, str) and ":" in f for f in funcs):
+        """The batched reward sources: ``reward_funcs``, then the reward model, each with one weight (as in
+        TRL, where a reward model is one of ``reward_funcs`` and has its weight in ``reward_weights``)."""
+        funcs = self.reward_funcs
+        if funcs is not None and (not funcs or not all(isinstance(f, str) and ":" in f for f in funcs)):
             raise ValueError("reward_funcs: give a list of 'module:function' (or 'path/to/file.py:function') names")
-        if self.reward_weights is not None and len(self.reward_weights) != len(funcs):
+        funcs = funcs or []
+        count = len(funcs) + (1 if self.reward_model else 0)
+        if self.reward_weights is not None and len(self.reward_weights) != count:
+            if self.reward_model:
+                raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {count} reward sources: "
+                                 f"one per reward_funcs entry ({len(funcs)}), then the reward_model's (as TRL, where "
+                                 "a reward model is one of reward_funcs)")  # fmt: skip
             raise ValueError(f"reward_weights has {len(self.reward_weights)} weights for {len(funcs)} reward "
                              "function(s) in reward_funcs")  # fmt: skip
-        if self.rubric_name is not None:
+        if funcs and self.rubric_name is not None:
             raise ValueError("rubric_name names functions of rubric_file_path; with reward_funcs list every "
                              "function there")  # fmt: skip
+        names = [str(f).rpartition(":")[2] for f in funcs] + (["reward_model"] if self.reward_model else [])
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"reward_funcs: {', '.join(repeated)} would name two reward sources (each function's "
+                             "value is logged under its name, the reward model's as reward_model); give the "
+                             "functions distinct names")  # fmt: skip
 
     @property
     def has_rows(self) -> bool:
@@ -389,11 +422,48 @@ def quantization_problem(value: Any) -> str | None:
     if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
         return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
                 "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
+    if isinstance(value, Mapping) and (unknown := _unknown_bnb_keys(value)):
+        # BitsAndBytesConfig keeps an unknown key as an attribute and quantizes by its defaults
+        # (bnb_4bit_quant_typ: nf4 would train fp4): refused by name instead.
+        known = _bnb_arguments()
+        hints = [f"{k!r}" + (f" (did you mean {hint!r}?)" if (hint := closest(k, known)) else "") for k in unknown]
+        return (f"quantization: transformers.BitsAndBytesConfig takes no {', '.join(hints)}; "
+                f"its arguments are {', '.join(sorted(known))}")  # fmt: skip
     if importlib.util.find_spec("bitsandbytes") is None:
         return ("quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs the "
                 "bitsandbytes package, which is not installed here: pip install 'agilerl-plugin-llm[qlora]'. "
                 "Remove it (or set quantization: none) to train in full precision")  # fmt: skip
     return None
+
+
+def _bnb_arguments() -> set[str]:
+    """The named arguments of ``transformers.BitsAndBytesConfig.__init__``, read from the source of
+    the installed transformers (parsed, not imported: validation imports no heavy package)."""
+    import ast
+
+    try:
+        spec = importlib.util.find_spec("transformers")  # the top package only: nothing is imported
+    except (ImportError, ValueError):
+        return set()
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    source = Path(next(iter(spec.submodule_search_locations))) / "utils" / "quantization_config.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "BitsAndBytesConfig":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    args = [*item.args.posonlyargs, *item.args.args, *item.args.kwonlyargs]
+                    return {a.arg for a in args if a.arg != "self"}
+    return set()
+
+
+def _unknown_bnb_keys(mapping: Mapping[str, Any]) -> list[str]:
+    known = _bnb_arguments()
+    return [str(k) for k in mapping if k not in known] if known else []
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
@@ -508,13 +578,16 @@ class PluginLLMSpec(LLMAlgorithmSpec):
     ] = False  # fmt: skip
 
 
-def model_path_problems(name_or_path: str | None) -> list[Problem]:
+def model_path_problems(name_or_path: str | None, lora_config: Any = None) -> list[Problem]:
     """Validation-time check of ``pretrained_model_name_or_path``: given, and a model directory the run
     can load (config, tokenizer, readable weights), read without transformers
-    (:func:`agilerl_plugin_llm.check_inputs.model_problems`)."""
-    from agilerl_plugin_llm.check_inputs import model_problems
-
-    return model_problems(name_or_path)
+    (:func:`agilerl_plugin_llm.check_inputs.model_problems`); then that ``lora_config.target_modules``
+    names modules the model has."""
+    problems = model_problems(name_or_path)
+    if not problems and lora_config is not None:
+        targets = getattr(lora_config, "target_modules", "all-linear")
+        problems = lora_target_problems(name_or_path, targets, "network.lora_config.target_modules")
+    return problems
 
 
 __all__ = [

@@ -5,6 +5,7 @@ Use as a pytest plugin (``pytest_plugins = ["agilerl_plugin_llm.testing"]``) to 
 
     python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model
     python -m agilerl_plugin_llm.testing build-tiny-model ./tiny-model --vllm   # head_dim 32, for vLLM on CPU
+    python -m agilerl_plugin_llm.testing build-tiny-model ./plain --no-chat-template  # a tokenizer without one
 
 :func:`build_tiny_multimodal_model` builds a tiny Gemma 4 (text decoder, vision and audio towers) the same
 way (``vllm=True``: head sizes vLLM's CPU attention serves).
@@ -256,7 +257,7 @@ else:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agilerl_plugin_llm.testing build-tiny-model DIR [--seed N] [--vllm]``."""
+    """``python -m agilerl_plugin_llm.testing build-tiny-model DIR [--seed N] [--vllm] [--no-chat-template]``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m agilerl_plugin_llm.testing")
@@ -267,8 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument(
         "--vllm", action="store_true", help=f"head_dim {VLLM_HEAD_DIM} (2 heads), which vLLM's CPU attention serves"
     )
+    build.add_argument(
+        "--no-chat-template", action="store_true", help="save the tokenizer without a chat template (to see that error)"
+    )
     args = parser.parse_args(argv)
-    path = build_tiny_model(args.dir, seed=args.seed, vllm=args.vllm)
+    template = None if args.no_chat_template else CHAT_TEMPLATE
+    path = build_tiny_model(args.dir, seed=args.seed, vllm=args.vllm, chat_template=template)
     print(f"tiny model written to {path}")
     return 0
 

@@ -8,6 +8,12 @@ import re
 from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit
 
+from agilerl_plugin_openenv.actions import is_mcp_action, params_of
+from agilerl_plugin_openenv.config import _VAR as _ANY_VAR
+from agilerl_plugin_openenv.config import SourceConfig, expand_env_vars
+from agilerl_plugin_openenv.errors import OpenEnvError
+from agilerl_plugin_openenv.urls import http_get_json, scrub, shown, url_problem
+
 _VAR = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 
 
@@ -88,18 +94,13 @@ LIVE_CHECK_TIMEOUT_S = 3.0
 
 
 def _var_problems(text: str, where: str) -> list[tuple[str, str]]:
-    from agilerl_plugin_openenv.config import _VAR
-
     return [(where, f"uses ${{{name}}}, but the environment variable {name} is not set; export it before the run "
              "(or write the value out where it is not a secret)")
-            for name in dict.fromkeys(_VAR.findall(text)) if name not in os.environ]  # fmt: skip
+            for name in dict.fromkeys(_ANY_VAR.findall(text)) if name not in os.environ]  # fmt: skip
 
 
 def env_url_address_problems(spec: Any) -> list[tuple[str, str]]:
     """Each replica URL: variables set, then scheme, host and port usable; header variables set."""
-    from agilerl_plugin_openenv.config import expand_env_vars
-    from agilerl_plugin_openenv.urls import shown, url_problem
-
     problems: list[tuple[str, str]] = []
     urls = spec.env_url if isinstance(spec.env_url, (list, tuple)) else [spec.env_url]
     if not urls:
@@ -125,11 +126,6 @@ def live_problems(spec: Any, timeout: float = LIVE_CHECK_TIMEOUT_S) -> list[tupl
     """Ask each replica once for its schema (``GET /schema``, ``timeout`` seconds each): unreachable
     replicas, and ``action_field``/``observation_field``/``mcp_tool`` the server's schema rules out."""
     import urllib.error
-
-    from agilerl_plugin_openenv.actions import is_mcp_action, params_of
-    from agilerl_plugin_openenv.config import SourceConfig
-    from agilerl_plugin_openenv.errors import OpenEnvError
-    from agilerl_plugin_openenv.urls import http_get_json, scrub
 
     try:
         config = SourceConfig.from_spec(spec)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agilerl import hookimpl
+from agilerl.hookspecs import hookimpl
+from agilerl_plugin_openenv.errors import ServeEnvError
 
 
 @hookimpl(optionalhook=True)  # the LLM plugin defines this hook; without it, nothing to register
@@ -56,8 +57,6 @@ def agilerl_register_commands(subparsers: argparse._SubParsersAction[Any]) -> No
 def _serve_env(args: argparse.Namespace) -> int:
     import json
 
-    from agilerl_plugin_openenv.errors import ServeEnvError
-
     env_config: dict[str, Any] | None = None
     if args.env_config:
         try:
@@ -72,7 +71,7 @@ def _serve_env(args: argparse.Namespace) -> int:
         raise ServeEnvError(f"--max-message-bytes must be at least 1024, got {args.max_message_bytes}")
     if not 0 <= args.port <= 65535:
         raise ServeEnvError(f"--port must be between 0 and 65535, got {args.port}")
-    from agilerl_plugin_openenv.server import serve
+    from agilerl_plugin_openenv.server import serve  # deferred: openenv-core (and gradio) load at its import
 
     serve(
         args.entrypoint,

@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from functools import cache
 from typing import Any
 
+from agilerl_plugin_openenv._openenv import generic_client_cls
 from agilerl_plugin_openenv.urls import ReplicaURL
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -165,8 +166,6 @@ def session_cls() -> type:
     """
     from websockets.asyncio.client import connect as ws_connect
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
-
-    from agilerl_plugin_openenv._openenv import generic_client_cls
 
     class OpenEnvSession(generic_client_cls()):  # type: ignore[misc]
         def __init__(self, replica: ReplicaURL, timeout: float, headers: dict[str, str] | None = None) -> None:

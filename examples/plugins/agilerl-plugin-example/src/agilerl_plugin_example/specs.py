@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl.models import AlgorithmSpec, EnvSpec
+from agilerl.models import AlgorithmSpec, EnvSpec, Mutable
 
 
 class KArmedBanditSpec(EnvSpec):
@@ -24,8 +24,7 @@ class UCB1Spec(AlgorithmSpec):
     regime: ClassVar[str] = "online"
     default_env_type: ClassVar[str] = "karmed"
     default_evo_steps: ClassVar[int] = 200
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {"c": (0.05, 4.0)}
     default_mutable: ClassVar[tuple[str, ...]] = ("c",)
     supported_mutations: ClassVar[frozenset[str]] = frozenset({"no_mut", "rl_hp_mut"})
 
-    c: Annotated[float, Field(ge=0, description="Exploration strength.")] = 1.4
+    c: Annotated[float, Field(ge=0, description="Exploration strength."), Mutable(0.05, 4.0)] = 1.4

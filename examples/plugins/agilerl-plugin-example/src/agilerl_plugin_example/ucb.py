@@ -13,9 +13,7 @@ from agilerl_plugin_example.env import KArmedBandit
 from agilerl_plugin_example.specs import UCB1Spec
 
 
-class UCB1(AlgorithmBase):
-    c: float
-
+class UCB1(AlgorithmBase[UCB1Spec]):
     def __init__(self, spec: UCB1Spec, arms: int, *, index: int = 0) -> None:
         super().__init__(spec, index=index)
         self.counts = [0] * arms
@@ -28,7 +26,7 @@ class UCB1(AlgorithmBase):
         t = sum(self.counts)
         return max(
             range(len(self.counts)),
-            key=lambda a: self.values[a] + self.c * math.sqrt(math.log(t) / self.counts[a]),
+            key=lambda a: self.values[a] + self.spec.c * math.sqrt(math.log(t) / self.counts[a]),
         )
 
     def update(self, arm: int, reward: float) -> None:

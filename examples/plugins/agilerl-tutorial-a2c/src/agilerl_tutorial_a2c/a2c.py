@@ -30,15 +30,11 @@ class A2C(GymAlgorithm):
     eval_names = ("actor", "critic")
     lr_optimizers = {"lr": ("optimizer",)}
 
-    lr: float
-    gae_lambda: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
+    spec: A2CSpec
 
     def __init__(self, spec: A2CSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
-        DISCRETE_ACTIONS.check("A2C", observation_space, action_space)
+        DISCRETE_ACTIONS.check("TutorialA2C", observation_space, action_space)
         self.nets = {
             "actor": self.build_network(int(action_space.n), output_vanish=True),
             "critic": self.build_network(1, output_vanish=False),
@@ -47,7 +43,7 @@ class A2C(GymAlgorithm):
 
     def build_optimizers(self) -> None:
         params = [*self.nets["actor"].parameters(), *self.nets["critic"].parameters()]
-        self.optimizers = {"optimizer": self.make_optimizer(params, self.lr)}
+        self.optimizers = {"optimizer": self.make_optimizer(params, self.spec.lr)}
 
     # --- the on-policy protocol (agilerl_plugin_gym.protocols.OnPolicyAlgorithm) ----------------
     def rollout_layout(self) -> RolloutLayout:
@@ -78,11 +74,11 @@ class A2C(GymAlgorithm):
         value = self.nets["critic"](data["obs"]).squeeze(-1)
         policy_loss = -(log_prob * data["advantages"]).mean()
         value_loss = 0.5 * (value - data["returns"]).pow(2).mean()
-        loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy
+        loss = policy_loss + self.spec.vf_coef * value_loss - self.spec.ent_coef * entropy
         opt = self.optimizers["optimizer"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(list(self.nets["actor"].parameters()) + list(self.nets["critic"].parameters()),
-                                 self.max_grad_norm, foreach=True)  # fmt: skip
+                                 self.spec.max_grad_norm, foreach=True)  # fmt: skip
         opt.step()
         return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item()}

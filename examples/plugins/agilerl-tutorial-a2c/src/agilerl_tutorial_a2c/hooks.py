@@ -10,4 +10,5 @@ from agilerl_tutorial_a2c.specs import A2CSpec
 
 @hookimpl
 def agilerl_register_algorithms(register: Any) -> None:
-    register(A2CSpec, algorithm="agilerl_tutorial_a2c.a2c:A2C")
+    # A name of its own: the gym plugin has a built-in A2C (agilerl_plugin_gym.single_agent.a2c).
+    register(A2CSpec, name="TutorialA2C", algorithm="agilerl_tutorial_a2c.a2c:A2C")

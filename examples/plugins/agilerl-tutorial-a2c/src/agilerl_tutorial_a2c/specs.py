@@ -6,6 +6,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
+from agilerl.models import Mutable
 from agilerl_plugin_gym.single_agent.specs import GymAlgorithmSpec
 from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS, SpaceRules
 
@@ -23,17 +24,16 @@ class A2CSpec(GymAlgorithmSpec):
     # Discrete actions; vector, image and Dict/Tuple observations (checked on one env at validation).
     space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {"lr": (1e-4, 3e-2), "ent_coef": (0.0, 0.05)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef")
 
     learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout and update.")] = 40
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic.")] = 7e-3
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic."), Mutable(1e-4, 3e-2)] = 7e-3
     gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (1: n-step returns).")] = 1.0
-    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.0
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient."), Mutable(0.0, 0.05)] = 0.0
     vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
     max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
     # A2C takes one gradient step on the whole rollout: a minibatch size would do nothing, so the
-    # field core's AlgorithmSpec declares is refused here by name instead of silently ignored.
+    # field GymAlgorithmSpec declares is refused here by name instead of silently ignored.
     batch_size: Any = Field(default=None, description="Not used by A2C (one gradient step per rollout): leave unset.")
 
     @field_validator("batch_size")

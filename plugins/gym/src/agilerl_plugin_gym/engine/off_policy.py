@@ -55,6 +55,8 @@ from agilerl_plugin_gym.engine.replay_per import (
     annealed_beta,
     with_priority_update,
 )
+from agilerl_plugin_gym.her import HerReplayBuffer
+from agilerl_plugin_gym.normalization import agent_normalizer
 
 if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import ReplayBuffer
@@ -286,20 +288,35 @@ class OffPolicyEngine:
         the schedule says; the last update's stats, the exploration stats and the training
         episodes' returns."""
         n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
+        schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
         obs, _ = env.reset(seed=seed)
+        # environment.normalize: the agent acts on normalised observations; the shared buffer keeps
+        # raw transitions and each sampled batch is normalised with this agent's statistics.
+        norm = agent_normalizer(agent)
+        net_obs = obs
+        learn_fn: Callable[[Any], Mapping[str, Any]] = agent.learn
+        if norm is not None:
+            norm.start_episodes(n)
+            net_obs = norm.train_obs(obs)
+            learn_fn = norm.wrap_learn(agent.learn)
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)
         stats: Mapping[str, Any] = {}
-        nstep = self.replay.collector(agent.gamma)
+        nstep = self.replay.collector(agent.spec.gamma)
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
+        her = buf if isinstance(buf, HerReplayBuffer) else None  # stores whole episodes, relabels goals
         max_steps = self.max_steps
         for _ in range(max(1, -(-num_steps // n))):
-            stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
+            stored_action, env_action = agent.explore(net_obs, rng, warmup=schedule.warming_up(agent.steps))
             next_obs, reward, terminated, truncated, _ = env.step(env_action)
+            if norm is not None:  # the return statistics (rewards are scaled when sampled)
+                norm.train_reward(reward, terminated | truncated)
             keep = ~fresh
-            if nstep is None:
+            if her is not None:
+                her.add_step(obs=obs, action=stored_action, reward=reward, next_obs=next_obs,
+                             terminated=terminated, truncated=truncated, keep=keep)  # fmt: skip
+            elif nstep is None:
                 buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
             else:
                 rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
@@ -310,17 +327,20 @@ class OffPolicyEngine:
             agent.end_step(done)
             fresh = done
             obs = next_obs
+            net_obs = obs if norm is None else norm.train_obs(obs)
             agent.steps += n
             agent.vec_steps += 1
             due = schedule.due(agent.vec_steps, agent.steps, len(buf))
             if due:
                 if per is not None:  # one batch at a time (priorities change after each); beta from the steps
-                    beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
+                    beta = annealed_beta(getattr(agent.spec, "beta", 0.4), agent.steps, max_steps)
                     sample = partial(per.sample, beta=beta)
-                    learn = with_priority_update(agent.learn, per)
-                    stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
+                    learn = with_priority_update(learn_fn, per)
+                    stats = {**gradient_steps(due, sample, learn, agent.spec.batch_size), "beta": beta}
                 else:
-                    stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
+                    stats = gradient_steps(due, buf.sample, learn_fn, agent.spec.batch_size, buf.sample_many)
+        if her is not None:  # the next learn call starts new episodes: store these as they are
+            her.close_episodes()
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
             rows = nstep.flush(obs)
             if rows is not None:
@@ -353,7 +373,7 @@ class MultiAgentOffPolicyEngine:
         """Collect ``num_steps`` env steps into ``memory`` from ``env.reset(seed=seed)``, updating
         as the schedule says; the mean of the updates' stats and the training episodes' scores."""
         n = env.num_envs
-        schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
+        schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
         obs, _ = env.reset(seed=seed)
         agent.reset_noise(n)
         episodes = EpisodeReturns(n, key="train_score")
@@ -379,7 +399,7 @@ class MultiAgentOffPolicyEngine:
             agent.vec_steps += 1
             due = schedule.due(agent.vec_steps, agent.steps, len(memory))
             if due:
-                stats = gradient_steps(due, memory.sample, agent.learn, agent.batch_size, record=True)
+                stats = gradient_steps(due, memory.sample, agent.learn, agent.spec.batch_size, record=True)
                 for k, v in stats.items():
                     losses.setdefault(k, []).extend(v)
         out = {k: float(np.mean(v)) for k, v in losses.items()}

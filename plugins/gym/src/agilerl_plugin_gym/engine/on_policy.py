@@ -32,6 +32,7 @@ from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.engine.advantages import gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.normalization import agent_normalizer
 from agilerl_plugin_gym.observations import field_layout
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def rollout_plan(num_steps: int, learn_step: int, num_envs: int) -> list[int]:
 
 def recurrent(agent: OnPolicyAlgorithm) -> RecurrentOnPolicyAlgorithm | None:
     """``agent`` if its policy carries a hidden state (recurrent PPO), else None."""
-    return agent if getattr(agent, "recurrent", False) else None  # type: ignore[return-value]
+    return agent if getattr(agent.spec, "recurrent", False) else None  # type: ignore[return-value]
 
 
 class OnPolicyEngine:
@@ -93,13 +94,19 @@ class OnPolicyEngine:
         the training episodes' returns."""
         n = env.num_envs
         obs, _ = env.reset(seed=seed)
+        # environment.normalize: statistics updated by every new batch, the buffer holding what the
+        # networks saw (normalised observations, scaled rewards); reported returns stay raw.
+        norm = agent_normalizer(agent)
+        if norm is not None:
+            norm.start_episodes(n)
+            obs = norm.train_obs(obs)
         valid = np.ones(n, dtype=bool)
         episodes = EpisodeReturns(n)
         stats: dict[str, float] = {}
         # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
         rec = recurrent(agent)
         state = rec.initial_hidden_state(n) if rec is not None else None
-        for steps in rollout_plan(num_steps, agent.learn_step, n):
+        for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
             buf = self.rollout_buffer(agent, steps, n, obs)
             for t in range(steps):
                 if rec is None:
@@ -113,14 +120,16 @@ class OnPolicyEngine:
                 buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
                 obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
                 done = terminated | truncated
-                buf.rewards[t] = reward
+                buf.rewards[t] = reward if norm is None else norm.train_reward(reward, done)
                 buf.terminated[t] = terminated
                 buf.dones[t] = done
                 episodes.step(reward, done, valid)
+                if norm is not None:
+                    obs = norm.train_obs(obs)
                 valid = ~done  # a finished sub-env spends its next step auto-resetting
             obs_t = agent.obs_tensor(obs)
             last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
-            buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
+            buf.compute_returns_and_advantages(last_value, valid, agent.spec.gamma, agent.spec.gae_lambda)
             stats = dict(agent.learn(buf))
             agent.steps += steps * n
             agent.vec_steps += steps
@@ -161,7 +170,7 @@ class MultiAgentOnPolicyEngine:
         episodes = EpisodeReturns(n, key="train_score")
         stats: dict[str, list[float]] = {}
         ids = agent.agent_ids
-        for steps in rollout_plan(num_steps, agent.learn_step, n):
+        for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
             bufs = {a: self.rollout_buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device) for a in ids}
             for t in range(steps):
                 out, env_actions = agent.act_for_rollout(obs)
@@ -186,7 +195,7 @@ class MultiAgentOnPolicyEngine:
                     b = bufs[a]
                     reward = rewards[a].astype(np.float32)
                     if a in boot:
-                        reward = reward + agent.gamma * boot[a] * cut[a]
+                        reward = reward + agent.spec.gamma * boot[a] * cut[a]
                     b.rewards[t] = reward
                     stop = ended[a] | ~acted[a]
                     b.terminated[t] = stop  # a cut was bootstrapped through the reward above
@@ -197,7 +206,7 @@ class MultiAgentOnPolicyEngine:
             last_values = agent.values(obs)
             ones = np.ones(n, dtype=np.float32)
             for a in ids:
-                bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.gamma, agent.gae_lambda)
+                bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.spec.gamma, agent.spec.gae_lambda)
             for k, v in agent.learn({a: bufs[a].flat() for a in ids}).items():
                 stats.setdefault(k, []).append(v)
             agent.steps += steps * n

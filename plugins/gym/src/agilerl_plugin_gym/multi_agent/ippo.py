@@ -25,9 +25,10 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
+from agilerl_plugin_gym.multi_agent.specs import IPPOSpec
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.optim import Adam
-from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
+from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 
 
@@ -39,11 +40,10 @@ class _LogStd(nn.Module):
         self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
 
 
-class IPPO(MultiAgentAlgorithm, PPOSettings):
+class IPPO(MultiAgentAlgorithm):
     """Independent PPO over a vectorised PettingZoo env."""
 
-    # PPO hyperparameters: declared by PPOSettings (the on-policy engine's), set from the spec.
-    action_std_init: float
+    spec: IPPOSpec
 
     module_attrs = ("actors", "critics", "log_stds")
     optimizer_attrs = ("optimizers",)
@@ -67,11 +67,9 @@ class IPPO(MultiAgentAlgorithm, PPOSettings):
                 self.net_spec(key), obs_space, 1, output_vanish=False, normalize_images=spec.normalize_images
             ).to(self.device)
             if not self.discrete[a]:
-                self.log_stds[key] = _LogStd(action_dim(self.action_spaces[a]), self.action_std_init).to(self.device)
-        # What the shared PPO update reads besides the spec's hyperparameters.
-        self.target_kl = spec.target_kl
-        self.normalize_advantages = True
-        self.clip_vloss = False
+                self.log_stds[key] = _LogStd(action_dim(self.action_spaces[a]), self.spec.action_std_init).to(
+                    self.device
+                )
         self._build_optimizers()
 
     def _build_optimizers(self) -> None:
@@ -80,14 +78,14 @@ class IPPO(MultiAgentAlgorithm, PPOSettings):
             params = [*self.actors[key].parameters(), *self.critics[key].parameters()]
             if key in self.log_stds:
                 params += list(self.log_stds[key].parameters())
-            self.optimizers[key] = Adam(params, lr=self.lr, eps=1e-5)
+            self.optimizers[key] = Adam(params, lr=self.spec.lr, eps=1e-5)
 
     def _after_architecture_change(self) -> None:
         self._build_optimizers()
 
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        if name == "lr":
-            self._set_lr(self.optimizers, float(new))
+    def on_spec_change(self, old: Any, changed: frozenset[str]) -> None:
+        if "lr" in changed:
+            self._set_lr(self.optimizers, float(self.spec.lr))
 
     # --- policy ----------------------------------------------------------------------------------
     def _dist(self, key: str, agent: str, obs: torch.Tensor) -> Categorical | Normal:
@@ -184,7 +182,7 @@ class IPPO(MultiAgentAlgorithm, PPOSettings):
             def forward(obs: torch.Tensor, actions: torch.Tensor, key: str = key, agent: str = agent) -> Any:
                 return self.evaluate_actions(key, agent, obs, actions)
 
-            for k, v in ppo_update(data, forward, opt, params, self).items():
+            for k, v in ppo_update(data, forward, opt, params, self.spec).items():
                 stats.setdefault(k, []).append(v)
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
 

@@ -27,6 +27,7 @@ from gymnasium import spaces
 
 from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings, TargetSync
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
+from agilerl_plugin_gym.multi_agent.specs import MADDPGSpec, MATD3Spec
 from agilerl_plugin_gym.networks import EvolvableNetwork
 from agilerl_plugin_gym.optim import Adam
 
@@ -34,16 +35,7 @@ from agilerl_plugin_gym.optim import Adam
 class MADDPG(MultiAgentAlgorithm):
     """Multi-agent DDPG. ``act`` explores when ``deterministic=False``; ``learn`` takes one batch."""
 
-    lr_actor: float
-    lr_critic: float
-    gamma: float
-    tau: float
-    batch_size: int
-    learn_step: int
-    expl_noise: float
-    mean_noise: float
-    theta: float
-    dt: float
+    spec: MADDPGSpec
 
     module_attrs = ("actors", "actor_targets", "critics", "critic_targets")
     optimizer_attrs = ("actor_optimizers", "critic_optimizers")
@@ -95,8 +87,8 @@ class MADDPG(MultiAgentAlgorithm):
         self._critic_params = [p for m in self.critics.values() for p in m.parameters()]
         # optim.Adam: one fused kernel for the whole update (on CPU the per-tensor loop was a fifth of
         # MADDPG's learning step), and no torch._dynamo import.
-        self.actor_optimizers = {"all": Adam(self._actor_params, lr=self.lr_actor)}
-        self.critic_optimizers = {"all": Adam(self._critic_params, lr=self.lr_critic)}
+        self.actor_optimizers = {"all": Adam(self._actor_params, lr=self.spec.lr_actor)}
+        self.critic_optimizers = {"all": Adam(self._critic_params, lr=self.spec.lr_critic)}
         # Every target network tracks its online one through one fused Polyak update (the engine's).
         self.targets = TargetSync(
             {**{f"a:{k}": m for k, m in self.actors.items()}, **{f"c:{k}": m for k, m in self.critics.items()},
@@ -105,11 +97,11 @@ class MADDPG(MultiAgentAlgorithm):
             {**{f"a:{k}:t": f"a:{k}" for k in self.actors}, **{f"c:{k}:t": f"c:{k}" for k in self.critics}},
         )  # fmt: skip
 
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        if name == "lr_actor":
-            self._set_lr(self.actor_optimizers, float(new))
-        elif name == "lr_critic":
-            self._set_lr(self.critic_optimizers, float(new))
+    def on_spec_change(self, old: Any, changed: frozenset[str]) -> None:
+        if "lr_actor" in changed:
+            self._set_lr(self.actor_optimizers, float(self.spec.lr_actor))
+        if "lr_critic" in changed:
+            self._set_lr(self.critic_optimizers, float(self.spec.lr_critic))
 
     def _after_architecture_change(self) -> None:
         self.actor_targets = {k: copy.deepcopy(m) for k, m in self.actors.items()}
@@ -126,7 +118,9 @@ class MADDPG(MultiAgentAlgorithm):
         self.noise = {a: ExplorationNoise(d) for a, d in self.act_dims.items() if not self.discrete[a]}
 
     def _noise(self, agent: str, n: int, rng: np.random.Generator) -> np.ndarray:
-        settings = NoiseSettings(bool(self.spec.O_U_noise), self.expl_noise, self.mean_noise, self.theta, self.dt)
+        settings = NoiseSettings(
+            bool(self.spec.O_U_noise), self.spec.expl_noise, self.spec.mean_noise, self.spec.theta, self.spec.dt
+        )
         if agent not in self.noise:
             self.noise[agent] = ExplorationNoise(self.act_dims[agent])
         return self.noise[agent].sample(n, rng, settings)
@@ -197,7 +191,7 @@ class MADDPG(MultiAgentAlgorithm):
         critic_loss = torch.zeros((), device=self.device)
         for a in self.agent_ids:
             with torch.no_grad():
-                y = rewards[a] + self.gamma * (1.0 - dones[a]) * self._target_q(a, joint_next).squeeze(-1)
+                y = rewards[a] + self.spec.gamma * (1.0 - dones[a]) * self._target_q(a, joint_next).squeeze(-1)
             for k in range(self.n_critics):
                 critic_loss = critic_loss + F.mse_loss(self.critics[self._ck(a, k)](joint).squeeze(-1), y)
         opt = self.critic_optimizers["all"]
@@ -228,7 +222,7 @@ class MADDPG(MultiAgentAlgorithm):
         self._clip(self._actor_params)
         opt.step()
         stats["actor_loss"] = actor_loss.item() / len(self.agent_ids)
-        self.targets.soft(self.tau)
+        self.targets.soft(self.spec.tau)
         return stats
 
     def _clip(self, params: list[torch.nn.Parameter]) -> None:
@@ -245,17 +239,17 @@ class MADDPG(MultiAgentAlgorithm):
 class MATD3(MADDPG):
     """Multi-agent TD3: twin critics (min target), delayed actor updates, target policy smoothing."""
 
-    policy_freq: int
-    policy_noise: float
-    noise_clip: float
+    spec: MATD3Spec
     n_critics = 2
 
     def _target_actions(self, next_obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = super()._target_actions(next_obs)
         for a in self.agent_ids:
-            if not self.discrete[a] and self.policy_noise > 0:
+            if not self.discrete[a] and self.spec.policy_noise > 0:
                 # Smoothing: a target action's value should hold for its neighbours too.
-                noise = (torch.randn_like(out[a]) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
+                noise = (torch.randn_like(out[a]) * self.spec.policy_noise).clamp(
+                    -self.spec.noise_clip, self.spec.noise_clip
+                )
                 out[a] = (out[a] + noise).clamp(-1.0, 1.0)
         return out
 
@@ -265,7 +259,7 @@ class MATD3(MADDPG):
         )
 
     def _update_actor_now(self) -> bool:
-        return self.learn_counter % max(1, int(self.policy_freq)) == 0
+        return self.learn_counter % max(1, int(self.spec.policy_freq)) == 0
 
 
 __all__ = ["MADDPG", "MATD3"]

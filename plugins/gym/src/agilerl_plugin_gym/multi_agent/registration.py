@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from agilerl_plugin_gym.multi_agent.specs import IPPOSpec, MADDPGSpec, MATD3Spec
+
 _PKG = "agilerl_plugin_gym.multi_agent"
 
 
 def register_algorithms(register: Any) -> None:
-    from agilerl_plugin_gym.multi_agent.specs import IPPOSpec, MADDPGSpec, MATD3Spec
-
     register(IPPOSpec, "IPPO", algorithm=f"{_PKG}.ippo:IPPO")
     register(MADDPGSpec, "MADDPG", algorithm=f"{_PKG}.maddpg:MADDPG")
     register(MATD3Spec, "MATD3", algorithm=f"{_PKG}.maddpg:MATD3")

@@ -12,32 +12,22 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
+from agilerl.models.base import Mutable
+from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.multi_agent.names import moved_problem, resolve_module_name
 from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
-    RL_HPO_RANGES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
     network_problems,
+    normalize_problems,
 )
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
-
-#: The multi-agent specs' mutation ranges (AgileRL's): the shared ones and the actor-critic extras.
-_RANGES: dict[str, tuple[float, float]] = {
-    **RL_HPO_RANGES,
-    "gae_lambda": (0.9, 1.0),
-    "clip_coef": (0.05, 0.35),
-    "ent_coef": (1e-3, 0.1),
-    "vf_coef": (0.1, 1.0),
-    "max_grad_norm": (0.1, 1.0),
-    "update_epochs": (1, 10),
-    "policy_freq": (1, 10),
-}
 
 _NETWORK_FIELDS = set(NetworkSpec.model_fields)
 
@@ -185,7 +175,6 @@ def net_config_problems(net_config: dict[str, Any] | None) -> list[Problem]:
 
 
 class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = _RANGES
     field_synonyms: ClassVar[dict[str, str]] = RL_SYNONYMS
     training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -220,9 +209,9 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
         network = network_problems(manifest, multi_agent=True)
         network += buffer_problems(manifest)
         network += compat_problems(self, manifest)
+        network += normalize_problems(manifest, supported=False, who=self.name)
         if network:  # a feature this plugin lacks: that is the answer, whatever the env
             return network
-        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 
         problems = net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
         problems += batch_problems(self, manifest)
@@ -236,21 +225,28 @@ class IPPOSpec(_MultiAgentSpecBase):
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "batch_size")
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**_RANGES, "learn_step": (512, 8192)}
 
     num_envs: Annotated[int, Field(ge=1, description="Copied from environment.num_envs.")] = 1
-    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per rollout before an update.")] = 4096
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic.")] = 1e-4
-    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda.")] = 0.95
+    learn_step: Annotated[
+        int, Field(ge=1, description="Env steps (all envs) per rollout before an update."), Mutable(512, 8192)
+    ] = 4096
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate of actor and critic."), Mutable(6.25e-5, 1e-2)] = (
+        1e-4
+    )
+    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda."), Mutable(0.9, 1.0)] = 0.95
     action_std_init: float = Field(
         default=-0.5108, description="Initial log-std of continuous actions, as in AgileRL; -0.51 is std 0.6."
     )
-    clip_coef: Annotated[float, Field(ge=0, description="PPO ratio clip.")] = 0.2
-    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus weight.")] = 0.01
-    vf_coef: Annotated[float, Field(ge=0, description="Value loss weight.")] = 0.5
-    max_grad_norm: Annotated[float, Field(ge=0, description="Gradient norm clip.")] = 0.5
+    clip_coef: Annotated[float, Field(ge=0, description="PPO ratio clip."), Mutable(0.05, 0.35)] = 0.2
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus weight."), Mutable(1e-3, 0.1)] = 0.01
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss weight."), Mutable(0.1, 1.0)] = 0.5
+    max_grad_norm: Annotated[float, Field(ge=0, description="Gradient norm clip."), Mutable(0.1, 1.0)] = 0.5
     target_kl: Annotated[float | None, Field(ge=0, description="Stop epochs early past this KL.")] = None
-    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
+    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout."), Mutable(1, 10)] = 4
+    normalize_advantages: bool = Field(
+        default=True, description="(agilerl) Normalise advantages per minibatch (as PPO's field)."
+    )
+    clip_vloss: bool = Field(default=False, description="(agilerl) Clip the value loss around the old values.")
     action_batch_size: Annotated[
         int | None, Field(ge=1, description="(AgileRL) batched action selection: not supported yet.")
     ] = None
@@ -275,11 +271,11 @@ class MADDPGSpec(_MultiAgentSpecBase):
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size")
     training_fields: ClassVar[frozenset[str]] = frozenset({"sum_scores", "learning_delay"})
 
-    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per gradient update.")] = 5
-    gamma: Annotated[float, Field(ge=0, le=1, description="Discount factor.")] = 0.95
-    lr_actor: Annotated[float, Field(gt=0, description="Actor Adam learning rate.")] = 1e-3
-    lr_critic: Annotated[float, Field(gt=0, description="Critic Adam learning rate.")] = 1e-2
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target update rate.")] = 0.01
+    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs) per gradient update."), Mutable(1, 10)] = 5
+    gamma: Annotated[float, Field(ge=0, le=1, description="Discount factor."), Mutable(0.9, 0.9999)] = 0.95
+    lr_actor: Annotated[float, Field(gt=0, description="Actor Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-3
+    lr_critic: Annotated[float, Field(gt=0, description="Critic Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-2
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target update rate."), Mutable(1e-4, 1e-2)] = 0.01
     O_U_noise: bool = Field(default=True, description="Ornstein-Uhlenbeck (True) or Gaussian exploration noise.")
     expl_noise: Annotated[float, Field(ge=0, description="Exploration noise scale (continuous actions).")] = 0.1
     mean_noise: float = Field(default=0.0, description="Noise mean.")
@@ -288,13 +284,15 @@ class MADDPGSpec(_MultiAgentSpecBase):
     vect_noise_dim: Annotated[
         int, Field(ge=1, description="Noise vectors: one per env always (1 or environment.num_envs accepted).")
     ] = 1
-    max_grad_norm: Annotated[float | None, Field(ge=0, description="(agilerl) clip gradients (None: off).")] = 0.5
+    max_grad_norm: Annotated[
+        float | None, Field(ge=0, description="(agilerl) clip gradients (None: off)."), Mutable(0.1, 1.0)
+    ] = 0.5
 
 
 class MATD3Spec(MADDPGSpec):
     """MATD3: MADDPG with twin critics, delayed actor updates and target policy smoothing."""
 
-    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor update.")] = 2
+    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor update."), Mutable(1, 10)] = 2
     policy_noise: Annotated[float, Field(ge=0, description="(agilerl) target smoothing noise (continuous).")] = 0.2
     noise_clip: Annotated[float, Field(ge=0, description="(agilerl) clip of target smoothing noise.")] = 0.5
 

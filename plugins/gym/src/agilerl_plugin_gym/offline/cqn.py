@@ -42,7 +42,7 @@ class CQN(DQN):
         net = self.nets["actor"]
         q_all = net(batch["obs"])
         q = q_all.gather(1, batch["action"].long().view(-1, 1)).squeeze(1)
-        y = batch["reward"] + self.gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
+        y = batch["reward"] + self.spec.gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
         conservative = (torch.logsumexp(q_all, dim=1) - q_all.mean(dim=1)).mean()
         td = nn.functional.mse_loss(q, y)
         loss = conservative + 0.5 * td

@@ -34,6 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agilerl.errors import AgileRLError, Problem, closest
+from agilerl_plugin_gym.envs import make_single_env
 
 if TYPE_CHECKING:
     from agilerl_plugin_gym.offline.specs import OfflineEnvSpec
@@ -107,8 +108,6 @@ def read_dataset(
 def dataset_problems(spec: OfflineEnvSpec, batch: int) -> list[Problem]:
     """Validation-time check of an offline env's dataset against one env made from it, and of the
     algorithm's ``batch_size`` (``batch``) against its size."""
-    from agilerl_plugin_gym.envs import make_single_env
-
     try:
         env = make_single_env(spec)
     except Exception:  # the env's own failure is reported by the env checks (or the run)

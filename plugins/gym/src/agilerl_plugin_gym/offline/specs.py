@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models import Mutable
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.single_agent.specs import QLearningSpec
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
 
 __all__ = ["CQNSpec", "OfflineEnvSpec"]
 
@@ -96,6 +97,7 @@ class CQNSpec(QLearningSpec):
     learn_step: Annotated[
         int,
         Field(ge=1, description="Steps per gradient step: a generation of evo_steps takes evo_steps // learn_step."),
+        Mutable(1, 10),
     ] = 5
     double: bool = Field(default=False, description="Double Q-learning: the online net picks the next action.")
 
@@ -104,6 +106,8 @@ class CQNSpec(QLearningSpec):
         env = manifest.environment
         if problems or not isinstance(env, OfflineEnvSpec):
             return problems
-        from agilerl_plugin_gym.offline.datasets import dataset_problems
+        from agilerl_plugin_gym.offline.datasets import (
+            dataset_problems,  # deferred: gymnasium, loaded only when validation builds an env
+        )
 
         return dataset_problems(env, self.batch_size)

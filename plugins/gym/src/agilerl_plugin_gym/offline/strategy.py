@@ -30,7 +30,7 @@ from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.single_agent.strategies import MAX_EVAL_ENVS, GymStrategy
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
     from agilerl.training.run import Run
     from agilerl_plugin_gym.protocols import OffPolicyAlgorithm
 
@@ -80,7 +80,7 @@ class OfflineStrategy(ReplayState, GymStrategy):
     def learn(self, agent: OffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         buf: ReplayBuffer = self.memory
         delay = rl_training(run.manifest).learning_delay or 0
-        schedule = UpdateSchedule(agent.learn_step, 1, delay, agent.batch_size)
+        schedule = UpdateSchedule(agent.spec.learn_step, 1, delay, agent.spec.batch_size)
         stats: Mapping[str, Any] = {}
         updates = 0
         for _ in range(num_steps):
@@ -88,9 +88,9 @@ class OfflineStrategy(ReplayState, GymStrategy):
             agent.vec_steps += 1
             # The dataset is all there from the start; a batch_size mutated past its size is drawn
             # with replacement (the buffer samples that way) rather than stopping learning.
-            due = schedule.due(agent.vec_steps, agent.steps, max(len(buf), agent.batch_size))
+            due = schedule.due(agent.vec_steps, agent.steps, max(len(buf), agent.spec.batch_size))
             if due:
-                stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size)
+                stats = gradient_steps(due, buf.sample, agent.learn, agent.spec.batch_size)
                 updates += due
         return {**{k: float(v) for k, v in stats.items()}, "gradient_steps": float(updates)}
 

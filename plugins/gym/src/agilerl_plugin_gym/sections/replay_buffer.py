@@ -5,13 +5,13 @@ Registered with core through ``agilerl_register_sections``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 
 from agilerl.models.base import Spec
 
-__all__ = ["NStepArgs", "PerArgs", "ReplayBufferSpec"]
+__all__ = ["HerArgs", "NStepArgs", "PerArgs", "ReplayBufferSpec"]
 
 
 class NStepArgs(Spec):
@@ -22,10 +22,26 @@ class PerArgs(Spec):
     alpha: Annotated[float, Field(ge=0, le=1)] = 0.5
 
 
+class HerArgs(Spec):
+    """Hindsight experience replay's arguments (SB3's ``replay_buffer_kwargs`` of ``HerReplayBuffer``)."""
+
+    n_sampled_goal: Annotated[
+        int, Field(ge=1, description="Relabelled goals per real one: 1 - 1/(n+1) of each batch is relabelled.")
+    ] = 4
+    goal_selection_strategy: Literal["future", "final", "episode"] = Field(
+        default="future",
+        description="Where a relabelled goal comes from: a later step of the episode (future), its last step "
+        "(final) or any step (episode).",
+    )
+
+
 class ReplayBufferSpec(Spec):
     """Experience replay for off-policy algorithms."""
 
-    field_synonyms: ClassVar[dict[str, str]] = {"buffer_size": "max_size", "capacity": "max_size"}
+    field_synonyms: ClassVar[dict[str, str]] = {
+        "buffer_size": "max_size", "capacity": "max_size", "replay_buffer_class": "her",
+        "replay_buffer_kwargs": "her_args", "n_sampled_goal": "her_args", "goal_selection_strategy": "her_args",
+    }  # fmt: skip
     upstream_notes: ClassVar[dict[str, str]] = {
         "standard_buffer": "Only true.",
         "kind": "Only classic (AgileRL's other buffer kind is not supported yet).",
@@ -43,6 +59,12 @@ class ReplayBufferSpec(Spec):
     n_step_buffer_args: NStepArgs = Field(default_factory=NStepArgs)
     per_buffer: bool = False
     per_buffer_args: PerArgs = Field(default_factory=PerArgs)
+    her: bool = Field(
+        default=False,
+        description="Hindsight experience replay (SB3's HerReplayBuffer) for goal-conditioned Dict envs "
+        "(observation, achieved_goal, desired_goal, compute_reward); single-agent off-policy algorithms.",
+    )
+    her_args: HerArgs = Field(default_factory=HerArgs)
     # AgileRL's group-replay buffer (its other kind): accepted at their defaults only.
     max_rollout_version_lag: Annotated[int | None, Field(ge=0)] = None
     drop_uninformative_groups: bool = False

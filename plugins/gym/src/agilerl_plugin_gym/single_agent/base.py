@@ -19,11 +19,12 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.algorithm import AlgorithmBase
-from agilerl.models import AlgorithmSpec
+from agilerl.models.base import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.engine.off_policy import TargetSync
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
+from agilerl_plugin_gym.normalization import Normalizer
 from agilerl_plugin_gym.observations import as_tensors, is_structured
 from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.sections import NetworkSpec
@@ -46,10 +47,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     #: Learning-rate hyperparameter -> optimizer names it applies to.
     lr_optimizers: ClassVar[dict[str, tuple[str, ...]]] = {"lr": ("optimizer",)}
 
-    # Hyperparameters every single-agent algorithm has (set from the spec by AlgorithmBase).
-    gamma: float
-    batch_size: int
-    learn_step: int
+    # Hyperparameters are read from ``self.spec`` (the algorithm's spec class; never copied here).
 
     def __init__(
         self,
@@ -93,8 +91,8 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         self.targets.copy_online()
 
     def soft_update(self, tau: float | None = None) -> None:
-        """Polyak-average every target network towards its online one (``tau`` default: ``self.tau``)."""
-        self.targets.soft(float(getattr(self, "tau", 1.0) if tau is None else tau))
+        """Polyak-average every target network towards its online one (``tau`` default: ``self.spec.tau``)."""
+        self.targets.soft(float(getattr(self.spec, "tau", 1.0) if tau is None else tau))
 
     def make_optimizer(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
         """Adam over ``params`` (call it from :meth:`build_optimizers`)."""
@@ -114,12 +112,15 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         return torch.as_tensor(obs, device=self.device)
 
     # --- hyperparameters --------------------------------------------------------------------------
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        for opt_name in self.lr_optimizers.get(name, ()):
-            opt = self.optimizers.get(opt_name)
-            if opt is not None:
-                for group in opt.param_groups:
-                    group["lr"] = float(new)
+    def on_spec_change(self, old: Any, changed: frozenset[str]) -> None:
+        """A new learning rate goes into its optimizers' parameter groups (Adam's moments are kept);
+        every other hyperparameter is read from ``self.spec`` where it is used."""
+        for name in changed:
+            for opt_name in self.lr_optimizers.get(name, ()):
+                opt = self.optimizers.get(opt_name)
+                if opt is not None:
+                    for group in opt.param_groups:
+                        group["lr"] = float(getattr(self.spec, name))
 
     # --- evolution --------------------------------------------------------------------------------
     def mutate_architecture(self, rng: random.Random, *, new_layer_prob: float) -> str | None:
@@ -193,6 +194,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "extra": self.extra_state(),
             "vec_steps": self.vec_steps,
+            **({"normalizer": self.normalizer.state_dict()} if self.normalizer is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -220,6 +222,8 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
                         group["lr"] = float(getattr(self, opt_name_lr))
         self.load_extra_state(state.get("extra", {}))
         self.vec_steps = int(state.get("vec_steps", 0))
+        if "normalizer" in state:  # the statistics (and settings) travel with the agent
+            self.normalizer = Normalizer.from_state(state["normalizer"], self.observation_space)
 
     # --- evaluation -------------------------------------------------------------------------------
     def greedy_action(self, obs: np.ndarray) -> np.ndarray:
@@ -250,7 +254,9 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
             steps = 0
             state = self.initial_policy_state(n)
             while not finished.all():
-                action, state = self.policy_step(obs, state)
+                # the normaliser's statistics are frozen here: read, never updated
+                net_obs = obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
+                action, state = self.policy_step(net_obs, state)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated

@@ -8,8 +8,23 @@ from gymnasium import spaces
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError
-from agilerl.models import AlgorithmSpec, TrainingManifest
+from agilerl.models.base import AlgorithmSpec
+from agilerl.models.manifest import TrainingManifest
+from agilerl_plugin_gym.normalization import Normalizer, NormalizeSettings
 from agilerl_plugin_gym.sections import NetworkSpec
+
+
+def normalize_settings(spec: AlgorithmSpec, manifest: TrainingManifest | None) -> NormalizeSettings | None:
+    """The manifest's ``environment.normalize`` as settings (its ``gamma`` defaulting to the
+    algorithm's), or None when it is off."""
+    norm = getattr(manifest.environment, "normalize", None) if manifest is not None else None
+    if norm is None:
+        return None
+    gamma = norm.gamma if norm.gamma is not None else float(getattr(spec, "gamma", 0.99))
+    return NormalizeSettings(
+        obs=norm.obs, reward=norm.reward, clip_obs=norm.clip_obs, clip_reward=norm.clip_reward,
+        epsilon=norm.epsilon, gamma=gamma,
+    )  # fmt: skip
 
 
 def network_spec(spec: AlgorithmSpec, manifest: TrainingManifest | None) -> NetworkSpec | None:
@@ -53,7 +68,7 @@ class SingleAgentBuilder(AlgorithmBuilder):
             )
         runtime = runtime or AlgorithmBuildRuntime()
         algo_cls = cls.algo_class(spec)
-        return algo_cls(
+        agent = algo_cls(
             spec,
             observation_space,
             action_space,
@@ -61,6 +76,10 @@ class SingleAgentBuilder(AlgorithmBuilder):
             device=runtime.device,
             net_spec=network_spec(spec, runtime.manifest),
         )
+        settings = normalize_settings(spec, runtime.manifest)
+        if settings is not None:  # each member its own statistics (environment.normalize)
+            agent.normalizer = Normalizer(settings, observation_space)
+        return agent
 
     @classmethod
     def build_for_run(

@@ -48,35 +48,26 @@ class DDPG(GymAlgorithm):
     lr_optimizers = {"lr_actor": ("actor",), "lr_critic": ("critic",)}
     critic_names: tuple[str, ...] = ("critic",)
 
-    lr_actor: float
-    lr_critic: float
-    tau: float
-    policy_freq: int
-    expl_noise: float
-    mean_noise: float
-    theta: float
-    dt: float
+    spec: DDPGSpec
 
     def __init__(self, spec: DDPGSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
         name = type(self).__name__
         CONTINUOUS_ACTIONS.check(name, observation_space, action_space)
         assert isinstance(action_space, spaces.Box)
-        self.O_U_noise = spec.O_U_noise
         self.act_dim = int(action_space.shape[0])
         self.low = np.asarray(action_space.low, dtype=np.float32)
         self.high = np.asarray(action_space.high, dtype=np.float32)
-        self.share_encoders = spec.share_encoders
         vector = not (is_image_space(observation_space) or is_structured_space(observation_space))
         #: The critic's head reads [latent, action] (else its encoder reads [obs, action]).
-        self.action_in_head = self.share_encoders or not vector
+        self.action_in_head = self.spec.share_encoders or not vector
         actor = self.build_network(self.act_dim, output_activation="Tanh")
         self.nets = {"actor": actor}
         for critic in self.critic_names:
             if self.action_in_head:
-                shared = actor.encoder if self.share_encoders else None
+                shared = actor.encoder if self.spec.share_encoders else None
                 self.nets[critic] = self.build_network(
-                    1, encoder=shared, extra_in=self.act_dim, detach_encoder=self.share_encoders
+                    1, encoder=shared, extra_in=self.act_dim, detach_encoder=self.spec.share_encoders
                 )
             else:  # the critic sees [obs, action] as one vector
                 critic_space = spaces.Box(-np.inf, np.inf, (obs_dim(observation_space) + self.act_dim,), np.float32)
@@ -89,7 +80,7 @@ class DDPG(GymAlgorithm):
     def sync_targets(self) -> None:
         """Target copies; with ``share_encoders`` the critic targets read the actor's encoder too."""
         super().sync_targets()
-        if getattr(self, "share_encoders", False):
+        if self.spec.share_encoders:
             encoder = self.nets["actor"].encoder
             for target, online in self.target_of.items():
                 if online in self.critic_names:
@@ -97,11 +88,11 @@ class DDPG(GymAlgorithm):
             self.targets.rebuild()
 
     def build_optimizers(self) -> None:
-        shared = {id(p) for p in self.nets["actor"].encoder.parameters()} if self.share_encoders else set()
+        shared = {id(p) for p in self.nets["actor"].encoder.parameters()} if self.spec.share_encoders else set()
         critic_params = [p for c in self.critic_names for p in self.nets[c].parameters() if id(p) not in shared]
         self.optimizers = {
-            "actor": self.make_optimizer(self.nets["actor"].parameters(), self.lr_actor),
-            "critic": self.make_optimizer(critic_params, self.lr_critic),
+            "actor": self.make_optimizer(self.nets["actor"].parameters(), self.spec.lr_actor),
+            "critic": self.make_optimizer(critic_params, self.spec.lr_critic),
         }
 
     # --- acting -----------------------------------------------------------------------------------
@@ -124,7 +115,9 @@ class DDPG(GymAlgorithm):
         self.noise.reset(mask)
 
     def _exploration_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        settings = NoiseSettings(self.O_U_noise, self.expl_noise, self.mean_noise, self.theta, self.dt)
+        settings = NoiseSettings(
+            self.spec.O_U_noise, self.spec.expl_noise, self.spec.mean_noise, self.spec.theta, self.spec.dt
+        )
         return self.noise.sample(n, rng, settings)
 
     def explore(
@@ -155,7 +148,7 @@ class DDPG(GymAlgorithm):
 
     def _target_q(self, reward: torch.Tensor, next_obs: Any, done: torch.Tensor) -> torch.Tensor:
         next_a = self.nets["actor_target"](next_obs)
-        return reward + self.gamma * (1.0 - done) * self.q("critic_target", next_obs, next_a)
+        return reward + self.spec.gamma * (1.0 - done) * self.q("critic_target", next_obs, next_a)
 
     def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One critic step; every ``policy_freq`` critic steps, one actor step and target updates."""
@@ -172,10 +165,10 @@ class DDPG(GymAlgorithm):
         opt.step()
         self.critic_updates += 1
         stats = {"critic_loss": critic_loss.detach()}  # type: ignore[union-attr]
-        if self.critic_updates % self.policy_freq == 0:
+        if self.critic_updates % self.spec.policy_freq == 0:
             # The actor loss must not leave gradients in the critic (a shared encoder is the actor's).
             critic = self.nets[self.critic_names[0]]
-            frozen = critic.head if self.share_encoders else critic
+            frozen = critic.head if self.spec.share_encoders else critic
             frozen.requires_grad_(False)
             actor_loss = -self.q(self.critic_names[0], obs, self.nets["actor"](obs)).mean()
             frozen.requires_grad_(True)

@@ -27,7 +27,7 @@ from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode, no_grad
 from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
-from agilerl_plugin_gym.single_agent.specs import DQNSpec
+from agilerl_plugin_gym.single_agent.specs import DQNSpec, QLearningSpec
 from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
 
 EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
@@ -44,14 +44,12 @@ class DQN(GymAlgorithm):
     target_of = {"actor_target": "actor"}
     lr_optimizers = {"lr": ("optimizer",)}
 
-    lr: float
-    tau: float
+    spec: QLearningSpec  # DQNSpec, or a subclass's (RainbowDQN, CQN)
 
     def __init__(self, spec: DQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
         DISCRETE_ACTIONS.check("DQN", observation_space, action_space)
         assert isinstance(action_space, spaces.Discrete)
-        self.double = bool(getattr(spec, "double", True))
         self.n_actions = int(action_space.n)
         self.nets = {"actor": self.build_network(self.n_actions)}
         self.sync_targets()
@@ -63,7 +61,7 @@ class DQN(GymAlgorithm):
         # Flat storage: the Adam step and the soft target update are one kernel each instead of one
         # per tensor (most of their time for a network this small; agilerl_plugin_gym.optim).
         self.flat = FlatParameters(self.nets["actor"].parameters())
-        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.lr)}
+        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.spec.lr)}
 
     def sync_targets(self) -> None:
         super().sync_targets()
@@ -71,7 +69,7 @@ class DQN(GymAlgorithm):
 
     def soft_update(self, tau: float | None = None) -> None:
         """Polyak-average the target network towards the online one (one kernel on the flat buffers)."""
-        self.flat_target.lerp_(self.flat, float(self.tau if tau is None else tau))
+        self.flat_target.lerp_(self.flat, float(self.spec.tau if tau is None else tau))
 
     # --- acting -----------------------------------------------------------------------------------
     def init_exploration(self, training: RLTrainingFields) -> None:
@@ -123,7 +121,7 @@ class DQN(GymAlgorithm):
         """The bootstrap value of each next observation: the target net's max, or with ``double`` the
         target net's value of the action the online net picks."""
         q_target = self.q_values(self.nets["actor_target"], next_obs)
-        if not self.double:
+        if not getattr(self.spec, "double", True):  # RainbowDQN's spec has no such field
             return q_target.max(1).values
         next_a = self.q_values(self.nets["actor"], next_obs).argmax(1, keepdim=True)
         return q_target.gather(1, next_a).squeeze(1)
@@ -143,7 +141,7 @@ class DQN(GymAlgorithm):
     def td_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``reward + gamma^k (1 - done) * next_q`` (k: the n-step return's length, else 1)."""
         nsteps = batch.get("nsteps")  # n-step replay: bootstrap with gamma^k after a k-step return
-        gamma = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
+        gamma = self.spec.gamma if nsteps is None else torch.pow(self.spec.gamma, nsteps)
         return batch["reward"] + gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
 
     def learn(self, batch: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:

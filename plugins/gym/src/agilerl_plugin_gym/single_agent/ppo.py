@@ -28,7 +28,7 @@ from torch import nn
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.fused import FusedMLP, MLPChain
 from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode
-from agilerl_plugin_gym.ppo_update import ManualStep, PPOSettings, ppo_update, surrogate_grads
+from agilerl_plugin_gym.ppo_update import ManualStep, ppo_update, surrogate_grads
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPOMixin
@@ -38,21 +38,18 @@ from agilerl_plugin_gym.spec_base import ANY_ACTIONS
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
+class PPO(RecurrentPPOMixin, GymAlgorithm):
     """PPO with GAE, clipped surrogate, optional value clipping, entropy bonus and ``target_kl``."""
 
     policy_name = "actor"
     eval_names = ("actor", "critic")
     lr_optimizers = {"lr": ("optimizer",)}
 
-    # Hyperparameters: declared by PPOSettings (the on-policy engine's), set from the spec.
+    spec: PPOSpec
 
     def __init__(self, spec: PPOSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
         ANY_ACTIONS.check("PPO", observation_space, action_space)
-        self.target_kl = spec.target_kl
-        self.normalize_advantages = spec.normalize_advantages
-        self.clip_vloss = spec.clip_vloss
         if isinstance(action_space, spaces.Discrete):
             self.kind, out_dim = "discrete", int(action_space.n)
         elif isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
@@ -99,7 +96,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
         # on CartPole (10 seeds) the median steps to a greedy return of 475 fell from ~36k to ~31k
         # against torch's default 1e-8.
         self.flat = FlatParameters(self.parameters())
-        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.lr, eps=1e-5)}
+        self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.spec.lr, eps=1e-5)}
 
     # --- policy -----------------------------------------------------------------------------------
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,13 +198,13 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
 
     def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
         """``update_epochs`` passes of minibatch PPO over a rollout whose GAE is computed."""
-        if self.recurrent:  # truncated BPTT over sequences (ppo_recurrent)
+        if self.spec.recurrent:  # truncated BPTT over sequences (ppo_recurrent)
             return self.learn_sequences(buffer)
         opt = self.optimizers["optimizer"]
         manual = self._manual_step()
         if manual is not None:  # plain MLPs, categorical policy: gradients by hand, bit-identical
-            return ppo_update(buffer.flat(), None, opt, self.flat, self, manual_step=manual)
-        return ppo_update(buffer.flat(), self.evaluate_actions, opt, self.flat, self)
+            return ppo_update(buffer.flat(), None, opt, self.flat, self.spec, manual_step=manual)
+        return ppo_update(buffer.flat(), self.evaluate_actions, opt, self.flat, self.spec)
 
     def _manual_step(self) -> ManualStep | None:
         """The minibatch step without autograd (:class:`~agilerl_plugin_gym.fused.MLPChain` for each
@@ -232,7 +229,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm, PPOSettings):
             actions = mb["actions"].long().unsqueeze(-1)
             p = logp.exp()
             entropy = -(p * logp).sum(-1)
-            g = surrogate_grads(logp.gather(-1, actions).squeeze(-1), value, mb, self)
+            g = surrogate_grads(logp.gather(-1, actions).squeeze(-1), value, mb, self.spec)
             chains[0].backward(saved_a, self._categorical_backward(logp, p, actions, g.log_prob, g.entropy))
             chains[1].backward(saved_c, g.value.unsqueeze(-1))
             return g.pg_loss, g.v_loss, entropy.mean(), g.ratio, g.log_ratio

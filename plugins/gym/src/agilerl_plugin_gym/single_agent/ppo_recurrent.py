@@ -27,6 +27,7 @@ import torch
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.inference import _as_obs_array, _is_batch
 from agilerl_plugin_gym.optim import FlatParameters
 from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.sections import LstmSpec, MlpSpec, NetworkSpec
@@ -36,17 +37,16 @@ if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import RolloutBuffer
     from agilerl_plugin_gym.networks import EvolvableNetwork
     from agilerl_plugin_gym.networks.lstm import EvolvableLSTM
+    from agilerl_plugin_gym.single_agent.specs import PPOSpec
 
 
 class RecurrentPPOMixin:
-    """Recurrent methods of PPO (active when ``self.recurrent``); see the module docstring."""
+    """Recurrent methods of PPO (active when ``self.spec.recurrent``); see the module docstring."""
 
     nets: dict[str, EvolvableNetwork]
     net_spec: NetworkSpec | None
     device: torch.device
-    recurrent: bool = False
-    max_seq_len: int | None = None
-    bptt_sequence_type: str = "chunked"
+    spec: PPOSpec
     #: The per-env hidden state the last training rollout ended with (checkpointed).
     hidden_state: torch.Tensor | None = None
 
@@ -66,10 +66,7 @@ class RecurrentPPOMixin:
 
     def init_recurrent(self, spec: Any) -> None:
         """Read the recurrent fields; give a recurrent policy an LSTM encoder if the manifest named none."""
-        self.recurrent = bool(spec.recurrent)
-        self.max_seq_len = spec.max_seq_len
-        self.bptt_sequence_type = str(spec.bptt_sequence_type)
-        if not self.recurrent:
+        if not self.spec.recurrent:
             return
         check_recurrent_observation_space(self.observation_space)  # type: ignore[attr-defined]
         net = self.net_spec
@@ -127,7 +124,7 @@ class RecurrentPPOMixin:
 
     # --- evaluation hooks (GymAlgorithm.test, predict) --------------------------------------------
     def initial_policy_state(self, n: int) -> torch.Tensor | None:
-        return self.initial_hidden_state(n) if self.recurrent else None
+        return self.initial_hidden_state(n) if self.spec.recurrent else None
 
     def policy_step(self, obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         if state is None:
@@ -142,13 +139,15 @@ class RecurrentPPOMixin:
         ``state`` is what the previous call returned (``None``: episode start); ``episode_start``
         (bool per row) zeroes the rows whose episode just began, as Stable-Baselines3's does.
         """
-        if not self.recurrent:
+        if not self.spec.recurrent:
             return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc,no-any-return]
-        from agilerl_plugin_gym.inference import _as_obs_array, _is_batch
 
         obs = _as_obs_array(self.observation_space, observation)  # type: ignore[attr-defined]
         batch = _is_batch(self.observation_space, obs)  # type: ignore[attr-defined]
         x = obs if batch else obs[None]
+        normalizer = getattr(self, "normalizer", None)
+        if normalizer is not None:  # frozen statistics: raw observations in (environment.normalize)
+            x = normalizer.normalize_obs(x)
         if state is None:
             state = self.initial_hidden_state(x.shape[0])
         state = torch.as_tensor(state, dtype=torch.float32, device=self.device)
@@ -168,7 +167,7 @@ class RecurrentPPOMixin:
         return (actions if batch else actions[0]), state
 
     def policy_module(self) -> torch.nn.Module:
-        if self.recurrent:
+        if self.spec.recurrent:
             raise AgileRLError(
                 "export-policy: recurrent PPO policies (LSTM encoder, recurrent: true) cannot be exported yet: "
                 "the exported module takes one observation and no hidden state; use the checkpoint with "
@@ -200,15 +199,15 @@ class RecurrentPPOMixin:
         """Truncated BPTT: ``update_epochs`` passes of minibatch PPO over the rollout's sequences."""
         if not isinstance(buffer, RecurrentRolloutBuffer):
             raise TypeError("recurrent PPO learns from a RecurrentRolloutBuffer (hidden states per step)")
-        data = buffer.sequences(self.max_seq_len, self.bptt_sequence_type)
+        data = buffer.sequences(self.spec.max_seq_len, self.spec.bptt_sequence_type)
         if not data:
             return {}
         opt = self.optimizers["optimizer"]
-        return ppo_update(data, None, opt, self.flat, self, seq_forward=self.evaluate_sequences)  # type: ignore[arg-type]
+        return ppo_update(data, None, opt, self.flat, self.spec, seq_forward=self.evaluate_sequences)  # type: ignore[arg-type]
 
     # --- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
-        if not self.recurrent or self.hidden_state is None:
+        if not self.spec.recurrent or self.hidden_state is None:
             return {}
         return {"hidden_state": self.hidden_state.detach().cpu().clone()}
 

@@ -37,19 +37,16 @@ MAX_GRAD_NORM = 10.0
 class RainbowDQN(DQN):
     """Distributional dueling double DQN with noisy exploration, PER and n-step returns."""
 
-    beta: float
-    prior_eps: float
+    spec: RainbowDQNSpec
 
     def __init__(self, spec: RainbowDQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
-        self.num_atoms, self.v_min, self.v_max = spec.num_atoms, spec.v_min, spec.v_max
-        self.noise_std, self.n_step, self.combined_reward = spec.noise_std, spec.n_step, spec.combined_reward
         super().__init__(spec, observation_space, action_space, **kwargs)
         self.epsilon = 0.0
 
     def build_network(self, out_dim: int, **kwargs: Any) -> RainbowNetwork:  # type: ignore[override]
-        support = torch.linspace(self.v_min, self.v_max, self.num_atoms)
+        support = torch.linspace(self.spec.v_min, self.spec.v_max, self.spec.num_atoms)
         net = RainbowNetwork.build(
-            self.net_spec, self.observation_space, out_dim, support=support, noise_std=self.noise_std,
+            self.net_spec, self.observation_space, out_dim, support=support, noise_std=self.spec.noise_std,
             normalize_images=bool(getattr(self.spec, "normalize_images", True)),
         )  # fmt: skip
         return net.to(self.device)
@@ -114,7 +111,7 @@ class RainbowDQN(DQN):
         net.noisy = target.noisy = True
         action = batch["action"].long().view(-1)
         nsteps = batch.get("nsteps")
-        gamma_n = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
+        gamma_n = self.spec.gamma if nsteps is None else torch.pow(self.spec.gamma, nsteps)
         rows = torch.arange(action.shape[0], device=action.device)
         # The online pass over obs (trained) and next_obs (double DQN's next action) under the same
         # noisy weights, built once. Soft-max over the taken action's atoms only: the others get no
@@ -125,9 +122,9 @@ class RainbowDQN(DQN):
         loss_i = self._elementwise_loss(
             log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]), next_a, rows
         )
-        if self.combined_reward and "reward_1" in batch:  # the one-step loss on the same forward
+        if self.spec.combined_reward and "reward_1" in batch:  # the one-step loss on the same forward
             loss_i = loss_i + self._elementwise_loss(
-                log_p, batch["reward_1"], batch["next_obs_1"], self.gamma * (1.0 - batch["done_1"])
+                log_p, batch["reward_1"], batch["next_obs_1"], self.spec.gamma * (1.0 - batch["done_1"])
             )
         weights = batch.get("weights")
         loss = (loss_i * weights).mean() if weights is not None else loss_i.mean()
@@ -136,7 +133,7 @@ class RainbowDQN(DQN):
         target.reset_noise()
         out = {"loss": loss.detach()}
         if weights is not None:
-            out["priorities"] = loss_i.detach() + self.prior_eps
+            out["priorities"] = loss_i.detach() + self.spec.prior_eps
         return out
 
     # --- the same step without autograd ------------------------------------------------------------
@@ -150,7 +147,7 @@ class RainbowDQN(DQN):
                      net.head.layer_chain, net.value_head.layer_chain, self.flat)  # fmt: skip
         cached = self.__dict__.get("_plan")
         if cached is None or any(a is not b for a, b in zip(cached[0], structure, strict=True)):
-            cached = self._plan = (structure, None if self.combined_reward else _Plan.of(net, self.flat))
+            cached = self._plan = (structure, None if self.spec.combined_reward else _Plan.of(net, self.flat))
         if cached[1] is not None:
             self.flat.ensure()  # every .grad a view of the flat gradient, which the plan overwrites whole
         return cached[1]
@@ -166,7 +163,7 @@ class RainbowDQN(DQN):
         net.noisy = target.noisy = True
         action = batch["action"].long().view(-1)
         nsteps = batch.get("nsteps")
-        gamma_n = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
+        gamma_n = self.spec.gamma if nsteps is None else torch.pow(self.spec.gamma, nsteps)
         rows = torch.arange(action.shape[0], device=action.device)
         # Forward: as RainbowNetwork.logits_pair (the next observations under the same noise).
         z, saved_enc = plan.encoder.forward(batch["obs"])
@@ -201,7 +198,7 @@ class RainbowDQN(DQN):
         target.reset_noise()
         out = {"loss": loss.detach()}
         if weights is not None:
-            out["priorities"] = loss_i.detach() + self.prior_eps
+            out["priorities"] = loss_i.detach() + self.spec.prior_eps
         return out
 
     def extra_state(self) -> dict[str, Any]:

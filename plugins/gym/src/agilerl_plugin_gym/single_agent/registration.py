@@ -10,7 +10,16 @@ from typing import Any
 
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.offline.specs import CQNSpec, OfflineEnvSpec
-from agilerl_plugin_gym.single_agent.specs import DDPGSpec, DQNSpec, PPOSpec, RainbowDQNSpec, TD3Spec
+from agilerl_plugin_gym.single_agent.specs import (
+    A2CSpec,
+    DDPGSpec,
+    DQNSpec,
+    PPOSpec,
+    RainbowDQNSpec,
+    SACSpec,
+    TD3Spec,
+    TQCSpec,
+)
 
 _PKG = "agilerl_plugin_gym.single_agent"
 
@@ -20,6 +29,9 @@ def register_algorithms(register: Any) -> None:
     register(DQNSpec, algorithm=f"{_PKG}.dqn:DQN")
     register(DDPGSpec, algorithm=f"{_PKG}.ddpg:DDPG")
     register(TD3Spec, algorithm=f"{_PKG}.td3:TD3")
+    register(SACSpec, algorithm=f"{_PKG}.sac:SAC")
+    register(A2CSpec, algorithm=f"{_PKG}.a2c:A2C")
+    register(TQCSpec, algorithm=f"{_PKG}.tqc:TQC")
     register(CQNSpec, algorithm="agilerl_plugin_gym.offline.cqn:CQN")
     register(RainbowDQNSpec, algorithm=f"{_PKG}.rainbow:RainbowDQN")
 

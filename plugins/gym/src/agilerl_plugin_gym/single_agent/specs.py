@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models.base import Mutable
+from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.spec_base import (
@@ -21,17 +23,17 @@ from agilerl_plugin_gym.spec_base import (
 )
 from agilerl_plugin_gym.spec_checks import (
     ACTIVATION_NAMES,
-    RL_HPO_RANGES,
     RL_SYNONYMS,
     buffer_problems,
     compat_problems,
     missing_env_package,
     namespace_package_problem,
     network_problems,
+    normalize_problems,
 )
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
 
 
 class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
@@ -52,8 +54,11 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 "remove the field or set it to true",
             ))  # fmt: skip
         problems += network_problems(manifest)
-        problems += buffer_problems(manifest, self.name, type(self).replay_features, getattr(self, "n_step", None))
+        # HER relabels goals where the off-policy engine samples: every algorithm there learns from it
+        features = type(self).replay_features | ({"her"} if type(self).regime == "off_policy" else set())
+        problems += buffer_problems(manifest, self.name, frozenset(features), getattr(self, "n_step", None))
         problems += compat_problems(self, manifest)
+        problems += normalize_problems(manifest, supported=type(self).regime != "offline", who=self.name)
         if problems:  # a feature this plugin lacks: that is the answer, whatever the env
             return problems
         env, env_type = manifest.environment, type(self).default_env_type
@@ -66,7 +71,10 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
         uses_registry = not (env.entrypoint or env.factory or env.custom)
         if uses_registry and ":" not in env.env_id:
             # Importing gymnasium's registry is cheap (no torch): catch a typo before anything runs.
-            from agilerl_plugin_gym.envs import GymEnvError, check_gym_id
+            from agilerl_plugin_gym.envs import (  # deferred: gymnasium, loaded only when validation builds an env
+                GymEnvError,
+                check_gym_id,
+            )
 
             missing = namespace_package_problem(env.env_id)
             try:
@@ -79,7 +87,6 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 problems.append(Problem("environment.name", missing))
         if not problems:
             problems += _space_problems(type(self).space_rules, self.name, env, manifest)
-        from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 
         problems += batch_problems(self, manifest)
         return problems or make_and_check(manifest, multi_agent=False)
@@ -94,8 +101,14 @@ def _space_problems(
     An env that cannot be made is reported when it is ``GymEnvError`` (a bad entrypoint, factory or
     wrapper path); anything else the env's own code raises is left for the run to report in full.
     """
-    from agilerl_plugin_gym.envs import GymEnvError, make_single_env
-    from agilerl_plugin_gym.single_agent.spaces import UnsupportedSpaceError, check_recurrent_observation_space
+    from agilerl_plugin_gym.envs import (  # deferred: gymnasium, loaded only when validation builds an env
+        GymEnvError,
+        make_single_env,
+    )
+    from agilerl_plugin_gym.single_agent.spaces import (  # deferred: gymnasium, loaded only when validation builds an env
+        UnsupportedSpaceError,
+        check_recurrent_observation_space,
+    )
 
     if rules is None:
         return []
@@ -104,9 +117,16 @@ def _space_problems(
     except GymEnvError as exc:  # "environment.entrypoint: ..." -> that field's path
         path, sep, message = str(exc).partition(": ")
         return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
+    except (TypeError, ValueError) as exc:
+        if env.env_config:  # options the env's constructor refuses (an unknown key, a wrong type)
+            return [env_config_problem(env, exc)]
+        return []
     except Exception:  # the env's own failure: the run reports it with its traceback
         return []
-    from agilerl_plugin_gym.encoder_rules import EncoderSpaceError, check_network_for_space
+    from agilerl_plugin_gym.encoder_rules import (  # deferred: gymnasium, loaded only when validation builds an env
+        EncoderSpaceError,
+        check_network_for_space,
+    )
 
     try:
         rules.check(algo, made.observation_space, made.action_space)
@@ -114,6 +134,23 @@ def _space_problems(
             check_recurrent_observation_space(made.observation_space)
         if manifest is not None:
             check_network_for_space(manifest.network, made.observation_space)
+        rb = manifest.replay_buffer if manifest is not None else None
+        if rb is not None and getattr(rb, "her", False):
+            from agilerl_plugin_gym.goal_envs import is_goal_conditioned
+
+            not_goal = is_goal_conditioned(made)
+            if not_goal is not None:
+                return [Problem("replay_buffer.her", not_goal)]
+        norm = getattr(env, "normalize", None)
+        if norm is not None and norm.obs:
+            from agilerl_plugin_gym.normalization import normalizable_keys
+
+            if not normalizable_keys(made.observation_space):
+                return [Problem(
+                    "environment.normalize.obs",
+                    f"the observation space {made.observation_space} has no float Box part to normalise "
+                    "(discrete and image observations are not normalised); set obs: false",
+                )]  # fmt: skip
     except UnsupportedSpaceError as exc:
         return [Problem("environment", str(exc).removeprefix("environment: "))]
     except EncoderSpaceError as exc:
@@ -124,6 +161,16 @@ def _space_problems(
     return []
 
 
+def env_config_problem(env: GymEnvSpec, exc: Exception) -> Problem:
+    """``environment.env_config`` refused by the env's constructor, said at validation (at train it
+    would be a worker's traceback): an unknown key, or a value of the wrong type."""
+    message = str(exc).split(" was raised from the environment creator")[0]
+    return Problem(
+        "environment.env_config",
+        f"{env.env_id} does not take these options: {type(exc).__name__}: {message}",
+    )
+
+
 class PPOSpec(GymAlgorithmSpec):
     """Proximal Policy Optimisation (clipped objective, GAE), discrete or continuous actions."""
 
@@ -132,16 +179,6 @@ class PPOSpec(GymAlgorithmSpec):
     space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **RL_HPO_RANGES,
-        "learn_step": (512, 8192),
-        "gae_lambda": (0.8, 0.99),
-        "clip_coef": (0.05, 0.35),
-        "ent_coef": (1e-3, 0.1),
-        "vf_coef": (0.1, 1.0),
-        "max_grad_norm": (0.1, 5.0),
-        "update_epochs": (1, 10),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
     upstream_notes: ClassVar[dict[str, str]] = {
         "action_std_init": "AgileRL's meaning (initial log-std, any float); default -0.51 (std 0.6).",
@@ -153,22 +190,28 @@ class PPOSpec(GymAlgorithmSpec):
     }
 
     num_envs: Annotated[int, Field(ge=1, description="Parallel envs (copied from environment.num_envs).")] = 1
-    learn_step: Annotated[int, Field(ge=1, description="Env steps (all envs together) per rollout.")] = 4096
-    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step.")] = 64
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    gae_lambda: Annotated[float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages).")] = 0.95
+    learn_step: Annotated[
+        int, Field(ge=1, description="Env steps (all envs together) per rollout."), Mutable(512, 8192)
+    ] = 4096
+    batch_size: Annotated[int, Field(ge=1, description="Minibatch size of each gradient step."), Mutable(8, 512)] = 64
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    gae_lambda: Annotated[
+        float, Field(ge=0, le=1, description="GAE lambda (bias/variance of advantages)."), Mutable(0.8, 0.99)
+    ] = 0.95
     action_std_init: float = Field(
         default=-0.5108,
         description="Initial log-std of the Gaussian policy (Box actions), as in AgileRL; -0.51 is std 0.6.",
     )
-    clip_coef: Annotated[float, Field(gt=0, description="PPO ratio clip range (and value clip range).")] = 0.2
-    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient.")] = 0.01
-    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient.")] = 0.5
-    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip.")] = 0.5
+    clip_coef: Annotated[
+        float, Field(gt=0, description="PPO ratio clip range (and value clip range)."), Mutable(0.05, 0.35)
+    ] = 0.2
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient."), Mutable(1e-3, 0.1)] = 0.01
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient."), Mutable(0.1, 1.0)] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip."), Mutable(0.1, 5.0)] = 0.5
     target_kl: Annotated[
         float | None, Field(gt=0, description="Stop the update epochs early when approx KL exceeds this.")
     ] = None
-    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout.")] = 4
+    update_epochs: Annotated[int, Field(ge=1, description="Passes over each rollout."), Mutable(1, 10)] = 4
     share_encoders: bool = Field(default=True, description="Actor and critic share one encoder.")
     normalize_advantages: bool = Field(default=True, description="Normalise advantages per minibatch.")
     clip_vloss: bool = Field(default=False, description="Clip the value loss around the old values.")
@@ -222,15 +265,15 @@ class QLearningSpec(GymAlgorithmSpec):
 
     paradigm: ClassVar[str] = "single_agent"
     space_rules: ClassVar[SpaceRules | None] = DISCRETE_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = dict(RL_HPO_RANGES)
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "batch_size", "learn_step")
 
     learn_step: Annotated[
         int,
         Field(ge=1, description="Env steps per gradient step: below num_envs means several updates per vector step."),
+        Mutable(1, 10),
     ] = 5
-    lr: Annotated[float, Field(gt=0, description="Adam learning rate.")] = 1e-4
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
+    lr: Annotated[float, Field(gt=0, description="Adam learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 1e-3
 
 
 class DQNSpec(QLearningSpec):
@@ -260,7 +303,6 @@ class DDPGSpec(GymAlgorithmSpec):
     paradigm: ClassVar[str] = "single_agent"
     regime: ClassVar[str] = "off_policy"
     space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {**RL_HPO_RANGES, "policy_freq": (1, 10)}
     default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
     training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
     upstream_notes: ClassVar[dict[str, str]] = {
@@ -270,11 +312,13 @@ class DDPGSpec(GymAlgorithmSpec):
 
     # One gradient step per env step (SB3's and CleanRL's TD3/DDPG): AgileRL's 5 left a minimal TD3
     # Pendulum-v1 manifest unlearnt after 20k steps; with 1 it scores -114 by then (test_defaults.py).
-    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN).")] = 1
-    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate.")] = 1e-4
-    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate.")] = 1e-3
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 1e-3
-    policy_freq: Annotated[int, Field(ge=1, description="Critic updates per actor (and target) update.")] = 2
+    learn_step: Annotated[int, Field(ge=1, description="Env steps per gradient step (see DQN)."), Mutable(1, 10)] = 1
+    lr_actor: Annotated[float, Field(gt=0, description="Actor learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-4
+    lr_critic: Annotated[float, Field(gt=0, description="Critic learning rate."), Mutable(6.25e-5, 1e-2)] = 1e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 1e-3
+    policy_freq: Annotated[
+        int, Field(ge=1, description="Critic updates per actor (and target) update."), Mutable(1, 10)
+    ] = 2
     O_U_noise: bool = Field(default=True, description="Ornstein-Uhlenbeck exploration noise (else Gaussian).")
     expl_noise: Annotated[float, Field(ge=0, description="Exploration noise scale (fraction of action range).")] = 0.1
     mean_noise: float = Field(default=0.0, description="Mean of the exploration noise.")
@@ -293,7 +337,7 @@ class DDPGSpec(GymAlgorithmSpec):
 class TD3Spec(DDPGSpec):
     """Twin Delayed DDPG: twin critics, target policy smoothing, delayed policy updates."""
 
-    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate.")] = 5e-3
+    tau: Annotated[float, Field(gt=0, le=1, description="Soft target-network update rate."), Mutable(1e-4, 1e-2)] = 5e-3
     policy_noise: Annotated[float, Field(ge=0, description="Target policy smoothing noise (fraction of range).")] = 0.2
     noise_clip: Annotated[float, Field(ge=0, description="Clip of the target smoothing noise.")] = 0.5
 
@@ -334,4 +378,133 @@ class RainbowDQNSpec(QLearningSpec):
     def _support_range(self) -> RainbowDQNSpec:
         if self.v_min >= self.v_max:
             raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
+        return self
+
+
+def _entropy_coefficient(value: float | str) -> float | str:
+    """``ent_coef``: a positive float (fixed), ``"auto"`` or ``"auto_<initial value>"`` (learned)."""
+    if isinstance(value, str):
+        if value == "auto":
+            return value
+        head, _, tail = value.partition("_")
+        try:
+            initial = float(tail)
+        except ValueError:
+            initial = -1.0
+        if head != "auto" or not initial > 0:
+            raise ValueError(f"{value!r}: give a positive float, 'auto' or 'auto_<initial value>' (e.g. 'auto_0.1')")
+        return value
+    if not value > 0:
+        raise ValueError(f"{value}: a fixed entropy coefficient must be positive (or 'auto')")
+    return float(value)
+
+
+class SACSpec(GymAlgorithmSpec):
+    """Soft Actor-Critic: squashed Gaussian actor, twin Q critics, learned entropy coefficient; Box actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "off_policy"
+    space_rules: ClassVar[SpaceRules | None] = CONTINUOUS_ACTIONS
+    # tau and gamma are mutable when named in mutation.rl_hp_selection (a fixed float ent_coef is not
+    # mutable: "auto" is a string, and a range for a str | float field would mutate nothing).
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr_actor", "lr_critic", "batch_size", "learn_step")
+    training_fields: ClassVar[frozenset[str]] = frozenset({"learning_delay", "experience_sharing"})
+
+    # SB3's SAC defaults: one gradient step per env step, batch 256, lr 3e-4, tau 0.005.
+    learn_step: Annotated[
+        int,
+        Field(ge=1, description="Env steps (all envs together) per gradient step, as DQN/TD3: below num_envs "
+              "several gradient steps run per vector step. SB3's train_freq F and gradient_steps G with n envs "
+              "are learn_step = F * n / G."),
+        Mutable(1, 10),
+    ] = 1  # fmt: skip
+    batch_size: Annotated[int, Field(ge=1, description="Transitions per gradient step."), Mutable(8, 512)] = 256
+    lr_actor: Annotated[
+        float,
+        Field(gt=0, description="Actor learning rate (also the entropy coefficient's, as SB3)."),
+        Mutable(6.25e-5, 1e-2),
+    ] = 3e-4
+    lr_critic: Annotated[float, Field(gt=0, description="Critics' learning rate."), Mutable(6.25e-5, 1e-2)] = 3e-4
+    tau: Annotated[float, Field(gt=0, le=1, description="Polyak rate of the target critics."), Mutable(1e-4, 1e-2)] = (
+        5e-3
+    )
+    ent_coef: float | str = Field(
+        default="auto",
+        description="Entropy coefficient alpha: a positive float (fixed), 'auto' (learned, from 1.0) or "
+        "'auto_<x>' (learned, from x), as SB3.",
+    )
+    target_entropy: float | Literal["auto"] = Field(
+        default="auto", description="Entropy target of the learned coefficient; 'auto' is -dim(action space)."
+    )
+    target_update_interval: Annotated[
+        int, Field(ge=1, description="Gradient steps per Polyak update of the target critics.")
+    ] = 1
+
+    @field_validator("ent_coef")
+    @classmethod
+    def _ent_coef(cls, value: float | str) -> float | str:
+        return _entropy_coefficient(value)
+
+
+class A2CSpec(GymAlgorithmSpec):
+    """Advantage actor-critic (Mnih et al. 2016, synchronous), as SB3's A2C: one gradient step per
+    rollout, no minibatches; Discrete, MultiDiscrete or Box actions."""
+
+    paradigm: ClassVar[str] = "single_agent"
+    regime: ClassVar[str] = "on_policy"
+    space_rules: ClassVar[SpaceRules | None] = ANY_ACTIONS
+    default_evo_steps: ClassVar[int] = 10_000
+    stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef")
+
+    learn_step: Annotated[
+        int,
+        Field(ge=1, description="Env steps (all envs together) per rollout and update: SB3's n_steps x num_envs "
+              "(40 is SB3's 5 steps x 8 envs)."),
+        Mutable(8, 512),
+    ] = 40  # fmt: skip
+    lr: Annotated[float, Field(gt=0, description="Learning rate (SB3's default 7e-4)."), Mutable(6.25e-5, 1e-2)] = 7e-4
+    optimizer: Literal["rmsprop", "adam"] = Field(
+        default="rmsprop",
+        description="rmsprop: torch's RMSprop with alpha 0.99, eps 1e-5 (SB3's use_rms_prop: true); adam: Adam, eps 1e-5.",
+    )
+    gae_lambda: Annotated[
+        float, Field(ge=0, le=1, description="GAE lambda (1: plain n-step returns, SB3's)."), Mutable(0.8, 1.0)
+    ] = 1.0
+    ent_coef: Annotated[float, Field(ge=0, description="Entropy bonus coefficient."), Mutable(0.0, 0.05)] = 0.0
+    vf_coef: Annotated[float, Field(ge=0, description="Value loss coefficient."), Mutable(0.1, 1.0)] = 0.5
+    max_grad_norm: Annotated[float, Field(gt=0, description="Global gradient-norm clip."), Mutable(0.1, 5.0)] = 0.5
+    normalize_advantages: bool = Field(default=False, description="Normalise the rollout's advantages (SB3: off).")
+    action_std_init: float = Field(
+        default=0.0, description="Initial log-std of the Gaussian policy (Box actions); SB3's log_std_init 0."
+    )
+    # One gradient step on the whole rollout: a minibatch size would do nothing, so the field core's
+    # AlgorithmSpec declares is refused by name instead of silently ignored.
+    batch_size: Any = Field(default=None, description="Not used by A2C (one gradient step per rollout): leave unset.")
+
+    @field_validator("batch_size")
+    @classmethod
+    def _no_batch_size(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError("A2C takes one gradient step per rollout and has no minibatches; remove batch_size")
+        return None
+
+
+class TQCSpec(SACSpec):
+    """Truncated Quantile Critics (sb3-contrib's TQC): SAC with distributional critics whose pooled
+    quantiles lose their top ones in the target (less over-estimation); Box actions."""
+
+    n_quantiles: Annotated[int, Field(ge=1, description="Quantiles each critic outputs.")] = 25
+    n_critics: Annotated[int, Field(ge=1, description="Critic networks (each with a target copy).")] = 2
+    top_quantiles_to_drop_per_net: Annotated[
+        int, Field(ge=0, description="Quantiles dropped per critic from the top of the pooled target.")
+    ] = 2
+
+    @model_validator(mode="after")
+    def _keeps_a_quantile(self) -> TQCSpec:
+        if self.top_quantiles_to_drop_per_net >= self.n_quantiles:
+            raise ValueError(
+                f"top_quantiles_to_drop_per_net ({self.top_quantiles_to_drop_per_net}) must be below n_quantiles "
+                f"({self.n_quantiles}): the target would keep no quantile"
+            )
         return self

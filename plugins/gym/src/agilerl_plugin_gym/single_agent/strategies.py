@@ -42,11 +42,12 @@ from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine, ReplayState
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
 from agilerl_plugin_gym.engine.replay_per import ReplaySettings
 from agilerl_plugin_gym.envs import make_gym_env
+from agilerl_plugin_gym.her import HerReplayBuffer, HerSettings, goal_reward_function
 from agilerl_plugin_gym.protocols import OFF_POLICY, ON_POLICY
 from agilerl_plugin_gym.sections.training import rl_training
 
 if TYPE_CHECKING:
-    from agilerl.models import TrainingManifest
+    from agilerl.models.manifest import TrainingManifest
     from agilerl.training.run import Run
     from agilerl_plugin_gym.protocols import OffPolicyAlgorithm, OnPolicyAlgorithm
 
@@ -128,7 +129,15 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
         # Rewards and done flags are stored as float32 so a sampled batch needs no conversion.
         dtypes = {"reward": np.float32, "done": np.float32}
         replay = ReplaySettings.from_manifest(m)  # prioritized replay / n-step returns
-        self.init_replay(replay.make_buffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes), run.seed)
+        her = HerSettings.from_manifest(m)  # hindsight experience replay (goal-conditioned envs)
+        if her is not None:
+            memory: Any = HerReplayBuffer(
+                max_size, compute_reward=goal_reward_function(m.environment), settings=her,
+                device=run.device, seed=run.seed, dtypes=dtypes,
+            )  # fmt: skip
+        else:
+            memory = replay.make_buffer(max_size, device=run.device, seed=run.seed, dtypes=dtypes)
+        self.init_replay(memory, run.seed)
         run.extras["memory"] = self.memory
         self.engine = OffPolicyEngine(replay, rl_training(m).learning_delay or 0, m.training.max_steps)
         t = m.training

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from agilerl_plugin_gym.single_agent.ddpg import DDPG
+from agilerl_plugin_gym.single_agent.specs import TD3Spec
 
 
 class TD3(DDPG):
@@ -28,13 +29,14 @@ class TD3(DDPG):
     }
     critic_names = ("critic_1", "critic_2")
 
-    policy_noise: float
-    noise_clip: float
+    spec: TD3Spec
 
     def _target_q(self, reward: torch.Tensor, next_obs: Any, done: torch.Tensor) -> torch.Tensor:
         next_a = self.nets["actor_target"](next_obs)
-        smoothing = (torch.randn_like(next_a) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
+        smoothing = (torch.randn_like(next_a) * self.spec.policy_noise).clamp(
+            -self.spec.noise_clip, self.spec.noise_clip
+        )
         next_a = (next_a + smoothing).clamp(-1.0, 1.0)
         q1 = self.q("critic_1_target", next_obs, next_a)
         q2 = self.q("critic_2_target", next_obs, next_a)
-        return reward + self.gamma * (1.0 - done) * torch.min(q1, q2)
+        return reward + self.spec.gamma * (1.0 - done) * torch.min(q1, q2)

@@ -29,6 +29,7 @@ from agilerl.errors import AgileRLError
 from agilerl_plugin_llm import distributed, fsdp, lean_decoder
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.logprobs import auto_chunk_rows, token_logprobs
+from agilerl_plugin_llm.packing import pack_rows, packed_decoder_hidden, packed_logits
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec
 
 Batch = dict[str, torch.Tensor]
@@ -168,8 +169,6 @@ def _packed_logprobs(
     select: torch.Tensor, out: torch.Tensor, *, temperature: float, chunk_rows: int | None,
 ) -> torch.Tensor:  # fmt: skip
     """:func:`sequence_logprobs` through one padding-free forward over the packed rows."""
-    from agilerl_plugin_llm.packing import pack_rows, packed_decoder_hidden, packed_logits
-
     packed = pack_rows(input_ids, attention_mask)
     # A selected token is predicted from the real token before it (a pad before it predicts nothing).
     select = select & packed.real[:, :-1]
@@ -219,10 +218,6 @@ class LLMAlgorithm(AlgorithmBase):
     #: Whether this algorithm needs a reference policy (DPO, GRPO with beta > 0).
     needs_reference: bool = False
 
-    lr: float
-    batch_size: int
-    max_grad_norm: float
-
     def __init__(
         self,
         spec: LLMAlgorithmSpec,
@@ -236,12 +231,6 @@ class LLMAlgorithm(AlgorithmBase):
         super().__init__(spec, index=index)
         self.device = torch.device(device)
         self.tokenizer = tokenizer
-        self.micro_batch_size_per_gpu = spec.micro_batch_size_per_gpu
-        if self.micro_batch_size_per_gpu is None and getattr(spec, "reduce_memory_peak", False):
-            self.micro_batch_size_per_gpu = 1  # AgileRL's reduce_memory_peak: one row per forward pass
-        self.mini_batch_size = spec.mini_batch_size
-        if not hasattr(self, "lr"):
-            self.lr = float(getattr(spec, "lr", 1e-5))
         self.model = self._load_policy() if model is None else model
         if reference_model is None and self.needs_reference and not llm_model.is_peft(self.model):
             # Full fine-tuning: the reference is a frozen snapshot of the starting weights (unsharded).
@@ -317,33 +306,48 @@ class LLMAlgorithm(AlgorithmBase):
             raise ValueError("the model has no trainable parameters")
         try:
             # The fused kernel (CPU and CUDA) is ~10x faster than the per-tensor loop on small models.
-            return torch.optim.AdamW(params, lr=float(self.lr), fused=True)
+            return torch.optim.AdamW(params, lr=float(self.spec.lr), fused=True)
         except (RuntimeError, TypeError, ValueError):  # dtypes/devices without a fused kernel
-            return torch.optim.AdamW(params, lr=float(self.lr))
+            return torch.optim.AdamW(params, lr=float(self.spec.lr))
 
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        if name == "lr" and getattr(self, "optimizer", None) is not None:
+    # --- batch rows (from the spec: a GRPO prompt is group_size rows) ---------------------------
+    @property
+    def mini_batch_rows(self) -> int | None:
+        """Rows per optimizer step (None: the whole batch): ``mini_batch_size`` prompts' rows."""
+        mini = self.spec.mini_batch_size
+        return None if mini is None else int(mini) * int(getattr(self.spec, "group_size", 1))
+
+    @property
+    def micro_batch_rows(self) -> int | None:
+        """Rows per forward pass (None: a whole mini-batch): ``micro_batch_size_per_gpu`` prompts' rows,
+        or 1 with AgileRL's ``reduce_memory_peak`` (one row per forward pass)."""
+        micro = self.spec.micro_batch_size_per_gpu
+        if micro is None:
+            return 1 if getattr(self.spec, "reduce_memory_peak", False) else None
+        return int(micro) * int(getattr(self.spec, "group_size", 1))
+
+    def on_spec_change(self, old: Any, changed: frozenset[str]) -> None:
+        if "lr" in changed and getattr(self, "optimizer", None) is not None:
             # Rebuild with the new rate but keep AdamW's moments: a mutated agent should not lose
             # what it learned about its gradients' scale.
             state = self.optimizer.state_dict()
             self.optimizer = self._make_optimizer()
             self.optimizer.load_state_dict(state)
             for group in self.optimizer.param_groups:
-                group["lr"] = float(new)
+                group["lr"] = float(self.spec.lr)
 
     #: Iterations the lr schedule spans when the spec does not say (the builder sets training.max_steps).
     lr_schedule_total: int = 1
 
     def current_lr(self) -> float:
         """``lr`` times the spec's schedule (``lr_scheduler``, ``warmup_ratio``) at this iteration."""
-        if not callable(getattr(self.spec, "lr_factor", None)):
-            return float(self.lr)
-        if getattr(self.spec, "lr_scheduler", "constant") == "constant" and not getattr(self, "warmup_ratio", 0.0):
-            return float(self.lr)  # no schedule: skip building a spec copy every step
-        # Schedule fields are numeric, so mutable: the agent's current values win over the spec's.
-        names = ("warmup_ratio", "lr_min_ratio", "lr_schedule_steps")
-        spec = self.spec.model_copy(update={n: getattr(self, n) for n in names if hasattr(self, n)})
-        return float(self.lr) * float(spec.lr_factor(int(self.steps), int(self.lr_schedule_total)))  # type: ignore[attr-defined]
+        spec = self.spec
+        if not callable(getattr(spec, "lr_factor", None)):
+            return float(spec.lr)
+        if getattr(spec, "lr_scheduler", "constant") == "constant" and not getattr(spec, "warmup_ratio", 0.0):
+            return float(spec.lr)
+        # Schedule fields are numeric, so mutable: the spec holds the agent's current values.
+        return float(spec.lr) * float(spec.lr_factor(int(self.steps), int(self.lr_schedule_total)))
 
     def apply_lr_schedule(self) -> None:
         for group in self.optimizer.param_groups:
@@ -385,7 +389,7 @@ class LLMAlgorithm(AlgorithmBase):
     def logprobs(self, batch: Mapping[str, torch.Tensor], *, reference: bool = False, **kwargs: Any) -> torch.Tensor:
         """Per-token log-probs of ``batch["loss_mask"]`` tokens under the policy (or the reference)."""
         ids, am, lm = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
-        kwargs.setdefault("position_ids_from_mask", bool(getattr(self, "calc_position_embeddings", True)))
+        kwargs.setdefault("position_ids_from_mask", bool(getattr(self.spec, "calc_position_embeddings", True)))
         kwargs.setdefault("chunk_rows", self.logit_chunk_rows)
         kwargs.setdefault("pack", self.sequence_packing)
         if reference:
@@ -421,8 +425,8 @@ class LLMAlgorithm(AlgorithmBase):
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         rank, world = distributed.context()
         n = batch_rows(batch)
-        mini = min(self.mini_batch_size or n, n)
-        micro = min(self.micro_batch_size_per_gpu or mini, mini)
+        mini = min(self.mini_batch_rows or n, n)
+        micro = min(self.micro_batch_rows or mini, mini)
         totals: dict[str, float] = {}
         counts: dict[str, int] = {}
         norms: list[float] = []  # grad norms: the same on every process (after the sum)
@@ -460,11 +464,11 @@ class LLMAlgorithm(AlgorithmBase):
                     merged = distributed.sum_gradients(plain, (totals, counts) if last else None)
                     if merged is not None:
                         totals, counts = merged
-            if self.max_grad_norm and self.max_grad_norm > 0:
+            if self.spec.max_grad_norm and self.spec.max_grad_norm > 0:
                 if sharded:
-                    norms.append(fsdp.clip_grad_norm(params, self.max_grad_norm))
+                    norms.append(fsdp.clip_grad_norm(params, self.spec.max_grad_norm))
                 else:
-                    norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+                    norm = torch.nn.utils.clip_grad_norm_(params, self.spec.max_grad_norm)
                     norms.append(float(norm))
             self.optimizer.step()
             steps += 1
@@ -536,8 +540,6 @@ class LLMAlgorithm(AlgorithmBase):
                                         for n, t in self.reference_model.state_dict().items()}  # fmt: skip
         opt_state = self.optimizer.state_dict()
         state["optimizer"] = fsdp.full_optimizer_state(opt_state) if self.sharded else opt_state
-        state["micro_batch_size_per_gpu"] = self.micro_batch_size_per_gpu
-        state["mini_batch_size"] = self.mini_batch_size
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -561,8 +563,8 @@ class LLMAlgorithm(AlgorithmBase):
             self.optimizer.load_state_dict(state["optimizer"])
             if self.sharded:
                 fsdp.own_optimizer_state(self.optimizer)  # whole moments in the checkpoint: keep the shards
-        self.micro_batch_size_per_gpu = state.get("micro_batch_size_per_gpu", self.micro_batch_size_per_gpu)
-        self.mini_batch_size = state.get("mini_batch_size", self.mini_batch_size)
+        # (Older checkpoints also hold "micro_batch_size_per_gpu"/"mini_batch_size" rows: they are
+        # the spec's values times group_size, which the hyperparameters above restore.)
 
     def export_merged(self, path: Any) -> Any:
         """Write a plain HF model directory (actor adapter merged into the base) to ``path``."""

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_plugin_llm.algorithms.base import Batch, LLMAlgorithm, sequence_logprobs
+from agilerl_plugin_llm.dataset.specs import DPOSpec
 
 
 def _accuracy(logits: torch.Tensor) -> torch.Tensor:
@@ -38,8 +39,7 @@ class DPO(LLMAlgorithm):
     """
 
     needs_reference = True
-    beta: float
-    nll_alpha: float
+    spec: DPOSpec
 
     def _answer_logps(self, model: Any, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed answer log-probs ``[B, 2]`` and answer token counts ``[B, 2]`` (chosen, rejected)."""
@@ -51,7 +51,7 @@ class DPO(LLMAlgorithm):
             flat["input_ids"],
             flat["attention_mask"],
             flat["loss_mask"],
-            position_ids_from_mask=bool(getattr(self, "calc_position_embeddings", True)),
+            position_ids_from_mask=bool(getattr(self.spec, "calc_position_embeddings", True)),
             pack=self.sequence_packing,
         )
         counts = flat["loss_mask"][:, 1:].sum(-1).clamp(min=1).float()
@@ -62,10 +62,10 @@ class DPO(LLMAlgorithm):
         with self.reference() as ref:
             reference, _ = self._answer_logps(ref, batch)
         ratios = policy - reference
-        logits = self.beta * (ratios[:, 0] - ratios[:, 1])
+        logits = self.spec.beta * (ratios[:, 0] - ratios[:, 1])
         dpo = -F.logsigmoid(logits)
         nll = -policy[:, 0] / counts[:, 0]
-        return {"loss": dpo + self.nll_alpha * nll, "dpo": dpo, "nll": nll, "logits": logits}
+        return {"loss": dpo + self.spec.nll_alpha * nll, "dpo": dpo, "nll": nll, "logits": logits}
 
     def _loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         terms = self._terms(batch)
@@ -74,14 +74,14 @@ class DPO(LLMAlgorithm):
             "dpo_loss": float(terms["dpo"].detach().mean()),
             "nll": float(terms["nll"].detach().mean()),
             "accuracy": float(_accuracy(terms["logits"].detach()).mean()),
-            "margin": float(terms["logits"].detach().mean() / self.beta),
+            "margin": float(terms["logits"].detach().mean() / self.spec.beta),
         }
         return terms["loss"].sum(), stats
 
     def learn(self, batch: Batch) -> dict[str, float]:
         """One training iteration on a batch of pairs (``update_epochs`` passes); returns mean stats."""
         stats: dict[str, float] = {}
-        for _ in range(int(getattr(self, "update_epochs", 1))):
+        for _ in range(int(getattr(self.spec, "update_epochs", 1))):
             stats = self.optimize(batch, self._loss)
         return stats
 
@@ -91,13 +91,13 @@ class DPO(LLMAlgorithm):
         self.model.eval()
         sums = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0, "nll": 0.0}
         rows = 0
-        size = batch_size or self.micro_batch_size_per_gpu or self.batch_size
+        size = batch_size or self.micro_batch_rows or self.spec.batch_size
         for batch in env.test_batches(size):
             terms = self._terms(self.to_device(batch))
             sums["loss"] += float(terms["loss"].sum())
             sums["nll"] += float(terms["nll"].sum())
             sums["accuracy"] += float(_accuracy(terms["logits"]).sum())
-            sums["margin"] += float(terms["logits"].sum() / self.beta)
+            sums["margin"] += float(terms["logits"].sum() / self.spec.beta)
             rows += int(terms["loss"].shape[0])
         return {k: v / max(rows, 1) for k, v in sums.items()}
 

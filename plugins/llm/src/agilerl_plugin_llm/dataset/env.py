@@ -9,10 +9,17 @@ with a seed, shards the rows by rank, and serves batches in a seeded order, epoc
 Rows and what trains:
 
 * ``objective: sft``: ``prompt`` + ``response`` columns (the response column name is
-  ``response_column``), or a ``messages`` column of chat turns. The loss mask covers the
-  assistant/response tokens only (and the end-of-turn token that closes them).
+  ``response_column``; TRL's ``completion`` is read as the response), or a ``messages`` column of
+  chat turns. The loss mask covers the assistant/response tokens only (and the end-of-turn token
+  that closes them).
 * ``objective: preference``: ``prompt``, ``chosen`` and ``rejected`` columns. Each pair is the prompt
-  followed by either answer; the mask covers the answer tokens.
+  followed by either answer; the mask covers the answer tokens. Conversational pairs may leave the
+  prompt implicit (the messages ``chosen`` and ``rejected`` open with).
+
+Any of these columns may be conversational (a list of ``{role, content}`` messages, TRL's form):
+it is checked as a conversation, naming the row, and rendered only by the chat template (with
+``apply_chat_template: false`` a message list is an error, never flattened to text). Reading the
+rows is :mod:`agilerl_plugin_llm.dataset.rows`.
 
 The rule for rows longer than ``max_context_length`` tokens: they are **dropped** (never silently
 truncated, which would train on a cut-off response or compare cut-off answers); a pair is dropped if
@@ -22,204 +29,36 @@ empty, :func:`make_llm_env` raises :class:`DatasetError` before any training sta
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from agilerl.errors import AgileRLError
+from agilerl_plugin_llm.dataset.rows import (
+    SFT_CHAT_COLUMNS,
+    SFT_COLUMNS,
+    DatasetError,
+    conversation,
+    load_cached_dataset,
+    load_local_dataset,
+    load_rows,
+    preference_parts,
+    read_rows,
+)
 from agilerl_plugin_llm.model import check_chat_template
 from agilerl_plugin_llm.specs import LLMEnvSpec
 
 log = logging.getLogger(__name__)
 
-#: Columns each objective reads (after ``columns`` remapping). SFT takes either form.
-SFT_COLUMNS = ("prompt", "response")
-SFT_CHAT_COLUMNS = ("messages",)
-PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
 DEFAULT_TRAIN_FRACTION = 0.9
-
-_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-
-
-class DatasetError(AgileRLError):
-    """The dataset env's rows are missing, malformed or unusable."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Reading rows
-# --------------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _offline() -> Iterator[None]:
-    """Force Hugging Face libraries offline for the duration (never download at run time)."""
-    import datasets.config as dconfig
-
-    patches: list[tuple[Any, str, Any]] = [(dconfig, "HF_HUB_OFFLINE", True)]
-    with contextlib.suppress(ImportError):
-        import huggingface_hub.constants as hconst
-
-        patches.append((hconst, "HF_HUB_OFFLINE", True))
-    saved = [(obj, name, getattr(obj, name, None)) for obj, name, _ in patches]
-    for obj, name, value in patches:
-        setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        for obj, name, value in saved:
-            setattr(obj, name, value)
-
-
-def load_local_dataset(path: Path, what: str, *, recursive: bool = False) -> Any:
-    """A local dataset: a data file, a folder of data files, or a ``save_to_disk`` directory."""
-    import datasets
-
-    if path.is_dir():
-        if (path / "dataset_info.json").exists() or (path / "state.json").exists():
-            ds = datasets.load_from_disk(str(path))
-            return ds["train"] if isinstance(ds, datasets.DatasetDict) else ds
-        found = path.rglob("*") if recursive else path.iterdir()
-        files = sorted(p for p in found if p.suffix.lower() in _FORMATS and p.is_file())
-        if recursive:
-            # A hub snapshot may hold several splits: read the training files when they are named.
-            train = [p for p in files if "train" in p.relative_to(path).as_posix().lower()]
-            files = train or files
-        if not files:
-            raise DatasetError(
-                f"{what} {str(path)!r} is a directory without data files (.jsonl, .json, .csv, .parquet)"
-            )
-        kinds = {_FORMATS[p.suffix.lower()] for p in files}
-        if len(kinds) > 1:
-            raise DatasetError(f"{what} {str(path)!r} mixes file formats ({', '.join(sorted(kinds))})")
-        return datasets.load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
-    kind = _FORMATS.get(path.suffix.lower())
-    if kind is None:
-        raise DatasetError(
-            f"{what} {str(path)!r}: unsupported file type {path.suffix!r}; use .json, .jsonl, .csv or .parquet"
-        )
-    try:
-        return datasets.load_dataset(kind, data_files=str(path), split="train")
-    except Exception as exc:
-        raise DatasetError(f"cannot read {what} {str(path)!r} as {kind}: {type(exc).__name__}: {exc}") from exc
-
-
-def load_rows(spec: LLMEnvSpec) -> list[dict[str, Any]]:
-    """The spec's rows as a list of dicts (no remapping yet)."""
-    if spec.dataset_path:
-        path = Path(spec.dataset_path).expanduser()
-        if not path.exists():
-            raise DatasetError(
-                f"environment.dataset_path {spec.dataset_path!r} does not exist (relative to {Path.cwd()})"
-            )
-        ds = load_local_dataset(path, "environment.dataset_path")
-    else:
-        name = spec.hf_dataset_id or spec.dataset
-        field_name = "hf_dataset_id" if spec.hf_dataset_id else "dataset"
-        assert name is not None
-        local = Path(name).expanduser()
-        if local.exists():
-            ds = load_local_dataset(local, f"environment.{field_name}")
-        else:
-            ds = load_cached_dataset(name, f"environment.{field_name}", config=spec.hf_dataset_config)
-    return _to_rows(ds, spec)
-
-
-def load_cached_dataset(name: str, what: str, *, config: str | None = None) -> Any:
-    """Dataset ``name``'s training split (of configuration ``config``) from the local Hugging Face caches
-    only (never downloads).
-
-    Tries ``datasets``' own cache with the hub forced offline, then a hub-cache snapshot (e.g. fetched
-    with ``huggingface-cli download --repo-type dataset <id>``) read from its data files.
-    """
-    import datasets
-
-    try:
-        with _offline():
-            return datasets.load_dataset(name, config, split="train")
-    except Exception as exc:
-        snapshot = _hub_snapshot(name)
-        if snapshot is not None:
-            return load_local_dataset(snapshot, what, recursive=True)
-        raise DatasetError(
-            f"{what} {name!r} is not a local path and could not be read from the local Hugging Face cache "
-            f"({type(exc).__name__}: {str(exc)[:200]}). agilerl never downloads at run time: download it "
-            "beforehand, or export it to a file and use environment.dataset_path."
-        ) from exc
-
-
-def _to_rows(ds: Any, spec: LLMEnvSpec) -> list[dict[str, Any]]:
-    rows = ds.to_list() if hasattr(ds, "to_list") else list(ds)
-    if not rows:
-        raise DatasetError(f"the dataset {spec.label!r} has no rows")
-    return rows
-
-
-def _hub_snapshot(repo_id: str) -> Path | None:
-    """The local hub-cache snapshot of dataset ``repo_id``, or None (never downloads)."""
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id, repo_type="dataset", local_files_only=True))
-    except Exception:
-        return None
-
-
-def remap_columns(rows: list[dict[str, Any]], spec: LLMEnvSpec, expected: Sequence[str]) -> list[dict[str, Any]]:
-    """Apply ``columns`` (``{expected: actual}``; ``{actual: expected}`` is accepted too)."""
-    mapping = dict(spec.columns or {})
-    if spec.response_column and "response" in expected:
-        mapping.setdefault("response", spec.response_column)
-    if not mapping:
-        return rows
-    present = set(rows[0])
-    rename: dict[str, str] = {}  # actual -> expected
-    for key, value in mapping.items():
-        if key in expected and value in present:
-            rename[value] = key
-        elif value in expected and key in present:
-            rename[key] = value
-        elif key == value and key in present:
-            continue
-        else:
-            raise DatasetError(
-                f"environment.columns: cannot map {key!r} -> {value!r}: the dataset has columns "
-                f"{sorted(present)} and this objective reads {list(expected)}; write {{expected: actual}}, "
-                "e.g. {prompt: question}"
-            )
-    return [{rename.get(k, k): v for k, v in row.items()} for row in rows]
-
-
-def _require(rows: list[dict[str, Any]], needed: Sequence[str], spec: LLMEnvSpec, objective: str) -> None:
-    present = set(rows[0])
-    missing = [c for c in needed if c not in present]
-    if missing:
-        hint = ", ".join(f"{c}: <your column>" for c in missing)
-        raise DatasetError(
-            f"the dataset {spec.label!r} has no column {', '.join(repr(c) for c in missing)}, which objective "
-            f"{objective!r} needs (its columns: {sorted(present)}). Rename the column(s) or map them with "
-            f"environment.columns: {{{hint}}}"
-        )
 
 
 # --------------------------------------------------------------------------------------------------
 # Tokenising
 # --------------------------------------------------------------------------------------------------
-
-
-def _as_messages(value: Any, role: str, where: str) -> list[dict[str, str]]:
-    if isinstance(value, str):
-        return [{"role": role, "content": value}]
-    if isinstance(value, Mapping) and "content" in value:
-        return [{"role": str(value.get("role", role)), "content": str(value["content"])}]
-    if isinstance(value, Sequence) and all(isinstance(m, Mapping) and "content" in m for m in value):
-        return [{"role": str(m.get("role", role)), "content": str(m["content"])} for m in value]
-    raise DatasetError(f"{where}: expected text or a list of {{role, content}} messages, got {type(value).__name__}")
 
 
 def _template_ids(tokenizer: Any, messages: list[dict[str, str]], kwargs: dict[str, Any], **extra: Any) -> Any:
@@ -304,22 +143,22 @@ def encode_rows(rows: list[dict[str, Any]], encoder: Encoder, objective: str) ->
     """Tokenise rows; returns the encoded rows and how many had nothing to train on."""
     out: list[EncodedRow] = []
     empty = 0
+    template = encoder.use_template
     for i, row in enumerate(rows):
         where = f"row {i}"
         if objective == "sft":
             if "messages" in row and row.get("messages") is not None and "response" not in row:
-                messages = _as_messages(row["messages"], "user", f"{where} messages")
+                parts = [(row["messages"], "user", "messages")]
             else:
-                messages = _as_messages(row["prompt"], "user", f"{where} prompt") + _as_messages(
-                    row["response"], "assistant", f"{where} response"
-                )
-            sides = [encoder.conversation(messages)]
+                parts = [(row["prompt"], "user", "prompt"), (row["response"], "assistant", "response")]
+            sides = [encoder.conversation(conversation(parts, where, template=template))]
         else:
-            prompt = _as_messages(row["prompt"], "user", f"{where} prompt")
+            prompt, answers = preference_parts(row, where)
             sides = [
-                encoder.conversation(prompt + _as_messages(row[key], "assistant", f"{where} {key}"))
-                for key in ("chosen", "rejected")
-            ]
+                encoder.conversation(conversation([(prompt, "user", "prompt"), (answer, "assistant", key)], where,
+                                                   template=template))
+                for key, answer in zip(("chosen", "rejected"), answers, strict=True)
+            ]  # fmt: skip
         if any(not any(mask) for _, mask in sides):
             empty += 1
             continue
@@ -467,54 +306,17 @@ class DatasetEnv:
         """Nothing to release (kept for the env protocol)."""
 
 
-def make_llm_env(
+def fit_and_split(
+    encoded: list[EncodedRow],
     spec: LLMEnvSpec,
-    tokenizer: Any,
+    stats: DatasetStats,
     *,
-    data_batch_size_per_gpu: int = 8,
-    max_context_length: int | None = None,
-    seed: int | None = None,
-    rank: int = 0,
-    world_size: int = 1,
-) -> DatasetEnv:
-    """Build the teacher-forced dataset environment for an LLM spec.
-
-    :param spec: The env spec, with ``env_type: dataset``.
-    :param tokenizer: The tokenizer (its chat template formats the rows).
-    :param data_batch_size_per_gpu: Rows each rank draws per step.
-    :param max_context_length: Token budget of a row; longer rows are dropped (see the module doc).
-    :param seed: Seed for the train/test split and the row order.
-    :param rank: This process's data-parallel shard index.
-    :param world_size: Number of data-parallel shards.
-    :raises DatasetError: missing file or column, no usable rows, an empty shard.
-    """
-    if spec.env_type != "dataset":
-        raise DatasetError(
-            "make_llm_env builds env_type: dataset; rollout envs are per-trajectory: use make_rollout_env_factory"
-        )
-    if not 0 <= rank < world_size:
-        raise DatasetError(f"rank {rank} is outside world_size {world_size}")
-    objective = spec.objective or "sft"
-    if spec.apply_chat_template:
-        check_chat_template(tokenizer, where="the model's tokenizer")
-    rows = load_rows(spec)
-    if objective == "sft":
-        first = set(remap_columns(rows[:1], spec, (*SFT_COLUMNS, *SFT_CHAT_COLUMNS))[0])
-        expected: tuple[str, ...] = SFT_CHAT_COLUMNS if "messages" in first and "response" not in first else SFT_COLUMNS
-    else:
-        expected = PREFERENCE_COLUMNS
-    rows = remap_columns(rows, spec, (*expected, *SFT_CHAT_COLUMNS) if objective == "sft" else expected)
-    _require(rows, expected, spec, objective)
-    encoder = Encoder(
-        tokenizer, apply_chat_template=spec.apply_chat_template, chat_template_kwargs=spec.chat_template_kwargs
-    )
-    encoded, empty = encode_rows(rows, encoder, objective)
-    stats = DatasetStats(rows=len(rows), empty=empty)
-    if not encoded:
-        raise DatasetError(
-            f"no row of {spec.label!r} has a response to train on ({empty} rows with empty responses or no "
-            "assistant turn)"
-        )
+    max_context_length: int | None,
+    seed: int | None,
+    rank: int,
+    world_size: int,
+) -> tuple[list[EncodedRow], list[EncodedRow]]:
+    """Drop rows over ``max_context_length``, split train/test with ``seed``, keep this rank's shard."""
     stats.shortest = min(r.length for r in encoded)
     if max_context_length is not None:
         kept = [r for r in encoded if r.length <= max_context_length]
@@ -547,6 +349,52 @@ def make_llm_env(
     stats.train, stats.test = len(train), len(test)
     if not test:
         log.warning("train_test_split leaves no held-out rows: evaluation uses the training rows")
+    return train, test
+
+
+def make_llm_env(
+    spec: LLMEnvSpec,
+    tokenizer: Any,
+    *,
+    data_batch_size_per_gpu: int = 8,
+    max_context_length: int | None = None,
+    seed: int | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+) -> DatasetEnv:
+    """Build the teacher-forced dataset environment for an LLM spec.
+
+    :param spec: The env spec, with ``env_type: dataset``.
+    :param tokenizer: The tokenizer (its chat template formats the rows).
+    :param data_batch_size_per_gpu: Rows each rank draws per step.
+    :param max_context_length: Token budget of a row; longer rows are dropped (see the module doc).
+    :param seed: Seed for the train/test split and the row order.
+    :param rank: This process's data-parallel shard index.
+    :param world_size: Number of data-parallel shards.
+    :raises DatasetError: missing file or column, no usable rows, an empty shard.
+    """
+    if spec.env_type != "dataset":
+        raise DatasetError(
+            "make_llm_env builds env_type: dataset; rollout envs are per-trajectory: use make_rollout_env_factory"
+        )
+    if not 0 <= rank < world_size:
+        raise DatasetError(f"rank {rank} is outside world_size {world_size}")
+    objective = spec.objective or "sft"
+    if spec.apply_chat_template:
+        check_chat_template(tokenizer, where="the model's tokenizer")
+    rows = read_rows(spec, objective)
+    encoder = Encoder(
+        tokenizer, apply_chat_template=spec.apply_chat_template, chat_template_kwargs=spec.chat_template_kwargs
+    )
+    encoded, empty = encode_rows(rows, encoder, objective)
+    stats = DatasetStats(rows=len(rows), empty=empty)
+    if not encoded:
+        raise DatasetError(
+            f"no row of {spec.label!r} has a response to train on ({empty} rows with empty responses or no "
+            "assistant turn)"
+        )
+    train, test = fit_and_split(encoded, spec, stats, max_context_length=max_context_length, seed=seed,
+                                rank=rank, world_size=world_size)  # fmt: skip
     return DatasetEnv(
         spec,
         tokenizer,
@@ -562,4 +410,18 @@ def make_llm_env(
     )
 
 
-__all__ = ["DatasetEnv", "DatasetError", "EncodedRow", "Encoder", "load_cached_dataset", "load_rows", "make_llm_env"]
+__all__ = [
+    "SFT_CHAT_COLUMNS",
+    "SFT_COLUMNS",
+    "DatasetEnv",
+    "DatasetError",
+    "DatasetStats",
+    "EncodedRow",
+    "Encoder",
+    "encode_rows",
+    "fit_and_split",
+    "load_cached_dataset",
+    "load_local_dataset",
+    "load_rows",
+    "make_llm_env",
+]

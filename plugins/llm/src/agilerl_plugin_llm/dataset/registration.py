@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agilerl_plugin_llm.dataset.specs import DPOSpec, SFTSpec
+from agilerl_plugin_llm.dataset.specs import DPOSpec, RewardModelSpec, SFTSpec
 from agilerl_plugin_llm.specs import LLMEnvSpec
 
 MAKE_LLM_ENV = "agilerl_plugin_llm.dataset.env:make_llm_env"
@@ -19,6 +19,7 @@ FUNCTIONS = {"make_llm_env": MAKE_LLM_ENV}
 def register_algorithms(register: Any) -> None:
     register(SFTSpec, algorithm="agilerl_plugin_llm.dataset.sft:SFT")
     register(DPOSpec, algorithm="agilerl_plugin_llm.dataset.dpo:DPO")
+    register(RewardModelSpec, algorithm="agilerl_plugin_llm.dataset.reward_model:RewardModel")
 
 
 def register_env_types(register: Any) -> None:

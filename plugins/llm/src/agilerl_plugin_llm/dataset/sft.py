@@ -29,7 +29,7 @@ class SFT(LLMAlgorithm):
     needs_reference = False
 
     def _logps(self, batch: Batch) -> torch.Tensor:
-        flag = bool(getattr(self, "calc_position_embeddings", True))
+        flag = bool(getattr(self.spec, "calc_position_embeddings", True))
         ids, mask, loss_mask = batch["input_ids"], batch["attention_mask"], batch["loss_mask"]
         return sequence_logprobs(self.model, ids, mask, loss_mask, position_ids_from_mask=flag,
                                  pack=self.sequence_packing)  # fmt: skip
@@ -42,7 +42,7 @@ class SFT(LLMAlgorithm):
     def learn(self, batch: Batch) -> dict[str, float]:
         """One training iteration on ``batch`` (``update_epochs`` passes); returns mean stats."""
         stats: dict[str, float] = {}
-        for _ in range(int(getattr(self, "update_epochs", 1))):
+        for _ in range(int(getattr(self.spec, "update_epochs", 1))):
             stats = self.optimize(batch, self._loss, units=_target_tokens)
         return stats
 
@@ -51,7 +51,7 @@ class SFT(LLMAlgorithm):
         """Mean per-token NLL (and perplexity) of the env's held-out responses."""
         self.model.eval()
         total, tokens = 0.0, 0.0
-        size = batch_size or self.micro_batch_size_per_gpu or self.batch_size
+        size = batch_size or self.micro_batch_rows or self.spec.batch_size
         for batch in env.test_batches(size):
             batch = self.to_device(batch)
             logps = self._logps(batch)

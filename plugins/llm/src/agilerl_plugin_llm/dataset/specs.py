@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, ClassVar
 from pydantic import Field, model_validator
 
 from agilerl.errors import Problem
+from agilerl.models.base import Mutable
+from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 from agilerl_plugin_llm.training_fields import llm_training
 
@@ -34,8 +36,10 @@ class DatasetLLMSpec(PluginLLMSpec):
     training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"num_epochs"}
     #: The dataset env objective this algorithm trains on.
     objective: ClassVar[str] = "sft"
+    #: ``"module:attr"`` of the function that builds its env (``make_llm_env``'s signature).
+    env_factory: ClassVar[str] = "agilerl_plugin_llm.dataset.env:make_llm_env"
 
-    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration.")] = 16
+    batch_size: Annotated[int, Field(ge=1, description="Rows per training iteration."), Mutable(1, 32)] = 16
 
     @model_validator(mode="after")
     def _dataset_checks(self) -> DatasetLLMSpec:
@@ -56,10 +60,9 @@ class DatasetLLMSpec(PluginLLMSpec):
                 f"remove the field or set objective: {type(self).objective}",
             ))  # fmt: skip
         else:
-            from agilerl_plugin_llm.check_data import dataset_problems
-
             problems += dataset_problems(env, type(self).objective)
-        problems += model_path_problems(self.pretrained_model_name_or_path)
+            problems += chat_template_problems(env, self.pretrained_model_name_or_path, type(self).objective)
+        problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         mutation = manifest.mutation
         if (
             llm_training(manifest).num_epochs is not None
@@ -82,14 +85,9 @@ class SFTSpec(DatasetLLMSpec):
 
     objective: ClassVar[str] = "sft"
     has_reference: ClassVar[bool] = False
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-5
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-5
     use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
         False
     )
@@ -99,22 +97,73 @@ class DPOSpec(DatasetLLMSpec):
     """Direct Preference Optimization (Rafailov et al. 2023) with an optional NLL term on chosen."""
 
     objective: ClassVar[str] = "preference"
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        "batch_size": (1, 32),
-        "lr": (1e-7, 1e-3),
-        "max_grad_norm": (0.01, 10.0),
-        "beta": (0.01, 0.5),
-        "nll_alpha": (0.1, 2.0),
-    }
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-6
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-6
     beta: Annotated[
-        float, Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref).")
+        float,
+        Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref)."),
+        Mutable(0.01, 0.5),
     ] = 0.1
     nll_alpha: Annotated[
-        float, Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style).")
+        float,
+        Field(ge=0.0, description="Weight of the NLL loss on chosen responses (0: pure DPO; RPO-style)."),
+        Mutable(0.1, 2.0),
     ] = 1.0
 
 
-__all__ = ["DPOSpec", "DatasetLLMSpec", "SFTSpec"]
+#: Fields of the LLM specs that drive token log-prob computations, which a reward model never makes.
+_NO_LOGPROB_FIELDS: dict[str, str] = {
+    "quantization": "QLoRA is not supported for reward models yet; train in full precision (LoRA or full)",
+    "use_sequence_packing": "packing applies to token log-prob passes; a reward model scores whole sequences",
+    "chunk_rows": "chunking applies to token log-prob passes; a reward model has no vocabulary projection",
+    "use_liger_loss": "it chunks token log-prob passes; a reward model scores whole sequences",
+    "calc_position_embeddings": "it numbers positions for token log-probs; the classifier numbers its own",
+    "beta": "a reward model has no reference policy to regularise against",
+    "hf_generate_chunk_size": "a reward model generates nothing",
+    "thinking_token_budget": "a reward model generates nothing",
+    "constrain_answer_pattern": "a reward model generates nothing",
+    "answer_continuation": "a reward model generates nothing",
+    "vllm_engine_args": "a reward model generates nothing (no vLLM engine)",
+    "vllm_lora_export_dir": "a reward model generates nothing (no vLLM engine)",
+}
+
+
+class RewardModelSpec(DatasetLLMSpec):
+    """A reward model trained on preference pairs (TRL's RewardTrainer): the base model with a one-logit
+    sequence-classification head scores ``prompt + chosen`` above ``prompt + rejected``.
+
+    Loss per pair: ``-log sigmoid(r_chosen - r_rejected - margin)`` (Bradley-Terry; ``margin`` from the
+    rows' optional ``margin`` column, else 0), plus ``center_rewards_coefficient * (r_chosen + r_rejected)^2``
+    when set. Held-out metrics: the loss, the preference accuracy (share of pairs scored the right way
+    round; a tie counts 1/2) and the mean reward gap. ``agilerl export`` writes an
+    ``AutoModelForSequenceClassification`` directory that ``environment.reward_model`` takes.
+    """
+
+    objective: ClassVar[str] = "preference"
+    env_factory: ClassVar[str] = "agilerl_plugin_llm.dataset.reward_env:make_reward_env"
+    has_reference: ClassVar[bool] = False
+    default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
+
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 1e-5
+    center_rewards_coefficient: Annotated[
+        float | None,
+        Field(ge=0.0, description="TRL's centering term: adds coefficient * (r_chosen + r_rejected)^2 to each "
+                                  "pair's loss, keeping the scores near 0 (None: off)."),
+    ] = None  # fmt: skip
+    use_separate_reference_adapter: Annotated[
+        bool, Field(description="A reward model has no reference policy; keep false.")
+    ] = False
+
+    @model_validator(mode="after")
+    def _reward_model_fields(self) -> RewardModelSpec:
+        problems = [f"{name}: not used by RewardModel ({why}); remove it" for name, why in _NO_LOGPROB_FIELDS.items()
+                    if name in self.model_fields_set and getattr(self, name) not in (None, "none", "None", {})]  # fmt: skip
+        if self.use_separate_reference_adapter:
+            problems.append("use_separate_reference_adapter: a reward model has no reference policy; remove it")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+__all__ = ["DPOSpec", "DatasetLLMSpec", "RewardModelSpec", "SFTSpec"]

@@ -1,4 +1,5 @@
-"""``LLMDatasetStrategy``: the core's evolutionary loop over a teacher-forced dataset env (SFT, DPO).
+"""``LLMDatasetStrategy``: the core's evolutionary loop over a teacher-forced dataset env (SFT, DPO,
+RewardModel: each spec names the function that builds its env, ``env_factory``).
 
 One "step" is one training iteration on ``batch_size`` rows. The strategy builds the env (loading
 the tokenizer from the model directory and applying ``chat_template_path``), feeds each agent
@@ -13,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agilerl.models import TrainingManifest
+from agilerl.models.manifest import TrainingManifest
+from agilerl.registry import resolve
 from agilerl.strategies import TrainingStrategy
 from agilerl.training.run import Run
 from agilerl_plugin_llm.dataset.env import DatasetEnv, make_llm_env
@@ -23,7 +25,7 @@ from agilerl_plugin_llm.model import load_tokenizer
 
 
 class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
-    """Teacher-forced fine-tuning over dataset rows (DPO and SFT)."""
+    """Teacher-forced fine-tuning over dataset rows (SFT, DPO, RewardModel)."""
 
     paradigm = "llm"
     regime = "dataset"
@@ -39,10 +41,11 @@ class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
         tokenizer = load_tokenizer(algo.pretrained_model_name_or_path, chat_template_path=env_spec.chat_template_path)  # type: ignore[attr-defined]
         if env_spec.objective is None:
             env_spec = env_spec.model_copy(update={"objective": getattr(type(algo), "objective", "sft")})
-        return make_llm_env(
+        make_env = resolve(getattr(type(algo), "env_factory", make_llm_env), f"{algo.name}'s dataset env")
+        return make_env(  # type: ignore[no-any-return]
             env_spec,
             tokenizer,
-            data_batch_size_per_gpu=algo.batch_size,
+            data_batch_size_per_gpu=algo.batch_size,  # type: ignore[attr-defined]
             max_context_length=algo.max_model_len,  # type: ignore[attr-defined]
             seed=seed if seed is not None else algo.seed,  # type: ignore[attr-defined]
         )
@@ -61,7 +64,7 @@ class LLMDatasetStrategy(DataParallelStrategy, TrainingStrategy):
         totals: dict[str, float] = {}
         for i in range(num_steps):
             t0 = time.perf_counter()
-            batch = run.env.next_batch(int(agent.batch_size))
+            batch = run.env.next_batch(int(agent.spec.batch_size))
             for key, value in agent.learn(batch).items():
                 totals[key] = totals.get(key, 0.0) + value
             totals["iteration_s"] = totals.get("iteration_s", 0.0) + time.perf_counter() - t0

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from agilerl_plugin_llm import distributed
-from agilerl_plugin_llm.algorithms.base import LLMAlgorithm
+from agilerl_plugin_llm.algorithms.base import LLMAlgorithm, slice_batch, trim_padding
 from agilerl_plugin_llm.envs import EnvAtCapacity
 from agilerl_plugin_llm.rollout.completions_log import completion_records, completions_due
 from agilerl_plugin_llm.rollout.generation import (
@@ -174,11 +174,11 @@ def episode_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     return {k: sum(float(m.get(k, 0.0)) if isinstance(m, dict) else 0.0 for m in per) / len(trajs) for k in keys}
 
 
-def group_ids(trajs: Sequence[Trajectory], repeats: int) -> torch.Tensor:
-    """Rows sharing a prompt (same group of ``repeats`` and identical prompt tokens) get one id."""
+def group_ids(trajs: Sequence[Trajectory], group_size: int) -> torch.Tensor:
+    """Rows sharing a prompt (same group of ``group_size`` and identical prompt tokens) get one id."""
     ids: list[int] = []
-    for start in range(0, len(trajs), max(repeats, 1)):
-        group = trajs[start : start + repeats]
+    for start in range(0, len(trajs), max(group_size, 1)):
+        group = trajs[start : start + group_size]
         prompt = group[0].token_ids[: group[0].prompt_len]
         same = all(t.prompt_len == group[0].prompt_len and t.token_ids[: t.prompt_len] == prompt for t in group)
         ids += [start] * len(group) if same else list(range(start, start + len(group)))
@@ -292,11 +292,6 @@ class PolicyTokens:
 class RolloutLLMAlgorithm(LLMAlgorithm):
     """Rollout collection, evaluation and the iteration loop; subclasses give advantages and loss."""
 
-    temperature: float
-    clip_coef: float
-    beta: float
-    update_epochs: int
-
     def __init__(
         self,
         spec: Any,
@@ -355,8 +350,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         return self._backend
 
     def sampling(self, *, greedy: bool = False) -> SamplingConfig:
-        spec = self.spec.model_copy(update={"temperature": self.temperature})
-        return SamplingConfig.from_spec(spec, greedy=greedy)
+        return SamplingConfig.from_spec(self.spec, greedy=greedy)
 
     @property
     def pad_id(self) -> int:
@@ -376,7 +370,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
             trajs = collect(harnesses, backend, self.sampling(greedy=greedy), seeds=seeds,
                             generation_seed=generation_seed, logprobs=logprobs)  # fmt: skip
             scorer = getattr(harnesses[0].env, "batch_reward", None) if harnesses else None
-            if scorer is not None:  # batched reward functions (reward_funcs): the whole batch at once
+            if scorer is not None:  # batched reward sources (reward_funcs, reward_model): the whole batch at once
                 scorer.score(trajs)
             return trajs
         finally:
@@ -397,24 +391,24 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
 
     # --- one iteration -------------------------------------------------------------------------
     def episodes_per_iteration(self) -> tuple[list[int], int]:
-        """(env seeds, repeats per seed): GRPO repeats each prompt ``group_size`` times."""
-        return self._iteration_seeds(int(self.batch_size)), 1
+        """(env seeds, completions per seed): the spec's ``group_size`` (GRPO's group; 1 without one)."""
+        return self._iteration_seeds(int(self.spec.batch_size)), int(getattr(self.spec, "group_size", 1))
 
     def learn_iteration(self, envs: Any) -> dict[str, float]:
         """Collect a batch of episodes from ``envs.make_train`` and take the optimizer steps."""
         t0 = time.perf_counter()
         self.maybe_refresh_reference()  # before the reference log-probs of this iteration
-        seeds, repeats = self.episodes_per_iteration()
-        all_seeds = [s for s in seeds for _ in range(repeats)]
+        seeds, group_size = self.episodes_per_iteration()
+        all_seeds = [s for s in seeds for _ in range(group_size)]
         trajs = self.rollout(envs.make_train, all_seeds, generation_seed=all_seeds[0] if all_seeds else None)
         t_rollout = time.perf_counter() - t0
         batch = pad_trajectories(trajs, self.pad_id)
-        if repeats > 1:
+        if group_size > 1:
             # Each group's prompt runs once in the loss's forward passes (see rollout.kv).
             batch["prefix_len"] = torch.tensor([t.prompt_len for t in trajs], dtype=torch.long)
-            batch["group_id"] = group_ids(trajs, repeats)
+            batch["group_id"] = group_ids(trajs, group_size)
         rewards = torch.tensor([t.total_reward for t in trajs], dtype=torch.float32)
-        extra = self.advantages(trajs, rewards, repeats)
+        extra = self.advantages(trajs, rewards, group_size)
         keep = extra.pop("keep", None)
         batch.update(extra)
         if completions_due(self.spec, self.steps):  # log_completions_steps: a readable sample of the batch
@@ -455,27 +449,27 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
 
     def clip_range(self) -> float | tuple[float, float]:
         """``clip_coef`` as the loss takes it: the (mutable) scalar, or the spec's ``(low, high)`` pair."""
-        value = getattr(self, "clip_coef", None)
-        return float(value) if value is not None else self.spec.clip_coef  # type: ignore[no-any-return]
+        value = self.spec.clip_coef
+        return float(value) if isinstance(value, (int, float)) else value  # type: ignore[no-any-return]
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """Old and reference log-probs (when needed), then ``update_epochs`` passes of ``optimize``."""
         return self._update(batch)
 
     def _update(self, batch: dict[str, torch.Tensor], **optimize_kwargs: Any) -> dict[str, float]:
-        single_pass = int(self.update_epochs) == 1 and (
-            self.mini_batch_size is None or self.mini_batch_size >= len(batch["input_ids"])
+        single_pass = int(self.spec.update_epochs) == 1 and (
+            self.mini_batch_rows is None or self.mini_batch_rows >= len(batch["input_ids"])
         )
         with torch.no_grad():
             if not single_pass:
                 # Several optimizer steps per batch: the ratio needs the sampling policy's log-probs.
                 batch["old_logprobs"] = self._chunked_logprobs(batch, reference=False)
-            if self.beta > 0:
+            if self.spec.beta > 0:
                 batch["ref_logprobs"] = self._chunked_logprobs(batch, reference=True)
             if "sampling_logprobs" in batch:
                 self._importance_log_ratio(batch)
         stats: dict[str, float] = {}
-        for _ in range(int(self.update_epochs)):
+        for _ in range(int(self.spec.update_epochs)):
             stats = self.optimize(batch, self.loss, **optimize_kwargs)
         return stats
 
@@ -520,18 +514,16 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
     def _chunked_logprobs(
         self, batch: dict[str, torch.Tensor], *, reference: bool, temperature: float | None = None
     ) -> torch.Tensor:
-        from agilerl_plugin_llm.algorithms.base import slice_batch, trim_padding
-
         toggle = has_dropout(self.model)
         if toggle:
             self.model.eval()  # no dropout: these are the sampling/reference distributions
         n = len(batch["input_ids"])
-        size = self.micro_batch_size_per_gpu or n
+        size = self.micro_batch_rows or n
         out = torch.zeros(batch["input_ids"].shape, dtype=torch.float32)
         rank, world = distributed.context()  # several processes: only the rows this one trains on
         # (under FSDP every process runs every forward: all rows)
         split = world > 1 and not getattr(self.model, "agilerl_fsdp", False)
-        for lo, hi in distributed.local_rows(n, self.mini_batch_size, rank, world) if split else [(0, n)]:
+        for lo, hi in distributed.local_rows(n, self.mini_batch_rows, rank, world) if split else [(0, n)]:
             for start in range(lo, hi, size):
                 part = self.to_device(trim_padding(slice_batch(batch, start, min(start + size, hi))))
                 lp = self.logprobs(part, reference=reference,
@@ -546,18 +538,20 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         stats: dict[str, float], clamp: float | None,
     ) -> torch.Tensor:  # fmt: skip
         """``per_token`` plus ``beta`` x the k3 KL to the reference (when there is one); logs ``kl``."""
-        if self.beta > 0 and "ref_logprobs" in batch:
+        if self.spec.beta > 0 and "ref_logprobs" in batch:
             kl = k3_kl(logp, batch["ref_logprobs"], clamp)
             stats["kl"] = float(masked_mean_per_row(kl.detach(), mask).mean())
-            return per_token + float(self.beta) * kl
+            return per_token + float(self.spec.beta) * kl
         return per_token
 
     def _logit_temperature(self) -> float:
         # Score tokens under the distribution they were sampled from (as TRL does).
-        return float(self.temperature) if self.temperature > 0 else 1.0
+        return float(self.spec.temperature) if self.spec.temperature > 0 else 1.0
 
     # --- subclass parts ------------------------------------------------------------------------
-    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
+    def advantages(
+        self, trajs: Sequence[Trajectory], rewards: torch.Tensor, group_size: int
+    ) -> dict[str, torch.Tensor]:
         """Tensors added to the batch: ``advantages`` of shape ``[N]`` or ``[N, T]``."""
         raise NotImplementedError
 
@@ -578,7 +572,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         is. Each has a ``_stderr``: the standard error of the mean over prompts (std over prompts /
         sqrt(prompts)), the noise to read a gain against (docs/llm.md). ``eval_prompts`` is the count.
         """
-        n = max(1, int(loop) * int(self.batch_size))
+        n = max(1, int(loop) * int(self.spec.batch_size))
         seeds = list(range(n))
         self.last_eval = {"eval_prompts": float(n)}
         if greedy:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agilerl_plugin_llm.hf_cache import dataset_cached
+
 _RUBRICS = Path(__file__).resolve().parent / "rubrics"
 
 
@@ -76,8 +78,6 @@ def apply_catalog(data: dict[str, Any]) -> dict[str, Any]:
 def cached_locally(dataset_id: str, config: str | None = None) -> bool:
     """Whether a Hugging Face dataset is in either local cache (``datasets``' or the hub's), read as
     the run reads them (:func:`agilerl_plugin_llm.hf_cache.dataset_cached`)."""
-    from agilerl_plugin_llm.hf_cache import dataset_cached
-
     return dataset_cached(dataset_id, config)
 
 
@@ -102,15 +102,4 @@ def missing_dataset(spec: Any) -> list[tuple[str, str]]:
     )]  # fmt: skip
 
 
-def dataset_source_problems(spec: Any) -> list[tuple[str, str]]:
-    """The dataset rollout source's validation check: a catalog dataset that is not here, else the
-    rows' and rubric's own checks (:func:`agilerl_plugin_llm.check_data.rollout_source_problems`)."""
-    missing = missing_dataset(spec)
-    if missing:
-        return missing
-    from agilerl_plugin_llm.check_data import rollout_source_problems
-
-    return rollout_source_problems(spec)
-
-
-__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "dataset_source_problems", "missing_dataset"]
+__all__ = ["CATALOG", "CatalogEnv", "apply_catalog", "cached_locally", "missing_dataset"]

@@ -16,6 +16,9 @@ import importlib
 import logging
 import sys
 from types import ModuleType
+from typing import Any
+
+from agilerl.errors import closest
 
 #: The module names of GEM's package (``gem-llm`` installs ``gem``).
 GEM_MODULE = "gem"
@@ -44,4 +47,45 @@ def uses_gem(ref: str | None) -> bool:
     return module == GEM_MODULE or module.startswith(GEM_MODULE + ".")
 
 
-__all__ = ["GEM_MODULE", "import_gem", "uses_gem"]
+def gem_config_problem(env_id: str, config: dict[str, Any]) -> str | None:
+    """Why ``env_config`` cannot configure the GEM game ``env_id`` (None: it can, or GEM does not say).
+
+    GEM's games take ``**_`` after their own arguments, so a misspelt key (``max_turn``) is dropped
+    without a word and the game runs with its defaults: the keys are checked against the game
+    class's named arguments instead."""
+    import inspect
+
+    gem = import_gem()
+    registry = getattr(getattr(getattr(gem, "envs", None), "registration", None), "ENV_REGISTRY", None)
+    spec = registry.get(env_id) if isinstance(registry, dict) else None
+    entry = getattr(spec, "entry_point", None)
+    if not isinstance(entry, str) or ":" not in entry:
+        return None
+    module, _, name = entry.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        params = inspect.signature(cls.__init__).parameters.values()
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    named = {p.name for p in params if p.name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    unknown = [k for k in config if k not in named]
+    if not unknown:
+        return None
+    hints = [f"{k!r}" + (f" (did you mean {hint!r}?)" if (hint := closest(k, named)) else "") for k in unknown]
+    return (
+        f"the GEM game {env_id} ({name}) takes no {', '.join(hints)}: GEM would drop it and play with "
+        f"its defaults; its options are {', '.join(sorted(named)) or 'none'}"
+    )
+
+
+def entrypoint_problems(spec: Any) -> list[tuple[str, str]]:
+    """The entrypoint rollout source's validation check: a GEM game's ``env_config`` keys (the only
+    constructor whose options we can read without running user code)."""
+    config = getattr(spec, "env_config", None)
+    if not config or not uses_gem(getattr(spec, "factory", None)) or not getattr(spec, "entrypoint", None):
+        return []
+    problem = gem_config_problem(str(spec.entrypoint), dict(config))
+    return [("env_config", problem)] if problem else []
+
+
+__all__ = ["GEM_MODULE", "entrypoint_problems", "gem_config_problem", "import_gem", "uses_gem"]

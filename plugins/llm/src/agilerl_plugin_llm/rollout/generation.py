@@ -47,6 +47,7 @@ from agilerl_plugin_llm.rollout.vllm_engine import (
     vllm_is_cpu_build,
     vllm_sampling_kwargs,
 )
+from agilerl_plugin_llm.rollout.vllm_server import VLLMServerBackend
 
 # --------------------------------------------------------------------------------------------------
 # Hugging Face generate
@@ -104,7 +105,11 @@ class HFGenerateBackend:
         return out
 
     def _generate(self, prompts: list[list[int]], budgets: list[int], sampling: SamplingConfig) -> list[list[int]]:
-        from agilerl_plugin_llm.rollout.kv import has_dropout, sample_with_shared_prefill, supports_shared_prefix
+        from agilerl_plugin_llm.rollout.kv import (  # deferred: torch, kept out of registration and validation
+            has_dropout,
+            sample_with_shared_prefill,
+            supports_shared_prefix,
+        )
 
         model = self.model
         if self.engine == "cached" and supports_shared_prefix(model):
@@ -261,8 +266,7 @@ def shutdown_engines() -> None:
 def _server_backend(spec: Any, *, stop_ids: list[int], lora: bool = True) -> Any:
     """One client per server URL (and sync kind), shared by the population (each member syncs its
     adapter, or with full fine-tuning its weights, first)."""
-    from agilerl_plugin_llm.distributed import world_size
-    from agilerl_plugin_llm.rollout.vllm_server import VLLMServerBackend
+    from agilerl_plugin_llm.distributed import world_size  # deferred: torch, kept out of registration and validation
 
     if world_size() > 1:
         # Each process would load its own adapter versions under the same names, unload the

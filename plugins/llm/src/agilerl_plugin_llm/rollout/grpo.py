@@ -208,40 +208,21 @@ class GRPO(RolloutLLMAlgorithm):
     """
 
     spec: GRPOSpec
-    group_size: int
-
-    def __init__(self, spec: Any, **kwargs: Any) -> None:
-        super().__init__(spec, **kwargs)  # tokenizer, model, index, device, ... (see RolloutLLMAlgorithm)
-        self._rows_per_batch()
-
-    def _rows_per_batch(self) -> None:
-        # Mini/micro batches are given in prompts; each prompt is group_size rows.
-        mini, micro = self.spec.mini_batch_size, self.spec.micro_batch_size_per_gpu
-        self.mini_batch_size = None if mini is None else int(mini) * int(self.group_size)
-        self.micro_batch_size_per_gpu = None if micro is None else int(micro) * int(self.group_size)
-        if micro is None and self.spec.reduce_memory_peak:
-            self.micro_batch_size_per_gpu = 1  # AgileRL's reduce_memory_peak: one completion per forward pass
-
-    def _on_hyperparameter_change(self, name: str, old: Any, new: Any) -> None:
-        super()._on_hyperparameter_change(name, old, new)
-        if name == "group_size":
-            self._rows_per_batch()
 
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
-        return float(getattr(self, "beta", 0.0)) > 0.0
+        return float(getattr(self.spec, "beta", 0.0)) > 0.0
 
-    def episodes_per_iteration(self) -> tuple[list[int], int]:
-        return self._iteration_seeds(int(self.batch_size)), int(self.group_size)
-
-    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
+    def advantages(
+        self, trajs: Sequence[Trajectory], rewards: torch.Tensor, group_size: int
+    ) -> dict[str, torch.Tensor]:
         adv: torch.Tensor
         if self.spec.advantage_granularity == "turn":
             turn_index = pad_trajectories(trajs, self.pad_id)["turn_index"]
-            adv = turn_group_advantages(trajs, turn_index, repeats, norm=self.spec.adv_norm,
+            adv = turn_group_advantages(trajs, turn_index, group_size, norm=self.spec.adv_norm,
                                         fallback=self.spec.turn_advantage_trajectory_fallback)  # fmt: skip
         else:  # trajectory (and auto): one advantage per completion
-            adv = group_advantages(rewards, repeats, norm=self.spec.adv_norm)
+            adv = group_advantages(rewards, group_size, norm=self.spec.adv_norm)
         # Only whitening reads the policy-token mask: skip padding the batch a second time without it.
         mask = pad_trajectories(trajs, self.pad_id)["loss_mask"] if self.spec.whiten_advantages else None
         return postprocess_advantages(adv, mask, self.spec)

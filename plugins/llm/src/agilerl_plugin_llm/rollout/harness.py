@@ -244,9 +244,16 @@ class RolloutHarness:
         obs = format_observation(obs, info)
         system = getattr(self.env, "system_prompt", None)
         prefix = getattr(self.env, "assistant_prefix", None)
-        if system:
-            self.messages.append({"role": "system", "content": str(system)})
-        self.messages.append({"role": "user", "content": obs})
+        conversation = getattr(self.env, "prompt_messages", None)  # a conversational row (TRL's form)
+        if conversation:
+            if not self.apply_chat_template:
+                raise ChatTemplateError("the prompt is a list of messages, which only a chat template renders; "
+                                        "remove environment.apply_chat_template: false")  # fmt: skip
+            self.messages = [dict(m) for m in conversation]
+        else:
+            if system:
+                self.messages.append({"role": "system", "content": str(system)})
+            self.messages.append({"role": "user", "content": obs})
         if self.apply_chat_template:
             text = self._render(self.messages, add_generation_prompt=True)
         else:

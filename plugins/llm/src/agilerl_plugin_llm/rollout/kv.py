@@ -16,6 +16,7 @@ import torch
 
 from agilerl_plugin_llm import lean_decoder
 from agilerl_plugin_llm import model as llm_model
+from agilerl_plugin_llm.algorithms.base import scale_logits
 from agilerl_plugin_llm.logprobs import token_logprobs
 
 
@@ -25,7 +26,6 @@ def decoder_and_head(model: Any) -> tuple[Any, Any]:
     decoder, head = getattr(base, "model", None), getattr(base, "lm_head", None)
     if decoder is None or head is None:
         raise TypeError(f"{type(base).__name__} exposes no .model/.lm_head; shared-prefix passes need a decoder LM")
-    from agilerl_plugin_llm.algorithms.base import scale_logits
 
     def scaled_head(hidden: torch.Tensor) -> torch.Tensor:
         # The model's own logit scaling (Granite, Cohere), which calling lm_head alone would skip.

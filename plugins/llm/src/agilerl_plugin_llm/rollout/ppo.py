@@ -72,17 +72,12 @@ class LLMPPO(RolloutLLMAlgorithm):
     """
 
     spec: LLMPPOSpec
-    lr_actor: float
-    lr_critic: float
-    vf_coef: float
-    gamma: float
-    gae_lambda: float
 
     value_head: torch.nn.Linear | None = None
 
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
-        return float(getattr(self, "beta", 0.0)) > 0.0
+        return float(getattr(self.spec, "beta", 0.0)) > 0.0
 
     # --- the value head and its optimizer group -----------------------------------------------
     def _base(self) -> Any:
@@ -113,10 +108,10 @@ class LLMPPO(RolloutLLMAlgorithm):
             return torch.optim.AdamW(groups)
 
     def apply_lr_schedule(self) -> None:
-        scale = self.current_lr() / max(float(self.lr), 1e-30)  # the schedule's factor at this iteration
+        scale = self.current_lr() / max(float(self.spec.lr), 1e-30)  # the schedule's factor at this iteration
         actor, critic = self.optimizer.param_groups
-        actor["lr"] = float(getattr(self, "lr_actor", self.spec.lr_actor)) * scale
-        critic["lr"] = float(getattr(self, "lr_critic", self.spec.lr_critic)) * scale
+        actor["lr"] = float(self.spec.lr_actor) * scale
+        critic["lr"] = float(self.spec.lr_critic) * scale
 
     # --- log-probs and values in one pass -----------------------------------------------------
     def logprobs_and_values(
@@ -168,7 +163,9 @@ class LLMPPO(RolloutLLMAlgorithm):
         return logp, values
 
     # --- advantages: GAE over policy tokens ---------------------------------------------------
-    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
+    def advantages(
+        self, trajs: Sequence[Trajectory], rewards: torch.Tensor, group_size: int
+    ) -> dict[str, torch.Tensor]:
         batch = pad_trajectories(trajs, self.pad_id)
         with torch.no_grad():
             was_training = self.model.training
@@ -186,8 +183,8 @@ class LLMPPO(RolloutLLMAlgorithm):
             if where.numel() == 0:
                 continue
             turns = batch["turn_index"][i, where].tolist()
-            a, r = token_gae(values[i, where].tolist(), turns, t.rewards, gamma=float(self.gamma),
-                             lam=float(self.gae_lambda))  # fmt: skip
+            a, r = token_gae(values[i, where].tolist(), turns, t.rewards, gamma=float(self.spec.gamma),
+                             lam=float(self.spec.gae_lambda))  # fmt: skip
             adv[i, where] = torch.tensor(a)
             ret[i, where] = torch.tensor(r)
         if self.spec.whiten_advantages and int(mask.sum()) > 1:
@@ -202,7 +199,7 @@ class LLMPPO(RolloutLLMAlgorithm):
         pg, clipped = policy_loss(x.logp, x.old, batch["advantages"], x.mask, clip_coef=self.clip_range())
         vf = 0.5 * (values - batch["returns"]) ** 2
         # The vLLM importance-sampling weight scales the policy surrogate only (as AgileRL), not the value loss.
-        per_token = x.weighted(pg) + float(self.vf_coef) * vf
+        per_token = x.weighted(pg) + float(self.spec.vf_coef) * vf
         stats: dict[str, float] = {"value_loss": float(masked_mean_per_row(vf.detach(), x.mask).mean()), **x.stats}
         per_token = self.with_kl(per_token, x.logp, batch, x.mask, stats, self.spec.kl_clamp)
         return sequence_mean_loss(per_token, clipped, x.mask, stats)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agilerl_plugin_llm.rollout.specs import CISPOSpec, GRPOSpec, GSPOSpec, LLMPPOSpec, LLMREINFORCESpec, RLOOSpec
+from agilerl_plugin_llm.specs import LLMEnvSpec
 
 
 def register_algorithms(register: Any) -> None:
@@ -22,8 +23,6 @@ def register_algorithms(register: Any) -> None:
 
 
 def register_env_types(register: Any) -> None:
-    from agilerl_plugin_llm.specs import LLMEnvSpec
-
     register(
         "rollout",
         LLMEnvSpec,
@@ -48,7 +47,9 @@ def register_rollout_sources(register: Any) -> None:
     rows = "agilerl_plugin_llm.rollout.sources:build_dataset_source"
     # Rows and rubric, read without running them; for a catalog name (environment.name: gsm8k) first
     # whether its dataset is on this machine.
-    check = "agilerl_plugin_llm.rollout.catalog:dataset_source_problems"
+    check = "agilerl_plugin_llm.check_data:dataset_source_problems"
     for field in ("dataset", "dataset_path", "hf_dataset_id"):
         register(field, rows, check=check)
-    register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source")
+    # A GEM game's options, checked against the game's own arguments (GEM drops unknown ones).
+    register("entrypoint", "agilerl_plugin_llm.rollout.sources:build_entrypoint_source",
+             check="agilerl_plugin_llm.rollout.gem_envs:entrypoint_problems")  # fmt: skip

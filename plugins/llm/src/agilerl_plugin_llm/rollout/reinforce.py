@@ -31,18 +31,19 @@ class LLMREINFORCE(RolloutLLMAlgorithm):
     and the sampling fields."""
 
     spec: LLMREINFORCESpec
-    gamma: float
 
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
-        return float(getattr(self, "beta", 0.0)) > 0.0
+        return float(getattr(self.spec, "beta", 0.0)) > 0.0
 
-    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
+    def advantages(
+        self, trajs: Sequence[Trajectory], rewards: torch.Tensor, group_size: int
+    ) -> dict[str, torch.Tensor]:
         baseline = float(rewards.mean()) if self.spec.baseline == "batch_mean" else 0.0
         turn_index = pad_trajectories(trajs, self.pad_id)["turn_index"]
         adv = torch.zeros(turn_index.shape, dtype=torch.float32)
         for i, t in enumerate(trajs):
-            g = returns_to_go(t.rewards, float(self.gamma))
+            g = returns_to_go(t.rewards, float(self.spec.gamma))
             if self.spec.advantage_granularity == "trajectory":
                 g = [g[0]] * len(g)  # the episode's (discounted) return credits every turn
             for turn, value in enumerate(g):

@@ -14,8 +14,9 @@ function says ``None`` gets 0 (as TRL's ``nansum``), with a warning. An ``async 
 awaited, concurrently with the other async ones.
 
 The reward of a row is ``sum_i reward_weights[i] * f_i(row)``. This list of (name, weight, batched
-callable) is the general form of a batched reward source: another source (a reward model, say)
-joins it as one more :class:`RewardFunc` through :data:`REWARD_SOURCES`.
+callable) is the general form of a batched reward source: another source joins it as one more
+:class:`RewardFunc` through :data:`REWARD_SOURCES`, as ``environment.reward_model`` does (named
+``reward_model``, weighted by the last of ``reward_weights``).
 
 Trust: the ``module:function`` names are code, under the same rule as env entrypoints
 (:mod:`agilerl.trust`): a checkpoint naming them is resumed only with the manifest you trust or
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import AgileRLError
+from agilerl_plugin_llm.chat import is_conversational
 
 log = logging.getLogger("agilerl.llm.rewards")
 
@@ -125,10 +127,24 @@ def _from_reward_funcs(spec: Any) -> list[RewardFunc]:
     return load_reward_funcs(refs, weights[: len(refs)] if weights else None)
 
 
+def _from_reward_model(spec: Any) -> list[RewardFunc]:
+    # Imported here, not at the top: reward_model.py (validation helpers, chat rendering) must stay
+    # importable without this module and this module without it, so neither forms a cycle.
+    from agilerl_plugin_llm.reward_model import reward_model_func
+
+    found = reward_model_func(spec)
+    return [RewardFunc(*found)] if found is not None else []
+
+
 #: Batched reward sources, by the ``environment`` field that turns each on. Each builds the
-#: :class:`RewardFunc` s it contributes from the env spec. Another source (a reward model) adds itself
-#: here; a dataset rollout with any of them set is scored in batches after each rollout.
-REWARD_SOURCES: dict[str, Callable[[Any], list[RewardFunc]]] = {"reward_funcs": _from_reward_funcs}
+#: :class:`RewardFunc` s it contributes from the env spec; a dataset rollout with any of them set is
+#: scored in batches after each rollout, the reward being the weighted sum over all of them. The
+#: order is the order of ``reward_weights``: one weight per ``reward_funcs`` entry, then the reward
+#: model's (as in TRL, where a reward model is one of ``reward_funcs``).
+REWARD_SOURCES: dict[str, Callable[[Any], list[RewardFunc]]] = {
+    "reward_funcs": _from_reward_funcs,
+    "reward_model": _from_reward_model,
+}
 
 
 def batched_sources_set(spec: Any) -> list[str]:
@@ -291,7 +307,7 @@ class BatchReward:
             return
         rows = [t.info["reward_row"] for t in todo]
         prompts = [r["prompt"] for r in rows]
-        conversational = [isinstance(p, list) for p in prompts]
+        conversational = [is_conversational(p) for p in prompts]
         completions: list[Any] = [
             [{"role": "assistant", "content": r["completion"]}] if conv else r["completion"]
             for r, conv in zip(rows, conversational, strict=True)

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agilerl.errors import AgileRLError
+from agilerl.errors import AgileRLError, closest
 from agilerl.imports import get_attribute, import_object, load_file_module
 from agilerl.registry import HookTable, resolve
+from agilerl_plugin_llm.chat import ConversationError, plain, prompt_messages
 from agilerl_plugin_llm.envs import TextEnv, as_reward
-from agilerl_plugin_llm.rollout.gem_envs import import_gem, uses_gem
+from agilerl_plugin_llm.rollout.catalog import CATALOG
+from agilerl_plugin_llm.rollout.gem_envs import gem_config_problem, import_gem, uses_gem
 
 MakeEnv = Callable[[], TextEnv]
 Build = Callable[..., tuple[MakeEnv, "int | None"]]
@@ -59,11 +61,7 @@ def unsupported_fields(spec: Any, source_field: str) -> list[tuple[str, str]]:
     out = [(f, why) for f, why in UNSUPPORTED_ROLLOUT_FIELDS.items() if _is_set(getattr(spec, f, None))]
     if getattr(spec, "strict_chat_template_boundary", None) is False:
         out.append(("strict_chat_template_boundary", "turn boundaries are always rendered token-exactly (strict)"))
-    if source_field not in ("dataset", "dataset_path", "hf_dataset_id"):
-        from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set
-
-        out += [(f, "scores dataset rows (dataset_path, hf_dataset_id or dataset); an env scores its own replies")
-                for f in batched_sources_set(spec)]  # fmt: skip
+    out += batched_source_problems(spec, source_field)
     if source_field != "env_url":
         out += [
             (f, "only applies to env_url (OpenEnv) sources")
@@ -71,6 +69,17 @@ def unsupported_fields(spec: Any, source_field: str) -> list[tuple[str, str]]:
             if _is_set(getattr(spec, f, None))
         ]
     return out
+
+
+def batched_source_problems(spec: Any, source_field: str) -> list[tuple[str, str]]:
+    """``(field, why)`` for batched reward sources (``reward_funcs``, ``reward_model``) set on a source
+    that is not dataset rows: they score rows' completions, and an env scores its own replies."""
+    if source_field in ("dataset", "dataset_path", "hf_dataset_id"):
+        return []
+    from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set
+
+    return [(f, "scores dataset rows (dataset_path, hf_dataset_id or dataset); an env scores its own replies")
+            for f in batched_sources_set(spec)]  # fmt: skip
 
 
 def check_supported(spec: Any, source_field: str) -> None:
@@ -141,13 +150,26 @@ def select_source(spec: Any) -> RolloutSource:
     builds = {id(table[f].build): table[f] for f in present}
     if not builds:
         fields = sorted({*table, "env_url"})
+        name = str(getattr(spec, "name", "") or "")
+        hint = closest(name, CATALOG) if name else None
+        if hint is not None:  # a misspelt catalog name: it named no catalog env, so nothing was filled in
+            raise RolloutSourceError(
+                f"environment.name: {name!r} is not a catalog env; did you mean {hint!r}? "
+                f"(catalog: {', '.join(sorted(CATALOG))}; any other rollout env needs one source: "
+                f"{', '.join(fields)})"
+            )
         raise RolloutSourceError(
             "environment: a rollout env needs exactly one source; set one of "
-            f"{', '.join(fields)} (dataset rows also need rubric_file_path or reward_funcs)"
+            f"{', '.join(fields)} (dataset rows also need rubric_file_path, reward_funcs or reward_model)"
         )
     if len(builds) > 1:
         raise RolloutSourceError(
             f"environment: a rollout env takes exactly one source, got {', '.join(present)}; keep one of them"
+        )
+    if len(present) > 1:  # several fields of one source (dataset_path and hf_dataset_id): one would be ignored
+        raise RolloutSourceError(
+            f"environment: {' and '.join(present)} both name where the rows come from, and only one would be "
+            "read; keep one of them"
         )
     return next(iter(builds.values()))
 
@@ -155,6 +177,9 @@ def select_source(spec: Any) -> RolloutSource:
 def build_source(spec: Any, *, seed: int | None = None, split: str = "train") -> tuple[MakeEnv, int | None, str]:
     """``(make_env, max_turns, field)`` for ``spec``'s source. ``split`` reaches sources that take it."""
     source = select_source(spec)
+    batched = batched_source_problems(spec, source.field)  # any source, a plugin's too
+    if batched:
+        raise RolloutSourceError(f"environment.{batched[0][0]}: {batched[0][1]}")
     build = source.resolve()
     kwargs: dict[str, Any] = {"seed": seed}
     try:
@@ -193,6 +218,15 @@ def load_object(ref: str, field: str) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+#: The dataset loaders (``dataset.env``: torch and ``datasets``, runtime layer), resolved by name when a
+#: run reads rows, the way builders are: the source table and its checks stay in the specs layer.
+_DATASET_LOADERS = "agilerl_plugin_llm.dataset.env"
+
+
+def _dataset_loader(name: str) -> Any:
+    return resolve(f"{_DATASET_LOADERS}:{name}", what="dataset loader")
+
+
 def _read_rows(spec: Any) -> list[dict[str, Any]]:
     path = getattr(spec, "dataset_path", None)
     hf_id = getattr(spec, "hf_dataset_id", None)
@@ -207,11 +241,9 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         suffix = p.suffix.lower()
         try:
             if p.is_dir():  # a local copy of a Hub dataset: its data files or a save_to_disk directory
-                from agilerl_plugin_llm.dataset.env import DatasetError, load_local_dataset
-
                 try:
-                    rows = [dict(r) for r in load_local_dataset(p, "environment.dataset")]
-                except DatasetError as exc:
+                    rows = [dict(r) for r in _dataset_loader("load_local_dataset")(p, "environment.dataset")]
+                except _dataset_loader("DatasetError") as exc:
                     raise RolloutSourceError(str(exc)) from None
             elif suffix == ".jsonl":
                 rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -224,7 +256,7 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
             elif suffix == ".parquet":
                 import pandas as pd
 
-                rows = pd.read_parquet(p).to_dict(orient="records")
+                rows = plain(pd.read_parquet(p).to_dict(orient="records"))  # list columns come as arrays
             else:
                 raise RolloutSourceError(
                     f"environment.dataset_path: unsupported file type {suffix!r}; use .jsonl, .json, .csv or .parquet"
@@ -232,15 +264,13 @@ def _read_rows(spec: Any) -> list[dict[str, Any]]:
         except (json.JSONDecodeError, UnicodeDecodeError, csv.Error) as exc:
             raise RolloutSourceError(f"environment.dataset_path: cannot parse {p}: {exc}") from exc
     elif hf_id:
-        from agilerl_plugin_llm.dataset.env import DatasetError, load_cached_dataset
-
         try:
-            ds = load_cached_dataset(
+            ds = _dataset_loader("load_cached_dataset")(
                 hf_id,
                 "environment.hf_dataset_id" if not named else "environment.dataset",
                 config=getattr(spec, "hf_dataset_config", None),
             )
-        except DatasetError as exc:
+        except _dataset_loader("DatasetError") as exc:
             raise RolloutSourceError(str(exc)) from None
         rows = [dict(r) for r in ds]
     else:  # pragma: no cover - select_source guarantees one of them
@@ -298,7 +328,7 @@ def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
     path = getattr(spec, "rubric_file_path", None) or getattr(spec, "reward_file_path", None)
     if not path:
         raise RolloutSourceError(
-            "environment.rubric_file_path: dataset rows need a rubric: a Python file defining "
+            "environment.rubric_file_path: dataset rows need a reward (or reward_funcs / reward_model): a Python file defining "
             "reward_fn(completion, answer, question) -> float"
         )
     named = getattr(spec, "reward_functions", None) or [(getattr(spec, "rubric_name", None) or "reward_fn", 1.0)]
@@ -360,6 +390,34 @@ def render_prompt(template: dict[str, Any] | None, row: dict[str, Any]) -> tuple
     return system, user if user is not None else str(question), prefix
 
 
+def conversational_prompt(row: dict[str, Any], index: int) -> list[dict[str, Any]] | None:
+    """Row ``index``'s prompt as messages when it is conversational (TRL's form), else None."""
+    column = next((c for c in QUESTION_COLUMNS if c in row), None)
+    if column is None:
+        return None
+    try:
+        return prompt_messages(row[column], f"environment: row {index} column {column!r}")
+    except ConversationError as exc:
+        raise RolloutSourceError(str(exc)) from None
+
+
+def check_conversational_rows(spec: Any, rows: list[dict[str, Any]]) -> None:
+    """Every conversational prompt is a well-formed conversation, and can be rendered as the spec says."""
+    chats = [i for i, row in enumerate(rows) if conversational_prompt(row, i) is not None]
+    if not chats:
+        return
+    if not getattr(spec, "apply_chat_template", True):
+        raise RolloutSourceError(
+            f"environment.apply_chat_template: row {chats[0]}'s prompt is a list of messages, which only a chat "
+            "template renders; remove apply_chat_template: false"
+        )
+    if getattr(spec, "prompt_template", None):
+        raise RolloutSourceError(
+            f"environment.prompt_template: row {chats[0]}'s prompt is already a list of messages; a prompt "
+            "template formats text prompts only, so remove it (put a system message in the rows instead)"
+        )
+
+
 def check_prompt_template(template: dict[str, Any] | None) -> None:
     if not template:
         return
@@ -399,7 +457,7 @@ class RubricEnv:
     ) -> None:
         self.rows = rows
         self.rubric = rubric
-        #: Batched reward functions (``reward_funcs``): the reply is scored with its batch after the
+        #: Batched reward sources (``reward_funcs``, ``reward_model``): the reply is scored with its batch after the
         #: rollout (:class:`~agilerl_plugin_llm.rollout.reward_funcs.BatchReward`), not here.
         self.batch_reward = batch_reward
         self.user_prompt = ""
@@ -408,11 +466,17 @@ class RubricEnv:
         self.rng = random.Random(seed)
         self.system_prompt: str | None = None
         self.assistant_prefix: str | None = None
+        #: A conversational row's prompt messages (the harness renders them with the chat template).
+        self.prompt_messages: list[dict[str, Any]] | None = None
         self.row: dict[str, Any] = {}
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         index = self.rng.randrange(len(self.rows)) if seed is None else seed % len(self.rows)
         self.row = self.rows[index]
+        self.prompt_messages = conversational_prompt(self.row, index)
+        if self.prompt_messages is not None:
+            self.system_prompt = self.assistant_prefix = None
+            return str(self.prompt_messages[-1]["content"]), {"row": index}
         self.system_prompt, user, self.assistant_prefix = render_prompt(self.prompt_template, self.row)
         self.user_prompt = user
         return user, {"row": index}
@@ -446,6 +510,7 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
     template = getattr(spec, "prompt_template", None)
     check_prompt_template(template)
     rows = _read_rows(spec)
+    check_conversational_rows(spec, rows)
     train, test = split_rows(rows, getattr(spec, "train_test_split", None), seed)
     chosen = test if split == "test" else train
     max_reward = getattr(spec, "max_reward", None)
@@ -496,7 +561,7 @@ def _no_rubric(completion: str, answer: Any, question: Any) -> float:  # pragma:
 
 
 def _batched_reward(spec: Any, max_reward: float | None) -> Any:
-    """The shared batched scorer when the spec names batched reward sources (``reward_funcs``, ...)."""
+    """The shared batched scorer when the spec names batched reward sources (``reward_funcs``, ``reward_model``)."""
     from agilerl_plugin_llm.rollout.reward_funcs import BatchReward, batched_sources_set, build_reward_funcs
 
     fields = batched_sources_set(spec)
@@ -524,6 +589,9 @@ def build_entrypoint_source(spec: Any, *, seed: int | None = None) -> tuple[Make
     factory_ref = getattr(spec, "factory", None)
     if uses_gem(factory_ref) or uses_gem(entrypoint):
         import_gem()  # before load_object imports it: GEM's import would double every log line
+        problem = gem_config_problem(entrypoint, config) if config and uses_gem(factory_ref) else None
+        if problem is not None:
+            raise RolloutSourceError(f"environment.env_config: {problem}")
     if factory_ref:
         factory = load_object(factory_ref, "factory")
 

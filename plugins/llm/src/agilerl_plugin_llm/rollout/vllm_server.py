@@ -43,13 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agilerl_plugin_llm.rollout.generation import (
-    GenerationError,
-    LoRAExporter,
-    SamplingConfig,
-    _cut,
-    vllm_sampling_kwargs,
-)
+from agilerl_plugin_llm.rollout.sampling import GenerationError, SamplingConfig, _cut
+from agilerl_plugin_llm.rollout.specs import http_url_problem
+from agilerl_plugin_llm.rollout.vllm_engine import LoRAExporter, vllm_sampling_kwargs
 
 
 def completion_request(
@@ -191,6 +187,9 @@ class VLLMServerBackend:
         export_dir: str | None = None,
         lora: bool = True,
     ) -> None:
+        problem = http_url_problem(base_url)
+        if problem is not None:  # another scheme never answers: refused now, not after server_timeout
+            raise GenerationError(f"vllm_server_url: {problem}")
         self.base_url = base_url.rstrip("/")
         self.stop_ids = list(stop_ids)
         self.timeout = float(timeout)

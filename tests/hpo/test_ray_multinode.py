@@ -1,0 +1,175 @@
+"""``training.backend: ray`` on a real two-node Ray cluster on this machine, and a node lost mid-generation.
+
+The cluster runs in a process of its own (``ray.cluster_utils.Cluster``: a head node and a worker node of one
+CPU each, real raylets, each node at this machine's own address), and every run joins it by
+``training.ray_address`` from a fresh process, as a user's driver would. The runs must give the fitnesses
+the local backend gives for the same seed, with members trained on both nodes (as Ray reports the worker
+actors' nodes), and the same fitnesses again when the worker node's raylet is killed while it trains a member.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agilerl import LocalTrainer
+
+#: As test_ray_backend's population: 4 PPO members on CartPole, tournament selection and mutation between
+#: generations (so the fitnesses depend on every member's training).
+PPO_CARTPOLE: dict[str, Any] = {
+    "algorithm": {"name": "PPO", "learn_step": 64, "batch_size": 32, "update_epochs": 2, "lr": 0.003},
+    "environment": {"name": "CartPole-v1", "num_envs": 2},
+    "network": {"latent_dim": 16, "arch": "mlp", "encoder_config": {"hidden_size": [16]}, "head_config": {"hidden_size": [16]}},
+    "mutation": {
+        "probabilities": {"no_mut": 0.4, "arch_mut": 0.2, "params_mut": 0.2, "rl_hp_mut": 0.2},
+        "rl_hp_selection": {"lr": {"min": 0.0001, "max": 0.01}},
+    },
+    "tournament_selection": {"tournament_size": 2, "elitism": True},
+    "training": {"pop_size": 4, "max_steps": 512, "evo_steps": 256, "eval_loop": 1, "eval_steps": 100,
+                 "seed": 3, "progress": False, "save_elite": False},
+}  # fmt: skip
+
+pytest.importorskip("ray", reason="the Ray backend needs the extra: pip install 'agilerl-core[ray]'")
+
+#: A head and one worker node of one CPU each; prints the address and both node ids. ``kill-when-stepping`` on
+#: stdin waits (bounded) until a member is being trained on the worker node, then kills that node's raylet and
+#: its workers (no graceful exit). At EOF the cluster shuts down.
+CLUSTER = r"""
+import os, sys, time
+from pathlib import Path
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+node = cluster.add_node(num_cpus=1)
+cluster.wait_for_nodes()
+print("ADDR", cluster.address, cluster.head_node.node_id, node.node_id, flush=True)
+
+def children(pid):
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(proc.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+for line in sys.stdin:
+    if line.strip() == "kill-when-stepping":
+        raylet = node.all_processes["raylet"][0].process.pid
+        deadline = time.monotonic() + 120
+        found = False
+        while not found and time.monotonic() < deadline:
+            for pid in children(raylet):
+                try:
+                    found = found or b"ray::MemberWorker.step" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    pass
+            time.sleep(0.02)
+        cluster.remove_node(node, allow_graceful=False)
+        print("KILLED" if found else "NOT-SEEN", flush=True)
+cluster.shutdown()
+print("STOPPED", flush=True)
+"""
+
+#: A driver of its own (Ray not yet initialised in it): trains the manifest, prints the fitnesses.
+DRIVER = r"""
+import json, logging, sys
+from agilerl import LocalTrainer
+logging.basicConfig(level=logging.INFO)
+result = LocalTrainer.from_manifest(json.loads(sys.argv[1])).train()
+print("FITNESSES", json.dumps(result.fitnesses), flush=True)
+"""
+
+
+class RayCluster:
+    def __init__(self) -> None:
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("ADDR "):
+            self.log.seek(0)
+            raise AssertionError(f"the two-node cluster did not start: {line!r}\n{self.log.read()[-3000:]}")
+        self.address, self.head, self.worker = line.split()[1:]
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        rest = self.proc.stdout.read()
+        assert self.proc.wait(timeout=120) == 0 and "STOPPED" in rest
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[RayCluster]:
+    cluster = RayCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _manifest(tmp: Path, name: str, **training: Any) -> dict[str, Any]:
+    m = copy.deepcopy(PPO_CARTPOLE)
+    m["training"].update({"run_dir": str(tmp / name), **training})
+    return m
+
+
+def _drive(manifest: dict[str, Any], home: Path) -> tuple[list[list[float]], str]:
+    """Run ``manifest`` in a driver process of its own: its fitnesses and its output.
+
+    Its home holds a Ray token, as any machine that ever ran a local Ray (2.59+) does: the cluster above
+    uses no authentication, and a driver that took the token's presence for the cluster's mode had every
+    worker's creation cancelled ("The actor never ran")."""
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(uuid.uuid4().hex * 2)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_STRICT_PLUGINS": "1", "HOME": str(home)}
+    for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(key, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(manifest)], capture_output=True, text=True, env=env,
+        timeout=600, check=False,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("FITNESSES "))
+    return json.loads(line.split(" ", 1)[1]), out
+
+
+@pytest.mark.slow  # ~40 s: a two-node cluster, and a run on it beside the same run here
+def test_a_population_on_two_nodes_matches_local_with_members_on_both(two_nodes: RayCluster, tmp_path: Path) -> None:
+    local = LocalTrainer.from_manifest(_manifest(tmp_path, "local")).train()
+    fitnesses, out = _drive(_manifest(tmp_path, "ray", backend="ray", ray_address=two_nodes.address), tmp_path / "home")
+    assert fitnesses == local.fitnesses
+    # Ray's runtime context, asked by each worker actor: one worker on each node.
+    assert "ray: 2 worker(s) on 2 node(s): " in out, out
+    assert f"{two_nodes.head} x1" in out and f"{two_nodes.worker} x1" in out, out
+
+
+@pytest.mark.slow  # ~40 s: the same run with the worker node killed while it trains a member
+def test_a_node_lost_mid_generation_is_survived_with_the_same_fitnesses(two_nodes: RayCluster, tmp_path: Path) -> None:
+    node = two_nodes.worker  # (the module's last test: the cluster keeps only its head after it)
+    local = LocalTrainer.from_manifest(_manifest(tmp_path, "local")).train()
+    assert two_nodes.proc.stdin is not None
+    two_nodes.proc.stdin.write("kill-when-stepping\n")
+    two_nodes.proc.stdin.flush()
+    fitnesses, out = _drive(_manifest(tmp_path, "ray", backend="ray", ray_address=two_nodes.address), tmp_path / "home")
+    assert two_nodes.proc.stdout is not None
+    assert two_nodes.proc.stdout.readline().startswith("KILLED"), "the worker node never trained a member"
+    assert f"ray: node {node} is gone" in out, out
+    assert fitnesses == local.fitnesses
