@@ -63,6 +63,9 @@ SCRIPTS: dict[str, Script] = {
     ),
     "llm/bench_sft_dpo.py": Script(smoke=["--steps", "2", "--warmup", "1", "--repeats", "1"]),
     "llm/bench_grpo.py": Script(smoke=["--steps", "2", "--warmup", "1", "--repeats", "1"]),
+    "llm/bench_learning.py": Script(
+        smoke=["--seeds", "0", "--rows", "64", "--sft-steps", "4", "--steps", "2", "--prompts", "2", "--group", "2"]
+    ),
     "llm/profile_llm.py": Script(smoke=["--steps", "2", "--warmup", "1"]),
     "llm/bench_data_parallel.py": Script(smoke=["--sizes", "64x2:2"]),
     "openenv/bench_speed.py": Script(smoke=["--iterations", "2", "--repeats", "1", "--rounds", "10"]),

@@ -1,5 +1,6 @@
-"""GRPO: the loss pieces by hand, and learning "say the magic number" from a YAML manifest through
-``agilerl train``, with full fine-tuning and with LoRA."""
+"""GRPO: the loss pieces by hand, and "say the magic number" from a YAML manifest through ``agilerl
+train`` as a smoke test. Learning on a task whose answer depends on the prompt, with full fine-tuning
+and with LoRA: test_learning_reverse.py."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 
-from agilerl.models import load_manifest
 from agilerl_plugin_llm.rollout.grpo import group_advantages, policy_loss
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "llm"
@@ -45,17 +44,6 @@ def grpo_manifest(model_dir: Path, run_dir: Path, **algo: Any) -> dict[str, Any]
 def fitness_history(run_dir: Path) -> list[float]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [float(r["fitness"]) for r in rows]
-
-
-def untrained_reward(manifest: dict[str, Any]) -> float:
-    """Greedy held-out reward of the starting model, measured the same way as the run's fitness."""
-    from agilerl.strategies import select_strategy
-    from agilerl_plugin_llm.rollout.grpo import GRPO
-
-    m = load_manifest(manifest)
-    envs = select_strategy(m.algorithm).make_env(m, seed=0)
-    agent = GRPO(m.algorithm, tokenizer=envs.tokenizer)
-    return agent.test(envs)
 
 
 # --- the loss, by hand -----------------------------------------------------------------------------
@@ -99,17 +87,17 @@ def test_gspo_and_cispo_variants() -> None:
 # --- learning from manifests -----------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_grpo_learns_to_say_the_word_from_a_manifest(
+def test_grpo_say_the_word_smoke(
     tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
 ) -> None:
+    """A smoke test: a short GRPO run from a manifest trains, evaluates and saves. "Say eight" is no
+    learning evidence (its answer ignores the prompt); test_learning_reverse.py is."""
     manifest = grpo_manifest(tiny_model_dir, tmp_path / "run")
-    before = untrained_reward(manifest)
+    manifest["training"].update(max_steps=6, evo_steps=3)
     code, out, err = run_cli("train", write_manifest(manifest))
     assert code == 0, out + err
     history = fitness_history(tmp_path / "run")
-    assert before < 0.1, before
-    assert history[-1] >= 0.8, history
+    assert len(history) == 3 and all(0.0 <= f <= 1.0 for f in history), history
     assert (tmp_path / "run" / "elite.pt").is_file()
 
 
@@ -127,19 +115,6 @@ def test_grpo_evaluation_interval_logs_heldout_rows_every_n_iterations(
     assert [(r["generation"], r["steps"]) for r in evals] == [(0, 2), (0, 4)], rows
     assert all(0.0 <= r["eval/eval_reward"] <= 1.0 for r in evals), evals
     assert [r["steps"] for r in rows if r.get("generation") == 0 and "fitness" in r] == [5]
-
-
-@pytest.mark.slow
-def test_grpo_with_lora_learns_to_say_the_word(
-    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
-) -> None:
-    manifest = grpo_manifest(tiny_model_dir, tmp_path / "run")
-    manifest["network"]["lora_config"] = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
-    manifest["training"]["max_steps"] = 40
-    code, out, err = run_cli("train", write_manifest(manifest))
-    assert code == 0, out + err
-    history = fitness_history(tmp_path / "run")
-    assert history[-1] >= 0.8, history
 
 
 def test_grpo_population_mutates_checkpoints_and_resumes(

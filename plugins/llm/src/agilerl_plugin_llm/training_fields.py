@@ -29,6 +29,10 @@ class LLMTrainingFields(Spec):
         "stops after that many passes over the training rows, or at max_steps if sooner).",
         "evo_epochs": "Refused unless the algorithm reads it (none does yet).",
         "rollout_mode": "Refused for algorithms that do not read it.",
+        "eval_samples_per_task": "Rollout algorithms: k sampled completions per held-out prompt besides the greedy "
+        "pass, logged as eval/eval_sampled_* with standard errors; refused for SFT/DPO.",
+        "eval_greedy": "Rollout algorithms: false drops the greedy held-out pass and makes the sampled one the "
+        "fitness; refused for SFT/DPO.",
     }
     field_synonyms: ClassVar[dict[str, str]] = {"num_train_epochs": "num_epochs"}
 
@@ -36,7 +40,8 @@ class LLMTrainingFields(Spec):
     num_epochs: Annotated[int | None, Field(ge=1)] = None
     evo_epochs: Annotated[int | None, Field(ge=1)] = None
     rollout_mode: Literal["colocated", "async"] = "colocated"
-    # AgileRL's evaluation and distributed-training settings (no algorithm here reads them yet)
+    # The held-out decoding (rollout algorithms read eval_samples_per_task and eval_greedy: agent.test);
+    # AgileRL's other evaluation and distributed-training settings (no algorithm here reads them yet)
     eval_samples_per_task: Annotated[int, Field(ge=0)] = 0
     eval_greedy: bool = True
     eval_max_concurrent_episodes: Annotated[int | None, Field(ge=1)] = None

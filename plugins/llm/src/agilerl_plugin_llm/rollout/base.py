@@ -11,6 +11,7 @@ each turn, every unfinished episode's context goes to the generation backend in 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -559,15 +560,32 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         raise NotImplementedError
 
     # --- evaluation ----------------------------------------------------------------------------
-    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None) -> float:
-        """Mean episode return, greedy, on ``loop x batch_size`` held-out episodes (seeds 0, 1, ...)."""
+    def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None,
+             samples_per_prompt: int = 0, greedy: bool = True) -> float:  # fmt: skip
+        """Mean episode return on ``loop x batch_size`` held-out prompts (seeds 0, 1, ...: with a dataset,
+        held-out rows 0, 1, ...), the run's fitness. Greedy unless ``greedy`` is false.
+
+        ``last_eval`` names each score by its decoding: ``eval_greedy_reward`` / ``eval_greedy_success``,
+        and with ``samples_per_prompt`` (``training.eval_samples_per_task``) > 0, or ``greedy`` false,
+        ``eval_sampled_reward`` / ``eval_sampled_success``: that many samples per prompt at the rollout
+        temperature, averaged per prompt. ``eval_reward`` / ``eval_success`` repeat the one the fitness
+        is. Each has a ``_stderr``: the standard error of the mean over prompts (std over prompts /
+        sqrt(prompts)), the noise to read a gain against (docs/llm.md). ``eval_prompts`` is the count.
+        """
         n = max(1, int(loop) * int(self.spec.batch_size))
-        trajs = self.rollout(env.make_eval, list(range(n)), greedy=True)
-        returns = [t.total_reward for t in trajs]
-        self.last_eval = {"eval_reward": sum(returns) / len(returns)}
-        successes = [t.info["success"] for t in trajs if "success" in t.info]
-        if successes:
-            self.last_eval["eval_success"] = sum(map(float, successes)) / len(successes)
+        seeds = list(range(n))
+        self.last_eval = {"eval_prompts": float(n)}
+        if greedy:
+            self.last_eval.update(_scores(self.rollout(env.make_eval, seeds, greedy=True), n, 1, "eval_greedy"))
+        k = max(int(samples_per_prompt), 0 if greedy else 1)
+        if k:
+            trajs = self.rollout(env.make_eval, [s for s in seeds for _ in range(k)], greedy=False,
+                                 generation_seed=0 if seed is None else int(seed))  # fmt: skip
+            self.last_eval.update(_scores(trajs, n, k, "eval_sampled"))
+        head = "eval_greedy" if greedy else "eval_sampled"
+        for metric in ("reward", "reward_stderr", "success", "success_stderr"):
+            if f"{head}_{metric}" in self.last_eval:
+                self.last_eval[f"eval_{metric}"] = self.last_eval[f"{head}_{metric}"]
         return self.last_eval["eval_reward"]
 
     # --- checkpoints ---------------------------------------------------------------------------
@@ -591,6 +609,24 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         if backend is not None and getattr(backend, "name", "") in ("vllm", "vllm_server"):
             twin._backend = backend  # type: ignore[attr-defined]
         return twin  # type: ignore[return-value]
+
+
+def _scores(trajs: Sequence[Trajectory], prompts: int, k: int, prefix: str) -> dict[str, float]:
+    """Mean return (and success, where episodes report it) over ``prompts`` prompts of ``k`` episodes
+    each (in prompt order), with the standard error of each mean over prompts."""
+
+    def mean_and_stderr(values: list[float]) -> tuple[float, float]:
+        per_prompt = [sum(values[i * k : (i + 1) * k]) / k for i in range(prompts)]
+        mean = sum(per_prompt) / prompts
+        var = sum((v - mean) ** 2 for v in per_prompt) / prompts
+        return mean, math.sqrt(var / prompts)
+
+    out: dict[str, float] = {}
+    out[f"{prefix}_reward"], out[f"{prefix}_reward_stderr"] = mean_and_stderr([t.total_reward for t in trajs])
+    if trajs and all("success" in t.info for t in trajs):
+        successes = [float(t.info["success"]) for t in trajs]
+        out[f"{prefix}_success"], out[f"{prefix}_success_stderr"] = mean_and_stderr(successes)
+    return out
 
 
 __all__ = [

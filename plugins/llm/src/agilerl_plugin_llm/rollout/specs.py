@@ -183,6 +183,8 @@ class RolloutLLMSpec(PluginLLMSpec):
 
     regime: ClassVar[str] = "rollout"
     default_env_type: ClassVar[str] = "rollout"
+    #: The held-out evaluation's decoding (``agent.test``): greedy or sampled, samples per prompt.
+    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"eval_greedy", "eval_samples_per_task"}
 
     temperature: Annotated[
         float,

@@ -5,7 +5,9 @@
   here, so their mistakes stop the run before any model is built.
 * ``learn(agent, run, n)``: ``n`` iterations (collect a batch of episodes, optimizer steps), each
   advancing ``agent.steps`` by one.
-* ``evaluate``: mean greedy return on held-out episodes (``agent.test``); with
+* ``evaluate``: mean greedy return on held-out episodes (``agent.test``; ``training.eval_greedy``,
+  ``eval_samples_per_task`` add or choose sampled decoding), its ``eval/...`` metrics added to the
+  generation's row; with
   ``training.evaluation_interval`` also every that many iterations, as its own metrics row
   (:mod:`agilerl_plugin_llm.evaluation`).
 """
@@ -24,6 +26,7 @@ from agilerl_plugin_llm.rollout.completions_log import write_completions
 from agilerl_plugin_llm.rollout.env import make_rollout_envs
 from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
 from agilerl_plugin_llm.rollout.reward_funcs import RewardFunctionError
+from agilerl_plugin_llm.training_fields import llm_training
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -57,6 +60,9 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
     paradigm: ClassVar[str] = "llm"
     regime: ClassVar[str] = "rollout"
     step_unit: ClassVar[str] = "iteration"
+
+    def __init__(self) -> None:
+        self._learn_stats: dict[int, dict[str, float]] = {}
 
     def make_env(self, manifest: TrainingManifest, *, seed: int | None) -> Any:
         check_launch()  # a launch asking for what is not done here stops before any model loads
@@ -92,19 +98,24 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
                 self.evaluate(agent, run)
                 log_evaluation(run, agent, agent.last_eval)
         n = max(int(num_steps), 1)
-        return {f"train/{k}": v / n for k, v in totals.items()}
+        stats = {f"train/{k}": v / n for k, v in totals.items()}
+        # The loop logs this dict after evaluation: evaluate() adds the held-out metrics to it.
+        self._learn_stats[agent.index] = stats
+        return stats
 
     def evaluate(self, agent: Any, run: Run) -> float:
-        t = run.manifest.training
         with engine_death_is_resumable(agent):
-            return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+            fitness = _test(agent, run)
+        stats = self._learn_stats.pop(agent.index, None)
+        if stats is not None:
+            stats.update({f"eval/{k}": float(v) for k, v in agent.last_eval.items()})
+        return fitness
 
     def setup(self, run: Run) -> None:
         if run.resume is None:
             # The step-0 point: held-out reward before any training, so a run shows how far it moved.
             for agent in run.population:
-                t = run.manifest.training
-                fitness = float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop))
+                fitness = _test(agent, run)
                 run.logger.log({"generation": -1, "agent": agent.index, "steps": agent.steps, "fitness": fitness,
                                 **{f"eval/{k}": v for k, v in agent.last_eval.items()}})  # fmt: skip
 
@@ -115,6 +126,15 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
             if backend is not None and id(backend) not in seen:
                 seen.add(id(backend))
                 backend.close()
+
+
+def _test(agent: Any, run: Run) -> float:
+    """The held-out evaluation as the manifest sets it: ``eval_loop x batch_size`` prompts, decoded as
+    ``eval_greedy`` / ``eval_samples_per_task`` say."""
+    t = run.manifest.training
+    fields = llm_training(run.manifest)
+    return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=t.seed,
+                            samples_per_prompt=fields.eval_samples_per_task, greedy=fields.eval_greedy))  # fmt: skip
 
 
 __all__ = ["LLMRolloutStrategy"]
