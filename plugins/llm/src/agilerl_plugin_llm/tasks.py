@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agilerl_plugin_llm.rollout.sources import split_rows
+
 __all__ = ["ExactMatch", "exact_match", "heldout_rows", "read_rows", "reverse_rows", "write_rows"]
 
 #: The prompt's wording; the digits follow it.
@@ -69,8 +71,6 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 def heldout_rows(rows: list[dict[str, Any]], train_test_split: float | None, seed: int | None) -> list[dict[str, Any]]:
     """The rows a run with this ``environment.train_test_split`` and ``training.seed`` holds out
     (both the rollout env and the SFT dataset env split this way)."""
-    from agilerl_plugin_llm.rollout.sources import split_rows
-
     return split_rows(rows, train_test_split, seed)[1]
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_llm.chat import is_conversational
+from agilerl_plugin_llm.reward_model import reward_model_func
 
 log = logging.getLogger("agilerl.llm.rewards")
 
@@ -128,10 +129,6 @@ def _from_reward_funcs(spec: Any) -> list[RewardFunc]:
 
 
 def _from_reward_model(spec: Any) -> list[RewardFunc]:
-    # Imported here, not at the top: reward_model.py (validation helpers, chat rendering) must stay
-    # importable without this module and this module without it, so neither forms a cycle.
-    from agilerl_plugin_llm.reward_model import reward_model_func
-
     found = reward_model_func(spec)
     return [RewardFunc(*found)] if found is not None else []
 
