@@ -112,7 +112,7 @@ def test_bit_flipping_env_is_goal_conditioned_and_others_are_not() -> None:
 
 
 def _her_manifest(algo: str, tmp: Path, **her_args: Any) -> dict[str, Any]:
-    continuous = algo in ("DDPG", "TD3")
+    continuous = algo in ("DDPG", "TD3", "SAC", "TQC")
     return {
         "algorithm": {"name": algo, "batch_size": 16, "learn_step": 4},
         "environment": {**BITS, "env_config": {"n_bits": 4, "continuous": continuous}, "num_envs": 2, "sync": True},
@@ -128,7 +128,15 @@ def _her_manifest(algo: str, tmp: Path, **her_args: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("algo", "strategy", "normalize"),
-    [("DQN", "future", False), ("TD3", "final", False), ("DDPG", "episode", False), ("DQN", "future", True)],
+    [
+        ("DQN", "future", False),
+        ("TD3", "final", False),
+        ("DDPG", "episode", False),
+        ("DQN", "future", True),
+        ("SAC", "future", False),
+        ("SAC", "episode", True),
+        ("TQC", "final", False),
+    ],
 )
 def test_her_trains_and_resumes_exactly(algo: str, strategy: str, normalize: bool, tmp_path: Path) -> None:
     """(With ``environment.normalize`` too: relabelled batches are normalised with each agent's statistics.)"""
