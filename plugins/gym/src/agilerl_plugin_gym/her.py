@@ -4,7 +4,7 @@ For goal-conditioned envs (a Dict observation with ``observation``, ``achieved_g
 ``desired_goal``, and ``compute_reward(achieved_goal, desired_goal, info)``; see
 :mod:`agilerl_plugin_gym.goal_envs`). The manifest turns it on in its ``replay_buffer`` section
 (``her: true``, ``her_args: {n_sampled_goal, goal_selection_strategy}``); any single-agent
-off-policy algorithm of the off-policy engine (DQN, DDPG, TD3, and those added to it) then learns
+off-policy algorithm of the off-policy engine (DQN, DDPG, TD3, SAC, TQC, and those added to it) then learns
 from relabelled goals, because the relabelling happens where batches are drawn.
 
 * **Storing.** The engine hands each vector step to :meth:`HerReplayBuffer.add_step`. A sub-env's

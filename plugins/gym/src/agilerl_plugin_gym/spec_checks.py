@@ -119,7 +119,7 @@ def buffer_problems(
                                 "DQN and RainbowDQN have it"))  # fmt: skip
     if rb.her and "her" not in features:
         problems.append(Problem("replay_buffer.her", f"hindsight experience replay is not supported{who}; "
-                                "the single-agent off-policy algorithms (DQN, DDPG, TD3) have it"))  # fmt: skip
+                                "the single-agent off-policy algorithms (DQN, DDPG, TD3, SAC, TQC) have it"))  # fmt: skip
     elif rb.her and (rb.per_buffer or rb.n_step_buffer or n_step is not None):
         problems.append(Problem("replay_buffer.her", "hindsight experience replay with prioritised or n-step "
                                 "replay is not supported yet; turn those off"))  # fmt: skip
@@ -168,7 +168,7 @@ def normalize_problems(manifest: TrainingManifest, *, supported: bool, who: str)
     return [Problem(
         "environment.normalize",
         f"not supported yet by {who}: observation/reward normalisation is applied by the single-agent "
-        "on-policy and off-policy engines (PPO, DQN, RainbowDQN, DDPG, TD3); remove it",
+        "on-policy and off-policy engines (PPO, A2C, DQN, RainbowDQN, DDPG, TD3, SAC, TQC); remove it",
     )]  # fmt: skip
 
 

@@ -15,6 +15,9 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
 * Critic input, as DDPG's: for vector observations the critic's encoder reads ``[obs, action]``;
   for images and Dict/Tuple observations the critic encodes the observation and its head reads
   ``[latent, action]``.
+* ``environment.normalize`` (SB3's ``VecNormalize``): the off-policy engine feeds the actor
+  normalised observations and normalises each sampled batch with this agent's statistics;
+  ``predict`` and the exported deterministic actor (:meth:`SAC.policy_module`) take raw ones.
 * Exploration draws its Gaussian noise from the engine's generator (checkpointed with the run), so
   a resumed run acts exactly as the uninterrupted one; before ``training.learning_delay`` steps
   actions are uniform in the Box (SB3's ``learning_starts``).
@@ -32,6 +35,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.networks import obs_dim
+from agilerl_plugin_gym.normalization import NormalizedPolicy
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
@@ -251,9 +255,13 @@ class SAC(GymAlgorithm):
         self.gradient_updates = int(state.get("gradient_updates", 0))
 
     def policy_module(self) -> nn.Module:
-        """The deterministic policy (``tanh`` of the mean, rescaled) as a CPU module in eval mode."""
+        """The deterministic policy (``tanh`` of the mean, rescaled) as a CPU module in eval mode;
+        with ``environment.normalize`` it takes raw observations (the frozen statistics first)."""
         actor = copy.deepcopy(self.nets["actor"]).cpu().eval()
-        return SquashedMeanPolicy(actor, self.low, self.high).eval()
+        module: nn.Module = SquashedMeanPolicy(actor, self.low, self.high)
+        if self.normalizer is not None:
+            module = NormalizedPolicy(self.normalizer.module(), module)
+        return module.eval()
 
 
 class SquashedMeanPolicy(nn.Module):
