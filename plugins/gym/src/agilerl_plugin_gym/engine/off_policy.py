@@ -13,9 +13,8 @@ networks and exploration (``explore``/``get_actions``). Two env APIs, one schedu
 
 Their parts:
 
-* :class:`TargetSync` — target networks that track online ones, by Polyak averaging
-  (:meth:`TargetSync.soft`, one fused ``lerp`` over all parameters) or by copying
-  (:meth:`TargetSync.hard`).
+* :class:`~agilerl_plugin_gym.networks.targets.TargetSync` — target networks that track online
+  ones (re-exported from :mod:`agilerl_plugin_gym.networks.targets`).
 * :class:`ExplorationNoise` — Gaussian or Ornstein-Uhlenbeck action noise, one row per sub-env,
   drawn from a generator the caller owns (never the global ``np.random``), reset per sub-env at
   episode end.
@@ -37,16 +36,15 @@ import no strategy or algorithm, only the public algorithm protocol
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import numpy_rng_state, set_numpy_rng_state
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.replay_per import (
@@ -55,6 +53,7 @@ from agilerl_plugin_gym.engine.replay_per import (
     annealed_beta,
     with_priority_update,
 )
+from agilerl_plugin_gym.networks.targets import TargetSync, lerp_params
 
 if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import ReplayBuffer
@@ -71,58 +70,6 @@ __all__ = [
     "gradient_steps",
     "lerp_params",
 ]
-
-
-@torch.no_grad()
-def lerp_params(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
-    """``target <- target + tau * (online - target)`` for every pair, in one fused kernel call."""
-    torch._foreach_lerp_(target, online, tau)
-
-
-class TargetSync:
-    """Target copies of online networks, held in a ``{name: module}`` mapping.
-
-    :param nets: the mapping that holds online and target networks (e.g. ``algorithm.nets``).
-    :param target_of: target name -> online name.
-
-    Parameter lists are gathered once (call :meth:`rebuild` after an architecture change), so a
-    soft update is a single ``torch._foreach_lerp_`` call however many networks there are.
-    """
-
-    def __init__(self, nets: MutableMapping[str, Any], target_of: Mapping[str, str]) -> None:
-        self.nets = nets
-        self.target_of = dict(target_of)
-        self.target: list[torch.Tensor] = []
-        self.online: list[torch.Tensor] = []
-        if all(t in nets for t in self.target_of):
-            self.rebuild()
-
-    def rebuild(self) -> None:
-        """Re-gather the parameter lists (after networks were replaced or reshaped)."""
-        self.target, self.online = [], []
-        for target, source in self.target_of.items():
-            # (before copy_online the two may differ in shape: the lists are gathered again after it)
-            for t, o in zip(self.nets[target].parameters(), self.nets[source].parameters(), strict=False):
-                if t is not o:  # a module both read (a shared encoder) needs no averaging
-                    self.target.append(t)
-                    self.online.append(o)
-
-    def copy_online(self) -> None:
-        """(Re)create every target as a frozen deep copy of its online network, then rebuild."""
-        for target, source in self.target_of.items():
-            self.nets[target] = copy.deepcopy(self.nets[source])
-            self.nets[target].requires_grad_(False)
-        self.rebuild()
-
-    def soft(self, tau: float) -> None:
-        """Polyak averaging of every target towards its online network."""
-        if self.target:
-            lerp_params(self.target, self.online, tau)
-
-    @torch.no_grad()
-    def hard(self) -> None:
-        """Copy the online weights into the targets (same architectures)."""
-        torch._foreach_copy_(self.target, self.online)
 
 
 @dataclass
@@ -295,8 +242,11 @@ class OffPolicyEngine:
         nstep = self.replay.collector(agent.gamma)
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         max_steps = self.max_steps
+        # The fast room's explore and learn where the networks qualify (agilerl_plugin_gym.fast).
+        explore = fast.select(agent, "explore") or agent.explore
+        agent_learn = fast.select(agent, "learn") or agent.learn
         for _ in range(max(1, -(-num_steps // n))):
-            stored_action, env_action = agent.explore(obs, rng, warmup=schedule.warming_up(agent.steps))
+            stored_action, env_action = explore(obs, rng, warmup=schedule.warming_up(agent.steps))
             next_obs, reward, terminated, truncated, _ = env.step(env_action)
             keep = ~fresh
             if nstep is None:
@@ -317,10 +267,10 @@ class OffPolicyEngine:
                 if per is not None:  # one batch at a time (priorities change after each); beta from the steps
                     beta = annealed_beta(getattr(agent, "beta", 0.4), agent.steps, max_steps)
                     sample = partial(per.sample, beta=beta)
-                    learn = with_priority_update(agent.learn, per)
+                    learn = with_priority_update(agent_learn, per)
                     stats = {**gradient_steps(due, sample, learn, agent.batch_size), "beta": beta}
                 else:
-                    stats = gradient_steps(due, buf.sample, agent.learn, agent.batch_size, buf.sample_many)
+                    stats = gradient_steps(due, buf.sample, agent_learn, agent.batch_size, buf.sample_many)
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
             rows = nstep.flush(obs)
             if rows is not None:

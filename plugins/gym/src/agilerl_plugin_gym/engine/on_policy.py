@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.engine.advantages import gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
@@ -99,11 +100,14 @@ class OnPolicyEngine:
         # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
         rec = recurrent(agent)
         state = rec.initial_hidden_state(n) if rec is not None else None
+        # The fast room's act and learn where the networks qualify (agilerl_plugin_gym.fast).
+        act = (fast.select(agent, "act") if rec is None else None) or agent.act
+        learn = fast.select(agent, "learn") or agent.learn
         for steps in rollout_plan(num_steps, agent.learn_step, n):
             buf = self.rollout_buffer(agent, steps, n, obs)
             for t in range(steps):
                 if rec is None:
-                    action, log_prob, value = agent.act(agent.obs_tensor(obs))
+                    action, log_prob, value = act(agent.obs_tensor(obs))
                 else:
                     assert state is not None
                     buf.hidden[t] = state.cpu().numpy()  # type: ignore[attr-defined]  # the state it acts from
@@ -121,7 +125,7 @@ class OnPolicyEngine:
             obs_t = agent.obs_tensor(obs)
             last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
             buf.compute_returns_and_advantages(last_value, valid, agent.gamma, agent.gae_lambda)
-            stats = dict(agent.learn(buf))
+            stats = dict(learn(buf))
             agent.steps += steps * n
             agent.vec_steps += steps
             if rec is not None:

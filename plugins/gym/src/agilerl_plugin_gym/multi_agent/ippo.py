@@ -24,9 +24,9 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.networks import EvolvableNetwork
-from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 

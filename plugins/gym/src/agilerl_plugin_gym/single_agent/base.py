@@ -21,11 +21,11 @@ from torch import nn
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
-from agilerl_plugin_gym.engine.off_policy import TargetSync
+from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.inference import SingleAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
+from agilerl_plugin_gym.networks.targets import TargetSync
 from agilerl_plugin_gym.observations import as_tensors, is_structured
-from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
     UnsupportedSpaceError,
@@ -99,7 +99,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     def make_optimizer(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
         """Adam over ``params`` (call it from :meth:`build_optimizers`)."""
         # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
-        # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.optim.
+        # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.fast.optim.
         return Adam(params, lr=lr, eps=eps)
 
     def build_optimizers(self) -> None:

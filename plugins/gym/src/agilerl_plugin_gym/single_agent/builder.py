@@ -1,4 +1,5 @@
-"""The builder for the ``single_agent`` paradigm: spec + spaces -> a live PPO/DQN/DDPG/TD3."""
+"""The builder for the ``single_agent`` paradigm: spec + spaces -> a live PPO/DQN/DDPG/TD3
+(``PPO`` with ``recurrent: true``: :class:`~agilerl_plugin_gym.single_agent.ppo_recurrent.RecurrentPPO`)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,12 @@ class SingleAgentBuilder(AlgorithmBuilder):
             )
         runtime = runtime or AlgorithmBuildRuntime()
         algo_cls = cls.algo_class(spec)
+        if getattr(spec, "recurrent", False):  # the manifest's PPO with recurrent: true is a class of its own
+            # deferred: this module is named at registration, which imports no torch
+            from agilerl_plugin_gym.single_agent.ppo_recurrent import PPO, RecurrentPPO
+
+            if algo_cls is PPO:
+                algo_cls = RecurrentPPO
         return algo_cls(
             spec,
             observation_space,
