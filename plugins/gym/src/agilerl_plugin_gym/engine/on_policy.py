@@ -14,7 +14,7 @@ algorithm's ``learn`` (PPO, IPPO, a plugin's A2C), which owns only its loss and 
   reward;
 * :func:`rollout_plan` — how many vector steps each rollout of a ``learn`` call takes, so that an
   agent never trains past its step budget (the last rollout is shortened instead);
-* :func:`gae` (from :mod:`.advantages`).
+* :func:`gae` (from :mod:`agilerl_plugin_gym.buffers`, beside the rollout buffer that calls it).
 
 Gymnasium 1.x vector envs auto-reset on the *next* step: after a sub-env's episode ends, its next
 ``step`` ignores the action and returns the reset observation with reward 0. Rollouts mark that
@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agilerl_plugin_gym import fast
-from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.engine.advantages import gae
+from agilerl_plugin_gym.buffers import RolloutBuffer, gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
 from agilerl_plugin_gym.observations import field_layout
