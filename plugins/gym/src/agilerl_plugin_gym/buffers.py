@@ -250,6 +250,7 @@ class RolloutBuffer:
     :param action_shape: one action's shape (``()`` for Discrete).
     :param obs_dtype: observation dtype, numpy or torch (uint8 images stay uint8 until the network).
     :param action_dtype: int64 for discrete actions, float32 for continuous (numpy or torch).
+    :param mask_dim: columns of an action mask stored per step (0: none; a masked policy's rollout).
     """
 
     def __init__(
@@ -262,6 +263,7 @@ class RolloutBuffer:
         obs_dtype: Any = np.float32,
         action_dtype: Any = np.float32,
         device: str | torch.device = "cpu",
+        mask_dim: int = 0,
     ) -> None:
         self.num_steps, self.num_envs = int(num_steps), int(num_envs)
         self.device = torch.device(device)
@@ -282,6 +284,8 @@ class RolloutBuffer:
         self.valid: np.ndarray = np.zeros((T, N), dtype=np.float32)
         self.advantages: np.ndarray = np.zeros((T, N), dtype=np.float32)
         self.returns: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        #: The allowed actions at each step (``mask_dim`` columns; only for a masked policy).
+        self.action_masks: np.ndarray | None = np.zeros((T, N, mask_dim), dtype=bool) if mask_dim else None
 
     def add(
         self,
@@ -294,8 +298,11 @@ class RolloutBuffer:
         terminated: Any,
         done: Any,
         valid: Any,
+        action_mask: Any = None,
     ) -> None:
         """Write vector step ``t`` (arrays or tensors on any device, one row per env)."""
+        if self.action_masks is not None:
+            self.action_masks[t] = action_mask
         if isinstance(self.obs, dict):
             for key, part in flatten_fields("obs", obs).items():
                 self.obs[key][t] = _host(part)
@@ -344,6 +351,8 @@ class RolloutBuffer:
             "advantages": self.advantages.reshape(-1),
             "returns": self.returns.reshape(-1),
         }
+        if self.action_masks is not None:
+            out["action_masks"] = self.action_masks.reshape(-1, self.action_masks.shape[-1])
         mask = self.valid.reshape(-1) > 0
         if not mask.all():
             out = {k: v[mask] for k, v in out.items()}

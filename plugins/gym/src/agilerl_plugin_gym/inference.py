@@ -33,6 +33,8 @@ from torch import nn
 
 from agilerl.errors import AgileRLError
 from agilerl.inference import Episode
+from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking, strip_mask_key
+from agilerl_plugin_gym.observations import batch_size
 
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
 
@@ -188,14 +190,33 @@ class SingleAgentInference:
         raise NotImplementedError
 
     def predict(
-        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+        action_masks: Any = None,
     ) -> tuple[Any, Any]:
         """The action for one observation (or a batch, from a vector env) and ``state`` unchanged.
 
         One observation (e.g. from ``gymnasium.make(...)``) gives one action, ready for
-        ``env.step``; a batch with a leading env axis gives a batch of actions.
+        ``env.step``; a batch with a leading env axis gives a batch of actions. A policy trained
+        with ``action_masking: true`` takes ``action_masks`` (bool, one row per observation, True:
+        allowed; or the observation's ``action_mask`` key) and picks allowed actions only.
         """
         x: Any
+        masking = bool(getattr(getattr(self, "spec", None), "action_masking", False))
+        if isinstance(observation, Mapping) and MASK_KEY in observation:
+            if action_masks is None:
+                action_masks = observation[MASK_KEY]
+            observation = {k: v for k, v in observation.items() if k != MASK_KEY}
+        if masking and action_masks is None:
+            raise AgileRLError(
+                "predict: this policy was trained with action_masking: true; pass action_masks= (the env's "
+                "info['action_mask'] or env.action_masks()) so that it picks allowed actions only"
+            )
+        if action_masks is not None and not masking:
+            raise AgileRLError("predict: action_masks given, but this policy was trained without action_masking")
         if isinstance(self.observation_space, (spaces.Dict, spaces.Tuple)):
             from agilerl_plugin_gym.observations import map_obs
 
@@ -207,10 +228,13 @@ class SingleAgentInference:
             x = obs if batch else obs[None]
         act = getattr(self, "act", None)
         env_action = getattr(self, "env_action", None)
+        mask = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(batch_size(x), -1)
         if not deterministic and callable(act) and callable(env_action):  # a stochastic policy (PPO)
             with torch.inference_mode():
-                sampled = act(self.obs_tensor(x))[0]
+                sampled = act(self.obs_tensor(x), *([] if mask is None else [torch.as_tensor(mask)]))[0]
             actions = np.asarray(env_action(sampled.cpu()))
+        elif mask is not None:
+            actions = np.asarray(self.greedy_action(x, mask))  # type: ignore[call-arg]
         else:
             actions = np.asarray(self.greedy_action(x))
         return (actions if batch else actions[0]), state
@@ -258,13 +282,25 @@ class SingleAgentInference:
         try:
             out = []
             bound = _EpisodeBound(self, env_spec, env, episodes)
+            masking = bool(getattr(getattr(self, "spec", None), "action_masking", False))
             for i in range(episodes):
-                obs, _ = env.reset(seed=None if seed is None else seed + i)
+                obs, info = env.reset(seed=None if seed is None else seed + i)
+                source = MaskSource.of(env, obs, info)
+                check_masking(
+                    source,
+                    masking,
+                    type(self).__name__,
+                    supported=hasattr(self, "spec") and "action_masking" in type(self.spec).model_fields,
+                )
                 total, length, done = 0.0, 0, False
                 state = None  # a recurrent policy's state (recurrent PPO), from each episode's start
                 while not done:
-                    action, state = self.predict(obs, state)
-                    obs, reward, terminated, truncated, _ = env.step(action)
+                    masks = source.read(env, obs, info) if masking else None
+                    if masks is not None:
+                        action, state = self.predict(strip_mask_key(obs), state, action_masks=masks)
+                    else:
+                        action, state = self.predict(obs, state)
+                    obs, reward, terminated, truncated, info = env.step(action)
                     total += float(reward)
                     length += 1
                     done = bool(terminated or truncated) or bound.step(length)

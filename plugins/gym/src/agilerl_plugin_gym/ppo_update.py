@@ -82,7 +82,8 @@ def clipped_surrogate(
 ManualStep = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, ...]]
 
 
-Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: ``forward(obs, actions[, action_mask=])``: the mask is passed when the rollout stored one.
+Forward = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 #: A recurrent policy's forward over a minibatch of padded sequences (engine.recurrent): (S, T) outputs.
 SequenceForward = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 _TARGETS = ("log_probs", "values", "advantages", "returns")
@@ -147,7 +148,8 @@ def ppo_update(
                 continue
             if seq_forward is None:
                 assert forward is not None
-                new_lp, entropy, value = forward(mb["obs"], mb["actions"])
+                masks = {"action_mask": mb["action_masks"]} if "action_masks" in mb else {}  # masked policies
+                new_lp, entropy, value = forward(mb["obs"], mb["actions"], **masks)
             else:  # truncated BPTT: (S, T) outputs, padding masked out
                 m = mb["mask"]
                 new_lp, entropy, value = (x[m] for x in seq_forward(mb))

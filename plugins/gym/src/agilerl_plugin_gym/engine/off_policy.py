@@ -53,6 +53,7 @@ from agilerl_plugin_gym.engine.replay_per import (
     annealed_beta,
     with_priority_update,
 )
+from agilerl_plugin_gym.masking import MaskSource, check_masking
 from agilerl_plugin_gym.networks.targets import TargetSync, lerp_params
 
 if TYPE_CHECKING:
@@ -234,7 +235,9 @@ class OffPolicyEngine:
         episodes' returns."""
         n = env.num_envs
         schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
-        obs, _ = env.reset(seed=seed)
+        obs, info = env.reset(seed=seed)
+        # An env that masks actions needs an algorithm that reads the masks (masking.py; PPO does).
+        check_masking(MaskSource.of(env, obs, info), False, type(agent).__name__, supported=False)
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)

@@ -24,14 +24,17 @@ the seed the strategy passes (:func:`~agilerl_plugin_gym.engine.common.episode_s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import RolloutBuffer, gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.masking import MaskSource, check_masking, strip_mask_key
 from agilerl_plugin_gym.observations import field_layout
 
 if TYPE_CHECKING:
@@ -72,16 +75,20 @@ class OnPolicyEngine:
         #: Rollout buffers by layout; every rollout rewrites all of a buffer, so agents share them.
         self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
 
-    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any) -> RolloutBuffer:
+    def rollout_buffer(
+        self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any, mask_dim: int = 0
+    ) -> RolloutBuffer:
         layout = agent.rollout_layout()
         obs_shape, obs_dtype = field_layout("obs", obs)  # mappings for Dict/Tuple observations
         rec = recurrent(agent)
         state_size = rec.state_size if rec is not None else 0
-        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device), state_size)
+        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device), state_size, mask_dim)
         buf = self.buffers.get(key)
         if buf is None:
             args = (steps, n, obs_shape, layout.action_shape)
             kw: dict[str, Any] = {"obs_dtype": obs_dtype, "action_dtype": layout.action_dtype, "device": agent.device}
+            if mask_dim:
+                kw["mask_dim"] = mask_dim
             buf = (
                 RecurrentRolloutBuffer(*args, state_size=state_size, **kw) if state_size else RolloutBuffer(*args, **kw)
             )
@@ -92,7 +99,14 @@ class OnPolicyEngine:
         """Collect and learn from rollouts until ``num_steps`` env steps; the last update's stats and
         the training episodes' returns."""
         n = env.num_envs
-        obs, _ = env.reset(seed=seed)
+        obs, info = env.reset(seed=seed)
+        # Action masks (masking.py): from the env when the algorithm asks for them, else an error if it gives them.
+        source = MaskSource.of(env, obs, info)
+        spec = getattr(agent, "spec", None)
+        supported = "action_masking" in getattr(type(spec), "model_fields", {})
+        check_masking(source, bool(getattr(spec, "action_masking", False)), type(agent).__name__, supported=supported)
+        mask = source.read(env, obs, info)
+        obs = strip_mask_key(obs)
         valid = np.ones(n, dtype=bool)
         episodes = EpisodeReturns(n)
         stats: dict[str, float] = {}
@@ -100,12 +114,14 @@ class OnPolicyEngine:
         rec = recurrent(agent)
         state = rec.initial_hidden_state(n) if rec is not None else None
         # The fast room's act and learn where the networks qualify (agilerl_plugin_gym.fast).
-        act = (fast.select(agent, "act") if rec is None else None) or agent.act
+        act: Callable[..., Any] = (fast.select(agent, "act") if rec is None else None) or agent.act
         learn = fast.select(agent, "learn") or agent.learn
         for steps in rollout_plan(num_steps, agent.learn_step, n):
-            buf = self.rollout_buffer(agent, steps, n, obs)
+            buf = self.rollout_buffer(agent, steps, n, obs, 0 if mask is None else mask.shape[-1])
             for t in range(steps):
-                if rec is None:
+                if mask is not None:
+                    action, log_prob, value = act(agent.obs_tensor(obs), torch.as_tensor(mask, device=agent.device))
+                elif rec is None:
                     action, log_prob, value = act(agent.obs_tensor(obs))
                 else:
                     assert state is not None
@@ -113,8 +129,10 @@ class OnPolicyEngine:
                     action, log_prob, value, state = rec.act_recurrent(agent.obs_tensor(obs), state)
                     # An auto-reset step returns the next episode's first observation: start it from zero.
                     state = reset_rows(state, ~valid)
-                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
-                obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
+                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid, action_mask=mask)
+                obs, reward, terminated, truncated, info = env.step(agent.env_action(action))
+                mask = source.read(env, obs, info)
+                obs = strip_mask_key(obs)
                 done = terminated | truncated
                 buf.rewards[t] = reward
                 buf.terminated[t] = terminated

@@ -35,12 +35,17 @@ __all__ = ["LossGrads", "act", "learn", "manual_step", "select_act", "select_lea
 
 
 def select_act(agent: PPO) -> Callable[..., Any] | None:
-    """:func:`act` bound to ``agent`` when its actor and critic pack (:meth:`FusedMLP.supports`)."""
+    """:func:`act` bound to ``agent`` when its actor and critic pack (:meth:`FusedMLP.supports`) and
+    it masks no actions."""
+    if getattr(agent.spec, "action_masking", False):
+        return None
     return functools.partial(act, agent) if fused_heads(agent) is not None else None
 
 
 def select_learn(agent: PPO) -> Callable[..., Any] | None:
-    """:func:`learn` bound to ``agent`` when :func:`manual_step` writes its gradients."""
+    """:func:`learn` bound to ``agent`` when :func:`manual_step` writes its gradients (no action masks)."""
+    if getattr(agent.spec, "action_masking", False):
+        return None
     return functools.partial(learn, agent) if manual_step(agent) is not None else None
 
 

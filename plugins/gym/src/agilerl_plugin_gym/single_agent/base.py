@@ -23,6 +23,7 @@ from agilerl.models import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.inference import SingleAgentInference
+from agilerl_plugin_gym.masking import MaskSource, check_masking, strip_mask_key
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.networks.targets import TargetSync
 from agilerl_plugin_gym.observations import as_tensors, is_structured
@@ -242,16 +243,24 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         """
         means = []
         ticker = EvalTicker(env.num_envs * loop)  # progress lines while a long evaluation runs
+        masking = bool(getattr(self.spec, "action_masking", False))
         for i in range(loop):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            obs, info = env.reset(seed=None if seed is None else seed + i)
+            source = MaskSource.of(env, obs, info)
+            check_masking(
+                source, masking, type(self).__name__, supported="action_masking" in type(self.spec).model_fields
+            )
             n = env.num_envs
             total = np.zeros(n)
             finished = np.zeros(n, dtype=bool)
             steps = 0
             state = self.initial_policy_state(n)
             while not finished.all():
-                action, state = self.policy_step(obs, state)
-                obs, reward, terminated, truncated, _ = env.step(action)
+                if masking:  # the allowed actions only (masking.py)
+                    action = self.greedy_action(strip_mask_key(obs), source.read(env, obs, info))  # type: ignore[call-arg]
+                else:
+                    action, state = self.policy_step(obs, state)
+                obs, reward, terminated, truncated, info = env.step(action)
                 total += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated
                 steps += 1

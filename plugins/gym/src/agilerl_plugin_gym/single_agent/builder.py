@@ -10,6 +10,7 @@ from gymnasium import spaces
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError
 from agilerl.models import AlgorithmSpec, TrainingManifest
+from agilerl_plugin_gym.masking import MASK_KEY
 from agilerl_plugin_gym.sections import NetworkSpec
 
 
@@ -75,4 +76,11 @@ class SingleAgentBuilder(AlgorithmBuilder):
     ) -> Any:
         obs_space = getattr(env, "single_observation_space", None) or env.observation_space
         act_space = getattr(env, "single_action_space", None) or env.action_space
+        if (
+            getattr(spec, "action_masking", False)
+            and isinstance(obs_space, spaces.Dict)
+            and MASK_KEY in obs_space.spaces
+        ):
+            # The mask rides in the observation (PettingZoo's convention): the policy reads the rest.
+            obs_space = spaces.Dict({k: v for k, v in obs_space.spaces.items() if k != MASK_KEY})
         return cls.build(spec, obs_space, act_space, runtime=runtime)

@@ -29,6 +29,7 @@ from torch import nn
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.fast.optim import FlatAdam, FlatParameters, inference_mode
+from agilerl_plugin_gym.masking import mask_logits
 from agilerl_plugin_gym.ppo_update import PPOSettings, ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
@@ -71,6 +72,8 @@ class PPO(GymAlgorithm, PPOSettings):
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
         else:  # ANY_ACTIONS allows nothing else
             raise AssertionError(action_space)
+        if getattr(spec, "action_masking", False) and self.kind == "continuous":
+            raise AgileRLError("algorithm.action_masking: PPO masks Discrete and MultiDiscrete actions, not Box ones")
         actor = self.build_network(out_dim, output_vanish=True)
         shared = actor.encoder if spec.share_encoders else None
         critic = self.build_network(1, encoder=shared, output_vanish=False)
@@ -144,9 +147,12 @@ class PPO(GymAlgorithm, PPOSettings):
         return out + torch.randn_like(out) * self.extra_params["log_std"].exp()
 
     @inference_mode
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample actions for a batch: (action, log-prob, value)."""
-        return self._act_from(*self._heads(obs))
+    def act(
+        self, obs: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions for a batch: (action, log-prob, value); only allowed ones under ``action_mask``."""
+        out, value = self._heads(obs)
+        return self._act_from(mask_logits(out, action_mask), value)
 
     def _act_from(self, out: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action, log-prob, value) sampled from the policy head's output."""
@@ -172,8 +178,9 @@ class PPO(GymAlgorithm, PPOSettings):
         return action.cpu().numpy()
 
     @torch.inference_mode()
-    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        return self._greedy_from(self.nets["actor"](self.obs_tensor(obs)))
+    def greedy_action(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        out = self.nets["actor"](self.obs_tensor(obs))
+        return self._greedy_from(mask_logits(out, None if action_mask is None else torch.as_tensor(action_mask)))
 
     def _greedy_from(self, out: torch.Tensor) -> np.ndarray:
         """The env action of the policy head's mode."""
@@ -185,11 +192,11 @@ class PPO(GymAlgorithm, PPOSettings):
 
     # --- update -----------------------------------------------------------------------------------
     def evaluate_actions(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of stored actions under the current policy (with grad)."""
+        """``(log_prob, entropy, value)`` of stored actions under the current (masked) policy, with grad."""
         out, value = self._heads(obs)
-        log_prob, entropy = self._log_prob_entropy(out, actions)
+        log_prob, entropy = self._log_prob_entropy(mask_logits(out, action_mask), actions)
         return log_prob, entropy, value
 
     def learn(self, buffer: RolloutBuffer) -> dict[str, float]:

@@ -184,6 +184,12 @@ class PPOSpec(GymAlgorithmSpec):
         default=None,
         description="Recurrent PPO: steps per BPTT training sequence (None: each episode piece of a rollout whole).",
     )
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions (Discrete/MultiDiscrete): the env reports them in info['action_mask'], "
+        "a Dict observation's 'action_mask' key or an action_masks() method; masked logits in rollouts, updates "
+        "and greedy actions.",
+    )
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
         default="chunked",
         description="Recurrent PPO: how episode pieces are cut into max_seq_len sequences (consecutive chunks, "
@@ -195,6 +201,13 @@ class PPOSpec(GymAlgorithmSpec):
     def _no_rollout_buffer_config(cls, value: Any) -> Any:
         if value:
             raise ValueError("not supported yet (AgileRL's rollout buffer options); remove it")
+        return value
+
+    @field_validator("action_masking")
+    @classmethod
+    def _not_recurrent(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("recurrent"):
+            raise ValueError("not supported with recurrent: true yet")
         return value
 
     @field_validator("max_seq_len", "bptt_sequence_type")

@@ -1,0 +1,145 @@
+"""Action masking (``action_masking: true``, PPO): masks from ``info["action_mask"]``, a Dict
+observation's ``action_mask`` key or an ``action_masks()`` method; masked logits in rollouts,
+updates, greedy actions and ``predict``; a masked env and an unmasked algorithm (or the reverse)
+is an error naming the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from agilerl.builders import AlgorithmBuildRuntime
+from agilerl.errors import AgileRLError
+from agilerl.models import load_manifest
+from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine
+from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
+from agilerl_plugin_gym.engine.replay_per import ReplaySettings
+from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
+
+N_ACTIONS = 6
+
+
+class MaskedChoiceEnv(gym.Env[Any, np.int64]):
+    """Each step 1-3 of 6 actions are allowed (and shown in the observation): +1 for an allowed
+    action, -1 for another; 20 steps an episode. ``source`` says how the env reports the mask
+    (``None``: it does not, so an unmasked agent must learn the rule from the observation)."""
+
+    def __init__(self, source: str | None = "info") -> None:
+        self.source = source
+        box = gym.spaces.Box(0.0, 1.0, (N_ACTIONS,), np.float32)
+        self.observation_space = (
+            gym.spaces.Dict({"obs": box, "action_mask": gym.spaces.MultiBinary(N_ACTIONS)}) if source == "obs" else box
+        )
+        self.action_space = gym.spaces.Discrete(N_ACTIONS)
+        self.mask = np.ones(N_ACTIONS, dtype=bool)
+        self.t = 0
+
+    def _draw(self) -> tuple[Any, dict[str, Any]]:
+        self.mask = np.zeros(N_ACTIONS, dtype=bool)
+        self.mask[self.np_random.choice(N_ACTIONS, size=int(self.np_random.integers(1, 4)), replace=False)] = True
+        obs = self.mask.astype(np.float32)
+        if self.source == "obs":
+            return {"obs": obs, "action_mask": self.mask.astype(np.int8)}, {}
+        return obs, ({"action_mask": self.mask.copy()} if self.source == "info" else {})
+
+    def action_masks(self) -> np.ndarray:
+        if self.source != "method":
+            raise AttributeError("action_masks")
+        return self.mask.copy()
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw()
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        reward = 1.0 if self.mask[int(action)] else -1.0
+        self.t += 1
+        obs, info = self._draw()
+        return obs, reward, False, self.t >= 20, info
+
+
+def _vec(source: str | None, n: int = 4) -> Any:
+    return gym.vector.SyncVectorEnv([lambda: MaskedChoiceEnv(source) for _ in range(n)])
+
+
+def _ppo(env: Any, **fields: Any) -> Any:
+    manifest = load_manifest({
+        "algorithm": {"name": "PPO", "learn_step": 256, "batch_size": 64, "update_epochs": 4, "lr": 3e-3, **fields},
+        "environment": {"name": "CartPole-v1"},
+    })  # fmt: skip
+    torch.manual_seed(0)
+    return SingleAgentBuilder.build_for_run(
+        manifest.algorithm, env=env, manifest=manifest, runtime=AlgorithmBuildRuntime(seed=0, manifest=manifest)
+    )
+
+
+def test_masked_actions_are_never_taken_over_random_masks() -> None:
+    """A property over 2,000 random masks (one to all actions allowed, seeded): sampling, the greedy
+    action and predict pick allowed actions only, and the update's log-probabilities of the
+    allowed actions sum to one with finite entropy."""
+    agent = _ppo(_vec("info"), action_masking=True)
+    rng = np.random.default_rng(0)
+    obs = torch.as_tensor(rng.random((2000, N_ACTIONS)), dtype=torch.float32)
+    masks = rng.random((2000, N_ACTIONS)) < rng.random((2000, 1))
+    masks[np.arange(2000), rng.integers(0, N_ACTIONS, 2000)] = True  # at least one allowed
+    for _ in range(3):
+        action, _, _ = agent.act(obs, torch.as_tensor(masks))
+        assert masks[np.arange(2000), action.numpy()].all()
+    greedy = agent.greedy_action(obs.numpy(), masks)
+    assert masks[np.arange(2000), greedy].all()
+    predicted, _ = agent.predict(obs.numpy(), action_masks=masks)
+    assert masks[np.arange(2000), predicted].all()
+    sampled, _ = agent.predict(obs.numpy(), action_masks=masks, deterministic=False)
+    assert masks[np.arange(2000), sampled].all()
+    logp = torch.stack([agent.evaluate_actions(obs, torch.full((2000,), a), torch.as_tensor(masks))[0]
+                        for a in range(N_ACTIONS)], -1)  # fmt: skip
+    allowed_mass = (logp.exp() * torch.as_tensor(masks)).sum(-1)
+    torch.testing.assert_close(allowed_mass, torch.ones(2000))
+    assert torch.isfinite(agent.evaluate_actions(obs, action.clone(), torch.as_tensor(masks))[1]).all()
+
+
+@pytest.mark.parametrize("source", ["info", "method", "obs"])
+def test_each_mask_source_trains_without_a_forbidden_action(source: str) -> None:
+    env = _vec(source)
+    agent = _ppo(env, action_masking=True)
+    stats = OnPolicyEngine().learn(agent, env, 512, seed=0)
+    assert stats["train_return"] == 20.0  # every action of every episode was an allowed one
+    assert agent.test(_vec(source), seed=1) == 20.0  # the greedy evaluation reads the masks too
+
+
+def test_masking_learns_a_masked_env_faster_than_no_masking() -> None:
+    masked_env, plain_env = _vec("info"), _vec(None)
+    masked, plain = _ppo(masked_env, action_masking=True), _ppo(plain_env)
+    engine = OnPolicyEngine()
+    got = {name: engine.learn(agent, env, 2048, seed=0)["train_return"]
+           for name, agent, env in (("masked", masked, masked_env), ("plain", plain, plain_env))}  # fmt: skip
+    assert got["masked"] == 20.0 and got["plain"] < 15.0, got
+
+
+def test_a_masked_env_and_the_algorithm_must_agree() -> None:
+    with pytest.raises(AgileRLError, match=r"set algorithm\.action_masking: true"):
+        OnPolicyEngine().learn(_ppo(_vec("info")), _vec("info"), 64, seed=0)
+    cartpole = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    with pytest.raises(AgileRLError, match="the env gives no action mask"):
+        OnPolicyEngine().learn(_ppo(cartpole, action_masking=True), cartpole, 64, seed=0)
+    with pytest.raises(AgileRLError, match=r"predict: this policy was trained with action_masking"):
+        _ppo(_vec("info"), action_masking=True).predict(np.zeros(N_ACTIONS, np.float32))
+    with pytest.raises(Exception, match="not supported with recurrent"):
+        load_manifest({"algorithm": {"name": "PPO", "recurrent": True, "action_masking": True},
+                       "environment": {"name": "CartPole-v1"}})  # fmt: skip
+    dqn_manifest = load_manifest({"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"}})
+    env = _vec("info")
+    dqn = SingleAgentBuilder.build_for_run(
+        dqn_manifest.algorithm,
+        env=env,
+        manifest=dqn_manifest,
+        runtime=AlgorithmBuildRuntime(seed=0, manifest=dqn_manifest),
+    )
+    buf = ReplaySettings().make_buffer(100, seed=0)
+    with pytest.raises(AgileRLError, match="DQN does not mask actions yet"):
+        OffPolicyEngine(ReplaySettings(), 10, 100).learn(dqn, env, buf, np.random.default_rng(0), 16, seed=0)
