@@ -143,3 +143,20 @@ def test_a_masked_env_and_the_algorithm_must_agree() -> None:
     buf = ReplaySettings().make_buffer(100, seed=0)
     with pytest.raises(AgileRLError, match="DQN does not mask actions yet"):
         OffPolicyEngine(ReplaySettings(), 10, 100).learn(dqn, env, buf, np.random.default_rng(0), 16, seed=0)
+
+
+def test_the_onnx_export_takes_the_mask_as_its_second_input(tmp_path: Any) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from agilerl.export import export_policy
+
+    agent = _ppo(_vec("info"), action_masking=True)
+    onnx_file = export_policy(agent, format="onnx", output=tmp_path / "masked.onnx")
+    session = ort.InferenceSession(str(onnx_file))
+    assert [i.name for i in session.get_inputs()] == ["observation", "action_mask"]
+    rng = np.random.default_rng(3)
+    obs = rng.random((64, N_ACTIONS)).astype(np.float32)
+    masks = rng.random((64, N_ACTIONS)) < 0.4
+    masks[np.arange(64), rng.integers(0, N_ACTIONS, 64)] = True
+    got = session.run(["action"], {"observation": obs, "action_mask": masks})[0]
+    assert masks[np.arange(64), got].all()
+    np.testing.assert_array_equal(got, agent.predict(obs, action_masks=masks)[0])

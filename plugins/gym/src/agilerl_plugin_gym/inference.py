@@ -33,7 +33,7 @@ from torch import nn
 
 from agilerl.errors import AgileRLError
 from agilerl.inference import Episode
-from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking, strip_mask_key
+from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking, mask_logits, strip_mask_key
 from agilerl_plugin_gym.observations import batch_size
 
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
@@ -162,8 +162,8 @@ class GreedyPolicy(nn.Module):
             self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(obs)
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = mask_logits(self.actor(obs), action_mask)  # a masked policy's export takes the mask second
         if self.kind == "discrete":
             return out.argmax(-1)
         if self.kind == "multidiscrete":
@@ -326,6 +326,19 @@ class SingleAgentInference:
         nvec = [int(n) for n in self.action_space.nvec] if isinstance(self.action_space, spaces.MultiDiscrete) else None
         module = GreedyPolicy(actor, self.action_space, tanh_scaled=hasattr(self, "scale"), nvec=nvec)
         return module.eval()
+
+    def example_extra_inputs(self) -> dict[str, np.ndarray]:
+        """A masked policy's exported module takes ``action_mask`` (bool, one row per observation) second."""
+        if not getattr(getattr(self, "spec", None), "action_masking", False):
+            return {}
+        width = (
+            int(np.sum(self.action_space.nvec))
+            if isinstance(self.action_space, spaces.MultiDiscrete)
+            else int(
+                self.action_space.n  # type: ignore[attr-defined]
+            )
+        )
+        return {"action_mask": np.ones((1, width), dtype=bool)}
 
     def example_observation(self) -> np.ndarray:
         """A batch of one observation, with the dtype the policy takes (for tracing)."""
