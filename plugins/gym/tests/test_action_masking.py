@@ -132,17 +132,24 @@ def test_a_masked_env_and_the_algorithm_must_agree() -> None:
     with pytest.raises(Exception, match="not supported with recurrent"):
         load_manifest({"algorithm": {"name": "PPO", "recurrent": True, "action_masking": True},
                        "environment": {"name": "CartPole-v1"}})  # fmt: skip
-    dqn_manifest = load_manifest({"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"}})
     env = _vec("info")
-    dqn = SingleAgentBuilder.build_for_run(
-        dqn_manifest.algorithm,
-        env=env,
-        manifest=dqn_manifest,
-        runtime=AlgorithmBuildRuntime(seed=0, manifest=dqn_manifest),
-    )
-    buf = ReplaySettings().make_buffer(100, seed=0)
-    with pytest.raises(AgileRLError, match="DQN does not mask actions yet"):
-        OffPolicyEngine(ReplaySettings(), 10, 100).learn(dqn, env, buf, np.random.default_rng(0), 16, seed=0)
+    replay = ReplaySettings()
+    with pytest.raises(AgileRLError, match=r"set algorithm\.action_masking: true"):
+        OffPolicyEngine(replay, 10, 100).learn(_dqn(env), env, replay.make_buffer(100, seed=0),
+                                               np.random.default_rng(0), 16, seed=0)  # fmt: skip
+    nstep = ReplaySettings(n_step=3)
+    with pytest.raises(AgileRLError, match="not supported with n-step replay yet"):
+        OffPolicyEngine(nstep, 10, 100).learn(_dqn(env, action_masking=True), env, nstep.make_buffer(100, seed=0),
+                                              np.random.default_rng(0), 16, seed=0)  # fmt: skip
+    rainbow_manifest = load_manifest({"algorithm": {"name": "RainbowDQN"}, "environment": {"name": "CartPole-v1"}})
+    rainbow = SingleAgentBuilder.build_for_run(
+        rainbow_manifest.algorithm, env=env, manifest=rainbow_manifest,
+        runtime=AlgorithmBuildRuntime(seed=0, manifest=rainbow_manifest),
+    )  # fmt: skip
+    per = ReplaySettings(per=True, alpha=0.6, n_step=3)
+    with pytest.raises(AgileRLError, match="RainbowDQN does not mask actions yet"):
+        OffPolicyEngine(per, 10, 100).learn(rainbow, env, per.make_buffer(100, seed=0), np.random.default_rng(0), 16,
+                                            seed=0)  # fmt: skip
 
 
 def test_the_onnx_export_takes_the_mask_as_its_second_input(tmp_path: Any) -> None:
@@ -160,3 +167,44 @@ def test_the_onnx_export_takes_the_mask_as_its_second_input(tmp_path: Any) -> No
     got = session.run(["action"], {"observation": obs, "action_mask": masks})[0]
     assert masks[np.arange(64), got].all()
     np.testing.assert_array_equal(got, agent.predict(obs, action_masks=masks)[0])
+
+
+def _dqn(env: Any, **fields: Any) -> Any:
+    manifest = load_manifest({
+        "algorithm": {"name": "DQN", "batch_size": 32, "learn_step": 4, "lr": 1e-3, **fields},
+        "environment": {"name": "CartPole-v1"},
+    })  # fmt: skip
+    torch.manual_seed(0)
+    return SingleAgentBuilder.build_for_run(
+        manifest.algorithm, env=env, manifest=manifest, runtime=AlgorithmBuildRuntime(seed=0, manifest=manifest)
+    )
+
+
+def test_dqn_never_takes_a_masked_action_over_random_masks() -> None:
+    """Greedy, epsilon-greedy and fully random (warm-up) actions over 2,000 random masks."""
+    agent = _dqn(_vec("info"), action_masking=True)
+    rng = np.random.default_rng(1)
+    obs = rng.random((2000, N_ACTIONS)).astype(np.float32)
+    masks = rng.random((2000, N_ACTIONS)) < rng.random((2000, 1))
+    masks[np.arange(2000), rng.integers(0, N_ACTIONS, 2000)] = True
+    rows = np.arange(2000)
+    for eps, warmup in ((0.0, False), (0.5, False), (1.0, True)):
+        agent.epsilon = eps
+        action, _ = agent.explore(obs, rng, warmup=warmup, action_mask=masks)
+        assert masks[rows, action].all()
+    assert masks[rows, agent.predict(obs, action_masks=masks)[0]].all()
+    one_allowed = np.eye(N_ACTIONS, dtype=bool)[rng.integers(0, N_ACTIONS, 2000)]
+    agent.epsilon = 1.0
+    assert (agent.explore(obs, rng, action_mask=one_allowed)[0] == one_allowed.argmax(1)).all()
+
+
+@pytest.mark.parametrize("source", ["info", "method", "obs"])
+def test_dqn_trains_on_each_mask_source_without_a_forbidden_action(source: str) -> None:
+    env = _vec(source)
+    agent = _dqn(env, action_masking=True)
+    replay = ReplaySettings()
+    buf = replay.make_buffer(2000, seed=0, dtypes={"reward": np.float32, "done": np.float32})
+    stats = OffPolicyEngine(replay, 64, 2000).learn(agent, env, buf, np.random.default_rng(0), 400, seed=0)
+    assert stats["train_return"] == 20.0 and "loss" in stats
+    assert buf.sample(8)["next_action_mask"].shape == (8, N_ACTIONS)  # the bootstrap's allowed actions
+    assert agent.test(_vec(source), seed=1) == 20.0

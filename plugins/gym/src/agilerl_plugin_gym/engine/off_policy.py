@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agilerl.errors import AgileRLError
 from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import numpy_rng_state, set_numpy_rng_state
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
@@ -53,7 +54,7 @@ from agilerl_plugin_gym.engine.replay_per import (
     annealed_beta,
     with_priority_update,
 )
-from agilerl_plugin_gym.masking import MaskSource, check_masking
+from agilerl_plugin_gym.masking import MaskSource, check_masking, strip_mask_key
 from agilerl_plugin_gym.networks.targets import TargetSync, lerp_params
 
 if TYPE_CHECKING:
@@ -236,24 +237,37 @@ class OffPolicyEngine:
         n = env.num_envs
         schedule = UpdateSchedule(agent.learn_step, n, self.learning_delay, agent.batch_size)
         obs, info = env.reset(seed=seed)
-        # An env that masks actions needs an algorithm that reads the masks (masking.py; PPO does).
-        check_masking(MaskSource.of(env, obs, info), False, type(agent).__name__, supported=False)
+        # Action masks (masking.py): read when the algorithm asks for them, an error when it does not.
+        source = MaskSource.of(env, obs, info)
+        spec = getattr(agent, "spec", None)
+        masking = bool(getattr(spec, "action_masking", False))
+        supported = "action_masking" in getattr(type(spec), "model_fields", {})
+        check_masking(source, masking, type(agent).__name__, supported=supported)
+        action_mask = source.read(env, obs, info)
+        obs = strip_mask_key(obs)
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)
         stats: Mapping[str, Any] = {}
         nstep = self.replay.collector(agent.gamma)
+        if masking and nstep is not None:
+            raise AgileRLError("algorithm.action_masking: not supported with n-step replay yet (replay_buffer.n_step)")
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         max_steps = self.max_steps
         # The fast room's explore and learn where the networks qualify (agilerl_plugin_gym.fast).
         explore = fast.select(agent, "explore") or agent.explore
         agent_learn = fast.select(agent, "learn") or agent.learn
         for _ in range(max(1, -(-num_steps // n))):
-            stored_action, env_action = explore(obs, rng, warmup=schedule.warming_up(agent.steps))
-            next_obs, reward, terminated, truncated, _ = env.step(env_action)
+            masks = {} if action_mask is None else {"action_mask": action_mask}
+            stored_action, env_action = explore(obs, rng, warmup=schedule.warming_up(agent.steps), **masks)
+            next_obs, reward, terminated, truncated, info = env.step(env_action)
+            action_mask = source.read(env, next_obs, info)  # the next state's: the bootstrap's choices
+            next_obs = strip_mask_key(next_obs)
             keep = ~fresh
             if nstep is None:
-                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
+                stored = {} if action_mask is None else {"next_action_mask": action_mask}
+                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated,
+                        **stored)  # fmt: skip
             else:
                 rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
                 if rows is not None:

@@ -42,16 +42,20 @@ def _own(agent: DQN, names: tuple[str, ...]) -> bool:
     return all(getattr(type(agent), name) is getattr(DQN, name) for name in names)
 
 
+def _masking(agent: DQN) -> bool:
+    return bool(getattr(agent.spec, "action_masking", False))  # masked actions: DQN's own methods
+
+
 def select_explore(agent: DQN) -> Callable[..., Any] | None:
     """:func:`explore` bound to ``agent`` when its network is a plain MLP."""
-    if not _own(agent, _ACTING) or mlp_chain(agent.nets["actor"]) is None:
+    if _masking(agent) or not _own(agent, _ACTING) or mlp_chain(agent.nets["actor"]) is None:
         return None
     return functools.partial(explore, agent)
 
 
 def select_learn(agent: DQN) -> Callable[..., Any] | None:
     """:func:`learn` bound to ``agent`` when :func:`learn_by_hand` writes its gradients."""
-    if not _own(agent, _LEARNING) or _chain(agent) is None:
+    if _masking(agent) or not _own(agent, _LEARNING) or _chain(agent) is None:
         return None
     return functools.partial(learn, agent)
 

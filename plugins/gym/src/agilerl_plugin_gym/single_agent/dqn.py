@@ -24,6 +24,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.fast.optim import FlatAdam, FlatParameters, inference_mode, no_grad
+from agilerl_plugin_gym.masking import mask_logits
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
@@ -83,8 +84,9 @@ class DQN(GymAlgorithm):
         """No per-episode exploration state."""
 
     @inference_mode
-    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        return self.q_values(self.nets["actor"], self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+    def greedy_action(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        q = self.q_values(self.nets["actor"], self.obs_tensor(obs))
+        return mask_logits(q, None if action_mask is None else torch.as_tensor(action_mask)).argmax(-1).cpu().numpy()
 
     @staticmethod
     def q_values(net: nn.Module, obs: Any) -> torch.Tensor:
@@ -92,19 +94,25 @@ class DQN(GymAlgorithm):
         return net(obs)  # type: ignore[no-any-return]
 
     def explore(
-        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False, action_mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Epsilon-greedy actions for a batch: (action to store, action for the env)."""
+        """Epsilon-greedy actions for a batch: (action to store, action for the env); allowed ones
+        only under ``action_mask`` (random actions uniform over them)."""
         n = batch_size(obs)
         eps = 1.0 if self.epsilon is None else self.epsilon
         if warmup or eps >= 1.0:
-            action = rng.integers(0, self.n_actions, size=n)
+            action = self._random_actions(n, rng, action_mask)
         else:
-            action = self.greedy_action(obs)
+            action = self.greedy_action(obs, action_mask)
             explore = rng.random(n) < eps
             if explore.any():
-                action = np.where(explore, rng.integers(0, self.n_actions, size=n), action)
+                action = np.where(explore, self._random_actions(n, rng, action_mask), action)
         return action, action
+
+    def _random_actions(self, n: int, rng: np.random.Generator, action_mask: np.ndarray | None) -> np.ndarray:
+        if action_mask is None:
+            return rng.integers(0, self.n_actions, size=n)
+        return np.where(action_mask, rng.random((n, self.n_actions)), -1.0).argmax(1)  # type: ignore[no-any-return]
 
     def end_step(self, done: np.ndarray) -> None:
         if self.epsilon is not None:
@@ -115,13 +123,13 @@ class DQN(GymAlgorithm):
 
     # --- learning ---------------------------------------------------------------------------------
     @no_grad
-    def next_q(self, next_obs: Any) -> torch.Tensor:
+    def next_q(self, next_obs: Any, next_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The bootstrap value of each next observation: the target net's max, or with ``double`` the
-        target net's value of the action the online net picks."""
+        target net's value of the action the online net picks (over allowed actions under ``next_mask``)."""
         q_target = self.q_values(self.nets["actor_target"], next_obs)
         if not self.double:
-            return q_target.max(1).values
-        next_a = self.q_values(self.nets["actor"], next_obs).argmax(1, keepdim=True)
+            return mask_logits(q_target, next_mask).max(1).values
+        next_a = mask_logits(self.q_values(self.nets["actor"], next_obs), next_mask).argmax(1, keepdim=True)
         return q_target.gather(1, next_a).squeeze(1)
 
     def optimize(self, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
@@ -140,7 +148,8 @@ class DQN(GymAlgorithm):
         """``reward + gamma^k (1 - done) * next_q`` (k: the n-step return's length, else 1)."""
         nsteps = batch.get("nsteps")  # n-step replay: bootstrap with gamma^k after a k-step return
         gamma = self.gamma if nsteps is None else torch.pow(self.gamma, nsteps)
-        return batch["reward"] + gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
+        next_q = self.next_q(batch["next_obs"], batch.get("next_action_mask"))  # the mask: a masked env's
+        return batch["reward"] + gamma * (1.0 - batch["done"]) * next_q
 
     def learn(self, batch: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
         """One gradient step on a sampled batch; soft-update the target."""

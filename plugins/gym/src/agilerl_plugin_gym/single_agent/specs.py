@@ -257,6 +257,12 @@ class DQNSpec(QLearningSpec):
     upstream_notes: ClassVar[dict[str, str]] = {"cudagraphs": "Only false (not supported yet)."}
 
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions: the env reports them in info['action_mask'], a Dict observation's "
+        "'action_mask' key or an action_masks() method; greedy and random actions, and the bootstrap's next "
+        "action, are allowed ones only (not with n-step replay yet).",
+    )
     cudagraphs: bool = Field(default=False, description="CUDA graphs: false only (true is not supported yet).")
 
     @field_validator("cudagraphs")
