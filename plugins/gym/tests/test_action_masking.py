@@ -5,62 +5,22 @@ is an error naming the fix."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from masked_env import N_ACTIONS, MaskedChoiceEnv
 
 from agilerl.builders import AlgorithmBuildRuntime
-from agilerl.errors import AgileRLError
+from agilerl.errors import AgileRLError, ManifestError
 from agilerl.models import load_manifest
 from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
 from agilerl_plugin_gym.engine.replay_per import ReplaySettings
 from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
-
-N_ACTIONS = 6
-
-
-class MaskedChoiceEnv(gym.Env[Any, np.int64]):
-    """Each step 1-3 of 6 actions are allowed (and shown in the observation): +1 for an allowed
-    action, -1 for another; 20 steps an episode. ``source`` says how the env reports the mask
-    (``None``: it does not, so an unmasked agent must learn the rule from the observation)."""
-
-    def __init__(self, source: str | None = "info") -> None:
-        self.source = source
-        box = gym.spaces.Box(0.0, 1.0, (N_ACTIONS,), np.float32)
-        self.observation_space = (
-            gym.spaces.Dict({"obs": box, "action_mask": gym.spaces.MultiBinary(N_ACTIONS)}) if source == "obs" else box
-        )
-        self.action_space = gym.spaces.Discrete(N_ACTIONS)
-        self.mask = np.ones(N_ACTIONS, dtype=bool)
-        self.t = 0
-
-    def _draw(self) -> tuple[Any, dict[str, Any]]:
-        self.mask = np.zeros(N_ACTIONS, dtype=bool)
-        self.mask[self.np_random.choice(N_ACTIONS, size=int(self.np_random.integers(1, 4)), replace=False)] = True
-        obs = self.mask.astype(np.float32)
-        if self.source == "obs":
-            return {"obs": obs, "action_mask": self.mask.astype(np.int8)}, {}
-        return obs, ({"action_mask": self.mask.copy()} if self.source == "info" else {})
-
-    def action_masks(self) -> np.ndarray:
-        if self.source != "method":
-            raise AttributeError("action_masks")
-        return self.mask.copy()
-
-    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw()
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        reward = 1.0 if self.mask[int(action)] else -1.0
-        self.t += 1
-        obs, info = self._draw()
-        return obs, reward, False, self.t >= 20, info
 
 
 def _vec(source: str | None, n: int = 4) -> Any:
@@ -150,6 +110,17 @@ def test_a_masked_env_and_the_algorithm_must_agree() -> None:
     with pytest.raises(AgileRLError, match="RainbowDQN does not mask actions yet"):
         OffPolicyEngine(per, 10, 100).learn(rainbow, env, per.make_buffer(100, seed=0), np.random.default_rng(0), 16,
                                             seed=0)  # fmt: skip
+
+
+def test_validation_catches_a_masked_env_without_action_masking() -> None:
+    """The manifest fails validation (the env is made there, as for any custom env), not the run."""
+    env = {"name": "Masked", "custom": True, "entrypoint": "masked_env:MaskedChoiceEnv",
+           "path": str(Path(__file__).parent), "env_config": {"source": "method"}}  # fmt: skip
+    with pytest.raises(ManifestError, match=r"algorithm\.action_masking"):
+        load_manifest({"algorithm": {"name": "PPO"}, "environment": env})
+    load_manifest({"algorithm": {"name": "PPO", "action_masking": True}, "environment": env})
+    with pytest.raises(ManifestError, match="RainbowDQN does not mask actions yet"):
+        load_manifest({"algorithm": {"name": "RainbowDQN"}, "environment": env})
 
 
 def test_the_onnx_export_takes_the_mask_as_its_second_input(tmp_path: Any) -> None:

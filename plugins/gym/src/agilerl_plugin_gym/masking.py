@@ -16,12 +16,14 @@ none to one with it, is an error naming both sides (:func:`check_masking`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from agilerl.errors import AgileRLError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MASK_KEY", "MaskSource", "check_masking", "mask_logits", "strip_mask_key"]
 
@@ -37,6 +39,8 @@ def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor
     """``logits`` with every disallowed action's logit set to :data:`MASKED_LOGIT` (``mask`` None: as is)."""
     if mask is None:
         return logits
+    import torch  # deferred: validation (check_env) reads the mask sources without torch
+
     return logits.masked_fill(~mask.to(device=logits.device, dtype=torch.bool), MASKED_LOGIT)
 
 
