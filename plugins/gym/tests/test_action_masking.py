@@ -97,19 +97,20 @@ def test_a_masked_env_and_the_algorithm_must_agree() -> None:
     with pytest.raises(AgileRLError, match=r"set algorithm\.action_masking: true"):
         OffPolicyEngine(replay, 10, 100).learn(_dqn(env), env, replay.make_buffer(100, seed=0),
                                                np.random.default_rng(0), 16, seed=0)  # fmt: skip
-    nstep = ReplaySettings(n_step=3)
-    with pytest.raises(AgileRLError, match="not supported with n-step replay yet"):
-        OffPolicyEngine(nstep, 10, 100).learn(_dqn(env, action_masking=True), env, nstep.make_buffer(100, seed=0),
-                                              np.random.default_rng(0), 16, seed=0)  # fmt: skip
     rainbow_manifest = load_manifest({"algorithm": {"name": "RainbowDQN"}, "environment": {"name": "CartPole-v1"}})
     rainbow = SingleAgentBuilder.build_for_run(
         rainbow_manifest.algorithm, env=env, manifest=rainbow_manifest,
         runtime=AlgorithmBuildRuntime(seed=0, manifest=rainbow_manifest),
     )  # fmt: skip
     per = ReplaySettings(per=True, alpha=0.6, n_step=3)
-    with pytest.raises(AgileRLError, match="RainbowDQN does not mask actions yet"):
+    with pytest.raises(AgileRLError, match=r"set algorithm\.action_masking: true"):
         OffPolicyEngine(per, 10, 100).learn(rainbow, env, per.make_buffer(100, seed=0), np.random.default_rng(0), 16,
                                             seed=0)  # fmt: skip
+    with pytest.raises(ManifestError, match="not supported with combined_reward"):
+        load_manifest({"algorithm": {"name": "RainbowDQN", "action_masking": True, "combined_reward": True},
+                       "environment": {"name": "CartPole-v1"}})  # fmt: skip
+    td3_manifest = load_manifest({"algorithm": {"name": "TD3"}, "environment": {"name": "Pendulum-v1"}})
+    assert "action_masking" not in type(td3_manifest.algorithm).model_fields  # continuous: nothing to mask
 
 
 def test_validation_catches_a_masked_env_without_action_masking() -> None:
@@ -119,7 +120,7 @@ def test_validation_catches_a_masked_env_without_action_masking() -> None:
     with pytest.raises(ManifestError, match=r"algorithm\.action_masking"):
         load_manifest({"algorithm": {"name": "PPO"}, "environment": env})
     load_manifest({"algorithm": {"name": "PPO", "action_masking": True}, "environment": env})
-    with pytest.raises(ManifestError, match="RainbowDQN does not mask actions yet"):
+    with pytest.raises(ManifestError, match=r"set algorithm\.action_masking: true"):
         load_manifest({"algorithm": {"name": "RainbowDQN"}, "environment": env})
 
 
@@ -142,7 +143,7 @@ def test_the_onnx_export_takes_the_mask_as_its_second_input(tmp_path: Any) -> No
 
 def _dqn(env: Any, **fields: Any) -> Any:
     manifest = load_manifest({
-        "algorithm": {"name": "DQN", "batch_size": 32, "learn_step": 4, "lr": 1e-3, **fields},
+        "algorithm": {"name": "DQN", "batch_size": 32, "learn_step": 4, "lr": 1e-3, **fields},  # name: or Rainbow
         "environment": {"name": "CartPole-v1"},
     })  # fmt: skip
     torch.manual_seed(0)
@@ -169,13 +170,23 @@ def test_dqn_never_takes_a_masked_action_over_random_masks() -> None:
     assert (agent.explore(obs, rng, action_mask=one_allowed)[0] == one_allowed.argmax(1)).all()
 
 
-@pytest.mark.parametrize("source", ["info", "method", "obs"])
-def test_dqn_trains_on_each_mask_source_without_a_forbidden_action(source: str) -> None:
+@pytest.mark.parametrize(
+    ("source", "algo", "replay"),
+    [
+        ("info", "DQN", ReplaySettings()),
+        ("method", "DQN", ReplaySettings(n_step=3)),
+        ("obs", "DQN", ReplaySettings()),
+        ("info", "RainbowDQN", ReplaySettings(per=True, alpha=0.6, n_step=3)),
+    ],
+)
+def test_dqn_and_rainbow_train_on_each_mask_source_without_a_forbidden_action(
+    source: str, algo: str, replay: ReplaySettings
+) -> None:
     env = _vec(source)
-    agent = _dqn(env, action_masking=True)
-    replay = ReplaySettings()
+    agent = _dqn(env, action_masking=True, name=algo)
     buf = replay.make_buffer(2000, seed=0, dtypes={"reward": np.float32, "done": np.float32})
     stats = OffPolicyEngine(replay, 64, 2000).learn(agent, env, buf, np.random.default_rng(0), 400, seed=0)
     assert stats["train_return"] == 20.0 and "loss" in stats
-    assert buf.sample(8)["next_action_mask"].shape == (8, N_ACTIONS)  # the bootstrap's allowed actions
+    sample = buf.sample(8, beta=0.4) if replay.per else buf.sample(8)
+    assert sample["next_action_mask"].shape == (8, N_ACTIONS)  # the bootstrap's allowed actions
     assert agent.test(_vec(source), seed=1) == 20.0

@@ -250,8 +250,8 @@ class OffPolicyEngine:
         episodes = EpisodeReturns(n)
         stats: Mapping[str, Any] = {}
         nstep = self.replay.collector(agent.gamma)
-        if masking and nstep is not None:
-            raise AgileRLError("algorithm.action_masking: not supported with n-step replay yet (replay_buffer.n_step)")
+        if masking and nstep is not None and nstep.one_step:
+            raise AgileRLError("algorithm.action_masking: not supported with combined_reward yet")
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         max_steps = self.max_steps
         # The fast room's explore and learn where the networks qualify (agilerl_plugin_gym.fast).
@@ -269,7 +269,7 @@ class OffPolicyEngine:
                 buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated,
                         **stored)  # fmt: skip
             else:
-                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
+                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep, action_mask)
                 if rows is not None:
                     buf.add(**rows)
             done = terminated | truncated
@@ -289,7 +289,7 @@ class OffPolicyEngine:
                 else:
                     stats = gradient_steps(due, buf.sample, agent_learn, agent.batch_size, buf.sample_many)
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
-            rows = nstep.flush(obs)
+            rows = nstep.flush(obs, action_mask)
             if rows is not None:
                 buf.add(**rows)
         return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}

@@ -26,6 +26,8 @@ __all__ = ["by_hand", "learn", "learn_by_hand", "select_learn"]
 
 def select_learn(agent: RainbowDQN) -> Callable[..., Any] | None:
     """:func:`learn` bound to ``agent`` when :func:`by_hand` has a plan for its network."""
+    if getattr(agent.spec, "action_masking", False):  # masked next actions: RainbowDQN's own learn
+        return None
     return functools.partial(learn, agent) if by_hand(agent) is not None else None
 
 

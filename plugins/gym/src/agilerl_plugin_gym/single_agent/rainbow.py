@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from agilerl_plugin_gym.fast.optim import inference_mode
+from agilerl_plugin_gym.masking import mask_logits
 from agilerl_plugin_gym.networks.rainbow import RainbowNetwork, project_distribution
 from agilerl_plugin_gym.observations import batch_size
 from agilerl_plugin_gym.sections.training import RLTrainingFields
@@ -71,20 +72,24 @@ class RainbowDQN(DQN):
         return {}
 
     @torch.inference_mode()
-    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
+    def greedy_action(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
         self._noise(False)
-        return self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+        q = self.nets["actor"](self.obs_tensor(obs))
+        return mask_logits(q, None if action_mask is None else torch.as_tensor(action_mask)).argmax(-1).cpu().numpy()
 
     @inference_mode
     def explore(
-        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False, action_mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Random actions while warming up, then the greedy action of the noisy network."""
+        """Random actions while warming up, then the greedy action of the noisy network (allowed
+        ones only under ``action_mask``)."""
         if warmup:
-            action = rng.integers(0, self.n_actions, size=batch_size(obs))
+            action = self._random_actions(batch_size(obs), rng, action_mask)
         else:
             self._noise(True)
-            action = self.nets["actor"](self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+            q = self.nets["actor"](self.obs_tensor(obs))
+            mask = None if action_mask is None else torch.as_tensor(action_mask)
+            action = mask_logits(q, mask).argmax(-1).cpu().numpy()
         return action, action
 
     # --- learning ---------------------------------------------------------------------------------
@@ -120,7 +125,7 @@ class RainbowDQN(DQN):
         # gradient anyway.
         logits, next_logits = net.logits_pair(batch["obs"], batch["next_obs"])
         log_p = logits[rows, action].log_softmax(-1)
-        next_a = net.q_values(next_logits).argmax(1)
+        next_a = mask_logits(net.q_values(next_logits), batch.get("next_action_mask")).argmax(1)  # masked envs
         loss_i = self._elementwise_loss(
             log_p, batch["reward"], batch["next_obs"], gamma_n * (1.0 - batch["done"]), next_a, rows
         )

@@ -261,7 +261,7 @@ class DQNSpec(QLearningSpec):
         default=False,
         description="Mask illegal actions: the env reports them in info['action_mask'], a Dict observation's "
         "'action_mask' key or an action_masks() method; greedy and random actions, and the bootstrap's next "
-        "action, are allowed ones only (not with n-step replay yet).",
+        "action, are allowed ones only.",
     )
     cudagraphs: bool = Field(default=False, description="CUDA graphs: false only (true is not supported yet).")
 
@@ -348,9 +348,16 @@ class RainbowDQNSpec(QLearningSpec):
     combined_reward: bool = Field(
         default=False, description="Add the one-step loss to the n-step loss (both drive the priorities)."
     )
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions (info['action_mask'], a Dict observation's 'action_mask' key or an "
+        "action_masks() method): acting and the double-DQN next action over allowed ones (not with combined_reward).",
+    )
 
     @model_validator(mode="after")
     def _support_range(self) -> RainbowDQNSpec:
         if self.v_min >= self.v_max:
             raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
+        if self.action_masking and self.combined_reward:
+            raise ValueError("action_masking is not supported with combined_reward yet")
         return self
