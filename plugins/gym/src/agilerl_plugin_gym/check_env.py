@@ -18,6 +18,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError, Problem
+from agilerl_plugin_gym.masking import MaskSource, check_masking
 
 if TYPE_CHECKING:
     from agilerl.models.base import AlgorithmSpec
@@ -210,8 +211,6 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
 def _mask_problems(env: Any, manifest: TrainingManifest) -> list[Problem]:
     """The env's action masks and the algorithm's ``action_masking`` agree (masking.py), checked at
     validation rather than when training starts."""
-    from agilerl_plugin_gym.masking import MaskSource, check_masking
-
     spec = manifest.algorithm
     obs, info = env.reset(seed=0)
     supported = "action_masking" in type(spec).model_fields
