@@ -190,3 +190,72 @@ def test_dqn_and_rainbow_train_on_each_mask_source_without_a_forbidden_action(
     sample = buf.sample(8, beta=0.4) if replay.per else buf.sample(8)
     assert sample["next_action_mask"].shape == (8, N_ACTIONS)  # the bootstrap's allowed actions
     assert agent.test(_vec(source), seed=1) == 20.0
+
+
+def _normalized(algo: str, env: Any, **fields: Any) -> Any:
+    """A masked agent built with ``environment.normalize`` (observations and rewards)."""
+    defaults = {"PPO": {"learn_step": 256, "batch_size": 64, "update_epochs": 4, "lr": 3e-3},
+                "DQN": {"batch_size": 32, "learn_step": 4, "lr": 1e-3}}[algo]  # fmt: skip
+    manifest = load_manifest({
+        "algorithm": {"name": algo, "action_masking": True, **defaults, **fields},
+        "environment": {"name": "CartPole-v1", "normalize": {"obs": True, "reward": True}},
+    })  # fmt: skip
+    torch.manual_seed(0)
+    return SingleAgentBuilder.build_for_run(
+        manifest.algorithm, env=env, manifest=manifest, runtime=AlgorithmBuildRuntime(seed=0, manifest=manifest)
+    )
+
+
+@pytest.mark.parametrize("source", ["info", "obs"])
+def test_masking_and_normalisation_together(source: str) -> None:
+    """The mask is read from the raw observation and taken out before the statistics and the
+    networks see it; training, evaluation, predict (raw observations in) and the exported policy
+    (raw observation and mask in) all pick allowed actions only."""
+    env = _vec(source)
+    agent = _normalized("PPO", env)
+    stats = OnPolicyEngine().learn(agent, env, 512, seed=0)
+    assert stats["train_return"] == 20.0
+    norm = agent.normalizer
+    assert set(norm.obs_rms) == ({"obs"} if source == "obs" else {""})  # never the mask
+    assert all(rms.count > 1 for rms in norm.obs_rms.values())
+    assert agent.test(_vec(source), seed=1) == 20.0
+    rng = np.random.default_rng(4)
+    raw = rng.random((256, N_ACTIONS)).astype(np.float32)
+    masks = rng.random((256, N_ACTIONS)) < 0.4
+    masks[np.arange(256), rng.integers(0, N_ACTIONS, 256)] = True
+    obs: Any = {"obs": raw} if source == "obs" else raw
+    predicted, _ = agent.predict(obs, action_masks=masks)
+    assert masks[np.arange(256), predicted].all()
+    np.testing.assert_array_equal(predicted, agent.greedy_action(norm.normalize_obs(obs), masks))
+    if source == "info":  # the exported module: raw observations and the mask in
+        module = agent.policy_module()
+        exported = module(torch.as_tensor(raw), torch.as_tensor(masks)).numpy()
+        np.testing.assert_array_equal(exported, predicted)
+
+
+@pytest.mark.parametrize("source", ["info", "obs"])
+def test_dqn_masking_and_normalisation_together(source: str) -> None:
+    env = _vec(source)
+    agent = _normalized("DQN", env)
+    replay = ReplaySettings(n_step=3)
+    buf = replay.make_buffer(2000, seed=0, dtypes={"reward": np.float32, "done": np.float32})
+    stats = OffPolicyEngine(replay, 64, 2000).learn(agent, env, buf, np.random.default_rng(0), 400, seed=0)
+    assert stats["train_return"] == 20.0 and "loss" in stats
+    assert set(agent.normalizer.obs_rms) == ({"obs"} if source == "obs" else {""})
+    assert agent.test(_vec(source), seed=1) == 20.0
+
+
+def test_a_normalised_masked_policy_exports_with_both_inputs(tmp_path: Any) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    from agilerl.export import export_policy
+
+    agent = _normalized("PPO", _vec("info"))
+    OnPolicyEngine().learn(agent, _vec("info"), 256, seed=0)  # statistics away from the initial ones
+    session = ort.InferenceSession(str(export_policy(agent, format="onnx", output=tmp_path / "masked.onnx")))
+    assert [i.name for i in session.get_inputs()] == ["observation", "action_mask"]
+    rng = np.random.default_rng(5)
+    raw = rng.random((64, N_ACTIONS)).astype(np.float32)
+    masks = rng.random((64, N_ACTIONS)) < 0.4
+    masks[np.arange(64), rng.integers(0, N_ACTIONS, 64)] = True
+    got = session.run(["action"], {"observation": raw, "action_mask": masks})[0]
+    np.testing.assert_array_equal(got, agent.predict(raw, action_masks=masks)[0])
