@@ -30,6 +30,7 @@ from agilerl_plugin_llm.envs import as_reward
 from agilerl_plugin_llm.hf_cache import dataset_cached, not_cached_advice
 from agilerl_plugin_llm.reward_model import reward_model_problems
 from agilerl_plugin_llm.rollout.catalog import CATALOG, missing_dataset
+from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set, reward_funcs_problems
 from agilerl_plugin_llm.rollout.sources import (
     ANSWER_COLUMN,
     QUESTION_COLUMNS,
@@ -336,8 +337,6 @@ def _hub_dataset_problems(name: str, where: str, config: str | None) -> list[Pro
 def rollout_source_problems(spec: Any) -> list[tuple[str, str]]:
     """The validation check of the dataset rollout source (rows + rubric): ``(field, why)`` pairs."""
     out = [(p.path.removeprefix("environment."), p.message) for p in dataset_problems(spec, "rollout")]
-    from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set, reward_funcs_problems
-
     batched = batched_sources_set(spec)
     if not batched:
         out += rubric_problems(spec)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl_plugin_llm.hf_cache import dataset_cached
+from agilerl_plugin_llm.rollout.reward_funcs import REWARD_SOURCES
 
 _RUBRICS = Path(__file__).resolve().parent / "rubrics"
 
@@ -64,7 +65,6 @@ def apply_catalog(data: dict[str, Any]) -> dict[str, Any]:
     if not any(data.get(f) for f in _DATASET_FIELDS):
         data["hf_dataset_id"] = entry.hf_dataset_id
         data.setdefault("hf_dataset_config", entry.hf_dataset_config)
-    from agilerl_plugin_llm.rollout.reward_funcs import REWARD_SOURCES
 
     scored = any(data.get(f) for f in ("rubric_file_path", "reward_file_path", *REWARD_SOURCES))
     if not scored:  # the catalog's rubric, unless the manifest scores the rows itself (reward_funcs, ...)

@@ -128,9 +128,11 @@ def _from_reward_funcs(spec: Any) -> list[RewardFunc]:
 
 
 def _from_reward_model(spec: Any) -> list[RewardFunc]:
-    # Imported here, not at the top: reward_model.py (validation helpers, chat rendering) must stay
-    # importable without this module and this module without it, so neither forms a cycle.
-    from agilerl_plugin_llm.reward_model import reward_model_func
+    # reward_model.py (validation helpers, chat rendering) must stay importable without this module
+    # and this module without it, so neither forms a cycle.
+    from agilerl_plugin_llm.reward_model import (  # deferred: only a spec with reward_model scores with it
+        reward_model_func,
+    )
 
     found = reward_model_func(spec)
     return [RewardFunc(*found)] if found is not None else []

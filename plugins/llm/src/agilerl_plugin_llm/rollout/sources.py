@@ -31,6 +31,7 @@ from agilerl_plugin_llm.chat import ConversationError, plain, prompt_messages
 from agilerl_plugin_llm.envs import TextEnv, as_reward
 from agilerl_plugin_llm.rollout.catalog import CATALOG
 from agilerl_plugin_llm.rollout.gem_envs import gem_config_problem, import_gem, uses_gem
+from agilerl_plugin_llm.rollout.reward_funcs import BatchReward, batched_sources_set, build_reward_funcs
 
 MakeEnv = Callable[[], TextEnv]
 Build = Callable[..., tuple[MakeEnv, "int | None"]]
@@ -76,7 +77,6 @@ def batched_source_problems(spec: Any, source_field: str) -> list[tuple[str, str
     that is not dataset rows: they score rows' completions, and an env scores its own replies."""
     if source_field in ("dataset", "dataset_path", "hf_dataset_id"):
         return []
-    from agilerl_plugin_llm.rollout.reward_funcs import batched_sources_set
 
     return [(f, "scores dataset rows (dataset_path, hf_dataset_id or dataset); an env scores its own replies")
             for f in batched_sources_set(spec)]  # fmt: skip
@@ -562,7 +562,6 @@ def _no_rubric(completion: str, answer: Any, question: Any) -> float:  # pragma:
 
 def _batched_reward(spec: Any, max_reward: float | None) -> Any:
     """The shared batched scorer when the spec names batched reward sources (``reward_funcs``, ``reward_model``)."""
-    from agilerl_plugin_llm.rollout.reward_funcs import BatchReward, batched_sources_set, build_reward_funcs
 
     fields = batched_sources_set(spec)
     if not fields:
