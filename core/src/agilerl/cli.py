@@ -25,7 +25,7 @@ from agilerl.inference import evaluate
 from agilerl.models.manifest import read_manifest_file, validate_manifest
 from agilerl.plot import compare_runs, plot_run
 from agilerl.plugins import PluginLoadWarning, get_plugin_manager, plugin_infos
-from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
+from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY, provider_variable
 from agilerl.safe_load import loads_yaml
 from agilerl.schema import manifest_json_schema, manifest_markdown
 from agilerl.strategies import check_algorithm
@@ -331,8 +331,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         status = f"FAILED: {i.error}" if i.error else ", ".join(i.hooks)
         print(f"{i.name:<{width}} {i.distribution or '-'} {i.version or ''}  [{status}]")
     for kind, name, who in clashes:
-        from agilerl.registry import provider_variable
-
         print(
             f"clash: {kind} {name!r} is registered by {' and '.join(map(repr, who))}: only that name is ambiguous; "
             f"pick one with name: {who[0]}:{name} in the manifest or {provider_variable(name)}={who[0]}"
@@ -342,8 +340,6 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def _clashes() -> list[tuple[str, str, list[str]]]:
     """``(kind, name, providers)`` for each name two plugins register (algorithms, env types)."""
-    from agilerl.registry import ENV_TYPES, MANIFEST_REGISTRY
-
     return [
         (table.kind, name, who) for table in (MANIFEST_REGISTRY, ENV_TYPES) for name, who in table.clashes().items()
     ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from agilerl.errors import Problem
-from agilerl.models import Mutable
+from agilerl.models.base import Mutable
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.single_agent.specs import QLearningSpec
 

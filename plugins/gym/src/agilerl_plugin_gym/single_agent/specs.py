@@ -13,6 +13,7 @@ from agilerl.errors import Problem
 from agilerl.models.base import Mutable
 from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.goal_envs import is_goal_conditioned
 from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.spec_base import (
     ANY_ACTIONS,
@@ -136,14 +137,14 @@ def _space_problems(
             check_network_for_space(manifest.network, made.observation_space)
         rb = manifest.replay_buffer if manifest is not None else None
         if rb is not None and getattr(rb, "her", False):
-            from agilerl_plugin_gym.goal_envs import is_goal_conditioned
-
             not_goal = is_goal_conditioned(made)
             if not_goal is not None:
                 return [Problem("replay_buffer.her", not_goal)]
         norm = getattr(env, "normalize", None)
         if norm is not None and norm.obs:
-            from agilerl_plugin_gym.normalization import normalizable_keys
+            from agilerl_plugin_gym.normalization import (  # deferred: torch, loaded only when a manifest normalises
+                normalizable_keys,
+            )
 
             if not normalizable_keys(made.observation_space):
                 return [Problem(
