@@ -149,7 +149,7 @@ class RewardModel(LLMAlgorithm):
         self.model.eval()
         sums = {"loss": 0.0, "accuracy": 0.0, "reward_gap": 0.0, "chosen_reward": 0.0, "rejected_reward": 0.0}
         rows = 0
-        size = batch_size or self.micro_batch_size_per_gpu or self.spec.batch_size
+        size = batch_size or self.spec.micro_batch_size_per_gpu or self.spec.batch_size
         for batch in env.test_batches(size):
             terms = self._terms(self.to_device(batch))
             sums["loss"] += float(terms["loss"].sum())
