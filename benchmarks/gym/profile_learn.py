@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import functools
 import io
 import itertools
 import os
@@ -59,6 +60,8 @@ class Timers:
     def wrap(self, owner: Any, name: str, label: str) -> None:
         fn: Callable[..., Any] = getattr(owner, name)
 
+        # functools.wraps keeps the method's name, by which the engines select its fast version.
+        @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
             if self.active:
                 return fn(*args, **kwargs)
@@ -81,19 +84,27 @@ def instrument(algo: str, timers: Timers) -> None:
 
     timers.wrap(gym.vector.SyncVectorEnv, "step", "env step (8 or 4 CartPoles)")
     if algo == "ppo":
+        from agilerl_plugin_gym.fast import ppo as fast_ppo
         from agilerl_plugin_gym.single_agent.ppo import PPO
 
         timers.wrap(PPO, "learn", "learn (GAE done; 4 epochs x 16 minibatches)")
         timers.wrap(PPO, "act", "act (actor + critic forward, sample)")
+        timers.wrap(fast_ppo, "learn", "learn (GAE done; 4 epochs x 16 minibatches)")  # what the engine runs
+        timers.wrap(fast_ppo, "act", "act (actor + critic forward, sample)")
         timers.wrap(buffers.RolloutBuffer, "add", "rollout buffer add")
         timers.wrap(PPO, "obs_tensor", "obs -> tensor")
         return
+    from agilerl_plugin_gym.fast import dqn as fast_dqn
+    from agilerl_plugin_gym.fast import rainbow as fast_rainbow
     from agilerl_plugin_gym.single_agent.dqn import DQN
     from agilerl_plugin_gym.single_agent.rainbow import RainbowDQN
 
     cls = DQN if algo == "dqn" else RainbowDQN
     timers.wrap(cls, "learn", "learn (one gradient step)")
     timers.wrap(cls, "explore", "explore (acting)")
+    timers.wrap(fast_dqn if algo == "dqn" else fast_rainbow, "learn", "learn (one gradient step)")  # the engine's
+    if algo == "dqn":
+        timers.wrap(fast_dqn, "explore", "explore (acting)")
     timers.wrap(buffers.ReplayBuffer, "add", "replay add")
     timers.wrap(buffers.ReplayBuffer, "sample_many", "replay sample")
     timers.wrap(buffers.ReplayBuffer, "sample", "replay sample")
@@ -110,13 +121,16 @@ def learn_ops(agent: Any, strategy: Any, algo: str) -> dict[str, int]:
     """aten ops dispatched by one learn call of the trained agent (on a batch from its own buffer)."""
     from torch.profiler import ProfilerActivity, profile
 
+    from agilerl_plugin_gym import fast
+
     buf = getattr(strategy, "buffer", None)
     if algo == "ppo" or buf is None or len(buf) < agent.spec.batch_size:
         return {}
     batch = buf.sample(agent.spec.batch_size, beta=0.4) if algo == "rainbow" else buf.sample(agent.spec.batch_size)
-    agent.learn(batch)
+    learn = fast.select(agent, "learn") or agent.learn  # what the engine runs
+    learn(batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        agent.learn(batch)
+        learn(batch)
     return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
 
 
@@ -169,7 +183,10 @@ def dqn_learn_vs_bare(agent: Any, strategy: Any, iters: int) -> dict[str, float]
                 if a is not acts[0]:
                     g @ w
 
-    calls = {"ours": lambda: agent.learn(batch), "bare torch": bare, "its matmuls alone": matmuls}
+    from agilerl_plugin_gym import fast
+
+    learn = fast.select(agent, "learn") or agent.learn  # what the engine runs
+    calls = {"ours": lambda: learn(batch), "bare torch": bare, "its matmuls alone": matmuls}
     times: dict[str, list[int]] = {k: [] for k in calls}
     for i in range(iters):
         for k in calls if i % 2 else list(calls)[::-1]:

@@ -46,7 +46,9 @@ def export_policy(
     """Write the greedy policy of ``source`` (checkpoint, run directory or loaded agent) to a file.
 
     Beside it, ``<output>.json`` records the input and output names, the observation shape and
-    dtype, and the checkpoint it came from. ``trust`` and ``manifest`` are :func:`agilerl.load`'s.
+    dtype, and the checkpoint it came from. An agent with ``example_extra_inputs()`` (a mapping of
+    name to a batch-of-one example) exports a module taking those inputs after the observation, in
+    that order (a masked policy's ``action_mask``). ``trust`` and ``manifest`` are :func:`agilerl.load`'s.
     """
     fmt = format.lower()
     if fmt not in FORMATS:
@@ -71,17 +73,22 @@ def export_policy(
 
     module = agent.policy_module()
     example = torch.as_tensor(np.asarray(agent.example_observation()))
+    # Inputs after the observation that the policy module takes (e.g. {"action_mask": ...}), by name.
+    extra_fn = getattr(agent, "example_extra_inputs", None)
+    extra = {k: torch.as_tensor(np.asarray(v)) for k, v in (extra_fn() if callable(extra_fn) else {}).items()}
+    inputs = (example, *extra.values())
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():
         if fmt == "torchscript":
             # torch 2.13 marks TorchScript deprecated; the file still loads with torch.jit.load.
             warnings.simplefilter("ignore", DeprecationWarning)
-            torch.jit.trace(module, example).save(str(out))  # type: ignore[no-untyped-call]
+            torch.jit.trace(module, inputs).save(str(out))  # type: ignore[no-untyped-call]
         else:
-            _onnx(module, example, out)
+            _onnx(module, inputs, ["observation", *extra], out)
     meta = {
         "format": fmt,
         "input": "observation",
+        **({"extra_inputs": {k: list(v.shape[1:]) for k, v in extra.items()}} if extra else {}),
         "output": "action",
         "observation_shape": list(example.shape[1:]),
         "observation_dtype": str(example.dtype).replace("torch.", ""),
@@ -92,7 +99,7 @@ def export_policy(
     return out
 
 
-def _onnx(module: Any, example: Any, out: Path) -> None:
+def _onnx(module: Any, inputs: tuple[Any, ...], names: list[str], out: Path) -> None:
     import importlib.util
 
     import torch
@@ -111,10 +118,10 @@ def _onnx(module: Any, example: Any, out: Path) -> None:
             warnings.simplefilter("ignore")
             program = torch.onnx.export(
                 module,
-                (example,),
-                input_names=["observation"],
+                inputs,
+                input_names=names,
                 output_names=["action"],
-                dynamic_shapes=({0: batch},),
+                dynamic_shapes=tuple({0: batch} for _ in inputs),
                 dynamo=True,
                 verbose=False,
             )

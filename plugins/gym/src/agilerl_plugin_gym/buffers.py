@@ -6,7 +6,10 @@
   returns torch tensors. Fields are free-form: you name them on the first ``add``.
 * :class:`RolloutBuffer` — fixed-size on-policy storage of ``(num_steps, num_envs)`` torch tensors
   with Generalised Advantage Estimation (PPO, IPPO ...), aware of Gymnasium 1.x *next-step*
-  autoreset (see :meth:`RolloutBuffer.compute_returns_and_advantages`).
+  autoreset (see :meth:`RolloutBuffer.compute_returns_and_advantages`);
+* :func:`gae` — the estimate itself over a ``(steps, envs)`` rollout (numpy only), aware of the
+  autoreset step (``valid``) and of the difference between termination (no bootstrap) and an
+  episode end that cuts a trajectory (bootstrap, but no credit across it).
 
 Both save to / load from ``state_dict()`` made of tensors and python scalars only, so they ride in an
 agilerl checkpoint (``torch.load(weights_only=True)``), including the sampling RNG.
@@ -26,10 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agilerl_plugin_gym.engine.advantages import gae
 from agilerl_plugin_gym.observations import SEP, flatten_fields, is_structured, regroup_fields
 
-__all__ = ["ReplayBuffer", "RolloutBuffer", "numpy_rng_state", "set_numpy_rng_state"]
+__all__ = ["ReplayBuffer", "RolloutBuffer", "gae", "numpy_rng_state", "set_numpy_rng_state"]
 
 
 def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -197,6 +199,36 @@ class ReplayBuffer:
             self.data[k] = arr
 
 
+def gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    terminated: np.ndarray,
+    dones: np.ndarray,
+    valid: np.ndarray,
+    last_value: np.ndarray,
+    last_valid: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+    out: np.ndarray,
+) -> None:
+    """GAE(lambda) of a ``(T, N)`` rollout into ``out`` (advantages; returns are ``out + values``).
+
+    ``values[t + 1]`` (``last_value`` after the last step) is the value of the observation that
+    followed step ``t``. It is bootstrapped unless step ``t`` *terminated*; credit never flows back
+    across an episode end (``dones``); a step with ``valid == 0`` (an auto-reset step, or an agent
+    that did not act) gets advantage 0 and passes no credit back.
+    """
+    next_values = np.concatenate([values[1:], np.asarray(last_value, dtype=np.float32)[None]])
+    next_valid = np.concatenate([valid[1:], np.asarray(last_valid, dtype=np.float32)[None]])
+    # Everything that does not depend on the recursion, computed for all steps at once.
+    delta = rewards + gamma * next_values * (1.0 - terminated) - values
+    carry = gamma * gae_lambda * (1.0 - dones) * next_valid
+    last_gae = np.zeros(rewards.shape[1], dtype=np.float32)
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        last_gae = (delta[t] + carry[t] * last_gae) * valid[t]
+        out[t] = last_gae
+
+
 class RolloutBuffer:
     """On-policy storage for ``num_steps`` vector steps of ``num_envs`` envs, with GAE.
 
@@ -218,6 +250,7 @@ class RolloutBuffer:
     :param action_shape: one action's shape (``()`` for Discrete).
     :param obs_dtype: observation dtype, numpy or torch (uint8 images stay uint8 until the network).
     :param action_dtype: int64 for discrete actions, float32 for continuous (numpy or torch).
+    :param mask_dim: columns of an action mask stored per step (0: none; a masked policy's rollout).
     """
 
     def __init__(
@@ -230,6 +263,7 @@ class RolloutBuffer:
         obs_dtype: Any = np.float32,
         action_dtype: Any = np.float32,
         device: str | torch.device = "cpu",
+        mask_dim: int = 0,
     ) -> None:
         self.num_steps, self.num_envs = int(num_steps), int(num_envs)
         self.device = torch.device(device)
@@ -250,6 +284,8 @@ class RolloutBuffer:
         self.valid: np.ndarray = np.zeros((T, N), dtype=np.float32)
         self.advantages: np.ndarray = np.zeros((T, N), dtype=np.float32)
         self.returns: np.ndarray = np.zeros((T, N), dtype=np.float32)
+        #: The allowed actions at each step (``mask_dim`` columns; only for a masked policy).
+        self.action_masks: np.ndarray | None = np.zeros((T, N, mask_dim), dtype=bool) if mask_dim else None
 
     def add(
         self,
@@ -262,8 +298,11 @@ class RolloutBuffer:
         terminated: Any,
         done: Any,
         valid: Any,
+        action_mask: Any = None,
     ) -> None:
         """Write vector step ``t`` (arrays or tensors on any device, one row per env)."""
+        if self.action_masks is not None:
+            self.action_masks[t] = action_mask
         if isinstance(self.obs, dict):
             for key, part in flatten_fields("obs", obs).items():
                 self.obs[key][t] = _host(part)
@@ -312,6 +351,8 @@ class RolloutBuffer:
             "advantages": self.advantages.reshape(-1),
             "returns": self.returns.reshape(-1),
         }
+        if self.action_masks is not None:
+            out["action_masks"] = self.action_masks.reshape(-1, self.action_masks.shape[-1])
         mask = self.valid.reshape(-1) > 0
         if not mask.all():
             out = {k: v[mask] for k, v in out.items()}

@@ -17,7 +17,8 @@ import math
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-from agilerl.errors import Problem
+from agilerl.errors import AgileRLError, Problem
+from agilerl_plugin_gym.masking import MaskSource, check_masking
 from agilerl_plugin_gym.sections import ReplayBufferSpec
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
     except Exception as exc:
         return [Problem("environment", f"making the custom env raised {type(exc).__name__}: {exc}{_HINT}")]
     try:
-        return env_problems(env, multi_agent=multi_agent)
+        problems = env_problems(env, multi_agent=multi_agent)
+        return problems or ([] if multi_agent else _mask_problems(env, manifest))
     finally:
         close = getattr(env, "close", None)
         if callable(close):
@@ -208,6 +210,20 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
                 close()
             except Exception:  # a failing close() is not what the check is about
                 pass
+
+
+def _mask_problems(env: Any, manifest: TrainingManifest) -> list[Problem]:
+    """The env's action masks and the algorithm's ``action_masking`` agree (masking.py), checked at
+    validation rather than when training starts."""
+    spec = manifest.algorithm
+    obs, info = env.reset(seed=0)
+    supported = "action_masking" in type(spec).model_fields
+    try:
+        check_masking(MaskSource.of(env, obs, info), bool(getattr(spec, "action_masking", False)), spec.name,
+                      supported=supported)  # fmt: skip
+    except AgileRLError as exc:
+        return [Problem("algorithm.action_masking", str(exc).removeprefix("algorithm.action_masking: "))]
+    return []
 
 
 def batch_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Problem]:

@@ -37,9 +37,10 @@ from agilerl.inference import Episode
 from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
 from agilerl_plugin_gym.env_config import load_env_config
 from agilerl_plugin_gym.envs import GymEnvError, make_single_env
+from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking, mask_logits, strip_mask_key
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
 from agilerl_plugin_gym.normalization import NormalizedPolicy, Normalizer
-from agilerl_plugin_gym.observations import map_obs, subspaces
+from agilerl_plugin_gym.observations import batch_size, map_obs, subspaces
 
 __all__ = ["GreedyPolicy", "MultiAgentInference", "SingleAgentInference", "render_spec"]
 
@@ -158,8 +159,8 @@ class GreedyPolicy(nn.Module):
             self.register_buffer("low", torch.as_tensor(action_space.low, dtype=torch.float32))
             self.register_buffer("high", torch.as_tensor(action_space.high, dtype=torch.float32))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.actor(obs)
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = mask_logits(self.actor(obs), action_mask)  # a masked policy's export takes the mask second
         if self.kind == "discrete":
             return out.argmax(-1)
         if self.kind == "multidiscrete":
@@ -189,14 +190,33 @@ class SingleAgentInference:
         raise NotImplementedError
 
     def predict(
-        self, observation: Any, state: Any = None, episode_start: Any = None, deterministic: bool = True
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+        action_masks: Any = None,
     ) -> tuple[Any, Any]:
         """The action for one observation (or a batch, from a vector env) and ``state`` unchanged.
 
         One observation (e.g. from ``gymnasium.make(...)``) gives one action, ready for
-        ``env.step``; a batch with a leading env axis gives a batch of actions.
+        ``env.step``; a batch with a leading env axis gives a batch of actions. A policy trained
+        with ``action_masking: true`` takes ``action_masks`` (bool, one row per observation, True:
+        allowed; or the observation's ``action_mask`` key) and picks allowed actions only.
         """
         x: Any
+        masking = bool(getattr(getattr(self, "spec", None), "action_masking", False))
+        if isinstance(observation, Mapping) and MASK_KEY in observation:
+            if action_masks is None:
+                action_masks = observation[MASK_KEY]
+            observation = {k: v for k, v in observation.items() if k != MASK_KEY}
+        if masking and action_masks is None:
+            raise AgileRLError(
+                "predict: this policy was trained with action_masking: true; pass action_masks= (the env's "
+                "info['action_mask'] or env.action_masks()) so that it picks allowed actions only"
+            )
+        if action_masks is not None and not masking:
+            raise AgileRLError("predict: action_masks given, but this policy was trained without action_masking")
         if isinstance(self.observation_space, (spaces.Dict, spaces.Tuple)):
             x, batch = _structured_batch(self.observation_space, observation)
             x = x if batch else map_obs(lambda a: a[None], x)
@@ -208,10 +228,13 @@ class SingleAgentInference:
             x = self.normalizer.normalize_obs(x)
         act = getattr(self, "act", None)
         env_action = getattr(self, "env_action", None)
+        mask = None if action_masks is None else np.asarray(action_masks, dtype=bool).reshape(batch_size(x), -1)
         if not deterministic and callable(act) and callable(env_action):  # a stochastic policy (PPO)
             with torch.inference_mode():
-                sampled = act(self.obs_tensor(x))[0]
+                sampled = act(self.obs_tensor(x), *([] if mask is None else [torch.as_tensor(mask)]))[0]
             actions = np.asarray(env_action(sampled.cpu()))
+        elif mask is not None:
+            actions = np.asarray(self.greedy_action(x, mask))  # type: ignore[call-arg]
         else:
             actions = np.asarray(self.greedy_action(x))
         return (actions if batch else actions[0]), state
@@ -262,13 +285,25 @@ class SingleAgentInference:
         try:
             out = []
             bound = _EpisodeBound(self, env_spec, env, episodes)
+            masking = bool(getattr(getattr(self, "spec", None), "action_masking", False))
             for i in range(episodes):
-                obs, _ = env.reset(seed=None if seed is None else seed + i)
+                obs, info = env.reset(seed=None if seed is None else seed + i)
+                source = MaskSource.of(env, obs, info)
+                check_masking(
+                    source,
+                    masking,
+                    type(self).__name__,
+                    supported=hasattr(self, "spec") and "action_masking" in type(self.spec).model_fields,
+                )
                 total, length, done = 0.0, 0, False
                 state = None  # a recurrent policy's state (recurrent PPO), from each episode's start
                 while not done:
-                    action, state = self.predict(obs, state)
-                    obs, reward, terminated, truncated, _ = env.step(action)
+                    masks = source.read(env, obs, info) if masking else None
+                    if masks is not None:
+                        action, state = self.predict(strip_mask_key(obs), state, action_masks=masks)
+                    else:
+                        action, state = self.predict(obs, state)
+                    obs, reward, terminated, truncated, info = env.step(action)
                     total += float(reward)
                     length += 1
                     done = bool(terminated or truncated) or bound.step(length)
@@ -296,6 +331,19 @@ class SingleAgentInference:
         if self.normalizer is not None:  # the exported graph takes raw observations
             module = NormalizedPolicy(self.normalizer.module(), module)
         return module.eval()
+
+    def example_extra_inputs(self) -> dict[str, np.ndarray]:
+        """A masked policy's exported module takes ``action_mask`` (bool, one row per observation) second."""
+        if not getattr(getattr(self, "spec", None), "action_masking", False):
+            return {}
+        width = (
+            int(np.sum(self.action_space.nvec))
+            if isinstance(self.action_space, spaces.MultiDiscrete)
+            else int(
+                self.action_space.n  # type: ignore[attr-defined]
+            )
+        )
+        return {"action_mask": np.ones((1, width), dtype=bool)}
 
     def example_observation(self) -> np.ndarray:
         """A batch of one observation, with the dtype the policy takes (for tracing)."""

@@ -34,6 +34,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl.errors import AgileRLError
+from agilerl_plugin_gym.observations import subspaces
 
 __all__ = [
     "NormalizeSettings",
@@ -107,8 +108,6 @@ def normalizable_keys(space: spaces.Space[Any]) -> dict[str, tuple[int, ...]]:
         return isinstance(s, spaces.Box) and s.dtype is not None and np.dtype(s.dtype).kind == "f"
 
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        from agilerl_plugin_gym.observations import subspaces
-
         return {k: tuple(s.shape or ()) for k, s in subspaces(space).items() if float_box(s)}
     return {WHOLE: tuple(space.shape or ())} if float_box(space) else {}
 
@@ -284,5 +283,8 @@ class NormalizedPolicy(nn.Module):
         self.normalize = normalize
         self.policy = policy
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy(self.normalize(obs))  # type: ignore[no-any-return]
+    def forward(self, obs: torch.Tensor, action_mask: torch.Tensor | None = None) -> torch.Tensor:
+        # A masked policy's export takes the action mask second (it is not normalised).
+        if action_mask is None:
+            return self.policy(self.normalize(obs))  # type: ignore[no-any-return]
+        return self.policy(self.normalize(obs), action_mask)  # type: ignore[no-any-return]

@@ -6,11 +6,8 @@ recurrent too) and IPPO (one update per network key).
   entropy bonus);
 * :func:`ppo_update` — ``update_epochs`` passes of shuffled minibatches over a flattened rollout,
   with gradient-norm clipping and the ``target_kl`` early stop; the algorithm supplies only a
-  ``forward(obs, actions) -> (log_prob, entropy, value)`` for its policy, or a ``manual_step``
-  that writes the minibatch's gradients itself (PPO's plain-MLP policies, without autograd);
-* :func:`surrogate_grads` — the loss terms of :func:`clipped_surrogate` and its gradients with
-  respect to the new log-probabilities, the values and the entropies, computed with the
-  floating-point operations autograd runs for it, in its order (bit-identical gradients).
+  ``forward(obs, actions) -> (log_prob, entropy, value)`` for its policy (or a ``manual_step``
+  that writes the minibatch's gradients itself: PPO's fast path, :mod:`agilerl_plugin_gym.fast.ppo`).
 
 The rollouts it learns from are collected by the on-policy engine
 (:mod:`agilerl_plugin_gym.engine.on_policy`).
@@ -19,15 +16,15 @@ The rollouts it learns from are collected by the on-policy engine
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
+from agilerl_plugin_gym.fast.optim import FlatParameters
 from agilerl_plugin_gym.observations import rows
-from agilerl_plugin_gym.optim import FlatParameters
 
-__all__ = ["LossGrads", "ManualStep", "PPOHyperparameters", "clipped_surrogate", "ppo_update", "surrogate_grads"]
+__all__ = ["ManualStep", "PPOHyperparameters", "clipped_surrogate", "ppo_update"]
 
 
 class PPOHyperparameters(Protocol):
@@ -80,85 +77,14 @@ def clipped_surrogate(
     return loss, pg_loss, v_loss, ent, ratio, log_ratio
 
 
-class LossGrads(NamedTuple):
-    """:func:`surrogate_grads`' result: the loss terms (no graph) and the loss's gradients."""
-
-    pg_loss: torch.Tensor
-    v_loss: torch.Tensor
-    ratio: torch.Tensor
-    log_ratio: torch.Tensor
-    #: d loss / d new log-probability, per row.
-    log_prob: torch.Tensor
-    #: d loss / d value, per row.
-    value: torch.Tensor
-    #: d loss / d entropy, the same for every row (a 0-dim tensor: ``-ent_coef / rows``).
-    entropy: torch.Tensor
-
-
-def _maximum_backward(a: torch.Tensor, b: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.maximum``'s backward (autograd's formula): a tie splits the gradient in half."""
-    tie = a == b
-    half = grad / 2
-    return torch.where(tie, half, grad).masked_fill_(a < b, 0), torch.where(tie, half, grad).masked_fill_(a > b, 0)
-
-
-def _clamp_backward(x: torch.Tensor, grad: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """``clamp``'s backward (autograd's formula): the gradient where ``low <= x <= high``, else 0."""
-    return torch.where((x >= low).logical_and_(x <= high), grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
-
-
-@torch.no_grad()
-def surrogate_grads(
-    new_log_prob: torch.Tensor, value: torch.Tensor, batch: Mapping[str, torch.Tensor], s: PPOHyperparameters
-) -> LossGrads:
-    """:func:`clipped_surrogate` without autograd: its loss terms and its gradients.
-
-    The gradients of ``loss = pg_loss - ent_coef * entropy.mean() + vf_coef * v_loss`` with respect
-    to ``new_log_prob``, ``value`` and each row's entropy, from the same kernels autograd's backward
-    of :func:`clipped_surrogate` runs (``MeanBackward``, ``MaximumBackward``, ``ClampBackward``,
-    ``MulBackward``, ``ExpBackward``, ``PowBackward``), in the same order, so that they are
-    bit-identical to ``loss.backward()``'s (a test checks it).
-    """
-    n = new_log_prob.shape[0]
-    one = torch.ones((), dtype=new_log_prob.dtype, device=new_log_prob.device)
-    c = s.clip_coef
-    log_ratio = new_log_prob - batch["log_probs"]
-    ratio = log_ratio.exp()
-    adv = batch["advantages"]
-    if s.normalize_advantages and adv.shape[0] > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    neg_adv = -adv
-    surr, surr_clipped = neg_adv * ratio, neg_adv * ratio.clamp(1 - c, 1 + c)
-    pg_loss = torch.max(surr, surr_clipped).mean()
-    # loss = (pg - ent_coef * ent) + vf_coef * v_loss: the three terms' upstream gradients.
-    g_surr, g_clipped = _maximum_backward(surr, surr_clipped, one / n)
-    g_ratio = g_surr * neg_adv + _clamp_backward(ratio, g_clipped * neg_adv, 1 - c, 1 + c)
-    g_log_prob = g_ratio * ratio
-    g_entropy = (-one * s.ent_coef) / n
-    g_sq = one * s.vf_coef * 0.5 / n  # through vf_coef * (0.5 * mean(...))
-    ret = batch["returns"]
-    if s.clip_vloss:
-        old_v = batch["values"]
-        dv = value - old_v
-        diff, diff_clipped = value - ret, old_v + dv.clamp(-c, c) - ret
-        sq, sq_clipped = diff.pow(2), diff_clipped.pow(2)
-        v_loss = 0.5 * torch.max(sq, sq_clipped).mean()
-        g_sq_a, g_sq_b = _maximum_backward(sq, sq_clipped, g_sq)
-        g_value = g_sq_a * (2.0 * diff) + _clamp_backward(dv, g_sq_b * (2.0 * diff_clipped), -c, c)
-    else:
-        diff = value - ret
-        v_loss = 0.5 * diff.pow(2).mean()
-        g_value = g_sq * (2.0 * diff)
-    return LossGrads(pg_loss, v_loss, ratio, log_ratio, g_log_prob, g_value, g_entropy)
-
-
 #: A minibatch step that writes the gradients of :func:`clipped_surrogate`'s loss itself (no
-#: autograd): ``step(minibatch) -> (pg_loss, v_loss, entropy, ratio, log_ratio)``, every parameter's
+#: autograd; :func:`agilerl_plugin_gym.fast.ppo.manual_step`): ``step(minibatch) -> (pg_loss, v_loss, entropy, ratio, log_ratio)``, every parameter's
 #: ``.grad`` set; :func:`ppo_update` then clips and steps as after ``backward()``.
 ManualStep = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, ...]]
 
 
-Forward = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: ``forward(obs, actions[, action_mask=])``: the mask is passed when the rollout stored one.
+Forward = Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 #: A recurrent policy's forward over a minibatch of padded sequences (engine.recurrent): (S, T) outputs.
 SequenceForward = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 _TARGETS = ("log_probs", "values", "advantages", "returns")
@@ -197,8 +123,8 @@ def ppo_update(
     enter the loss.
 
     ``manual_step`` (instead of ``forward``) computes a minibatch's loss terms and writes every
-    parameter's gradient itself, as :func:`surrogate_grads` gives them (bit-identical to
-    ``backward()``); the clip, the optimizer step and the statistics are the same.
+    parameter's gradient itself (bit-identical to ``backward()``: :mod:`agilerl_plugin_gym.fast.ppo`);
+    the clip, the optimizer step and the statistics are the same.
     """
     n = int(data["advantages"].shape[0])
     if n == 0:
@@ -224,7 +150,8 @@ def ppo_update(
                 continue
             if seq_forward is None:
                 assert forward is not None
-                new_lp, entropy, value = forward(mb["obs"], mb["actions"])
+                masks = {"action_mask": mb["action_masks"]} if "action_masks" in mb else {}  # masked policies
+                new_lp, entropy, value = forward(mb["obs"], mb["actions"], **masks)
             else:  # truncated BPTT: (S, T) outputs, padding masked out
                 m = mb["mask"]
                 new_lp, entropy, value = (x[m] for x in seq_forward(mb))

@@ -13,9 +13,8 @@ networks and exploration (``explore``/``get_actions``). Two env APIs, one schedu
 
 Their parts:
 
-* :class:`TargetSync` — target networks that track online ones, by Polyak averaging
-  (:meth:`TargetSync.soft`, one fused ``lerp`` over all parameters) or by copying
-  (:meth:`TargetSync.hard`).
+* :class:`~agilerl_plugin_gym.networks.targets.TargetSync` — target networks that track online
+  ones (re-exported from :mod:`agilerl_plugin_gym.networks.targets`).
 * :class:`ExplorationNoise` — Gaussian or Ornstein-Uhlenbeck action noise, one row per sub-env,
   drawn from a generator the caller owns (never the global ``np.random``), reset per sub-env at
   episode end.
@@ -37,16 +36,16 @@ import no strategy or algorithm, only the public algorithm protocol
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from agilerl.errors import AgileRLError
+from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import numpy_rng_state, set_numpy_rng_state
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.replay_per import (
@@ -56,6 +55,8 @@ from agilerl_plugin_gym.engine.replay_per import (
     with_priority_update,
 )
 from agilerl_plugin_gym.her import HerReplayBuffer
+from agilerl_plugin_gym.masking import MaskSource, check_masking, strip_mask_key
+from agilerl_plugin_gym.networks.targets import TargetSync, lerp_params
 from agilerl_plugin_gym.normalization import agent_normalizer
 
 if TYPE_CHECKING:
@@ -73,58 +74,6 @@ __all__ = [
     "gradient_steps",
     "lerp_params",
 ]
-
-
-@torch.no_grad()
-def lerp_params(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
-    """``target <- target + tau * (online - target)`` for every pair, in one fused kernel call."""
-    torch._foreach_lerp_(target, online, tau)
-
-
-class TargetSync:
-    """Target copies of online networks, held in a ``{name: module}`` mapping.
-
-    :param nets: the mapping that holds online and target networks (e.g. ``algorithm.nets``).
-    :param target_of: target name -> online name.
-
-    Parameter lists are gathered once (call :meth:`rebuild` after an architecture change), so a
-    soft update is a single ``torch._foreach_lerp_`` call however many networks there are.
-    """
-
-    def __init__(self, nets: MutableMapping[str, Any], target_of: Mapping[str, str]) -> None:
-        self.nets = nets
-        self.target_of = dict(target_of)
-        self.target: list[torch.Tensor] = []
-        self.online: list[torch.Tensor] = []
-        if all(t in nets for t in self.target_of):
-            self.rebuild()
-
-    def rebuild(self) -> None:
-        """Re-gather the parameter lists (after networks were replaced or reshaped)."""
-        self.target, self.online = [], []
-        for target, source in self.target_of.items():
-            # (before copy_online the two may differ in shape: the lists are gathered again after it)
-            for t, o in zip(self.nets[target].parameters(), self.nets[source].parameters(), strict=False):
-                if t is not o:  # a module both read (a shared encoder) needs no averaging
-                    self.target.append(t)
-                    self.online.append(o)
-
-    def copy_online(self) -> None:
-        """(Re)create every target as a frozen deep copy of its online network, then rebuild."""
-        for target, source in self.target_of.items():
-            self.nets[target] = copy.deepcopy(self.nets[source])
-            self.nets[target].requires_grad_(False)
-        self.rebuild()
-
-    def soft(self, tau: float) -> None:
-        """Polyak averaging of every target towards its online network."""
-        if self.target:
-            lerp_params(self.target, self.online, tau)
-
-    @torch.no_grad()
-    def hard(self) -> None:
-        """Copy the online weights into the targets (same architectures)."""
-        torch._foreach_copy_(self.target, self.online)
 
 
 @dataclass
@@ -289,27 +238,44 @@ class OffPolicyEngine:
         episodes' returns."""
         n = env.num_envs
         schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
-        obs, _ = env.reset(seed=seed)
+        obs, info = env.reset(seed=seed)
+        # Action masks (masking.py): read when the algorithm asks for them, an error when it does not.
+        source = MaskSource.of(env, obs, info)
+        masking = bool(getattr(agent.spec, "action_masking", False))
+        supported = "action_masking" in getattr(type(agent.spec), "model_fields", {})
+        check_masking(source, masking, type(agent).__name__, supported=supported)
+        action_mask = source.read(env, obs, info)
+        obs = strip_mask_key(obs)
         # environment.normalize: the agent acts on normalised observations; the shared buffer keeps
         # raw transitions and each sampled batch is normalised with this agent's statistics.
         norm = agent_normalizer(agent)
         net_obs = obs
-        learn_fn: Callable[[Any], Mapping[str, Any]] = agent.learn
         if norm is not None:
             norm.start_episodes(n)
             net_obs = norm.train_obs(obs)
-            learn_fn = norm.wrap_learn(agent.learn)
         agent.reset_noise(None)
         fresh = np.zeros(n, dtype=bool)  # sub-envs whose next step is an auto-reset
         episodes = EpisodeReturns(n)
         stats: Mapping[str, Any] = {}
         nstep = self.replay.collector(agent.spec.gamma)
+        if masking and nstep is not None and nstep.one_step:
+            raise AgileRLError("algorithm.action_masking: not supported with combined_reward yet")
         per = buf if isinstance(buf, PrioritizedReplayBuffer) else None
         her = buf if isinstance(buf, HerReplayBuffer) else None  # stores whole episodes, relabels goals
         max_steps = self.max_steps
+        # The fast room's explore and learn where the networks qualify (agilerl_plugin_gym.fast).
+        explore = fast.select(agent, "explore") or agent.explore
+        agent_learn = fast.select(agent, "learn") or agent.learn
+        # environment.normalize: each raw replay batch normalised before the (fast or autograd) update.
+        learn_fn = agent_learn if norm is None else norm.wrap_learn(agent_learn)
+        if masking and her is not None:
+            raise AgileRLError("algorithm.action_masking: not supported with HER (replay_buffer.her) yet")
         for _ in range(max(1, -(-num_steps // n))):
-            stored_action, env_action = agent.explore(net_obs, rng, warmup=schedule.warming_up(agent.steps))
-            next_obs, reward, terminated, truncated, _ = env.step(env_action)
+            masks = {} if action_mask is None else {"action_mask": action_mask}
+            stored_action, env_action = explore(net_obs, rng, warmup=schedule.warming_up(agent.steps), **masks)
+            next_obs, reward, terminated, truncated, info = env.step(env_action)
+            action_mask = source.read(env, next_obs, info)  # the next state's: the bootstrap's choices
+            next_obs = strip_mask_key(next_obs)
             if norm is not None:  # the return statistics (rewards are scaled when sampled)
                 norm.train_reward(reward, terminated | truncated)
             keep = ~fresh
@@ -317,9 +283,11 @@ class OffPolicyEngine:
                 her.add_step(obs=obs, action=stored_action, reward=reward, next_obs=next_obs,
                              terminated=terminated, truncated=truncated, keep=keep)  # fmt: skip
             elif nstep is None:
-                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated)
+                stored = {} if action_mask is None else {"next_action_mask": action_mask}
+                buf.add(mask=keep, obs=obs, action=stored_action, reward=reward, next_obs=next_obs, done=terminated,
+                        **stored)  # fmt: skip
             else:
-                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep)
+                rows = nstep.step(obs, stored_action, reward, next_obs, terminated, truncated, keep, action_mask)
                 if rows is not None:
                     buf.add(**rows)
             done = terminated | truncated
@@ -342,7 +310,7 @@ class OffPolicyEngine:
         if her is not None:  # the next learn call starts new episodes: store these as they are
             her.close_episodes()
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
-            rows = nstep.flush(obs)
+            rows = nstep.flush(obs, action_mask)
             if rows is not None:
                 buf.add(**rows)
         return {**{k: float(v) for k, v in stats.items()}, **agent.exploration_stats(), **episodes.row()}

@@ -14,7 +14,7 @@ algorithm's ``learn`` (PPO, IPPO, a plugin's A2C), which owns only its loss and 
   reward;
 * :func:`rollout_plan` — how many vector steps each rollout of a ``learn`` call takes, so that an
   agent never trains past its step budget (the last rollout is shortened instead);
-* :func:`gae` (from :mod:`.advantages`).
+* :func:`gae` (from :mod:`agilerl_plugin_gym.buffers`, beside the rollout buffer that calls it).
 
 Gymnasium 1.x vector envs auto-reset on the *next* step: after a sub-env's episode ends, its next
 ``step`` ignores the action and returns the reset observation with reward 0. Rollouts mark that
@@ -24,14 +24,17 @@ the seed the strategy passes (:func:`~agilerl_plugin_gym.engine.common.episode_s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
-from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.engine.advantages import gae
+from agilerl_plugin_gym import fast
+from agilerl_plugin_gym.buffers import RolloutBuffer, gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
+from agilerl_plugin_gym.masking import MaskSource, check_masking, strip_mask_key
 from agilerl_plugin_gym.normalization import agent_normalizer
 from agilerl_plugin_gym.observations import field_layout
 
@@ -73,16 +76,20 @@ class OnPolicyEngine:
         #: Rollout buffers by layout; every rollout rewrites all of a buffer, so agents share them.
         self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
 
-    def rollout_buffer(self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any) -> RolloutBuffer:
+    def rollout_buffer(
+        self, agent: OnPolicyAlgorithm, steps: int, n: int, obs: Any, mask_dim: int = 0
+    ) -> RolloutBuffer:
         layout = agent.rollout_layout()
         obs_shape, obs_dtype = field_layout("obs", obs)  # mappings for Dict/Tuple observations
         rec = recurrent(agent)
         state_size = rec.state_size if rec is not None else 0
-        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device), state_size)
+        key = (steps, n, repr(obs_shape), repr(obs_dtype), layout, str(agent.device), state_size, mask_dim)
         buf = self.buffers.get(key)
         if buf is None:
             args = (steps, n, obs_shape, layout.action_shape)
             kw: dict[str, Any] = {"obs_dtype": obs_dtype, "action_dtype": layout.action_dtype, "device": agent.device}
+            if mask_dim:
+                kw["mask_dim"] = mask_dim
             buf = (
                 RecurrentRolloutBuffer(*args, state_size=state_size, **kw) if state_size else RolloutBuffer(*args, **kw)
             )
@@ -93,7 +100,15 @@ class OnPolicyEngine:
         """Collect and learn from rollouts until ``num_steps`` env steps; the last update's stats and
         the training episodes' returns."""
         n = env.num_envs
-        obs, _ = env.reset(seed=seed)
+        obs, info = env.reset(seed=seed)
+        # Action masks (masking.py): from the env when the algorithm asks for them, else an error if it gives them.
+        source = MaskSource.of(env, obs, info)
+        supported = "action_masking" in getattr(type(agent.spec), "model_fields", {})
+        check_masking(
+            source, bool(getattr(agent.spec, "action_masking", False)), type(agent).__name__, supported=supported
+        )
+        mask = source.read(env, obs, info)
+        obs = strip_mask_key(obs)
         # environment.normalize: statistics updated by every new batch, the buffer holding what the
         # networks saw (normalised observations, scaled rewards); reported returns stay raw.
         norm = agent_normalizer(agent)
@@ -106,19 +121,26 @@ class OnPolicyEngine:
         # Recurrent policies: one hidden state per env, from zero (every learn() starts new episodes).
         rec = recurrent(agent)
         state = rec.initial_hidden_state(n) if rec is not None else None
+        # The fast room's act and learn where the networks qualify (agilerl_plugin_gym.fast).
+        act: Callable[..., Any] = (fast.select(agent, "act") if rec is None else None) or agent.act
+        learn = fast.select(agent, "learn") or agent.learn
         for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
-            buf = self.rollout_buffer(agent, steps, n, obs)
+            buf = self.rollout_buffer(agent, steps, n, obs, 0 if mask is None else mask.shape[-1])
             for t in range(steps):
-                if rec is None:
-                    action, log_prob, value = agent.act(agent.obs_tensor(obs))
+                if mask is not None:
+                    action, log_prob, value = act(agent.obs_tensor(obs), torch.as_tensor(mask, device=agent.device))
+                elif rec is None:
+                    action, log_prob, value = act(agent.obs_tensor(obs))
                 else:
                     assert state is not None
                     buf.hidden[t] = state.cpu().numpy()  # type: ignore[attr-defined]  # the state it acts from
                     action, log_prob, value, state = rec.act_recurrent(agent.obs_tensor(obs), state)
                     # An auto-reset step returns the next episode's first observation: start it from zero.
                     state = reset_rows(state, ~valid)
-                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid)
-                obs, reward, terminated, truncated, _ = env.step(agent.env_action(action))
+                buf.add(t, obs, action, log_prob, value, 0.0, 0.0, 0.0, valid, action_mask=mask)
+                obs, reward, terminated, truncated, info = env.step(agent.env_action(action))
+                mask = source.read(env, obs, info)
+                obs = strip_mask_key(obs)
                 done = terminated | truncated
                 buf.rewards[t] = reward if norm is None else norm.train_reward(reward, done)
                 buf.terminated[t] = terminated
@@ -130,7 +152,7 @@ class OnPolicyEngine:
             obs_t = agent.obs_tensor(obs)
             last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
             buf.compute_returns_and_advantages(last_value, valid, agent.spec.gamma, agent.spec.gae_lambda)
-            stats = dict(agent.learn(buf))
+            stats = dict(learn(buf))
             agent.steps += steps * n
             agent.vec_steps += steps
             if rec is not None:

@@ -278,8 +278,10 @@ class NStepCollector:
         terminated: np.ndarray,
         truncated: np.ndarray,
         valid: np.ndarray,
+        next_mask: np.ndarray | None = None,
     ) -> dict[str, Any] | None:
-        """One vector step (``obs``/``next_obs``: arrays, or Dict/Tuple batches)."""
+        """One vector step (``obs``/``next_obs``: arrays, or Dict/Tuple batches; ``next_mask``: the
+        allowed actions at ``next_obs``, emitted as ``next_action_mask``)."""
         parts, action = self._parts(obs), np.asarray(action)
         if self.count.shape[0] != action.shape[0] or parts.keys() != self.obs.keys():
             self._allocate(parts, action)
@@ -292,25 +294,27 @@ class NStepCollector:
         # Ages (0 = this step) to emit per sub-env: all pending at an episode end, else the oldest of a full window.
         ages = np.arange(self.n)[:, None]
         emit = np.where(done, ages < self.count, (ages == self.n - 1) & (self.count == self.n) & valid)
-        out = self._emit(emit, next_obs, np.asarray(terminated) & done)
+        out = self._emit(emit, next_obs, np.asarray(terminated) & done, next_mask)
         self.count[done] = 0
         self.count = np.minimum(self.count, self.n - 1)
         self.t += 1
         return out
 
-    def flush(self, next_obs: Any) -> dict[str, Any] | None:
+    def flush(self, next_obs: Any, next_mask: np.ndarray | None = None) -> dict[str, Any] | None:
         """Emit every pending transition as cut off (bootstrapped from ``next_obs``); empty the windows."""
         if self.count.size == 0 or not self.count.any():
             return None
         # The last step written is t - 1: shift time back so that age 0 is that step.
         self.t -= 1
         emit = np.arange(self.n)[:, None] < self.count
-        out = self._emit(emit, next_obs, np.zeros(self.count.shape[0], dtype=bool))
+        out = self._emit(emit, next_obs, np.zeros(self.count.shape[0], dtype=bool), next_mask)
         self.t += 1
         self.count[:] = 0
         return out
 
-    def _emit(self, emit: np.ndarray, next_obs: Any, terminated: np.ndarray) -> dict[str, Any] | None:
+    def _emit(
+        self, emit: np.ndarray, next_obs: Any, terminated: np.ndarray, next_mask: np.ndarray | None = None
+    ) -> dict[str, Any] | None:
         if not emit.any():
             return None
         n, t = self.n, self.t
@@ -332,6 +336,8 @@ class NStepCollector:
             "done": done,
             "nsteps": (age + 1).astype(np.float32),
         }
+        if next_mask is not None:  # a masked env: the bootstrap's allowed actions
+            out["next_action_mask"] = np.asarray(next_mask)[env]
         if self.one_step:
             # The one-step successor of the step of age a >= 1 is the observation of age a - 1.
             first = age == 0

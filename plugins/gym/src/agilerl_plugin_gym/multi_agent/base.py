@@ -19,9 +19,9 @@ from gymnasium import spaces
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
+from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.inference import MultiAgentInference
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
-from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.sections import NetworkSpec
 
 
@@ -52,7 +52,7 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
 
     #: Attributes holding ``{name: nn.Module}`` dicts, saved in checkpoints (subclasses extend).
     module_attrs: tuple[str, ...] = ()
-    #: Attributes holding ``{name: agilerl_plugin_gym.optim.Adam}`` dicts.
+    #: Attributes holding ``{name: agilerl_plugin_gym.fast.optim.Adam}`` dicts.
     optimizer_attrs: tuple[str, ...] = ()
     #: Attributes holding the modules ``params_mut`` perturbs.
     mutable_module_attrs: tuple[str, ...] = ()

@@ -24,10 +24,10 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.multi_agent.specs import IPPOSpec
 from agilerl_plugin_gym.networks import EvolvableNetwork
-from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 

@@ -25,11 +25,12 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
-from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings, TargetSync
+from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
+from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.multi_agent.specs import MADDPGSpec, MATD3Spec
 from agilerl_plugin_gym.networks import EvolvableNetwork
-from agilerl_plugin_gym.optim import Adam
+from agilerl_plugin_gym.networks.targets import TargetSync
 
 
 class MADDPG(MultiAgentAlgorithm):

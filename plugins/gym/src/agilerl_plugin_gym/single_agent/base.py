@@ -21,12 +21,13 @@ from torch import nn
 from agilerl.algorithm import AlgorithmBase
 from agilerl.models.base import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
-from agilerl_plugin_gym.engine.off_policy import TargetSync
+from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.inference import SingleAgentInference
+from agilerl_plugin_gym.masking import MaskSource, check_masking, strip_mask_key
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
+from agilerl_plugin_gym.networks.targets import TargetSync
 from agilerl_plugin_gym.normalization import Normalizer
 from agilerl_plugin_gym.observations import as_tensors, is_structured
-from agilerl_plugin_gym.optim import Adam
 from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.single_agent.spaces import (  # noqa: F401  (re-exported)
     UnsupportedSpaceError,
@@ -97,7 +98,7 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
     def make_optimizer(self, params: Any, lr: float, eps: float = 1e-8) -> Adam:
         """Adam over ``params`` (call it from :meth:`build_optimizers`)."""
         # Our Adam: torch's fused kernel without Optimizer.step's per-call overhead, and no
-        # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.optim.
+        # torch._dynamo import (~70 MB of RSS) -- see agilerl_plugin_gym.fast.optim.
         return Adam(params, lr=lr, eps=eps)
 
     def build_optimizers(self) -> None:
@@ -246,18 +247,27 @@ class GymAlgorithm(SingleAgentInference, AlgorithmBase):
         """
         means = []
         ticker = EvalTicker(env.num_envs * loop)  # progress lines while a long evaluation runs
+        masking = bool(getattr(self.spec, "action_masking", False))
         for i in range(loop):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            obs, info = env.reset(seed=None if seed is None else seed + i)
+            source = MaskSource.of(env, obs, info)
+            check_masking(
+                source, masking, type(self).__name__, supported="action_masking" in type(self.spec).model_fields
+            )
             n = env.num_envs
             total = np.zeros(n)
             finished = np.zeros(n, dtype=bool)
             steps = 0
             state = self.initial_policy_state(n)
             while not finished.all():
-                # the normaliser's statistics are frozen here: read, never updated
-                net_obs = obs if self.normalizer is None else self.normalizer.normalize_obs(obs)
-                action, state = self.policy_step(net_obs, state)
-                obs, reward, terminated, truncated, _ = env.step(action)
+                net_obs = strip_mask_key(obs) if masking else obs
+                if self.normalizer is not None:  # the normaliser's statistics are frozen here: read, never updated
+                    net_obs = self.normalizer.normalize_obs(net_obs)
+                if masking:  # the allowed actions only (masking.py)
+                    action = self.greedy_action(net_obs, source.read(env, obs, info))  # type: ignore[call-arg]
+                else:
+                    action, state = self.policy_step(net_obs, state)
+                obs, reward, terminated, truncated, info = env.step(action)
                 total += np.where(finished, 0.0, reward)
                 finished |= terminated | truncated
                 steps += 1

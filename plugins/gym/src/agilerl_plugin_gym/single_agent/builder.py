@@ -1,4 +1,5 @@
-"""The builder for the ``single_agent`` paradigm: spec + spaces -> a live PPO/DQN/DDPG/TD3."""
+"""The builder for the ``single_agent`` paradigm: spec + spaces -> a live PPO/DQN/DDPG/TD3
+(``PPO`` with ``recurrent: true``: :class:`~agilerl_plugin_gym.single_agent.ppo_recurrent.RecurrentPPO`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
 from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
 from agilerl.models.manifest import TrainingManifest
+from agilerl_plugin_gym.masking import MASK_KEY
 from agilerl_plugin_gym.normalization import Normalizer, NormalizeSettings
 from agilerl_plugin_gym.sections import NetworkSpec
 
@@ -68,6 +70,12 @@ class SingleAgentBuilder(AlgorithmBuilder):
             )
         runtime = runtime or AlgorithmBuildRuntime()
         algo_cls = cls.algo_class(spec)
+        if getattr(spec, "recurrent", False):  # the manifest's PPO with recurrent: true is a class of its own
+            # deferred: this module is named at registration, which imports no torch
+            from agilerl_plugin_gym.single_agent.ppo_recurrent import PPO, RecurrentPPO
+
+            if algo_cls is PPO:
+                algo_cls = RecurrentPPO
         agent = algo_cls(
             spec,
             observation_space,
@@ -87,4 +95,11 @@ class SingleAgentBuilder(AlgorithmBuilder):
     ) -> Any:
         obs_space = getattr(env, "single_observation_space", None) or env.observation_space
         act_space = getattr(env, "single_action_space", None) or env.action_space
+        if (
+            getattr(spec, "action_masking", False)
+            and isinstance(obs_space, spaces.Dict)
+            and MASK_KEY in obs_space.spaces
+        ):
+            # The mask rides in the observation (PettingZoo's convention): the policy reads the rest.
+            obs_space = spaces.Dict({k: v for k, v in obs_space.spaces.items() if k != MASK_KEY})
         return cls.build(spec, obs_space, act_space, runtime=runtime)

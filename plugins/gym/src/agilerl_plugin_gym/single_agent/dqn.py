@@ -8,11 +8,13 @@ the manifest's ``training`` section, the buffer from ``replay_buffer``.
 * The target network tracks the online one by Polyak averaging every update (``tau``).
 * Epsilon decays multiplicatively once per vector step: ``eps = max(eps_end, eps * eps_decay)``.
 * Loss: Huber (smooth L1) on the TD error, which keeps early large errors from blowing up updates.
+
+Plain autograd throughout; for a plain-MLP network the engine runs the same acting and gradient
+step through :mod:`agilerl_plugin_gym.fast.dqn`.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,10 +23,9 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from agilerl_plugin_gym.engine.common import LazyStats
-from agilerl_plugin_gym.fused import MLPChain, mlp_chain
+from agilerl_plugin_gym.fast.optim import FlatAdam, FlatParameters, inference_mode, no_grad
+from agilerl_plugin_gym.masking import mask_logits
 from agilerl_plugin_gym.observations import batch_size
-from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode, no_grad
 from agilerl_plugin_gym.sections.training import RLTrainingFields
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import DQNSpec, QLearningSpec
@@ -32,8 +33,6 @@ from agilerl_plugin_gym.spec_base import DISCRETE_ACTIONS
 
 EPS_START, EPS_END, EPS_DECAY = 1.0, 0.1, 0.995  # AgileRL's defaults
 PER_PRIOR_EPS = 1e-6  # with replay_buffer.per_buffer: RainbowDQN's default prior_eps
-_SMOOTH_L1_BACKWARD = torch.ops.aten.smooth_l1_loss_backward.default
-_NONE, _MEAN = 0, 1  # torch's loss reduction enum
 
 
 class DQN(GymAlgorithm):
@@ -59,7 +58,7 @@ class DQN(GymAlgorithm):
 
     def build_optimizers(self) -> None:
         # Flat storage: the Adam step and the soft target update are one kernel each instead of one
-        # per tensor (most of their time for a network this small; agilerl_plugin_gym.optim).
+        # per tensor (most of their time for a network this small; agilerl_plugin_gym.fast.optim).
         self.flat = FlatParameters(self.nets["actor"].parameters())
         self.optimizers = {"optimizer": FlatAdam(self.flat, lr=self.spec.lr)}
 
@@ -83,30 +82,35 @@ class DQN(GymAlgorithm):
         """No per-episode exploration state."""
 
     @inference_mode
-    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        return self.q_values(self.nets["actor"], self.obs_tensor(obs)).argmax(-1).cpu().numpy()
+    def greedy_action(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        q = self.q_values(self.nets["actor"], self.obs_tensor(obs))
+        return mask_logits(q, None if action_mask is None else torch.as_tensor(action_mask)).argmax(-1).cpu().numpy()
 
     @staticmethod
     def q_values(net: nn.Module, obs: Any) -> torch.Tensor:
-        """``net(obs)`` (call it without gradients): through its :class:`~agilerl_plugin_gym.fused.MLPChain`
-        when it is a plain MLP (the same kernels without the modules' call overhead), else the modules."""
-        chain = mlp_chain(net)
-        return chain.forward(obs)[0] if chain is not None else net(obs)
+        """``net(obs)``: the Q-values of every action."""
+        return net(obs)  # type: ignore[no-any-return]
 
     def explore(
-        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False
+        self, obs: np.ndarray, rng: np.random.Generator, *, warmup: bool = False, action_mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Epsilon-greedy actions for a batch: (action to store, action for the env)."""
+        """Epsilon-greedy actions for a batch: (action to store, action for the env); allowed ones
+        only under ``action_mask`` (random actions uniform over them)."""
         n = batch_size(obs)
         eps = 1.0 if self.epsilon is None else self.epsilon
         if warmup or eps >= 1.0:
-            action = rng.integers(0, self.n_actions, size=n)
+            action = self._random_actions(n, rng, action_mask)
         else:
-            action = self.greedy_action(obs)
+            action = self.greedy_action(obs, action_mask)
             explore = rng.random(n) < eps
             if explore.any():
-                action = np.where(explore, rng.integers(0, self.n_actions, size=n), action)
+                action = np.where(explore, self._random_actions(n, rng, action_mask), action)
         return action, action
+
+    def _random_actions(self, n: int, rng: np.random.Generator, action_mask: np.ndarray | None) -> np.ndarray:
+        if action_mask is None:
+            return rng.integers(0, self.n_actions, size=n)
+        return np.where(action_mask, rng.random((n, self.n_actions)), -1.0).argmax(1)  # type: ignore[no-any-return]
 
     def end_step(self, done: np.ndarray) -> None:
         if self.epsilon is not None:
@@ -117,13 +121,13 @@ class DQN(GymAlgorithm):
 
     # --- learning ---------------------------------------------------------------------------------
     @no_grad
-    def next_q(self, next_obs: Any) -> torch.Tensor:
+    def next_q(self, next_obs: Any, next_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The bootstrap value of each next observation: the target net's max, or with ``double`` the
-        target net's value of the action the online net picks."""
+        target net's value of the action the online net picks (over allowed actions under ``next_mask``)."""
         q_target = self.q_values(self.nets["actor_target"], next_obs)
         if not getattr(self.spec, "double", True):  # RainbowDQN's spec has no such field
-            return q_target.max(1).values
-        next_a = self.q_values(self.nets["actor"], next_obs).argmax(1, keepdim=True)
+            return mask_logits(q_target, next_mask).max(1).values
+        next_a = mask_logits(self.q_values(self.nets["actor"], next_obs), next_mask).argmax(1, keepdim=True)
         return q_target.gather(1, next_a).squeeze(1)
 
     def optimize(self, loss: torch.Tensor, max_grad_norm: float | None = None) -> None:
@@ -142,13 +146,11 @@ class DQN(GymAlgorithm):
         """``reward + gamma^k (1 - done) * next_q`` (k: the n-step return's length, else 1)."""
         nsteps = batch.get("nsteps")  # n-step replay: bootstrap with gamma^k after a k-step return
         gamma = self.spec.gamma if nsteps is None else torch.pow(self.spec.gamma, nsteps)
-        return batch["reward"] + gamma * (1.0 - batch["done"]) * self.next_q(batch["next_obs"])
+        next_q = self.next_q(batch["next_obs"], batch.get("next_action_mask"))  # the mask: a masked env's
+        return batch["reward"] + gamma * (1.0 - batch["done"]) * next_q
 
     def learn(self, batch: dict[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
         """One gradient step on a sampled batch; soft-update the target."""
-        chain = self._chain()
-        if chain is not None:  # a plain MLP: forward and backward without autograd (bit-identical)
-            return self._learn_by_hand(batch, chain)
         actions = batch["action"].long().view(-1, 1)
         q = self.nets["actor"](batch["obs"]).gather(1, actions).squeeze(1)
         y = self.td_target(batch)
@@ -158,34 +160,6 @@ class DQN(GymAlgorithm):
         self.optimize(loss)
         return self._stats(loss, q, y, weights)
 
-    @no_grad
-    def _learn_by_hand(self, batch: dict[str, torch.Tensor], chain: MLPChain) -> Mapping[str, torch.Tensor]:
-        """:meth:`learn`'s step with the gradients ``loss.backward()`` gives written by hand:
-        ``smooth_l1_loss``'s own backward kernel (after ``mean``'s and the weights' product under
-        prioritized replay), the gather's (a scatter into zeros), then the chain's."""
-        actions = batch["action"].long().view(-1, 1)
-        out_q, saved = chain.forward(batch["obs"])
-        q = out_q.gather(1, actions).squeeze(1)
-        y = self.td_target(batch)
-        weights = batch.get("weights")
-        one = torch.ones((), dtype=q.dtype, device=q.device)
-        # The kernels nn.functional.smooth_l1_loss and its autograd node run (q and y have one shape).
-        if weights is None:
-            g_q = _SMOOTH_L1_BACKWARD(one, q, y, _MEAN, 1.0)
-        else:
-            g_q = _SMOOTH_L1_BACKWARD((one / q.shape[0]) * weights, q, y, _NONE, 1.0)
-        chain.backward(saved, torch.zeros_like(out_q).scatter_add_(1, actions, g_q.unsqueeze(1)))
-        self.optimizers["optimizer"].step()  # every gradient written: nothing to zero first
-        self.soft_update()
-        if weights is not None:  # the priorities are read at once: no point deferring
-            return self._stats(self._weighted_huber(q, y, weights), q, y, weights)
-        # The engine reads only the last step's statistics: the loss value waits until then.
-        return LazyStats(lambda: self._stats(torch._C._nn.smooth_l1_loss(q, y, _MEAN, 1.0), q, y, None))
-
-    @staticmethod
-    def _weighted_huber(q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return (torch._C._nn.smooth_l1_loss(q, y, _NONE, 1.0) * weights).mean()
-
     @staticmethod
     def _stats(
         loss: torch.Tensor, q: torch.Tensor, y: torch.Tensor, weights: torch.Tensor | None
@@ -194,23 +168,6 @@ class DQN(GymAlgorithm):
         if weights is not None:  # new priorities: |TD error| (+ a floor so none is zero)
             out["priorities"] = (q - y).detach().abs() + PER_PRIOR_EPS
         return out
-
-    def _chain(self) -> MLPChain | None:
-        """The online network as an :class:`~agilerl_plugin_gym.fused.MLPChain` when :meth:`learn`
-        may skip autograd: a plain MLP whose layers are every parameter of the flat buffer."""
-        chain = mlp_chain(self.nets["actor"])
-        if chain is None or type(self).learn is not DQN.learn:
-            return None
-        flat = self.flat
-        checked = self.__dict__.get("_chain_covers")
-        if checked is None or checked[0] is not chain or checked[1] is not flat:
-            params = chain.parameters()
-            covers = len(params) == len(flat.params) and all(map(operator.is_, params, flat.params))
-            checked = self._chain_covers = (chain, flat, covers)
-        if not checked[2]:
-            return None
-        flat.ensure()  # every .grad a view of the flat gradient, which the chain overwrites whole
-        return chain
 
     def extra_state(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon}

@@ -7,12 +7,13 @@ Hyperparameters are documented where they are declared: :class:`agilerl_plugin_g
   actions are clipped to the bounds only when sent to the env).
 * Observations: vectors, Discrete (one-hot), images (CNN encoder) and Dict/Tuple spaces (multi-input encoder).
 * ``share_encoders``: actor and critic heads read one encoder (one forward pass per step).
-* ``recurrent: true``: an LSTM encoder whose hidden state is carried through rollouts, with
-  truncated BPTT in the update (:mod:`agilerl_plugin_gym.single_agent.ppo_recurrent`).
+* ``recurrent: true``: :class:`~agilerl_plugin_gym.single_agent.ppo_recurrent.RecurrentPPO`, an
+  LSTM encoder whose hidden state is carried through rollouts, with truncated BPTT in the update.
 
 The rollout loop and GAE live in the on-policy engine (:mod:`agilerl_plugin_gym.engine.on_policy`);
 the clipped loss and the minibatch epochs in :mod:`agilerl_plugin_gym.ppo_update` (shared with
-IPPO); this module holds the policy.
+IPPO); this module holds the policy, in plain autograd. (For plain-MLP networks the engine runs
+the same acting and update through :mod:`agilerl_plugin_gym.fast.ppo`.)
 """
 
 from __future__ import annotations
@@ -25,31 +26,39 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.buffers import RolloutBuffer
-from agilerl_plugin_gym.fused import FusedMLP, MLPChain
-from agilerl_plugin_gym.optim import FlatAdam, FlatParameters, inference_mode
-from agilerl_plugin_gym.ppo_update import ManualStep, ppo_update, surrogate_grads
+from agilerl_plugin_gym.fast.optim import FlatAdam, FlatParameters, inference_mode
+from agilerl_plugin_gym.masking import mask_logits
+from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
-from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPOMixin
 from agilerl_plugin_gym.single_agent.specs import PPOSpec
 from agilerl_plugin_gym.spec_base import ANY_ACTIONS
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class PPO(RecurrentPPOMixin, GymAlgorithm):
+class PPO(GymAlgorithm):
     """PPO with GAE, clipped surrogate, optional value clipping, entropy bonus and ``target_kl``."""
 
     policy_name = "actor"
     eval_names = ("actor", "critic")
     lr_optimizers = {"lr": ("optimizer",)}
+    #: Whether the class is the LSTM policy (``recurrent: true``: :class:`~.ppo_recurrent.RecurrentPPO`);
+    #: not named ``recurrent``, the spec field the built agent's spec says it with.
+    lstm_policy = False
 
     spec: PPOSpec
 
     def __init__(self, spec: PPOSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
         ANY_ACTIONS.check("PPO", observation_space, action_space)
+        if bool(spec.recurrent) != type(self).lstm_policy:
+            raise AgileRLError(
+                f"{type(self).__name__} built with recurrent: {spec.recurrent}: recurrent PPO is "
+                "agilerl_plugin_gym.single_agent.ppo_recurrent.RecurrentPPO (SingleAgentBuilder picks it)"
+            )
         if isinstance(action_space, spaces.Discrete):
             self.kind, out_dim = "discrete", int(action_space.n)
         elif isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
@@ -61,7 +70,8 @@ class PPO(RecurrentPPOMixin, GymAlgorithm):
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=self.device)
         else:  # ANY_ACTIONS allows nothing else
             raise AssertionError(action_space)
-        self.init_recurrent(spec)  # recurrent: true -> an LSTM encoder (ppo_recurrent)
+        if getattr(spec, "action_masking", False) and self.kind == "continuous":
+            raise AgileRLError("algorithm.action_masking: PPO masks Discrete and MultiDiscrete actions, not Box ones")
         actor = self.build_network(out_dim, output_vanish=True)
         shared = actor.encoder if spec.share_encoders else None
         critic = self.build_network(1, encoder=shared, output_vanish=False)
@@ -92,7 +102,7 @@ class PPO(RecurrentPPOMixin, GymAlgorithm):
 
     def build_optimizers(self) -> None:
         # Flat storage: the Adam step and the gradient-norm clip are one kernel each instead of one
-        # per tensor (agilerl_plugin_gym.optim). eps 1e-5, as Stable-Baselines3's and CleanRL's PPO:
+        # per tensor (agilerl_plugin_gym.fast.optim). eps 1e-5, as Stable-Baselines3's and CleanRL's PPO:
         # on CartPole (10 seeds) the median steps to a greedy return of 475 fell from ~36k to ~31k
         # against torch's default 1e-8.
         self.flat = FlatParameters(self.parameters())
@@ -135,22 +145,12 @@ class PPO(RecurrentPPOMixin, GymAlgorithm):
         return out + torch.randn_like(out) * self.extra_params["log_std"].exp()
 
     @inference_mode
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample actions for a batch: (action, log-prob, value)."""
-        fused = self._fused_heads()
-        if fused is not None:  # actor and critic as one chain of matmuls (agilerl_plugin_gym.fused)
-            out, value = fused(obs)
-            return self._act_from(out, value.squeeze(-1))
-        return self._act_from(*self._heads(obs))
-
-    def _fused_heads(self) -> FusedMLP | None:
-        """The packed actor + critic for acting, rebuilt when the networks or their buffer change."""
-        actor, critic = self.nets["actor"], self.nets["critic"]
-        cached = getattr(self, "_fused", None)
-        if cached is None or cached[0] is not self.flat or cached[1] is not actor or cached[2] is not critic:
-            fused = FusedMLP([actor, critic], self.flat) if FusedMLP.supports([actor, critic]) else None
-            cached = self._fused = (self.flat, actor, critic, fused)
-        return cached[3]
+    def act(
+        self, obs: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample actions for a batch: (action, log-prob, value); only allowed ones under ``action_mask``."""
+        out, value = self._heads(obs)
+        return self._act_from(mask_logits(out, action_mask), value)
 
     def _act_from(self, out: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(action, log-prob, value) sampled from the policy head's output."""
@@ -176,8 +176,9 @@ class PPO(RecurrentPPOMixin, GymAlgorithm):
         return action.cpu().numpy()
 
     @torch.inference_mode()
-    def greedy_action(self, obs: np.ndarray) -> np.ndarray:
-        return self._greedy_from(self.nets["actor"](self.obs_tensor(obs)))
+    def greedy_action(self, obs: np.ndarray, action_mask: np.ndarray | None = None) -> np.ndarray:
+        out = self.nets["actor"](self.obs_tensor(obs))
+        return self._greedy_from(mask_logits(out, None if action_mask is None else torch.as_tensor(action_mask)))
 
     def _greedy_from(self, out: torch.Tensor) -> np.ndarray:
         """The env action of the policy head's mode."""
@@ -189,63 +190,14 @@ class PPO(RecurrentPPOMixin, GymAlgorithm):
 
     # --- update -----------------------------------------------------------------------------------
     def evaluate_actions(
-        self, obs: torch.Tensor, actions: torch.Tensor
+        self, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of stored actions under the current policy (with grad)."""
+        """``(log_prob, entropy, value)`` of stored actions under the current (masked) policy, with grad."""
         out, value = self._heads(obs)
-        log_prob, entropy = self._log_prob_entropy(out, actions)
+        log_prob, entropy = self._log_prob_entropy(mask_logits(out, action_mask), actions)
         return log_prob, entropy, value
 
     def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
         """``update_epochs`` passes of minibatch PPO over a rollout whose GAE is computed."""
-        if self.spec.recurrent:  # truncated BPTT over sequences (ppo_recurrent)
-            return self.learn_sequences(buffer)
         opt = self.optimizers["optimizer"]
-        manual = self._manual_step()
-        if manual is not None:  # plain MLPs, categorical policy: gradients by hand, bit-identical
-            return ppo_update(buffer.flat(), None, opt, self.flat, self.spec, manual_step=manual)
         return ppo_update(buffer.flat(), self.evaluate_actions, opt, self.flat, self.spec)
-
-    def _manual_step(self) -> ManualStep | None:
-        """The minibatch step without autograd (:class:`~agilerl_plugin_gym.fused.MLPChain` for each
-        network, the loss's gradient from :func:`~agilerl_plugin_gym.ppo_update.surrogate_grads`), or
-        None where autograd runs: anything but a Discrete action space, a shared encoder, a network
-        that is not a plain MLP, or parameters outside the two networks' layers."""
-        actor, critic = self.nets["actor"], self.nets["critic"]
-        if self.kind != "discrete" or self.shared or self.extra_params:
-            return None
-        if not (MLPChain.supports(actor) and MLPChain.supports(critic)):
-            return None
-        chains = MLPChain(actor), MLPChain(critic)
-        self.flat.ensure()  # every .grad a view of the flat gradient, which the chains overwrite whole
-        written = {id(t) for c in chains for t in c.parameters()}
-        if written != {id(p) for p in self.flat.params}:
-            return None
-
-        def step(mb: Any) -> tuple[torch.Tensor, ...]:
-            (logits, saved_a), (value, saved_c) = chains[0].forward(mb["obs"]), chains[1].forward(mb["obs"])
-            value = value.squeeze(-1)
-            logp = torch.log_softmax(logits, -1)
-            actions = mb["actions"].long().unsqueeze(-1)
-            p = logp.exp()
-            entropy = -(p * logp).sum(-1)
-            g = surrogate_grads(logp.gather(-1, actions).squeeze(-1), value, mb, self.spec)
-            chains[0].backward(saved_a, self._categorical_backward(logp, p, actions, g.log_prob, g.entropy))
-            chains[1].backward(saved_c, g.value.unsqueeze(-1))
-            return g.pg_loss, g.v_loss, entropy.mean(), g.ratio, g.log_ratio
-
-        return step
-
-    @staticmethod
-    def _categorical_backward(
-        logp: torch.Tensor, p: torch.Tensor, actions: torch.Tensor, g_log_prob: torch.Tensor, g_entropy: torch.Tensor
-    ) -> torch.Tensor:
-        """d loss / d logits of :meth:`_log_prob_entropy`'s discrete branch, as autograd computes
-        it: the entropy's backward (``-(exp(logp) * logp).sum(-1)``: through the product and through
-        the exp) and the gather's (a scatter into zeros), summed into the log-softmax's gradient in
-        the engine's order, then ``_log_softmax_backward_data``."""
-        g_prod = (-g_entropy).expand_as(logp)  # through the neg and the sum
-        g_gather = torch.zeros_like(logp).scatter_add_(-1, actions, g_log_prob.unsqueeze(-1))
-        # The engine runs the entropy's nodes (made after the gather) first: (product + exp) + gather.
-        g_logp = (g_prod * p + (g_prod * logp) * p) + g_gather
-        return torch._log_softmax_backward_data(g_logp, logp, -1, logp.dtype)

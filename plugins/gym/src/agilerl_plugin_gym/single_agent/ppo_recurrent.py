@@ -1,4 +1,4 @@
-"""Recurrent PPO (AgileRL's ``recurrent: true``): the LSTM-policy half of :class:`~.ppo.PPO`.
+"""Recurrent PPO (AgileRL's ``recurrent: true``): :class:`RecurrentPPO`, PPO with an LSTM policy.
 
 With ``recurrent: true`` PPO's encoder is an :class:`~agilerl_plugin_gym.networks.lstm.EvolvableLSTM`
 (``network.encoder_config`` with AgileRL's LSTM keys, or a 64-unit one-layer LSTM when the manifest
@@ -6,16 +6,19 @@ gives none). Actor and critic share it by default (``share_encoders``); otherwis
 LSTM and the state holds both.
 
 * Rollouts (:class:`~agilerl_plugin_gym.engine.on_policy.OnPolicyEngine`) carry a hidden
-  state per env through every step (:meth:`RecurrentPPOMixin.act_recurrent`), store it with the
+  state per env through every step (:meth:`RecurrentPPO.act_recurrent`), store it with the
   step, and zero an env's state when its next observation starts a new episode.
 * The update is truncated BPTT: the rollout is cut into sequences
   (:mod:`agilerl_plugin_gym.engine.recurrent`; ``max_seq_len``, ``bptt_sequence_type``), each run
-  through the LSTM from its stored initial state (:meth:`RecurrentPPOMixin.evaluate_sequences`),
+  through the LSTM from its stored initial state (:meth:`RecurrentPPO.evaluate_sequences`),
   and the shared :func:`~agilerl_plugin_gym.ppo_update.ppo_update` minimises the clipped loss
   over the real (unpadded) steps, ``batch_size`` sequences per minibatch.
 * Evaluation, ``predict`` and ``run_episodes`` carry the state step by step (``predict`` takes and
   returns it, SB3-style, resetting the rows ``episode_start`` marks); checkpoints store the state
   the last rollout ended with.
+
+The manifest names it ``PPO`` with ``recurrent: true``: :class:`~agilerl_plugin_gym.single_agent.builder.SingleAgentBuilder`
+builds this class for such a spec.
 """
 
 from __future__ import annotations
@@ -28,53 +31,39 @@ import torch
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.engine.recurrent import RecurrentRolloutBuffer, reset_rows
 from agilerl_plugin_gym.inference import _as_obs_array, _is_batch
-from agilerl_plugin_gym.optim import FlatParameters
 from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.sections import LstmSpec, MlpSpec, NetworkSpec
+from agilerl_plugin_gym.single_agent.ppo import PPO
 from agilerl_plugin_gym.single_agent.spaces import check_recurrent_observation_space
+from agilerl_plugin_gym.single_agent.specs import PPOSpec
+from agilerl_plugin_gym.spec_base import ANY_ACTIONS
 
 if TYPE_CHECKING:
     from agilerl_plugin_gym.buffers import RolloutBuffer
-    from agilerl_plugin_gym.networks import EvolvableNetwork
     from agilerl_plugin_gym.networks.lstm import EvolvableLSTM
-    from agilerl_plugin_gym.single_agent.specs import PPOSpec
 
 
-class RecurrentPPOMixin:
-    """Recurrent methods of PPO (active when ``self.spec.recurrent``); see the module docstring."""
+def lstm_network_spec(net: NetworkSpec | None) -> NetworkSpec:
+    """The manifest's network with an LSTM encoder (a 64-unit one-layer LSTM if it named none)."""
+    if net is None:
+        net = NetworkSpec(latent_dim=64, head_config=MlpSpec(hidden_size=[], layer_norm=False))
+    if not isinstance(net.encoder_config, LstmSpec):  # validation refused any other explicit kind
+        net = net.model_copy(update={"encoder_config": LstmSpec()})
+    return net
 
-    nets: dict[str, EvolvableNetwork]
-    net_spec: NetworkSpec | None
-    device: torch.device
-    spec: PPOSpec
+
+class RecurrentPPO(PPO):
+    """PPO whose policy carries an LSTM state; see the module docstring."""
+
+    lstm_policy = True
     #: The per-env hidden state the last training rollout ended with (checkpointed).
     hidden_state: torch.Tensor | None = None
 
-    if TYPE_CHECKING:  # provided by PPO / GymAlgorithm
-
-        def _act_from(
-            self, out: torch.Tensor, value: torch.Tensor
-        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-        def _greedy_from(self, out: torch.Tensor) -> np.ndarray: ...
-        def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
-        def env_action(self, action: torch.Tensor) -> np.ndarray: ...
-        def obs_tensor(self, obs: np.ndarray) -> torch.Tensor: ...
-        def parameters(self) -> list[torch.nn.Parameter]: ...
-
-        optimizers: dict[str, Any]
-        flat: FlatParameters
-
-    def init_recurrent(self, spec: Any) -> None:
-        """Read the recurrent fields; give a recurrent policy an LSTM encoder if the manifest named none."""
-        if not self.spec.recurrent:
-            return
-        check_recurrent_observation_space(self.observation_space)  # type: ignore[attr-defined]
-        net = self.net_spec
-        if net is None:
-            net = NetworkSpec(latent_dim=64, head_config=MlpSpec(hidden_size=[], layer_norm=False))
-        if not isinstance(net.encoder_config, LstmSpec):  # validation refused any other explicit kind
-            net = net.model_copy(update={"encoder_config": LstmSpec()})
-        self.net_spec = net
+    def __init__(self, spec: PPOSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
+        ANY_ACTIONS.check("PPO", observation_space, action_space)
+        check_recurrent_observation_space(observation_space)
+        kwargs["net_spec"] = lstm_network_spec(kwargs.get("net_spec"))
+        super().__init__(spec, observation_space, action_space, **kwargs)
 
     # --- state -----------------------------------------------------------------------------------
     def _lstms(self) -> list[EvolvableLSTM]:
@@ -124,11 +113,11 @@ class RecurrentPPOMixin:
 
     # --- evaluation hooks (GymAlgorithm.test, predict) --------------------------------------------
     def initial_policy_state(self, n: int) -> torch.Tensor | None:
-        return self.initial_hidden_state(n) if self.spec.recurrent else None
+        return self.initial_hidden_state(n)
 
     def policy_step(self, obs: np.ndarray, state: Any) -> tuple[np.ndarray, Any]:
         if state is None:
-            return self.greedy_action(obs), None  # type: ignore[attr-defined]
+            return self.greedy_action(obs), None
         return self.greedy_recurrent(obs, state)
 
     def predict(
@@ -139,11 +128,8 @@ class RecurrentPPOMixin:
         ``state`` is what the previous call returned (``None``: episode start); ``episode_start``
         (bool per row) zeroes the rows whose episode just began, as Stable-Baselines3's does.
         """
-        if not self.spec.recurrent:
-            return super().predict(observation, state, episode_start, deterministic)  # type: ignore[misc,no-any-return]
-
-        obs = _as_obs_array(self.observation_space, observation)  # type: ignore[attr-defined]
-        batch = _is_batch(self.observation_space, obs)  # type: ignore[attr-defined]
+        obs = _as_obs_array(self.observation_space, observation)
+        batch = _is_batch(self.observation_space, obs)
         x = obs if batch else obs[None]
         normalizer = getattr(self, "normalizer", None)
         if normalizer is not None:  # frozen statistics: raw observations in (environment.normalize)
@@ -167,13 +153,11 @@ class RecurrentPPOMixin:
         return (actions if batch else actions[0]), state
 
     def policy_module(self) -> torch.nn.Module:
-        if self.spec.recurrent:
-            raise AgileRLError(
-                "export-policy: recurrent PPO policies (LSTM encoder, recurrent: true) cannot be exported yet: "
-                "the exported module takes one observation and no hidden state; use the checkpoint with "
-                "agilerl eval or predict(obs, state)"
-            )
-        return super().policy_module()  # type: ignore[misc,no-any-return]
+        raise AgileRLError(
+            "export-policy: recurrent PPO policies (LSTM encoder, recurrent: true) cannot be exported yet: "
+            "the exported module takes one observation and no hidden state; use the checkpoint with "
+            "agilerl eval or predict(obs, state)"
+        )
 
     # --- update ----------------------------------------------------------------------------------
     def evaluate_sequences(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -195,7 +179,7 @@ class RecurrentPPOMixin:
         log_prob, entropy = self._log_prob_entropy(out, actions)
         return log_prob.view(S, T), entropy.view(S, T), value
 
-    def learn_sequences(self, buffer: RolloutBuffer) -> dict[str, float]:
+    def learn(self, buffer: RolloutBuffer) -> dict[str, float]:
         """Truncated BPTT: ``update_epochs`` passes of minibatch PPO over the rollout's sequences."""
         if not isinstance(buffer, RecurrentRolloutBuffer):
             raise TypeError("recurrent PPO learns from a RecurrentRolloutBuffer (hidden states per step)")
@@ -203,11 +187,11 @@ class RecurrentPPOMixin:
         if not data:
             return {}
         opt = self.optimizers["optimizer"]
-        return ppo_update(data, None, opt, self.flat, self.spec, seq_forward=self.evaluate_sequences)  # type: ignore[arg-type]
+        return ppo_update(data, None, opt, self.flat, self.spec, seq_forward=self.evaluate_sequences)
 
     # --- checkpoints -----------------------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
-        if not self.spec.recurrent or self.hidden_state is None:
+        if self.hidden_state is None:
             return {}
         return {"hidden_state": self.hidden_state.detach().cpu().clone()}
 

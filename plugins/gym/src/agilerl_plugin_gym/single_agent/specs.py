@@ -13,6 +13,7 @@ from agilerl.errors import Problem
 from agilerl.models.base import Mutable
 from agilerl_plugin_gym.check_env import batch_problems, make_and_check
 from agilerl_plugin_gym.env_spec import GymEnvSpec
+from agilerl_plugin_gym.goal_envs import is_goal_conditioned
 from agilerl_plugin_gym.sections.training import rl_training
 from agilerl_plugin_gym.spec_base import (
     ANY_ACTIONS,
@@ -136,14 +137,14 @@ def _space_problems(
             check_network_for_space(manifest.network, made.observation_space)
         rb = manifest.replay_buffer if manifest is not None else None
         if rb is not None and getattr(rb, "her", False):
-            from agilerl_plugin_gym.goal_envs import is_goal_conditioned
-
             not_goal = is_goal_conditioned(made)
             if not_goal is not None:
                 return [Problem("replay_buffer.her", not_goal)]
         norm = getattr(env, "normalize", None)
         if norm is not None and norm.obs:
-            from agilerl_plugin_gym.normalization import normalizable_keys
+            from agilerl_plugin_gym.normalization import (  # deferred: torch, loaded only when a manifest normalises
+                normalizable_keys,
+            )
 
             if not normalizable_keys(made.observation_space):
                 return [Problem(
@@ -227,6 +228,12 @@ class PPOSpec(GymAlgorithmSpec):
         default=None,
         description="Recurrent PPO: steps per BPTT training sequence (None: each episode piece of a rollout whole).",
     )
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions (Discrete/MultiDiscrete): the env reports them in info['action_mask'], "
+        "a Dict observation's 'action_mask' key or an action_masks() method; masked logits in rollouts, updates "
+        "and greedy actions.",
+    )
     bptt_sequence_type: Literal["chunked", "maximum", "fifty_percent_overlap"] = Field(
         default="chunked",
         description="Recurrent PPO: how episode pieces are cut into max_seq_len sequences (consecutive chunks, "
@@ -238,6 +245,13 @@ class PPOSpec(GymAlgorithmSpec):
     def _no_rollout_buffer_config(cls, value: Any) -> Any:
         if value:
             raise ValueError("not supported yet (AgileRL's rollout buffer options); remove it")
+        return value
+
+    @field_validator("action_masking")
+    @classmethod
+    def _not_recurrent(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("recurrent"):
+            raise ValueError("not supported with recurrent: true yet")
         return value
 
     @field_validator("max_seq_len", "bptt_sequence_type")
@@ -287,6 +301,12 @@ class DQNSpec(QLearningSpec):
     upstream_notes: ClassVar[dict[str, str]] = {"cudagraphs": "Only false (not supported yet)."}
 
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions: the env reports them in info['action_mask'], a Dict observation's "
+        "'action_mask' key or an action_masks() method; greedy and random actions, and the bootstrap's next "
+        "action, are allowed ones only.",
+    )
     cudagraphs: bool = Field(default=False, description="CUDA graphs: false only (true is not supported yet).")
 
     @field_validator("cudagraphs")
@@ -373,11 +393,18 @@ class RainbowDQNSpec(QLearningSpec):
     combined_reward: bool = Field(
         default=False, description="Add the one-step loss to the n-step loss (both drive the priorities)."
     )
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions (info['action_mask'], a Dict observation's 'action_mask' key or an "
+        "action_masks() method): acting and the double-DQN next action over allowed ones (not with combined_reward).",
+    )
 
     @model_validator(mode="after")
     def _support_range(self) -> RainbowDQNSpec:
         if self.v_min >= self.v_max:
             raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
+        if self.action_masking and self.combined_reward:
+            raise ValueError("action_masking is not supported with combined_reward yet")
         return self
 
 

@@ -10,7 +10,7 @@ encoder the networks share is run once.
 
 The packed weights are rebuilt only when a parameter changed, however it changed (an optimizer
 step, loaded weights, a parameter mutation): every call compares the parameters' flat buffer
-(:class:`~agilerl_plugin_gym.optim.FlatParameters`) with a snapshot taken at packing time, one
+(:class:`~agilerl_plugin_gym.fast.optim.FlatParameters`) with a snapshot taken at packing time, one
 ``torch.equal`` over a few thousand floats. Between two updates a whole rollout reuses them.
 
 Outputs equal the separate networks' up to float rounding (a block-diagonal product sums the
@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from agilerl_plugin_gym.fast.optim import FlatParameters, no_grad
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.networks.network import EvolvableNetwork
-from agilerl_plugin_gym.optim import FlatParameters, no_grad
 
 __all__ = ["FusedMLP", "MLPChain", "activation_kernels", "mlp_chain", "write_linear_grads"]
 
@@ -221,7 +221,7 @@ class MLPChain:
     with respect to the output and writes every weight's and bias's gradient into its ``.grad``
     (overwriting it), bit-identical to what ``backward()`` through the modules would accumulate into
     zeroed gradients. Every ``.grad`` must exist (e.g. the views of
-    :class:`~agilerl_plugin_gym.optim.FlatParameters`).
+    :class:`~agilerl_plugin_gym.fast.optim.FlatParameters`).
 
     It holds the layers the network had when built (a mutation replaces them): :func:`mlp_chain`
     keeps one per network structure. :meth:`supports` says whether a network qualifies (an MLP

@@ -1,4 +1,4 @@
-"""``agilerl_plugin_gym.optim.Adam`` is ``torch.optim.Adam``'s maths and checkpoint format, without dynamo."""
+"""``agilerl_plugin_gym.fast.optim.Adam`` (also ``agilerl_plugin_gym.optim.Adam``) is ``torch.optim.Adam``'s maths and checkpoint format, without dynamo."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.optim import Adam, FlatAdam, FlatParameters
+from agilerl_plugin_gym.fast.optim import Adam, FlatAdam, FlatParameters
 
 
 def _net() -> nn.Module:

@@ -1,10 +1,13 @@
-"""The hand-written backward passes (``agilerl_plugin_gym.fused.MLPChain`` and the closed-form loss
-gradients of PPO and DQN) give the very bits autograd gives: each test trains two copies of one
-agent on the same data, one through the hand-written path and one through ``loss.backward()``, and
-compares every parameter and optimizer moment exactly."""
+"""The fast room's hand-written backward passes (``agilerl_plugin_gym.fast.fused.MLPChain`` and the
+closed-form loss gradients of PPO, DQN and RainbowDQN) give the very bits autograd gives: each test
+trains two copies of one agent on the same data, one through the fast path the engine selects and
+one through the algorithm's own ``learn`` (``loss.backward()``), and compares every parameter and
+optimizer moment exactly. And the engines select the fast paths for the plain-MLP networks they
+always served."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -15,10 +18,14 @@ import torch
 
 from agilerl.builders import AlgorithmBuildRuntime
 from agilerl.models import load_manifest
+from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine
 from agilerl_plugin_gym.engine.on_policy import OnPolicyEngine
 from agilerl_plugin_gym.engine.replay_per import ReplaySettings
-from agilerl_plugin_gym.fused import MLPChain, mlp_chain
+from agilerl_plugin_gym.fast import dqn as fast_dqn
+from agilerl_plugin_gym.fast import ppo as fast_ppo
+from agilerl_plugin_gym.fast import rainbow as fast_rainbow
+from agilerl_plugin_gym.fast.fused import MLPChain, mlp_chain
 from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
 
 
@@ -62,26 +69,29 @@ def test_ppo_hand_written_update_is_autograds_bit_for_bit(fields: dict[str, Any]
                "head_config": {"hidden_size": [16], "layer_norm": False}}  # fmt: skip
     agent = _agent("PPO", env, network, **{"learn_step": 256, "batch_size": 64, "update_epochs": 2, **fields})
     twin = copy.deepcopy(agent)
-    assert agent._manual_step() is not None
-    twin._manual_step = lambda: None  # the autograd path
+    assert fast.select(agent, "learn") is not None
     stats = []
-    for a in (agent, twin):  # the same rollouts, as long as the updates agree (three of them)
+    for a, off in ((agent, ()), (twin, ("learn",))):  # the same rollouts, as long as the updates agree (three)
         torch.manual_seed(1)
-        stats.append(OnPolicyEngine().learn(a, env, 768, seed=3))
+        with (
+            fast.off(*off) if off else contextlib.nullcontext()
+        ):  # the twin: PPO.learn's autograd path (both act through the fused heads)
+            stats.append(OnPolicyEngine().learn(a, env, 768, seed=3))
     _same_state(agent, twin)
     assert stats[0] == stats[1]
 
 
 def test_ppo_falls_back_to_autograd_where_the_gradient_is_not_written_out() -> None:
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
-    assert _agent("PPO", env, share_encoders=True)._manual_step() is None
-    assert _agent("PPO", env, network={"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32],
-                                       "layer_norm": True}})._manual_step() is None  # fmt: skip
+    assert fast.select(_agent("PPO", env, share_encoders=True), "learn") is None
+    assert fast.select(_agent("PPO", env, network={"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32],
+                                       "layer_norm": True}}), "learn") is None  # fmt: skip
     gelu = _agent("PPO", env, network={"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32],
                                        "activation": "GELU", "layer_norm": False}})  # fmt: skip
-    assert not MLPChain.supports(gelu.nets["actor"]) and gelu._manual_step() is None
+    assert not MLPChain.supports(gelu.nets["actor"]) and fast_ppo.manual_step(gelu) is None
+    assert fast.select(gelu, "learn") is None
     box = gym.vector.SyncVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(2)])
-    assert _agent("PPO", box)._manual_step() is None  # a Gaussian policy: autograd
+    assert fast.select(_agent("PPO", box), "learn") is None  # a Gaussian policy: autograd
 
 
 def test_mlp_chain_backward_matches_autograd_for_any_upstream_gradient() -> None:
@@ -114,14 +124,14 @@ def test_dqn_hand_written_update_is_autograds_bit_for_bit(fields: dict[str, Any]
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(4)])
     agent = _agent("DQN", env, batch_size=32, learn_step=2, **fields)
     twin = copy.deepcopy(agent)
-    assert agent._chain() is not None
-    twin._chain = lambda: None  # the autograd path
+    assert fast.select(agent, "learn") is not None
     stats = []
-    for a in (agent, twin):  # the same transitions, as long as the updates agree (~100 of them)
+    for a, off in ((agent, ()), (twin, ("learn",))):  # the same transitions, as long as the updates agree (~100)
         a.epsilon = 0.5
         engine = OffPolicyEngine(replay, learning_delay=64, max_steps=1000)
         buf = replay.make_buffer(1000, seed=0, dtypes={"reward": np.float32, "done": np.float32})  # as the strategy's
-        stats.append(engine.learn(a, env, buf, np.random.default_rng(0), 480, seed=3))
+        with fast.off(*off) if off else contextlib.nullcontext():  # the twin: DQN.learn's autograd path
+            stats.append(engine.learn(a, env, buf, np.random.default_rng(0), 480, seed=3))
     _same_state(agent, twin)
     agent.flat_target.ensure()
     twin.flat_target.ensure()
@@ -133,7 +143,7 @@ def test_rainbows_noisy_dueling_network_never_runs_as_a_plain_chain() -> None:
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
     agent = _agent("RainbowDQN", env)
     assert mlp_chain(agent.nets["actor"]) is None and not MLPChain.supports(agent.nets["actor"])
-    assert agent._chain() is None
+    assert fast_dqn._chain(agent) is None
 
 
 @pytest.mark.parametrize("activation", ["ReLU", "Tanh"])
@@ -144,14 +154,14 @@ def test_rainbow_hand_written_update_is_autograds_bit_for_bit(activation: str) -
                "head_config": {"hidden_size": [16], "layer_norm": False, "activation": activation}}  # fmt: skip
     agent = _agent("RainbowDQN", env, network, batch_size=32, learn_step=2, num_atoms=11, v_min=0.0, v_max=50.0)
     twin = copy.deepcopy(agent)
-    assert agent._by_hand() is not None
-    twin._by_hand = lambda: None  # the autograd path
+    assert fast.select(agent, "learn") is not None
     replay = ReplaySettings(per=True, alpha=0.6, n_step=3)  # Rainbow's: importance weights, n-step discounts
     stats = []
-    for a in (agent, twin):  # the same transitions and noise draws, as long as the updates agree
+    for a, off in ((agent, ()), (twin, ("learn",))):  # the same transitions and noise draws, while updates agree
         torch.manual_seed(2)
         buf = replay.make_buffer(1000, seed=0, dtypes={"reward": np.float32, "done": np.float32})
-        stats.append(OffPolicyEngine(replay, 64, 1000).learn(a, env, buf, np.random.default_rng(0), 480, seed=3))
+        with fast.off(*off) if off else contextlib.nullcontext():  # the twin: RainbowDQN.learn's autograd path
+            stats.append(OffPolicyEngine(replay, 64, 1000).learn(a, env, buf, np.random.default_rng(0), 480, seed=3))
     _same_state(agent, twin)
     for a in (agent, twin):
         a.flat_target.ensure()
@@ -161,6 +171,6 @@ def test_rainbow_hand_written_update_is_autograds_bit_for_bit(activation: str) -
 
 def test_rainbow_falls_back_to_autograd_for_a_second_loss_term() -> None:
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
-    assert _agent("RainbowDQN", env, combined_reward=True)._by_hand() is None
+    assert fast.select(_agent("RainbowDQN", env, combined_reward=True), "learn") is None
     layer_norm = {"latent_dim": 32, "encoder_config": {"arch": "mlp", "hidden_size": [32], "layer_norm": True}}
-    assert _agent("RainbowDQN", env, layer_norm)._by_hand() is None
+    assert fast_rainbow.by_hand(_agent("RainbowDQN", env, layer_norm)) is None
