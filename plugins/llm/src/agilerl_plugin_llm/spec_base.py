@@ -83,11 +83,13 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         "entropy_coeff": "entropy_coef", "num_completions_to_print": "log_completions_count",
         "log_completions": "log_completions_steps", "gradient_accumulation_steps": "mini_batch_size",
         "lr_scheduler_type": "lr_scheduler", "sync_ref_model": "update_reference_every",
-        "ref_model_sync_steps": "update_reference_every",
+        "ref_model_sync_steps": "update_reference_every", "num_train_epochs": "training.num_epochs",
     }  # fmt: skip
     #: How the TRL names above that are not accepted differ from ours (said after the hint; docs/llm.md's
     #: table). num_generations, learning_rate and num_iterations are accepted (validation aliases).
     synonym_notes: ClassVar[dict[str, str]] = {
+        "num_train_epochs": "the same passes over the training rows, written in the training section here "
+        "(SFT, DPO, RewardModel)",
         "max_completion_length": "TRL's bounds the whole completion, tool turns included; max_output_tokens bounds "
         "each turn's new tokens (the same number for a single-turn task)",
         "per_device_train_batch_size": "TRL's counts completions per device per optimizer micro-step, accumulated "
