@@ -33,14 +33,45 @@ def _problems(manifest: dict[str, object]) -> list[str]:
         ("DDPG", "critic_lr", "lr_critic"),
         ("IPPO", "vf_coeff", "vf_coef"),
         ("NeuralUCB", "learning_rate", "lr"),
-        ("GRPO", "num_generations", "group_size"),
-        ("GRPO", "learning_rate", "lr"),
+        ("GRPO", "max_completion_length", "max_output_tokens"),
+        ("GRPO", "per_device_train_batch_size", "micro_batch_size_per_gpu"),
+        ("GRPO", "gradient_accumulation_steps", "mini_batch_size"),
+        ("GRPO", "epsilon", "clip_coef"),
     ],
 )
 def test_neighbours_vocabulary_gets_our_name(algo: str, key: str, ours: str) -> None:
     env = {"name": "CartPole-v1"} if algo in {"PPO", "DQN", "TD3", "DDPG"} else {"name": "x"}
     problems = _problems({"algorithm": {"name": algo, key: 1}, "environment": env})
     assert f"algorithm.{key}: unknown field; did you mean {ours!r}?" in "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("algo", "trl", "ours", "value"),
+    [
+        ("GRPO", "num_generations", "group_size", 3),
+        ("RLOO", "num_generations", "group_size", 3),
+        ("GRPO", "learning_rate", "lr", 2e-5),
+        ("SFT", "learning_rate", "lr", 2e-5),
+        ("DPO", "learning_rate", "lr", 2e-5),
+        ("RewardModel", "learning_rate", "lr", 2e-5),
+        ("GRPO", "num_iterations", "update_epochs", 2),
+    ],
+)
+def test_trl_names_that_mean_the_same_are_our_fields(algo: str, trl: str, ours: str, value: object) -> None:
+    from agilerl.registry import MANIFEST_REGISTRY
+
+    spec = MANIFEST_REGISTRY.get(algo).model_validate({trl: value})
+    assert getattr(spec, ours) == value and ours in spec.model_fields_set
+    assert spec.model_dump()[ours] == value  # stored (checkpoints, --set) under our name
+    both = _problems({"algorithm": {"name": algo, ours: value, trl: value}, "environment": {"name": "x"}})
+    assert f"algorithm.{trl}: {trl} and {ours} name the same field; keep one of them" in both
+
+
+def test_trl_names_that_differ_say_how() -> None:
+    text = "\n".join(_problems({"algorithm": {"name": "GRPO", "max_completion_length": 8,
+                                              "per_device_train_batch_size": 4}, "environment": {"name": "x"}}))  # fmt: skip
+    assert "TRL's bounds the whole completion, tool turns included" in text
+    assert "micro_batch_size_per_gpu is the rows of one forward pass" in text
 
 
 def test_typos_and_section_vocabulary() -> None:

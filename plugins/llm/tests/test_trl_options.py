@@ -116,6 +116,22 @@ def test_a_wrong_loss_type_is_refused_with_the_list(tiny_model_dir: Path) -> Non
     assert "loss_type: dapo normalises the loss as loss_norm: accumulation_window" in clash
 
 
+def test_trl_names_that_mean_the_same_train_as_ours(rewards_module: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    env = {"env_type": "rollout", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
+           "reward_funcs": [f"{rewards_module}:length"]}  # fmt: skip
+    data = manifest(tiny_model_dir, tmp_path, env=env, num_generations=3, learning_rate=0.02, num_iterations=2)
+    for ours in ("group_size", "lr"):
+        del data["algorithm"][ours]
+    agent, envs = agent_and_envs(data)
+    assert (agent.spec.group_size, agent.spec.lr, agent.spec.update_epochs) == (3, 0.02, 2)
+    _seeds, per_seed = agent.episodes_per_iteration()
+    assert per_seed == 3
+    stats = agent.learn_iteration(envs)
+    assert stats["grad_norm"] > 0
+    data["algorithm"]["group_size"] = 3
+    assert "num_generations and group_size name the same field; keep one of them" in problems(data)
+
+
 def test_trl_names_with_another_meaning_here_get_a_hint(tiny_model_dir: Path) -> None:
     text = problems(manifest(tiny_model_dir, Path("run"), epsilon_high=0.28, ent_coef=0.1))
     assert "algorithm.epsilon_high: unknown field; did you mean 'clip_coef'?" in text

@@ -48,6 +48,9 @@ class Spec(BaseModel):
     #: this section, or a dotted path into another section (``training.max_steps``). Names whose
     #: target this spec does not have are skipped, so a base class may list its subclasses' names.
     field_synonyms: ClassVar[dict[str, str]] = {}
+    #: How a ``field_synonyms`` name differs from the field it points at (its unit, per-device vs
+    #: per-step, ...), said after the "did you mean"; absent: it is another library's name for it.
+    synonym_notes: ClassVar[dict[str, str]] = {}
     #: Where a field differs from AgileRL's (meaning, default, values accepted), by field name: the
     #: reference page's "vs AgileRL" column. Absent: AgileRL's name, meaning and default.
     upstream_notes: ClassVar[dict[str, str]] = {}

@@ -257,10 +257,18 @@ def problems_from_validation(exc: ValidationError, prefix: str, model: type[Base
             key = str(loc[-1]) if loc else "?"
             # Behind a union's tag the holding model is known from the walk, not from the path.
             where, at = (holder, loc[-1:]) if raw_loc != loc and holder is not None else (model, loc)
+            current = _model_at(where, at)
+            same = sorted(_names_of_field(current, key) - {key}) if current is not None else []
+            if same:  # a field's other name (a validation alias): pydantic read one, this one is left over
+                out.append(Problem(path, f"{key} and {' / '.join(same)} name the same field; keep one of them"))
+                continue
             synonym = _synonym(where, at, key)
             hint = synonym or closest(key, _fields_of(where, at))
             msg = "unknown field" + (f"; did you mean {hint!r}?" if hint else "")
-            if synonym:
+            note = (getattr(current, "synonym_notes", {}) or {}).get(key) if synonym else None
+            if note:
+                msg += f" ({key}: {note})"
+            elif synonym:
                 msg += f" ({key} is another library's name for it)"
             valid = _fields_of(where, at)
             if not hint and valid:

@@ -31,6 +31,11 @@ def resolve_local_path(value: Any) -> Any:
     return value
 
 
+#: ``lr`` and TRL's (transformers') ``learning_rate``, the same AdamW learning rate.
+LR_NAMES = AliasChoices("lr", "learning_rate")
+LR_TEXT = "AdamW learning rate (TRL's learning_rate is accepted)."
+
+
 class LoraConfigDict(Spec):
     """LoRA adapter settings (peft), written under the manifest's ``network`` section."""
 
@@ -76,8 +81,36 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         "max_seq_length": "max_model_len", "model_name_or_path": "pretrained_model_name_or_path",
         "model": "pretrained_model_name_or_path", "epsilon_high": "clip_coef", "ent_coef": "entropy_coef",
         "entropy_coeff": "entropy_coef", "num_completions_to_print": "log_completions_count",
-        "log_completions": "log_completions_steps",
+        "log_completions": "log_completions_steps", "gradient_accumulation_steps": "mini_batch_size",
+        "lr_scheduler_type": "lr_scheduler", "sync_ref_model": "update_reference_every",
+        "ref_model_sync_steps": "update_reference_every", "num_train_epochs": "training.num_epochs",
     }  # fmt: skip
+    #: How the TRL names above that are not accepted differ from ours (said after the hint; docs/llm.md's
+    #: table). num_generations, learning_rate and num_iterations are accepted (validation aliases).
+    synonym_notes: ClassVar[dict[str, str]] = {
+        "num_train_epochs": "the same passes over the training rows, written in the training section here "
+        "(SFT, DPO, RewardModel)",
+        "max_completion_length": "TRL's bounds the whole completion, tool turns included; max_output_tokens bounds "
+        "each turn's new tokens (the same number for a single-turn task)",
+        "per_device_train_batch_size": "TRL's counts completions per device per optimizer micro-step, accumulated "
+        "over gradient_accumulation_steps; micro_batch_size_per_gpu is the rows of one forward pass, batch_size the "
+        "prompts of an iteration",
+        "gradient_accumulation_steps": "a count of micro-steps in TRL; here an optimizer step takes mini_batch_size "
+        "rows, accumulated in forward passes of micro_batch_size_per_gpu rows",
+        "epsilon": "TRL's is the lower clip (the upper too unless epsilon_high is set) and, under loss_type cispo, "
+        "the ratio cap itself; clip_coef c clips the ratio to [1 - c, 1 + c], or give the bounds [low, high]",
+        "epsilon_high": "write clip_coef: [1 - epsilon, 1 + epsilon_high] (under loss_type cispo TRL's epsilon_high "
+        "caps the ratio itself)",
+        "num_completions_to_print": "TRL prints that many to the console (its W&B table gets all); "
+        "log_completions_count is how many each logging writes everywhere",
+        "log_completions": "TRL's is a switch; log_completions_steps is how often (0: off)",
+        "lr_scheduler_type": "TRL's takes transformers' schedule names (its constant ignores warmup); lr_scheduler is "
+        "constant, linear or cosine, each after warmup_ratio",
+        "sync_ref_model": "TRL mixes ref_model_mixup_alpha of the policy into the reference every "
+        "ref_model_sync_steps; update_reference_every N copies the policy into the reference every N iterations",
+        "ref_model_sync_steps": "TRL mixes ref_model_mixup_alpha of the policy into the reference; "
+        "update_reference_every N copies the policy into the reference every N iterations",
+    }
 
     batch_size: Annotated[int, Field(ge=1), Mutable(1, 32)] = 16
     beta: Annotated[float, Field(ge=0.0, le=1.0), Mutable(1e-4, 1e-2)] = 0.001
@@ -159,4 +192,4 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         return resolve_local_path(value)
 
 
-__all__ = ["LLMAlgorithmSpec", "LoraConfigDict", "resolve_local_path"]
+__all__ = ["LR_NAMES", "LR_TEXT", "LLMAlgorithmSpec", "LoraConfigDict", "resolve_local_path"]

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from agilerl.errors import Problem
 from agilerl.models.base import Mutable
 from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
+from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 from agilerl_plugin_llm.training_fields import llm_training
 
@@ -87,7 +88,7 @@ class SFTSpec(DatasetLLMSpec):
     has_reference: ClassVar[bool] = False
     default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-5
+    lr: Annotated[float, Field(gt=0.0, validation_alias=LR_NAMES, description=LR_TEXT), Mutable(1e-7, 1e-3)] = 5e-5
     use_separate_reference_adapter: Annotated[bool, Field(description="SFT needs no reference policy; keep false.")] = (
         False
     )
@@ -99,7 +100,7 @@ class DPOSpec(DatasetLLMSpec):
     objective: ClassVar[str] = "preference"
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "beta")
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 5e-6
+    lr: Annotated[float, Field(gt=0.0, validation_alias=LR_NAMES, description=LR_TEXT), Mutable(1e-7, 1e-3)] = 5e-6
     beta: Annotated[
         float,
         Field(gt=0.0, le=10.0, description="DPO temperature: scale of the implicit reward log(pi/pi_ref)."),
@@ -145,7 +146,7 @@ class RewardModelSpec(DatasetLLMSpec):
     has_reference: ClassVar[bool] = False
     default_mutable: ClassVar[tuple[str, ...]] = ("lr",)
 
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-3)] = 1e-5
+    lr: Annotated[float, Field(gt=0.0, validation_alias=LR_NAMES, description=LR_TEXT), Mutable(1e-7, 1e-3)] = 1e-5
     center_rewards_coefficient: Annotated[
         float | None,
         Field(ge=0.0, description="TRL's centering term: adds coefficient * (r_chosen + r_rejected)^2 to each "

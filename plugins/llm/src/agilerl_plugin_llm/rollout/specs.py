@@ -18,6 +18,7 @@ from agilerl.errors import Problem
 from agilerl.models.base import Mutable, Spec
 from agilerl.registry import resolve
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
+from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
 
 if TYPE_CHECKING:
@@ -441,9 +442,18 @@ class GRPOSpec(RolloutLLMSpec):
     """
 
     group_size: Annotated[
-        int, Field(ge=2, description="Completions sampled per prompt (the group)."), Mutable(4, 16)
-    ] = 8
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-5)] = 5e-7
+        int,
+        Field(ge=2, validation_alias=AliasChoices("group_size", "num_generations"),
+              description="Completions sampled per prompt (the group); TRL's num_generations is accepted."),
+        Mutable(4, 16),
+    ] = 8  # fmt: skip
+    lr: Annotated[float, Field(gt=0.0, validation_alias=LR_NAMES, description=LR_TEXT), Mutable(1e-7, 1e-5)] = 5e-7
+    update_epochs: Annotated[
+        int,
+        Field(ge=1, validation_alias=AliasChoices("update_epochs", "num_iterations"),
+              description="Passes over each batch (TRL's num_iterations, mu, is accepted)."),
+        Mutable(1, 10),
+    ] = 1  # fmt: skip
     clip_coef: Annotated[
         float | tuple[float, float],
         Field(description="Clip range of the importance ratio: a scalar c clips to [1 - c, 1 + c]; a pair "
@@ -563,8 +573,11 @@ class RLOOSpec(GRPOSpec):
     the GRPO machinery (clipped ratio, KL to the reference, loss_type) as GRPO."""
 
     group_size: Annotated[
-        int, Field(ge=2, description="Completions sampled per prompt (k); each one's baseline is the other k - 1.")
-    ] = 8
+        int,
+        Field(ge=2, validation_alias=AliasChoices("group_size", "num_generations"),
+              description="Completions sampled per prompt (k); each one's baseline is the other k - 1. TRL's "
+                          "num_generations is accepted."),
+    ] = 8  # fmt: skip
     normalize_advantages: Annotated[
         bool, Field(description="TRL's normalize_advantages: divide the batch's advantages by their std (after "
                                 "subtracting their mean).")
@@ -590,7 +603,7 @@ class LLMREINFORCESpec(RolloutLLMSpec):
 
     temperature: Annotated[float, Field(ge=0.0), Mutable(0.1, 1.0)] = 1.0
     max_grad_norm: Annotated[float, Field(ge=0.0), Mutable(0.01, 10.0)] = 1.0
-    lr: Annotated[float, Field(gt=0.0, description="AdamW learning rate."), Mutable(1e-7, 1e-5)] = 5e-7
+    lr: Annotated[float, Field(gt=0.0, validation_alias=LR_NAMES, description=LR_TEXT), Mutable(1e-7, 1e-5)] = 5e-7
     clip_coef: Annotated[
         float, Field(ge=0.0, description="Clip range of the importance ratio."), Mutable(0.05, 0.35)
     ] = 0.2
