@@ -24,8 +24,9 @@ Only the budget is overridden, never an algorithm's setting: ``max_steps`` = one
 of ``episode_steps``), ``checkpoint_steps`` = ``evo_steps``,
 ``pop_size`` the manifest's own capped at 2 (so 1 where it trains one agent, as AgileRL's single-agent LLM
 baselines do; more where its selection strategy needs more, as MF-PBT does),
-``eval_loop`` 1, ``eval_steps`` capped, ``target_score`` and ``max_wall_seconds`` dropped (a tiny
-budget must not stop early or late), and for LLM manifests ``max_context_length`` left as written.
+``eval_loop`` 1, ``eval_steps`` capped, ``learning_delay`` half a generation where it is longer than one
+(nothing would learn, and validation refuses that), ``target_score`` and ``max_wall_seconds`` dropped (a
+tiny budget must not stop early or late), and for LLM manifests ``max_context_length`` left as written.
 The test then resumes from that generation's checkpoint into a fresh run directory with the
 budget raised to two generations, and checks that it trains on and checkpoints again.
 
@@ -366,6 +367,10 @@ def budget(data: dict[str, Any], generations: int) -> list[str]:
     }
     if t.get("eval_steps") is None or int(t["eval_steps"]) > EVAL_STEPS_CAP:
         sets["training.eval_steps"] = EVAL_STEPS_CAP
+    if int(t.get("learning_delay") or 0) >= evo:
+        # Off-policy warm-up longer than the tiny budget: validation refuses a run where nothing would
+        # learn, so learning starts half-way through the first generation instead.
+        sets["training.learning_delay"] = evo // 2
     return [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
 
 

@@ -259,3 +259,24 @@ def test_a_normalised_masked_policy_exports_with_both_inputs(tmp_path: Any) -> N
     masks[np.arange(64), rng.integers(0, N_ACTIONS, 64)] = True
     got = session.run(["action"], {"observation": raw, "action_mask": masks})[0]
     np.testing.assert_array_equal(got, agent.predict(raw, action_masks=masks)[0])
+
+
+def test_finding_the_mask_source_leaves_an_async_vector_env_working() -> None:
+    """An ``action_masks()`` method is looked for without calling it: in an async vector env a
+    sub-env that raises AttributeError is shut down for good (every later step failed with
+    ``'NoneType' object has no attribute 'send'``, for every algorithm on an unmasked async env)."""
+    from agilerl_plugin_gym.masking import MaskSource
+
+    env = gym.vector.AsyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(2)])
+    masked = gym.vector.AsyncVectorEnv([lambda: MaskedChoiceEnv("method") for _ in range(2)])
+    try:
+        obs, info = env.reset(seed=0)
+        assert MaskSource.of(env, obs, info).kind is None
+        env.step(np.zeros(2, dtype=np.int64))  # the sub-envs are still there
+        obs, info = masked.reset(seed=0)
+        source = MaskSource.of(masked, obs, info)
+        assert source.kind == "method"
+        assert source.read(masked, obs, info).shape == (2, N_ACTIONS)
+    finally:
+        env.close()
+        masked.close()

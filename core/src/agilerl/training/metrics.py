@@ -162,6 +162,13 @@ class MetricsLogger:
         if self._wandb is not None:  # sent with the generation's population row (one W&B step)
             self._pending.update({f"member/{member}/{k}": v for k, v in numbers.items()})
 
+    def log_text(self, tag: str, text: str, step: int) -> None:
+        """A text entry (Markdown) in the run's TensorBoard events, through the run's one writer (a
+        second writer would start a second event file)."""
+        self._start_sinks()
+        if self._tb is not None:
+            self._tb.add_text(tag, text, step)
+
     def log_population(self, summary: dict[str, Any]) -> None:
         """The population's row of one generation (see :func:`population_summary`)."""
         self._start_sinks()

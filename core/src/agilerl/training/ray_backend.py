@@ -79,6 +79,9 @@ class _RowCollector:
     def log(self, row: dict[str, Any]) -> None:
         self.rows.append(dict(row))
 
+    def log_text(self, tag: str, text: str, step: int) -> None:
+        pass  # TensorBoard text stays on the worker's side (its files are the worker's own)
+
     def read_jsonl(self) -> list[dict[str, Any]]:
         return []
 

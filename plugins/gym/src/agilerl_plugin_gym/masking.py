@@ -69,11 +69,9 @@ class MaskSource:
             return cls("obs", vector)
         if isinstance(info, Mapping) and MASK_KEY in info:
             return cls("info", vector)
-        try:
-            (env.call("action_masks") if vector else env.get_wrapper_attr("action_masks")())
-        except AttributeError:
-            return cls(None, vector)
-        return cls("method", vector)
+        # Asked without calling it: a sub-env of an async vector env that raises is shut down for good.
+        has = all(env.call("has_wrapper_attr", "action_masks")) if vector else env.has_wrapper_attr("action_masks")
+        return cls("method" if has else None, vector)
 
     def read(self, env: Any, obs: Any, info: Any) -> np.ndarray | None:
         """The masks now, as a bool array (a batch for a vector env), or None without a source."""

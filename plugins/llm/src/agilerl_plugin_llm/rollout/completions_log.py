@@ -82,21 +82,9 @@ def write_completions(run: Any, records: Sequence[dict[str, Any]]) -> None:
     step = int(records[0]["step"])
     agent = int(records[0]["agent"])
     if sinks is None or getattr(sinks, "tensorboard", True):
-        _tensorboard_text(Path(run.run_dir), records, step, agent)
+        run.logger.log_text(f"member/{agent}/completions", to_markdown(records), step)
     if sinks is not None and getattr(sinks, "wandb", None) is not None:
         _wandb_table(records, agent)
-
-
-def _tensorboard_text(run_dir: Path, records: Sequence[dict[str, Any]], step: int, agent: int) -> None:
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except Exception:  # tensorboard not installed: the file only
-        return
-    writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-    try:
-        writer.add_text(f"member/{agent}/completions", to_markdown(records), step)
-    finally:
-        writer.close()
 
 
 def _wandb_table(records: Sequence[dict[str, Any]], agent: int) -> None:
