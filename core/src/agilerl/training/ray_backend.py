@@ -33,6 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
+from agilerl.plugins import plugin_infos
 from agilerl.training.assembly import assemble_run
 from agilerl.training.backend import (
     Backend,
@@ -68,6 +69,30 @@ NODE_DEATH_WAIT_S = 45.0
 log = logging.getLogger("agilerl")
 
 
+def loaded_plugins() -> dict[str, str | None]:
+    """The installed plugin distributions this process loaded: name -> version (in-process plugins, which
+    no other process has, and plugins that failed to load are left out)."""
+    return {i.distribution: i.version for i in plugin_infos() if i.distribution and i.error is None}
+
+
+def _check_same_plugins(ready: list[tuple[str, dict[str, str | None], str | None]]) -> None:
+    """Every worker's node must have loaded the plugins the driver did, at the same versions: Ray ships no
+    code, so each node runs its own environment (docs/distributed.md, "What every node needs")."""
+    mine = loaded_plugins()
+    for node, theirs, _ in ready:
+        missing = sorted(d for d in mine if d not in theirs)
+        other = sorted(d for d in mine if d in theirs and theirs[d] != mine[d])
+        if not missing and not other:
+            continue
+        what = [f"{d} {mine[d]} is not loaded there" for d in missing]
+        what += [f"{d} is {theirs[d]} there but {mine[d]} here" for d in other]
+        raise AgileRLError(
+            f"training.backend: ray: Ray node {node} does not have this driver's plugins: {'; '.join(what)}. "
+            "Install the same packages on every node (see docs/distributed.md, 'What every node needs'), or "
+            "select the same plugins everywhere with AGILERL_LOAD_PLUGINS / AGILERL_DISABLE_PLUGINS"
+        )
+
+
 class _RowCollector:
     """Stands in for the run's :class:`~agilerl.training.metrics.MetricsLogger` on a worker: rows a
     strategy logs there are sent back and written by the driver's logger."""
@@ -96,10 +121,22 @@ class MemberWorker:
         from pathlib import Path
 
         self.logger = _RowCollector(Path(run_dir))
-        # The driver's assembly without members: same seeding, envs and strategy set-up.
-        self.run, self.strategy = assemble_run(
-            manifest, device=device, run_dir=Path(run_dir), logger=lambda: self.logger, members=False, progress=False
-        )
+        # What this node's environment loaded, taken before the assembly: a node that lacks a plugin the
+        # manifest needs is then named with the missing plugin by the driver's check, not by an import error.
+        self.plugins = loaded_plugins()
+        self.setup_error: str | None = None
+        try:
+            # The driver's assembly without members: same seeding, envs and strategy set-up.
+            self.run, self.strategy = assemble_run(
+                manifest,
+                device=device,
+                run_dir=Path(run_dir),
+                logger=lambda: self.logger,
+                members=False,
+                progress=False,
+            )
+        except Exception as exc:
+            self.setup_error = f"{type(exc).__name__}: {exc}"
 
     def pid(self) -> int:
         return os.getpid()
@@ -107,6 +144,15 @@ class MemberWorker:
     def node_id(self) -> str:
         """The Ray node this worker runs on (from Ray's runtime context)."""
         return str(ray.get_runtime_context().get_node_id())
+
+    def ready(self) -> tuple[str, dict[str, str | None], str | None]:
+        """Its node, the plugins its environment loaded (distribution -> version), and why its set-up
+        failed (None: it did not)."""
+        return self.node_id(), self.plugins, self.setup_error
+
+    def _check_setup(self) -> None:
+        if self.setup_error is not None:
+            raise AgileRLError(f"the worker could not build its strategy: {self.setup_error}")
 
     def load_strategy_state(self, state: dict[str, Any]) -> None:
         self.strategy.load_state_dict(state)
@@ -116,6 +162,7 @@ class MemberWorker:
         return _pack(self._step(_unpack(packed_agent), budget, generation))
 
     def _step(self, agent: Any, budget: int, generation: int) -> MemberResult:
+        self._check_setup()
         self.run.generation = generation
         self.logger.rows = []
         stats = train_member(self.strategy, self.run, agent, budget)
@@ -124,6 +171,7 @@ class MemberWorker:
     def generation(self, packed: bytes, budgets: list[int], generation: int) -> bytes:
         """All members in order, for strategies whose members share state: ``packed`` holds the
         agents and the strategy's state; the trained agents and the new state go back."""
+        self._check_setup()
         agents, strategy_state = _unpack(packed)
         self.strategy.load_state_dict(strategy_state)
         self.run.population = agents
@@ -131,7 +179,8 @@ class MemberWorker:
         return _pack((results, self.strategy.state_dict()))
 
     def close(self) -> None:
-        self.strategy.close(self.run)
+        if self.setup_error is None:
+            self.strategy.close(self.run)
 
 
 class RayBackend(Backend):
@@ -153,7 +202,9 @@ class RayBackend(Backend):
             return
         address = self.training.ray_address or os.environ.get("RAY_ADDRESS") or None
         env_vars = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        for key in ("AGILERL_STRICT_PLUGINS", "AGILERL_LOAD_PLUGINS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        forwarded = ("AGILERL_STRICT_PLUGINS", "AGILERL_LOAD_PLUGINS", "AGILERL_DISABLE_PLUGINS", "HF_HUB_OFFLINE",
+                     "TRANSFORMERS_OFFLINE")  # fmt: skip
+        for key in forwarded:
             if key in os.environ:
                 env_vars[key] = os.environ[key]
         kwargs: dict[str, Any] = {"runtime_env": {"env_vars": env_vars}, "log_to_driver": True}
@@ -225,7 +276,7 @@ class RayBackend(Backend):
         self.workers = [actor.remote(run.manifest, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)]
         try:
             # Fail here, not mid-generation, on a bad setup; bounded, as every wait on the cluster is.
-            nodes = ray.get([w.node_id.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
+            ready = ray.get([w.ready.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             self.close()
             raise AgileRLError(
@@ -236,6 +287,15 @@ class RayBackend(Backend):
         except ray.exceptions.RayError as exc:
             self.close()
             raise AgileRLError(f"training.backend: ray: the workers could not start: {_cause(exc)}") from None
+        nodes = [node for node, _, _ in ready]
+        try:
+            _check_same_plugins(ready)
+            failed = next((error for _, _, error in ready if error is not None), None)
+            if failed is not None:
+                raise AgileRLError(f"training.backend: ray: the workers could not start: {failed}")
+        except AgileRLError:
+            self.close()
+            raise
         self.worker_nodes = {id(w): node for w, node in zip(self.workers, nodes, strict=True)}
         log.info(
             "ray: %d worker(s) on %d node(s): %s", len(nodes), len(set(nodes)),
