@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,8 +98,12 @@ print("FITNESSES", json.dumps(result.fitnesses), flush=True)
 class RayCluster:
     def __init__(self) -> None:
         self.log = tempfile.TemporaryFile("w+")
+        # A Ray temp dir of its own (short: Ray's socket paths live under it), shared with the drivers: another
+        # Ray instance on this machine (a test's local one) keeps its sessions apart.
+        self.tmpdir = tempfile.mkdtemp(prefix="agray", dir="/tmp")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            env={**os.environ, "RAY_TMPDIR": self.tmpdir},
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -113,6 +118,7 @@ class RayCluster:
         rest = self.proc.stdout.read()
         assert self.proc.wait(timeout=120) == 0 and "STOPPED" in rest
         self.log.close()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +136,7 @@ def _manifest(tmp: Path, name: str, **training: Any) -> dict[str, Any]:
     return m
 
 
-def _drive(manifest: dict[str, Any], home: Path) -> tuple[list[list[float]], str]:
+def _drive(manifest: dict[str, Any], home: Path, cluster: RayCluster) -> tuple[list[list[float]], str]:
     """Run ``manifest`` in a driver process of its own: its fitnesses and its output.
 
     Its home holds a Ray token, as any machine that ever ran a local Ray (2.59+) does: the cluster above
@@ -138,7 +144,8 @@ def _drive(manifest: dict[str, Any], home: Path) -> tuple[list[list[float]], str
     worker's creation cancelled ("The actor never ran")."""
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text(uuid.uuid4().hex * 2)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_STRICT_PLUGINS": "1", "HOME": str(home)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_STRICT_PLUGINS": "1", "HOME": str(home),
+           "RAY_TMPDIR": cluster.tmpdir}  # fmt: skip
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)
     proc = subprocess.run(
@@ -154,7 +161,9 @@ def _drive(manifest: dict[str, Any], home: Path) -> tuple[list[list[float]], str
 @pytest.mark.slow  # ~40 s: a two-node cluster, and a run on it beside the same run here
 def test_a_population_on_two_nodes_matches_local_with_members_on_both(two_nodes: RayCluster, tmp_path: Path) -> None:
     local = LocalTrainer.from_manifest(_manifest(tmp_path, "local")).train()
-    fitnesses, out = _drive(_manifest(tmp_path, "ray", backend="ray", ray_address=two_nodes.address), tmp_path / "home")
+    fitnesses, out = _drive(
+        _manifest(tmp_path, "ray", backend="ray", ray_address=two_nodes.address), tmp_path / "home", two_nodes
+    )
     assert fitnesses == local.fitnesses
     # Ray's runtime context, asked by each worker actor: one worker on each node.
     assert "ray: 2 worker(s) on 2 node(s): " in out, out
@@ -168,7 +177,9 @@ def test_a_node_lost_mid_generation_is_survived_with_the_same_fitnesses(two_node
     assert two_nodes.proc.stdin is not None
     two_nodes.proc.stdin.write("kill-when-stepping\n")
     two_nodes.proc.stdin.flush()
-    fitnesses, out = _drive(_manifest(tmp_path, "ray", backend="ray", ray_address=two_nodes.address), tmp_path / "home")
+    fitnesses, out = _drive(
+        _manifest(tmp_path, "ray", backend="ray", ray_address=two_nodes.address), tmp_path / "home", two_nodes
+    )
     assert two_nodes.proc.stdout is not None
     assert two_nodes.proc.stdout.readline().startswith("KILLED"), "the worker node never trained a member"
     assert f"ray: node {node} is gone" in out, out
