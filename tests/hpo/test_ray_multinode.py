@@ -103,7 +103,10 @@ class RayCluster:
         self.tmpdir = tempfile.mkdtemp(prefix="agray", dir="/tmp")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-            env={**os.environ, "RAY_TMPDIR": self.tmpdir},
+            # Without authentication, whatever a local Ray started earlier in this process left in its environment
+            # (ray.init sets RAY_AUTH_MODE=token in os.environ for a new local instance).
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}, "RAY_TMPDIR": self.tmpdir,
+                 "RAY_AUTH_MODE": "disabled"},
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
