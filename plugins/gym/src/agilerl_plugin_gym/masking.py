@@ -69,9 +69,16 @@ class MaskSource:
             return cls("obs", vector)
         if isinstance(info, Mapping) and MASK_KEY in info:
             return cls("info", vector)
-        # Asked without calling it: a sub-env of an async vector env that raises is shut down for good.
+        # Looked for before it is called: a sub-env of an async vector env that raises (no such method) is
+        # shut down for good. A method that exists may still say "not here" by raising AttributeError.
         has = all(env.call("has_wrapper_attr", "action_masks")) if vector else env.has_wrapper_attr("action_masks")
-        return cls("method" if has else None, vector)
+        if not has:
+            return cls(None, vector)
+        try:
+            (env.call("action_masks") if vector else env.get_wrapper_attr("action_masks")())
+        except AttributeError:
+            return cls(None, vector)
+        return cls("method", vector)
 
     def read(self, env: Any, obs: Any, info: Any) -> np.ndarray | None:
         """The masks now, as a bool array (a batch for a vector env), or None without a source."""
