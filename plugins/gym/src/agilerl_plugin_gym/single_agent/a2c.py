@@ -18,7 +18,6 @@ RMSprop (SB3's default) or Adam.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -27,12 +26,11 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.networks import distributions
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import A2CSpec
 from agilerl_plugin_gym.spec_base import ANY_ACTIONS
-
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class A2C(GymAlgorithm):
@@ -79,29 +77,12 @@ class A2C(GymAlgorithm):
     # --- the policy -------------------------------------------------------------------------------
     def log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``actions`` and entropy of the policy whose head gave ``out``."""
-        if self.kind == "discrete":
-            logp = torch.log_softmax(out, -1)
-            return logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
-        if self.kind == "multidiscrete":
-            lps, ents = [], []
-            for d, chunk in enumerate(out.split(self.nvec, dim=-1)):
-                logp = torch.log_softmax(chunk, -1)
-                lps.append(logp.gather(-1, actions[:, d].long().unsqueeze(-1)).squeeze(-1))
-                ents.append(-(logp.exp() * logp).sum(-1))
-            return torch.stack(lps).sum(0), torch.stack(ents).sum(0)
-        log_std = self.extra_params["log_std"]
-        z = (actions - out) / log_std.exp()
-        log_prob = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
-        entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(out.shape[0])
-        return log_prob, entropy
+        return distributions.log_prob_entropy(
+            self.kind, out, actions, getattr(self, "nvec", ()), self.extra_params.get("log_std")
+        )
 
     def sample(self, out: torch.Tensor) -> torch.Tensor:
-        if self.kind == "discrete":
-            return torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
-        if self.kind == "multidiscrete":
-            parts = [torch.multinomial(torch.softmax(c, -1), 1).squeeze(-1) for c in out.split(self.nvec, dim=-1)]
-            return torch.stack(parts, -1)
-        return out + torch.randn_like(out) * self.extra_params["log_std"].exp()
+        return distributions.sample(self.kind, out, getattr(self, "nvec", ()), self.extra_params.get("log_std"))
 
     def mode(self, out: torch.Tensor) -> torch.Tensor:
         """The most likely action (the mean for Box actions)."""

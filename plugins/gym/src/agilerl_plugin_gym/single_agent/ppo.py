@@ -18,7 +18,6 @@ the same acting and update through :mod:`agilerl_plugin_gym.fast.ppo`.)
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -30,13 +29,12 @@ from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.fast.optim import FlatAdam, FlatParameters, inference_mode
 from agilerl_plugin_gym.masking import mask_logits
+from agilerl_plugin_gym.networks import distributions
 from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import PPOSpec
 from agilerl_plugin_gym.spec_base import ANY_ACTIONS
-
-_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class PPO(GymAlgorithm):
@@ -118,31 +116,13 @@ class PPO(GymAlgorithm):
         return actor(obs), critic(obs).squeeze(-1)
 
     def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.kind == "discrete":
-            logp = torch.log_softmax(out, -1)
-            lp = logp.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-            return lp, -(logp.exp() * logp).sum(-1)
-        if self.kind == "multidiscrete":
-            lps, ents = [], []
-            for d, chunk in enumerate(out.split(self.nvec, dim=-1)):
-                logp = torch.log_softmax(chunk, -1)
-                lps.append(logp.gather(-1, actions[:, d].long().unsqueeze(-1)).squeeze(-1))
-                ents.append(-(logp.exp() * logp).sum(-1))
-            return torch.stack(lps).sum(0), torch.stack(ents).sum(0)
-        log_std = self.extra_params["log_std"]
-        z = (actions - out) / log_std.exp()
-        lp = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
-        ent = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(out.shape[0])
-        return lp, ent
+        """Log-probability of ``actions`` and entropy of the policy whose head gave ``out``."""
+        return distributions.log_prob_entropy(
+            self.kind, out, actions, getattr(self, "nvec", ()), self.extra_params.get("log_std")
+        )
 
     def _sample(self, out: torch.Tensor) -> torch.Tensor:
-        if self.kind == "discrete":
-            return torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
-        if self.kind == "multidiscrete":
-            return torch.stack(
-                [torch.multinomial(torch.softmax(c, -1), 1).squeeze(-1) for c in out.split(self.nvec, dim=-1)], -1
-            )
-        return out + torch.randn_like(out) * self.extra_params["log_std"].exp()
+        return distributions.sample(self.kind, out, getattr(self, "nvec", ()), self.extra_params.get("log_std"))
 
     @inference_mode
     def act(
