@@ -308,7 +308,7 @@ def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
                                  Table=lambda columns, data: {"columns": columns, "data": data})  # fmt: skip
     monkeypatch.setitem(sys.modules, "wandb", fake)
     sinks = types.SimpleNamespace(tensorboard=True, wandb=types.SimpleNamespace(project="p"))
-    run = types.SimpleNamespace(run_dir=tmp_path, logger=MetricsLogger(tmp_path, tensorboard=False),
+    run = types.SimpleNamespace(run_dir=tmp_path, logger=MetricsLogger(tmp_path),
                                 manifest=types.SimpleNamespace(logging=sinks))  # fmt: skip
     records = [{"step": 3, "agent": 0, "prompt": "<|im_start|>user\nsay eight", "completion": "eight",
                 "reward": 1.0, "rewards": {"eight": 1.0}, "advantage": 0.5, "truncated": False}]  # fmt: skip
@@ -316,6 +316,7 @@ def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
     table = logged["member/0/completions"]
     assert table["columns"] == ["step", "prompt", "completion", "reward", "eight", "advantage"]
     assert table["data"] == [[3, "<|im_start|>user\nsay eight", "eight", 1.0, 1.0, 0.5]]
+    run.logger.close()  # flushes the run's one TensorBoard writer
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
