@@ -33,7 +33,7 @@ import logging
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -393,15 +393,39 @@ def make_llm_env(
             f"no row of {spec.label!r} has a response to train on ({empty} rows with empty responses or no "
             "assistant turn)"
         )
+    return split_into_env(DatasetEnv, spec, tokenizer, encoded, stats, objective=objective,
+                          batch_size=data_batch_size_per_gpu, max_context_length=max_context_length, seed=seed,
+                          rank=rank, world_size=world_size)  # fmt: skip
+
+
+EnvT = TypeVar("EnvT", bound=DatasetEnv)
+
+
+def split_into_env(
+    env_cls: type[EnvT],
+    spec: LLMEnvSpec,
+    tokenizer: Any,
+    encoded: list[EncodedRow],
+    stats: DatasetStats,
+    *,
+    objective: str,
+    batch_size: int,
+    max_context_length: int | None,
+    seed: int | None,
+    rank: int,
+    world_size: int,
+) -> EnvT:
+    """Split encoded rows (:func:`fit_and_split`) into an env of ``env_cls``: the last step of every dataset
+    env's factory (SFT/DPO's :func:`make_llm_env`, the RewardModel's ``make_reward_env``)."""
     train, test = fit_and_split(encoded, spec, stats, max_context_length=max_context_length, seed=seed,
                                 rank=rank, world_size=world_size)  # fmt: skip
-    return DatasetEnv(
+    return env_cls(
         spec,
         tokenizer,
         objective=objective,
         train_rows=train,
         test_rows=test,
-        batch_size=data_batch_size_per_gpu,
+        batch_size=batch_size,
         max_context_length=max_context_length,
         seed=seed,
         rank=rank,
@@ -420,6 +444,7 @@ __all__ = [
     "Encoder",
     "encode_rows",
     "fit_and_split",
+    "split_into_env",
     "load_cached_dataset",
     "load_local_dataset",
     "load_rows",

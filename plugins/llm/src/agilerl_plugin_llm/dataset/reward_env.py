@@ -7,7 +7,7 @@ exceed it). Each side is ``prompt + answer`` encoded by
 :func:`agilerl_plugin_llm.reward_model.encode_reward_input`, the function GRPO's
 ``environment.reward_model`` scores with, so a trained model is scored exactly as it was trained.
 Long rows are dropped, the split and shards are the dataset env's
-(:func:`agilerl_plugin_llm.dataset.env.fit_and_split`).
+(:func:`agilerl_plugin_llm.dataset.env.split_into_env`).
 
 Batches are ``input_ids``/``attention_mask`` of shape ``[B, 2, T]`` (side 0 chosen, side 1
 rejected) and ``margin`` of shape ``[B]``.
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from agilerl_plugin_llm.chat import is_conversational
-from agilerl_plugin_llm.dataset.env import DatasetEnv, DatasetStats, EncodedRow, fit_and_split
+from agilerl_plugin_llm.dataset.env import DatasetEnv, DatasetStats, EncodedRow, split_into_env
 from agilerl_plugin_llm.dataset.rows import DatasetError, preference_parts, read_rows
 from agilerl_plugin_llm.reward_model import encode_reward_input
 from agilerl_plugin_llm.specs import LLMEnvSpec
@@ -82,21 +82,9 @@ def make_reward_env(
         encoded.append(EncodedRow(sides=sides, index=i))
         margins[i] = _margin(row, where)
     stats = DatasetStats(rows=len(rows))
-    train, test = fit_and_split(encoded, spec, stats, max_context_length=max_context_length, seed=seed,
-                                rank=rank, world_size=world_size)  # fmt: skip
-    env = RewardDatasetEnv(
-        spec,
-        tokenizer,
-        objective="preference",
-        train_rows=train,
-        test_rows=test,
-        batch_size=data_batch_size_per_gpu,
-        max_context_length=max_context_length,
-        seed=seed,
-        rank=rank,
-        world_size=world_size,
-        stats=stats,
-    )
+    env = split_into_env(RewardDatasetEnv, spec, tokenizer, encoded, stats, objective="preference",
+                         batch_size=data_batch_size_per_gpu, max_context_length=max_context_length, seed=seed,
+                         rank=rank, world_size=world_size)  # fmt: skip
     env.margins = margins
     return env
 
