@@ -12,30 +12,14 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from agilerl.testing import pip_install_into, plugin_package
+
 AGILERL_CLI = [sys.executable, "-m", "agilerl.cli"]
-
-PYPROJECT = """
-[build-system]
-requires = ["hatchling>=1.21"]
-build-backend = "hatchling.build"
-
-[project]
-name = "{dist}"
-version = "1.0.0"
-requires-python = ">=3.10"
-
-[project.entry-points.agilerl]
-{ep} = "{module}.hooks"
-
-[tool.hatch.build.targets.wheel]
-packages = ["src/{module}"]
-"""
 
 HOOKS = """
 from agilerl import hookimpl
@@ -53,13 +37,7 @@ def agilerl_register_algorithms(register):
 
 
 def _package(root: Path, dist: str, module: str, name: str, cls: str) -> Path:
-    pkg = root / dist
-    src = pkg / "src" / module
-    src.mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(PYPROJECT.format(dist=dist, ep=module, module=module))
-    (src / "__init__.py").write_text("")
-    (src / "hooks.py").write_text(textwrap.dedent(HOOKS.format(cls=cls, name=name, doc=f"{dist}'s {name}")))
-    return pkg
+    return plugin_package(root, dist, module, {"hooks.py": HOOKS.format(cls=cls, name=name, doc=f"{dist}'s {name}")})
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +48,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         _package(root, "twin-two", "twin_two", "Twin", "TwinTwoSpec"),
         _package(root, "third-q", "third_q", "ThirdQ", "ThirdQSpec"),
     ]
-    target = root / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(target), *map(str, pkgs)],
-        check=True,
-    )  # fmt: skip
-    return target
+    return pip_install_into(root / "site", *pkgs)
 
 
 def _run(args: list[str], cwd: Path, site: Path | None = None, **env_vars: str) -> subprocess.CompletedProcess[str]:

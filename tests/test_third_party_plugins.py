@@ -13,31 +13,15 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from agilerl.testing import pip_install_into, plugin_package
+
 TUTORIAL = Path(__file__).resolve().parents[1] / "examples/plugins/agilerl-tutorial-a2c"
 AGILERL_CLI = [sys.executable, "-m", "agilerl.cli"]
-
-PYPROJECT = """
-[build-system]
-requires = ["hatchling>=1.21"]
-build-backend = "hatchling.build"
-
-[project]
-name = "{dist}"
-version = "0.3.1"
-requires-python = ">=3.10"
-
-[project.entry-points.agilerl]
-{ep} = "{module}.hooks"
-
-[tool.hatch.build.targets.wheel]
-packages = ["src/{module}"]
-"""
 
 # Its entry point sorts before every built-in ("aaa" < "bandit" < "gym"): the gym plugin, which
 # provides the name it imports, is not loaded yet when its import asks for it.
@@ -82,33 +66,25 @@ def _old_a2c() -> dict[str, str]:
             {"a2c.py": a2c, "hooks.py": hooks, "specs.py": (src / "specs.py").read_text()}.items()}  # fmt: skip
 
 
-def _package(root: Path, dist: str, ep: str, module: str, files: dict[str, str]) -> Path:
-    pkg = root / dist
-    src = pkg / "src" / module
-    src.mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(PYPROJECT.format(dist=dist, ep=ep, module=module))
-    (src / "__init__.py").write_text("")
-    for name, text in files.items():
-        (src / name).write_text(textwrap.dedent(text))
-    return pkg
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("third-party")
     pkgs = [
-        _package(root, "thirdparty-reentrant", "aaa_reentrant", "thirdparty_reentrant", REENTRANT),
-        _package(root, "thirdparty-broken", "aab_broken", "thirdparty_broken", BROKEN),
-        _package(root, "agilerl-plugin-a2c", "a2c", "their_a2c", THIRD_A2C),
-        _package(root, "old-a2c", "old_a2c", "old_a2c", _old_a2c()),
+        plugin_package(
+            root,
+            "thirdparty-reentrant",
+            "thirdparty_reentrant",
+            REENTRANT,
+            entry_point="aaa_reentrant",
+            version="0.3.1",
+        ),
+        plugin_package(
+            root, "thirdparty-broken", "thirdparty_broken", BROKEN, entry_point="aab_broken", version="0.3.1"
+        ),
+        plugin_package(root, "agilerl-plugin-a2c", "their_a2c", THIRD_A2C, entry_point="a2c", version="0.3.1"),
+        plugin_package(root, "old-a2c", "old_a2c", _old_a2c(), version="0.3.1"),
     ]
-    target = root / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(target), *map(str, pkgs), str(TUTORIAL)],
-        check=True,
-    )  # fmt: skip
-    return target
+    return pip_install_into(root / "site", *pkgs, TUTORIAL)
 
 
 def _run(args: list[str], site: Path, cwd: Path, *, strict: bool) -> subprocess.CompletedProcess[str]:
