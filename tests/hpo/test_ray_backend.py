@@ -20,24 +20,14 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from agilerl import LocalTrainer, checkpoint
 from agilerl.errors import AgileRLError, ManifestError
 from agilerl.models import load_manifest
 from agilerl.training.backend import MemberFailedError
 
-PPO_CARTPOLE: dict[str, Any] = {
-    "algorithm": {"name": "PPO", "learn_step": 64, "batch_size": 32, "update_epochs": 2, "lr": 0.003},
-    "environment": {"name": "CartPole-v1", "num_envs": 2},
-    "network": {"latent_dim": 16, "arch": "mlp", "encoder_config": {"hidden_size": [16]}, "head_config": {"hidden_size": [16]}},
-    "mutation": {
-        "probabilities": {"no_mut": 0.4, "arch_mut": 0.2, "params_mut": 0.2, "rl_hp_mut": 0.2},
-        "rl_hp_selection": {"lr": {"min": 0.0001, "max": 0.01}},
-    },
-    "tournament_selection": {"tournament_size": 2, "elitism": True},
-    "training": {"pop_size": 4, "max_steps": 256, "evo_steps": 128, "eval_loop": 1, "eval_steps": 100,
-                 "seed": 3, "progress": False, "save_elite": False},
-}  # fmt: skip
+PPO_CARTPOLE: dict[str, Any] = yaml.safe_load((Path(__file__).parent / "ppo_population.yaml").read_text())
 
 
 def manifest(tmp: Path, name: str, **training: Any) -> dict[str, Any]:

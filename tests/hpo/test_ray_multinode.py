@@ -22,23 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agilerl import LocalTrainer
 
-#: As test_ray_backend's population: 4 PPO members on CartPole, tournament selection and mutation between
-#: generations (so the fitnesses depend on every member's training).
-PPO_CARTPOLE: dict[str, Any] = {
-    "algorithm": {"name": "PPO", "learn_step": 64, "batch_size": 32, "update_epochs": 2, "lr": 0.003},
-    "environment": {"name": "CartPole-v1", "num_envs": 2},
-    "network": {"latent_dim": 16, "arch": "mlp", "encoder_config": {"hidden_size": [16]}, "head_config": {"hidden_size": [16]}},
-    "mutation": {
-        "probabilities": {"no_mut": 0.4, "arch_mut": 0.2, "params_mut": 0.2, "rl_hp_mut": 0.2},
-        "rl_hp_selection": {"lr": {"min": 0.0001, "max": 0.01}},
-    },
-    "tournament_selection": {"tournament_size": 2, "elitism": True},
-    "training": {"pop_size": 4, "max_steps": 512, "evo_steps": 256, "eval_loop": 1, "eval_steps": 100,
-                 "seed": 3, "progress": False, "save_elite": False},
-}  # fmt: skip
+#: test_ray_backend's population (4 PPO members on CartPole) for two generations of 256 steps.
+PPO_CARTPOLE: dict[str, Any] = yaml.safe_load((Path(__file__).parent / "ppo_population.yaml").read_text())
+PPO_CARTPOLE["training"].update(max_steps=512, evo_steps=256)
 
 pytest.importorskip("ray", reason="the Ray backend needs the extra: pip install 'agilerl-core[ray]'")
 
