@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -158,7 +159,20 @@ def import_object(
     return get_attribute(module, attr, what=what, error=error)
 
 
+def accepted_kwargs(fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``kwargs`` that ``fn`` accepts by name (all of it when ``fn`` takes ``**kwargs`` or has
+    no signature to read): how a factory or a user's callable is called with the context it asks for."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return kwargs
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in params}
+
+
 __all__ = [
+    "accepted_kwargs",
     "FILE_MODULE_PREFIX",
     "get_attribute",
     "import_object",

@@ -5,7 +5,6 @@ gives an "install X" error."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from agilerl.compat import (
@@ -16,18 +15,9 @@ from agilerl.compat import (
     make_rollout_env_factory,
     make_single_env,
 )
+from agilerl.imports import accepted_kwargs
 from agilerl.models.base import EnvSpec
 from agilerl.registry import ENV_TYPES
-
-
-def _accepted(fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
 
 
 def make_env(spec: EnvSpec, **kwargs: Any) -> Any:
@@ -38,7 +28,7 @@ def make_env(spec: EnvSpec, **kwargs: Any) -> Any:
     """
     factory = ENV_TYPES.factory(spec.env_type)
     given = {k: v for k, v in kwargs.items() if v is not None}
-    return factory(spec, **_accepted(factory, given))
+    return factory(spec, **accepted_kwargs(factory, given))
 
 
 __all__ = [

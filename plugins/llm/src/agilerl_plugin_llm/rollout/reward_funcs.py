@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl.errors import AgileRLError
+from agilerl.imports import accepted_kwargs
 from agilerl_plugin_llm.chat import is_conversational
 from agilerl_plugin_llm.reward_model import reward_model_func
 
@@ -173,16 +174,6 @@ def reward_funcs_problems(spec: Any) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _kwargs_for(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return kwargs
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in params}
-
-
 def _row_label(kwargs: dict[str, Any], row: int) -> str:
     prompt = kwargs["prompts"][row] if row < len(kwargs["prompts"]) else None
     text = prompt if isinstance(prompt, str) else repr(prompt)
@@ -223,7 +214,7 @@ def check_values(name: str, values: Any, kwargs: dict[str, Any]) -> list[float |
 
 def _call_one(func: RewardFunc, kwargs: dict[str, Any]) -> Any:
     try:
-        return func.fn(**_kwargs_for(func.fn, kwargs))
+        return func.fn(**accepted_kwargs(func.fn, kwargs))
     except RewardFunctionError:
         raise
     except Exception as exc:
@@ -236,7 +227,7 @@ def _call_one(func: RewardFunc, kwargs: dict[str, Any]) -> Any:
 def _await_all(funcs: list[RewardFunc], kwargs: dict[str, Any]) -> list[Any]:
     async def one(func: RewardFunc) -> Any:
         try:
-            return await func.fn(**_kwargs_for(func.fn, kwargs))
+            return await func.fn(**accepted_kwargs(func.fn, kwargs))
         except Exception as exc:
             raise RewardFunctionError(
                 f"reward function {func.name} raised {type(exc).__name__}: {exc} (called on "
