@@ -53,6 +53,15 @@ class RolloutLayout:
     action_shape: tuple[int, ...]
     action_dtype: Any
 
+    @classmethod
+    def for_actions(cls, kind: str, nvec: Any, action_space: Any) -> RolloutLayout:
+        """Discrete actions are stored as int64 scalars, MultiDiscrete as int64 vectors, Box as float32."""
+        if kind == "discrete":
+            return cls((), np.int64)
+        if kind == "multidiscrete":
+            return cls((len(nvec),), np.int64)
+        return cls(tuple(action_space.shape or ()), np.float32)
+
 
 class RLSpecFields(Protocol):
     """The hyperparameters every gym strategy reads, from the algorithm's spec (``agent.spec``):

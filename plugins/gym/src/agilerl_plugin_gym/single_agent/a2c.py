@@ -46,6 +46,7 @@ class A2C(GymAlgorithm):
     def __init__(self, spec: A2CSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         super().__init__(spec, observation_space, action_space, **kwargs)
         ANY_ACTIONS.check("A2C", observation_space, action_space)
+        self.nvec: list[int] = []  # the MultiDiscrete action's sizes (none for other spaces)
         if isinstance(action_space, spaces.Discrete):
             self.kind, out_dim = "discrete", int(action_space.n)
         elif isinstance(action_space, spaces.MultiDiscrete):
@@ -77,12 +78,10 @@ class A2C(GymAlgorithm):
     # --- the policy -------------------------------------------------------------------------------
     def log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``actions`` and entropy of the policy whose head gave ``out``."""
-        return distributions.log_prob_entropy(
-            self.kind, out, actions, getattr(self, "nvec", ()), self.extra_params.get("log_std")
-        )
+        return distributions.log_prob_entropy(self.kind, out, actions, self.nvec, self.extra_params.get("log_std"))
 
     def sample(self, out: torch.Tensor) -> torch.Tensor:
-        return distributions.sample(self.kind, out, getattr(self, "nvec", ()), self.extra_params.get("log_std"))
+        return distributions.sample(self.kind, out, self.nvec, self.extra_params.get("log_std"))
 
     def mode(self, out: torch.Tensor) -> torch.Tensor:
         """The most likely action (the mean for Box actions)."""
@@ -94,11 +93,7 @@ class A2C(GymAlgorithm):
 
     # --- the on-policy protocol (agilerl_plugin_gym.protocols.OnPolicyAlgorithm) --------------------
     def rollout_layout(self) -> RolloutLayout:
-        if self.kind == "discrete":
-            return RolloutLayout((), np.int64)
-        if self.kind == "multidiscrete":
-            return RolloutLayout((len(self.nvec),), np.int64)
-        return RolloutLayout(tuple(self.action_space.shape or ()), np.float32)
+        return RolloutLayout.for_actions(self.kind, self.nvec, self.action_space)
 
     @torch.inference_mode()
     def act(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

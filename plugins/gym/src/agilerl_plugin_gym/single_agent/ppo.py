@@ -57,6 +57,7 @@ class PPO(GymAlgorithm):
                 f"{type(self).__name__} built with recurrent: {spec.recurrent}: recurrent PPO is "
                 "agilerl_plugin_gym.single_agent.ppo_recurrent.RecurrentPPO (SingleAgentBuilder picks it)"
             )
+        self.nvec: list[int] = []  # the MultiDiscrete action's sizes (none for other spaces)
         if isinstance(action_space, spaces.Discrete):
             self.kind, out_dim = "discrete", int(action_space.n)
         elif isinstance(action_space, spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
@@ -80,12 +81,7 @@ class PPO(GymAlgorithm):
         self.build_optimizers()
 
     def rollout_layout(self) -> RolloutLayout:
-        """Discrete actions are stored as int64 scalars, MultiDiscrete as int64 vectors, Box as float32."""
-        if self.kind == "discrete":
-            return RolloutLayout((), np.int64)
-        if self.kind == "multidiscrete":
-            return RolloutLayout((len(self.nvec),), np.int64)
-        return RolloutLayout(tuple(self.action_space.shape or ()), np.float32)
+        return RolloutLayout.for_actions(self.kind, self.nvec, self.action_space)
 
     @property
     def shared(self) -> bool:
@@ -117,12 +113,10 @@ class PPO(GymAlgorithm):
 
     def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``actions`` and entropy of the policy whose head gave ``out``."""
-        return distributions.log_prob_entropy(
-            self.kind, out, actions, getattr(self, "nvec", ()), self.extra_params.get("log_std")
-        )
+        return distributions.log_prob_entropy(self.kind, out, actions, self.nvec, self.extra_params.get("log_std"))
 
     def _sample(self, out: torch.Tensor) -> torch.Tensor:
-        return distributions.sample(self.kind, out, getattr(self, "nvec", ()), self.extra_params.get("log_std"))
+        return distributions.sample(self.kind, out, self.nvec, self.extra_params.get("log_std"))
 
     @inference_mode
     def act(
