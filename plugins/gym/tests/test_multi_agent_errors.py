@@ -78,15 +78,25 @@ def _train_error(tmp_path: Path, algorithm: dict[str, Any], env: dict[str, Any],
     return str(info.value)
 
 
+def _validation_error(tmp_path: Path, algorithm: dict[str, Any], env: dict[str, Any]) -> str:
+    """A per-agent net_config is checked against the env's agents at validation, before any run exists."""
+    manifest = {"algorithm": algorithm, "environment": env,
+                "training": {"max_steps": 100, "run_dir": str(tmp_path / "run"), "progress": False}}  # fmt: skip
+    with pytest.raises(ManifestError) as info:
+        LocalTrainer.from_manifest(manifest)
+    assert not (tmp_path / "run").exists()
+    return str(info.value)
+
+
 def test_net_config_for_an_unknown_agent(tmp_path: Path) -> None:
     cfg = {"speaker": {"latent_dim": 32}, "listner": {"latent_dim": 32}}
-    msg = _train_error(tmp_path, {"name": "MADDPG", "net_config": cfg}, SSL)
-    assert "net_config.listner" in msg and "did you mean 'listener'" in msg
+    msg = _validation_error(tmp_path, {"name": "MADDPG", "net_config": cfg}, SSL)
+    assert "algorithm.net_config.listner: no agent or group" in msg and "did you mean 'listener'" in msg
 
 
 def test_net_config_missing_an_agent(tmp_path: Path) -> None:
-    msg = _train_error(tmp_path, {"name": "MADDPG", "net_config": {"speaker_0": {"latent_dim": 32}}}, SSL)
-    assert "no entry for agent 'listener_0'" in msg
+    msg = _validation_error(tmp_path, {"name": "MADDPG", "net_config": {"speaker_0": {"latent_dim": 32}}}, SSL)
+    assert "algorithm.net_config: has no entry for agent 'listener_0'" in msg
 
 
 def test_shared_group_with_different_configs(tmp_path: Path) -> None:

@@ -515,6 +515,21 @@ def _unread_section(key: str, algo: AlgorithmSpec | None) -> str:
     )
 
 
+def _as_written(problems: list[Problem], data: Mapping[str, Any]) -> list[Problem]:
+    """``problems`` with the selection section named as the manifest wrote it (``selection_strategy``
+    or ``tournament_selection``, aliases of one section), in each path and message."""
+    written = next((str(k) for k in data if ALIASES.get(k, k) == "tournament_selection"), None)
+    if written is None:
+        return problems
+    other = "selection_strategy" if written == "tournament_selection" else "tournament_selection"
+    renamed = []
+    for p in problems:
+        head, dot, rest = p.path.partition(".")
+        path = f"{written}{dot}{rest}" if head == other else p.path
+        renamed.append(Problem(path, p.message.replace(f"{other} section", f"{written} section")))
+    return renamed
+
+
 def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> TrainingManifest:
     """Validate a manifest given as a dict; raise :class:`ManifestError` listing every problem."""
     if isinstance(data, TrainingManifest):
@@ -564,7 +579,7 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
     if sections.get("training") is None and not any(p.path.startswith("training") for p in problems):
         sections["training"] = training_spec_class()()
     if problems:
-        raise ManifestError(problems, source)
+        raise ManifestError(_as_written(problems, data), source)
     manifest = TrainingManifest.model_validate(
         {"apiVersion": api, "algorithm": algo, "environment": env,
          **{k: v for k, v in sections.items() if v is not None}}
@@ -576,7 +591,7 @@ def validate_manifest(data: Mapping[str, Any], *, source: str | None = None) -> 
             setattr(manifest.algorithm, "num_envs", num_envs)  # noqa: B010
     problems = _cross_checks(manifest)
     if problems:
-        raise ManifestError(problems, source)
+        raise ManifestError(_as_written(problems, data), source)
     if manifest.mutation is not None:
         supported = type(manifest.algorithm).supported_mutations
         probs = manifest.mutation.probabilities

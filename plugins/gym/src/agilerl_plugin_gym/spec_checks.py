@@ -157,6 +157,14 @@ def compat_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Pro
             f"{delay} is not below training.max_steps ({manifest.training.max_steps}): learning starts after "
             f"learning_delay steps, so no agent would ever learn; lower it or raise max_steps",
         ))  # fmt: skip
+    learn_step, max_steps = getattr(spec, "learn_step", None), manifest.training.max_steps
+    if type(spec).regime == "off_policy" and isinstance(learn_step, int) and learn_step > max_steps:
+        # learn_step counts env steps (all sub-envs) between gradient steps: the first falls after the run ends.
+        problems.append(Problem(
+            "algorithm.learn_step",
+            f"{learn_step} is more than training.max_steps ({max_steps}): a gradient step runs every learn_step "
+            "env steps, so no agent would ever learn; lower learn_step or raise max_steps",
+        ))  # fmt: skip
     return problems
 
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from gymnasium import spaces
 
 from agilerl.builders import AlgorithmBuilder, AlgorithmBuildRuntime
-from agilerl.errors import AgileRLError, closest
+from agilerl.errors import AgileRLError
 from agilerl.models.base import AlgorithmSpec
-from agilerl_plugin_gym.multi_agent.specs import group_of, is_per_agent, network_configs
+from agilerl_plugin_gym.multi_agent.specs import group_of, is_per_agent, net_config_agent_problem, network_configs
 from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.sections.encoders import ENCODERS, default_kind
 from agilerl_plugin_gym.space_kinds import is_image_space
@@ -62,26 +62,14 @@ def resolve_networks(
         shared = NetworkSpec.model_validate(configs)
         net_specs = dict.fromkeys(keys.values(), shared)
     else:
-        groups = {group_of(a) for a in agents}
-        valid = sorted(set(agents) | groups)
-        for name in configs:
-            if name not in valid:
-                hint = closest(name, valid)
-                raise MultiAgentConfigError(
-                    f"algorithm.net_config.{name}: no agent or group is called {name!r}"
-                    + (f"; did you mean {hint!r}?" if hint else "")
-                    + f" The env's agents and groups are: {', '.join(valid)}."
-                )
+        refused = net_config_agent_problem(raw, agents)  # the rule validation applies to the env's agents
+        if refused is not None:
+            raise MultiAgentConfigError(str(refused))
         for key in dict.fromkeys(keys.values()):
             members = [a for a in agents if keys[a] == key]
             found: dict[str, Any] = {}
             for a in members:
-                cfg = configs.get(a, configs.get(group_of(a)))  # type: ignore[union-attr]
-                if cfg is None:
-                    raise MultiAgentConfigError(
-                        f"algorithm.net_config has no entry for agent {a!r}: give one per agent or group "
-                        f"(here: {', '.join(valid)}), or one config without agent keys for all."
-                    )
+                cfg = configs[a] if a in configs else configs[group_of(a)]  # type: ignore[index,operator]
                 found[a] = cfg
             distinct = {repr(sorted(c.items())) for c in found.values()}
             if len(distinct) > 1:

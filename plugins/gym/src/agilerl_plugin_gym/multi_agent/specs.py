@@ -91,6 +91,51 @@ def turn_based_problem(module: Any, name: str, algo_name: str) -> str | None:
     )
 
 
+def net_config_agent_problem(net_config: dict[str, Any] | None, agents: list[str]) -> Problem | None:
+    """A per-agent ``net_config`` whose keys the env's agents (and their groups) do not match: a key
+    that names no agent or group (did-you-mean), or an agent with no entry. None when it fits, or
+    when ``net_config`` is one config for all."""
+    if not is_per_agent(net_config):
+        return None
+    configs = network_configs(net_config) or {}
+    valid = sorted(set(agents) | {group_of(a) for a in agents})
+    for name in configs:
+        if name not in valid:
+            hint = closest(name, valid)
+            return Problem(f"algorithm.net_config.{name}", (
+                f"no agent or group is called {name!r}" + (f"; did you mean {hint!r}?" if hint else "")
+                + f" The env's agents and groups are: {', '.join(valid)}."))  # fmt: skip
+    for a in agents:
+        if a not in configs and group_of(a) not in configs:
+            return Problem("algorithm.net_config", (
+                f"has no entry for agent {a!r}: give one per agent or group (here: {', '.join(valid)}), "
+                "or one config without agent keys for all."))  # fmt: skip
+    return None
+
+
+def net_config_agents_problems(manifest: TrainingManifest, net_config: dict[str, Any] | None) -> list[Problem]:
+    """:func:`net_config_agent_problem` against the env's agent list, the env built once (cheap, local)."""
+    if not is_per_agent(net_config):
+        return []
+    from agilerl_plugin_gym.envs import make_single_env  # deferred: gymnasium/PettingZoo, only when needed
+
+    try:
+        env = make_single_env(manifest.environment, multi_agent=True)  # type: ignore[arg-type]
+    except Exception:  # a failing env is reported by the env checks (or at train) in its own words
+        return []
+    try:
+        agents = [str(a) for a in (getattr(env, "possible_agents", None) or getattr(env, "agents", []))]
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # a failing close() is not what the check is about
+                pass
+    problem = net_config_agent_problem(net_config, agents) if agents else None
+    return [problem] if problem else []
+
+
 def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Problem]:
     """Environment checks a multi-agent algorithm makes at validation time (no env is built)."""
     env = manifest.environment
@@ -215,7 +260,11 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
 
         problems = net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
         problems += batch_problems(self, manifest)
-        return problems or make_and_check(manifest, multi_agent=True)
+        return (
+            problems
+            or make_and_check(manifest, multi_agent=True)
+            or net_config_agents_problems(manifest, self.net_config)
+        )
 
 
 class IPPOSpec(_MultiAgentSpecBase):

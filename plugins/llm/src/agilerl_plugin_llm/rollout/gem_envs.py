@@ -47,6 +47,20 @@ def uses_gem(ref: str | None) -> bool:
     return module == GEM_MODULE or module.startswith(GEM_MODULE + ".")
 
 
+def gem_game_problem(env_id: str) -> str | None:
+    """Why GEM has no game ``env_id`` (did-you-mean among its registered ids); None when it has, or
+    when GEM keeps no registry to ask (then ``gem.make`` answers when the run builds it)."""
+    gem = import_gem()
+    registry = getattr(getattr(getattr(gem, "envs", None), "registration", None), "ENV_REGISTRY", None)
+    if not isinstance(registry, dict) or not registry or env_id in registry:
+        return None
+    ids = sorted(str(k) for k in registry)
+    hint = closest(env_id, ids)
+    return f"GEM has no game {env_id!r}" + (
+        f"; did you mean {hint!r}?" if hint else f"; its games are {', '.join(ids[:20])}"
+    )
+
+
 def gem_config_problem(env_id: str, config: dict[str, Any]) -> str | None:
     """Why ``env_config`` cannot configure the GEM game ``env_id`` (None: it can, or GEM does not say).
 
@@ -79,13 +93,18 @@ def gem_config_problem(env_id: str, config: dict[str, Any]) -> str | None:
 
 
 def entrypoint_problems(spec: Any) -> list[tuple[str, str]]:
-    """The entrypoint rollout source's validation check: a GEM game's ``env_config`` keys (the only
-    constructor whose options we can read without running user code)."""
-    config = getattr(spec, "env_config", None)
-    if not config or not uses_gem(getattr(spec, "factory", None)) or not getattr(spec, "entrypoint", None):
+    """The entrypoint rollout source's validation check for a GEM game: its id in GEM's registry,
+    and its ``env_config`` keys (the only constructor whose options we can read without running
+    user code)."""
+    entrypoint = getattr(spec, "entrypoint", None)
+    if not entrypoint or not uses_gem(getattr(spec, "factory", None)):
         return []
-    problem = gem_config_problem(str(spec.entrypoint), dict(config))
+    unknown = gem_game_problem(str(entrypoint))
+    if unknown is not None:
+        return [("env_name" if getattr(spec, "env_name", None) else "entrypoint", unknown)]
+    config = getattr(spec, "env_config", None)
+    problem = gem_config_problem(str(entrypoint), dict(config)) if config else None
     return [("env_config", problem)] if problem else []
 
 
-__all__ = ["GEM_MODULE", "entrypoint_problems", "gem_config_problem", "import_gem", "uses_gem"]
+__all__ = ["GEM_MODULE", "entrypoint_problems", "gem_config_problem", "gem_game_problem", "import_gem", "uses_gem"]

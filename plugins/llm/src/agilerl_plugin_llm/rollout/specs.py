@@ -20,6 +20,7 @@ from agilerl.registry import resolve
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
+from agilerl_plugin_llm.training_fields import evaluation_interval_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -387,6 +388,7 @@ class RolloutLLMSpec(PluginLLMSpec):
                     problems.append(Problem(f"environment.{name}", why))
 
         problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
+        problems += evaluation_interval_problems(manifest)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",
