@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from agilerl.errors import Problem, closest
 from agilerl.models.base import Mutable
@@ -254,6 +254,12 @@ class IPPOSpec(_MultiAgentSpecBase):
         default=True,
         description="Agents of one group (speaker_0, speaker_1 -> speaker) share one actor-critic.",
     )
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions (Discrete): each agent's env reports them in infos[agent]['action_mask'] "
+        "or the 'action_mask' key of its Dict observation (PettingZoo's {'observation', 'action_mask'}); masked "
+        "logits in rollouts, updates and greedy actions.",
+    )
 
     @field_validator("action_batch_size")
     @classmethod
@@ -265,6 +271,16 @@ class IPPOSpec(_MultiAgentSpecBase):
 
 class MADDPGSpec(_MultiAgentSpecBase):
     """MADDPG: deterministic (or Gumbel-softmax) decentralised actors, centralised critics."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_action_masking(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "action_masking" in data:
+            raise ValueError(
+                "algorithm.action_masking: MADDPG and MATD3 do not mask actions (their actors' outputs are not "
+                "sampled from logits a mask could restrict); use IPPO with action_masking: true, or remove it"
+            )
+        return data
 
     regime: ClassVar[str] = "off_policy"
     default_evo_steps: ClassVar[int] = 10_000
