@@ -240,7 +240,7 @@ def _agent_mask_problems(env: Any, manifest: TrainingManifest) -> list[Problem]:
         info = infos.get(agent) if isinstance(infos, Mapping) else None
         if isinstance(info, Mapping) and MASK_KEY in info:
             kind = "info"
-    supported = "action_masking" in type(spec).model_fields
+    supported = getattr(type(spec), "masks_actions", False)  # MADDPG/MATD3 have the field only to refuse it
     try:
         check_masking(MaskSource(kind, vector=False), bool(getattr(spec, "action_masking", False)), spec.name,
                       supported=supported, masking_sibling="IPPO")  # fmt: skip

@@ -118,7 +118,7 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
             MaskSource(kind, vector=True),
             self.masks_actions,
             type(self).__name__,
-            supported="action_masking" in type(self.spec).model_fields,
+            supported=getattr(type(self.spec), "masks_actions", False),
             masking_sibling="IPPO",
         )
 

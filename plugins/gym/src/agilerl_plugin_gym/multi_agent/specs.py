@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
 from agilerl.models.base import Mutable
@@ -224,6 +224,8 @@ class IPPOSpec(_MultiAgentSpecBase):
     regime: ClassVar[str] = "on_policy"
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
+    #: ``action_masking: true`` masks its logits (MADDPG/MATD3 have the field only to refuse it).
+    masks_actions: ClassVar[bool] = True
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "batch_size")
 
     num_envs: Annotated[int, Field(ge=1, description="Copied from environment.num_envs.")] = 1
@@ -272,15 +274,22 @@ class IPPOSpec(_MultiAgentSpecBase):
 class MADDPGSpec(_MultiAgentSpecBase):
     """MADDPG: deterministic (or Gumbel-softmax) decentralised actors, centralised critics."""
 
-    @model_validator(mode="before")
+    masks_actions: ClassVar[bool] = False
+
+    action_masking: bool = Field(
+        default=False,
+        description="Not supported: MADDPG and MATD3 do not mask actions (IPPO does); true is refused.",
+    )
+
+    @field_validator("action_masking")
     @classmethod
-    def _no_action_masking(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "action_masking" in data:
+    def _no_action_masking(cls, value: bool) -> bool:
+        if value:
             raise ValueError(
-                "algorithm.action_masking: MADDPG and MATD3 do not mask actions (their actors' outputs are not "
-                "sampled from logits a mask could restrict); use IPPO with action_masking: true, or remove it"
+                "MADDPG and MATD3 do not mask actions (their actors' outputs are not sampled from logits a mask "
+                "could restrict); use IPPO with action_masking: true, or remove it"
             )
-        return data
+        return value
 
     regime: ClassVar[str] = "off_policy"
     default_evo_steps: ClassVar[int] = 10_000
