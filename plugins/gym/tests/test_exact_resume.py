@@ -53,14 +53,19 @@ def _population(result: Any) -> list[dict[str, Any]]:
     return [a.state_dict() for a in sorted(result.population, key=lambda a: a.index)]
 
 
-@pytest.mark.parametrize("algo", [*ALGOS, "DQN+PER+n-step"])
+@pytest.mark.parametrize("algo", [*ALGOS, "DQN+PER+n-step", "IPPO+masking"])
 def test_resumed_run_ends_exactly_like_the_uninterrupted_one(algo: str, tmp_path: Path) -> None:
     """RainbowDQN (and DQN with both replay options) also carry the sum tree and its max priority
-    in the buffer's state; n-step windows end with each learn call, so none is open at a checkpoint."""
+    in the buffer's state; n-step windows end with each learn call, so none is open at a checkpoint.
+    IPPO with action masking trains on a masked PettingZoo env (masked_pz_env.py)."""
     torch.set_num_threads(1)
-    name, _, replay = algo.partition("+")
+    name, _, variant = algo.partition("+")
     m = tiny_manifest(name, tmp_path)
-    if replay:
+    if variant == "masking":
+        m["algorithm"]["action_masking"] = True
+        m["environment"] = {"name": "masked_choice", "entrypoint": "masked_pz_env:MaskedChoiceParallelEnv",
+                            "path": str(HERE), "env_config": {"best_first": True}, "num_envs": 4, "sync": True}  # fmt: skip
+    elif variant:
         m["replay_buffer"].update(per_buffer=True, n_step_buffer=True, n_step_buffer_args={"n_step": 3})
     full = LocalTrainer.from_manifest(m, run_dir=tmp_path / "full").train()
     assert all(a.steps == m["training"]["max_steps"] for a in full.population)

@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError, Problem
-from agilerl_plugin_gym.masking import MaskSource, check_masking
+from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking
 from agilerl_plugin_gym.sections import ReplayBufferSpec
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
         return [Problem("environment", f"making the custom env raised {type(exc).__name__}: {exc}{_HINT}")]
     try:
         problems = env_problems(env, multi_agent=multi_agent)
-        return problems or ([] if multi_agent else _mask_problems(env, manifest))
+        return problems or (_agent_mask_problems(env, manifest) if multi_agent else _mask_problems(env, manifest))
     finally:
         close = getattr(env, "close", None)
         if callable(close):
@@ -221,6 +222,28 @@ def _mask_problems(env: Any, manifest: TrainingManifest) -> list[Problem]:
     try:
         check_masking(MaskSource.of(env, obs, info), bool(getattr(spec, "action_masking", False)), spec.name,
                       supported=supported)  # fmt: skip
+    except AgileRLError as exc:
+        return [Problem("algorithm.action_masking", str(exc).removeprefix("algorithm.action_masking: "))]
+    return []
+
+
+def _agent_mask_problems(env: Any, manifest: TrainingManifest) -> list[Problem]:
+    """The PettingZoo env's per-agent masks (an observation's ``action_mask`` key or
+    ``infos[agent]["action_mask"]``) and the algorithm's ``action_masking`` agree."""
+    spec = manifest.algorithm
+    obs, infos = env.reset(seed=0)
+    kind = None
+    for agent, value in obs.items():
+        if isinstance(value, Mapping) and MASK_KEY in value:
+            kind = "obs"
+            break
+        info = infos.get(agent) if isinstance(infos, Mapping) else None
+        if isinstance(info, Mapping) and MASK_KEY in info:
+            kind = "info"
+    supported = getattr(type(spec), "masks_actions", False)  # MADDPG/MATD3 have the field only to refuse it
+    try:
+        check_masking(MaskSource(kind, vector=False), bool(getattr(spec, "action_masking", False)), spec.name,
+                      supported=supported, masking_sibling="IPPO")  # fmt: skip
     except AgileRLError as exc:
         return [Problem("algorithm.action_masking", str(exc).removeprefix("algorithm.action_masking: "))]
     return []

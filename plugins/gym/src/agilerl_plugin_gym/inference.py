@@ -37,7 +37,14 @@ from agilerl.inference import Episode
 from agilerl_plugin_gym.engine.evaluation import EvalTicker, eval_step_cap, evaluation_progress
 from agilerl_plugin_gym.env_config import load_env_config
 from agilerl_plugin_gym.envs import GymEnvError, make_single_env
-from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking, mask_logits, strip_mask_key
+from agilerl_plugin_gym.masking import (
+    MASK_KEY,
+    MaskSource,
+    check_masking,
+    mask_logits,
+    policy_observation,
+    strip_mask_key,
+)
 from agilerl_plugin_gym.multi_agent.vec_env import PettingZooEnvError
 from agilerl_plugin_gym.normalization import NormalizedPolicy, Normalizer
 from agilerl_plugin_gym.observations import batch_size, map_obs, subspaces
@@ -358,6 +365,22 @@ class SingleAgentInference:
         return sample[None]
 
 
+def _agent_masks(obs: Mapping[str, Any], infos: Any, agents: list[str]) -> tuple[str | None, dict[str, Any]]:
+    """Where one PettingZoo env's masks come from (``"obs"``, ``"info"``, None) and the masks it
+    reports for ``agents`` (an observation's ``action_mask`` key, else ``infos[agent]``)."""
+    kinds: set[str] = set()
+    out: dict[str, Any] = {}
+    for a in agents:
+        o, info = obs.get(a), infos.get(a) if isinstance(infos, Mapping) else None
+        if isinstance(o, Mapping) and MASK_KEY in o:
+            out[a] = o[MASK_KEY]
+            kinds.add("obs")
+        elif isinstance(info, Mapping) and MASK_KEY in info:
+            out[a] = info[MASK_KEY]
+            kinds.add("info")
+    return ("obs" if "obs" in kinds else "info" if kinds else None), out
+
+
 def _collect_videos(tmp_dir: Path, target: Path) -> None:
     files = sorted(tmp_dir.glob("episode-episode-*.mp4"), key=lambda f: int(f.stem.rsplit("-", 1)[-1]))
     if not files:
@@ -378,7 +401,20 @@ class MultiAgentInference:
     action_spaces: dict[str, spaces.Space[Any]]
     sum_scores: bool
 
-    def act(self, obs: Mapping[str, np.ndarray], *, deterministic: bool = True) -> dict[str, np.ndarray]:
+    def act(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        deterministic: bool = True,
+        action_masks: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    @property
+    def masks_actions(self) -> bool:
+        raise NotImplementedError
+
+    def check_masks(self, kind: str | None) -> None:
         raise NotImplementedError
 
     @staticmethod
@@ -397,23 +433,47 @@ class MultiAgentInference:
         return np.asarray(value).astype(space.dtype if space.dtype is not None else np.float32)
 
     def predict(
-        self, observation: Mapping[str, Any], state: Any = None, episode_start: Any = None, deterministic: bool = True
+        self,
+        observation: Mapping[str, Any],
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+        action_masks: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, Any], Any]:
         """Actions for the agents in ``observation`` and ``state`` unchanged.
 
         ``observation`` is a PettingZoo ``ParallelEnv`` observation dict (one env: raw per-agent
         observations, actions come back ready for ``env.step``; agents absent from the dict, e.g.
         finished ones, get no action) or the vector env's batch (arrays with a leading env axis).
+        A policy trained with ``action_masking: true`` takes ``action_masks`` (agent id -> bool
+        mask, True: allowed; one row per env for a batch), or reads each agent's mask from the
+        ``action_mask`` key of its observation (PettingZoo's ``{"observation", "action_mask"}``).
         """
         if not isinstance(observation, Mapping):
             raise AgileRLError("predict: a multi-agent policy takes a dict of agent id -> observation")
         unknown = [a for a in observation if a not in self.observation_spaces]
         if unknown:
             raise AgileRLError(f"predict: unknown agent(s) {unknown}; this policy acts for {self.agent_ids}")
+        masks = dict(action_masks or {})
+        for a, value in observation.items():  # the mask inside the observation, where it rides there
+            if isinstance(value, Mapping) and MASK_KEY in value:
+                masks.setdefault(a, value[MASK_KEY])
+        observation = {a: policy_observation(v) for a, v in observation.items()}
+        if self.masks_actions and not masks:
+            raise AgileRLError(
+                "predict: this policy was trained with action_masking: true; pass action_masks= (agent id -> the "
+                "env's infos[agent]['action_mask'], or observations with their 'action_mask' key) so that it picks "
+                "allowed actions only"
+            )
+        if masks and not self.masks_actions:
+            raise AgileRLError("predict: action masks given, but this policy was trained without action_masking")
         first = next(iter(observation), None)
         batch = first is not None and self._is_vec_batch(first, observation[first])
         if batch:
-            return self.act({a: np.asarray(v) for a, v in observation.items()}, deterministic=deterministic), state
+            obs = {a: np.asarray(v) for a, v in observation.items()}
+            n = len(obs[first]) if first is not None else 0
+            full = {a: np.asarray(masks[a], dtype=bool).reshape(n, -1) for a in masks} if masks else None
+            return self.act(obs, deterministic=deterministic, action_masks=full), state
         encoded = {}
         for a in self.agent_ids:
             space = self.observation_spaces[a]
@@ -421,7 +481,8 @@ class MultiAgentInference:
                 encoded[a] = self._encode(space, observation[a])[None]
             else:  # an agent that is done: any input, its action is dropped
                 encoded[a] = np.zeros((1, *self._encode(space, space.sample()).shape), np.float32)
-        actions = self.act(encoded, deterministic=deterministic)
+        one = {a: np.asarray(m, dtype=bool).reshape(1, -1) for a, m in masks.items()} if masks else None
+        actions = self.act(encoded, deterministic=deterministic, action_masks=one)
         return {a: self._decode(self.action_spaces[a], actions[a][0]) for a in observation}, state
 
     def _is_vec_batch(self, agent: str, value: Any) -> bool:
@@ -454,12 +515,15 @@ class MultiAgentInference:
             out = []
             bound = _EpisodeBound(self, env_spec, env, episodes)
             for i in range(episodes):
-                obs, _ = env.reset(seed=None if seed is None else seed + i)
+                obs, infos = env.reset(seed=None if seed is None else seed + i)
                 returns = dict.fromkeys(self.agent_ids, 0.0)
                 length = 0
                 while env.agents:
-                    actions, _ = self.predict({a: obs[a] for a in env.agents if a in obs})
-                    obs, rewards, _, _, _ = env.step(actions)
+                    live = [a for a in env.agents if a in obs]
+                    kind, masks = _agent_masks(obs, infos, live)
+                    self.check_masks(kind)
+                    actions, _ = self.predict({a: obs[a] for a in live}, action_masks=masks or None)
+                    obs, rewards, _, _, infos = env.step(actions)
                     for a, r in rewards.items():
                         returns[a] = returns.get(a, 0.0) + float(r)
                     length += 1

@@ -11,6 +11,11 @@ A mask is a boolean array with one row per env and one column per action (``True
 MultiDiscrete actions the columns are every dimension's choices side by side. The algorithm's
 ``action_masking: true`` turns masking on; an env that gives masks to an algorithm without it, or
 none to one with it, is an error naming both sides (:func:`check_masking`).
+
+PettingZoo envs (IPPO) report a mask per agent: ``infos[agent]["action_mask"]`` or the
+``action_mask`` key of the agent's Dict observation (PettingZoo's ``{"observation", "action_mask"}``;
+the policy then sees the rest, :func:`policy_space` / :func:`policy_observation`). The PettingZoo
+vector env carries them as ``infos["action_mask"][agent]`` (:mod:`agilerl_plugin_gym.multi_agent.vec_env`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from agilerl.errors import AgileRLError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MASK_KEY", "MaskSource", "check_masking", "mask_logits", "strip_mask_key"]
+__all__ = [
+    "MASK_KEY",
+    "MaskSource",
+    "check_masking",
+    "mask_logits",
+    "policy_observation",
+    "policy_space",
+    "strip_mask_key",
+]
 
 MASK_KEY = "action_mask"
 #: The logit of a masked action: its probability is exactly 0 and ``0 * log p`` stays finite (an
@@ -48,6 +61,25 @@ def strip_mask_key(obs: Any) -> Any:
     """A Dict observation without its ``action_mask`` key (others as they are)."""
     if isinstance(obs, Mapping) and MASK_KEY in obs:
         return {k: v for k, v in obs.items() if k != MASK_KEY}
+    return obs
+
+
+def policy_space(space: Any) -> Any:
+    """The observation space a multi-agent policy sees: a Dict's ``action_mask`` key taken out, and
+    a Dict left with PettingZoo's ``observation`` key alone unwrapped to that space."""
+    from gymnasium import spaces  # deferred: mask_logits and the checks need no gymnasium
+
+    if not (isinstance(space, spaces.Dict) and MASK_KEY in space.spaces):
+        return space
+    rest = {k: v for k, v in space.spaces.items() if k != MASK_KEY}
+    return rest["observation"] if set(rest) == {"observation"} else spaces.Dict(rest)
+
+
+def policy_observation(obs: Any) -> Any:
+    """One agent's observation as :func:`policy_space` describes it (others as they are)."""
+    if isinstance(obs, Mapping) and MASK_KEY in obs:
+        rest = {k: v for k, v in obs.items() if k != MASK_KEY}
+        return rest["observation"] if set(rest) == {"observation"} else rest
     return obs
 
 
@@ -95,9 +127,11 @@ class MaskSource:
         return np.asarray(raw).astype(bool, copy=False)
 
 
-def check_masking(source: MaskSource, enabled: bool, name: str, *, supported: bool = True) -> None:
+def check_masking(
+    source: MaskSource, enabled: bool, name: str, *, supported: bool = True, masking_sibling: str = "PPO"
+) -> None:
     """An error when the env's masks and the algorithm's ``action_masking`` disagree (``supported``:
-    the algorithm has the field at all)."""
+    the algorithm has the field at all; ``masking_sibling``: an algorithm that masks, named in the fix)."""
     if enabled and source.kind is None:
         raise AgileRLError(
             f"algorithm.action_masking: {name} is set to mask actions, but the env gives no action mask "
@@ -107,7 +141,11 @@ def check_masking(source: MaskSource, enabled: bool, name: str, *, supported: bo
         where = {"obs": f"its observations' '{MASK_KEY}' key", "info": f"info['{MASK_KEY}']"}.get(
             source.kind, "an action_masks() method"
         )
-        fix = "set algorithm.action_masking: true" if supported else f"{name} does not mask actions yet (PPO does)"
+        fix = (
+            "set algorithm.action_masking: true"
+            if supported
+            else f"{name} does not mask actions yet ({masking_sibling} does)"
+        )
         raise AgileRLError(
             f"algorithm.action_masking: the env gives action masks ({where}) but {name} would ignore them and "
             f"take forbidden actions; {fix}"

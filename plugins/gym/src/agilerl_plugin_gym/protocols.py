@@ -191,8 +191,15 @@ class MultiAgentOnPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
 
     def rollout_layouts(self) -> dict[str, RolloutLayout]: ...
 
-    def act_for_rollout(self, obs: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """``(per-agent {action, log_prob, value} arrays, env actions)`` for one vector step."""
+    def act_for_rollout(
+        self, obs: Mapping[str, np.ndarray], action_masks: Mapping[str, np.ndarray] | None = None
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """``(per-agent {action, log_prob, value} arrays, env actions)`` for one vector step (allowed
+        actions only under ``action_masks``)."""
+        ...
+
+    def check_masks(self, kind: str | None) -> None:
+        """An error unless the env's action masks and ``action_masking`` agree (after a reset)."""
         ...
 
     def values(self, obs: Mapping[str, np.ndarray], agents: list[str] | None = None) -> dict[str, np.ndarray]: ...
@@ -212,6 +219,10 @@ class MultiAgentOffPolicyAlgorithm(GymAlgorithmProtocol, Protocol):
     def episode_score(self, returns: np.ndarray) -> np.ndarray: ...
 
     def reset_noise(self, num_envs: int) -> None: ...
+
+    def check_masks(self, kind: str | None) -> None:
+        """An error when the env reports action masks (MADDPG and MATD3 do not mask)."""
+        ...
 
     def get_actions(
         self, obs: Mapping[str, np.ndarray], *, explore: bool, rng: np.random.Generator | None = None

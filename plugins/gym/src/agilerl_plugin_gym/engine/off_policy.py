@@ -343,6 +343,7 @@ class MultiAgentOffPolicyEngine:
         n = env.num_envs
         schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
         obs, _ = env.reset(seed=seed)
+        agent.check_masks(env.mask_kind)  # a masked env is refused: these actors do not mask
         agent.reset_noise(n)
         episodes = EpisodeReturns(n, key="train_score")
         losses: dict[str, list[float]] = {}

@@ -11,7 +11,7 @@ algorithm's ``learn`` (PPO, IPPO, a plugin's A2C), which owns only its loss and 
 * :class:`MultiAgentOnPolicyEngine` — a PettingZoo vector env and a
   :class:`~agilerl_plugin_gym.protocols.MultiAgentOnPolicyAlgorithm`: one buffer per agent id, a row
   valid only where that agent acted, a trajectory cut without termination bootstrapped through its
-  reward;
+  reward, each step's action masks stored with it under ``action_masking``;
 * :func:`rollout_plan` — how many vector steps each rollout of a ``learn`` call takes, so that an
   agent never trains past its step budget (the last rollout is shortened instead);
 * :func:`gae` (from :mod:`agilerl_plugin_gym.buffers`, beside the rollout buffer that calls it).
@@ -172,13 +172,15 @@ class MultiAgentOnPolicyEngine:
     def __init__(self) -> None:
         self.buffers: dict[tuple[Any, ...], RolloutBuffer] = {}
 
-    def rollout_buffer(self, agent_id: str, layout: Any, steps: int, obs: np.ndarray, device: Any) -> RolloutBuffer:
-        key = (agent_id, steps, obs.shape, obs.dtype.str, layout, str(device))
+    def rollout_buffer(
+        self, agent_id: str, layout: Any, steps: int, obs: np.ndarray, device: Any, mask_dim: int = 0
+    ) -> RolloutBuffer:
+        key = (agent_id, steps, obs.shape, obs.dtype.str, layout, str(device), mask_dim)
         buf = self.buffers.get(key)
         if buf is None:
             buf = RolloutBuffer(
                 steps, obs.shape[0], tuple(obs.shape[1:]), layout.action_shape,
-                obs_dtype=obs.dtype, action_dtype=layout.action_dtype, device=device,
+                obs_dtype=obs.dtype, action_dtype=layout.action_dtype, device=device, mask_dim=mask_dim,
             )  # fmt: skip
             self.buffers[key] = buf
         return buf
@@ -187,19 +189,26 @@ class MultiAgentOnPolicyEngine:
         """Collect and learn until ``num_steps`` env steps on a PettingZoo vector env; the mean of
         the updates' stats and the training episodes' scores."""
         n = env.num_envs
-        obs, _ = env.reset(seed=seed)
+        obs, infos = env.reset(seed=seed)
+        agent.check_masks(env.mask_kind)  # the env gives masks (infos["action_mask"]) iff action_masking
+        masks: dict[str, np.ndarray] = infos.get("action_mask", {})
         layouts = agent.rollout_layouts()
         episodes = EpisodeReturns(n, key="train_score")
         stats: dict[str, list[float]] = {}
         ids = agent.agent_ids
         for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
-            bufs = {a: self.rollout_buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device) for a in ids}
+            bufs = {
+                a: self.rollout_buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device,
+                                       masks[a].shape[-1] if a in masks else 0)
+                for a in ids
+            }  # fmt: skip
             for t in range(steps):
-                out, env_actions = agent.act_for_rollout(obs)
+                out, env_actions = agent.act_for_rollout(obs, masks or None)
                 for a in ids:
                     o = out[a]
-                    bufs[a].add(t, obs[a], o["action"], o["log_prob"], o["value"], 0.0, 0.0, 0.0, 0.0)
+                    bufs[a].add(t, obs[a], o["action"], o["log_prob"], o["value"], 0.0, 0.0, 0.0, 0.0, masks.get(a))
                 next_obs, rewards, terms, truncs, infos = env.step(env_actions)
+                masks = infos.get("action_mask", {})
                 episode_done = infos["episode_done"]
                 acted = infos["acted"]
                 ended = {a: terms[a] | truncs[a] | episode_done for a in ids}

@@ -3,7 +3,8 @@
 An algorithm holds one set of networks per *network key*: the agent id, or the agent's group
 (``speaker_0`` -> ``speaker``) when the spec shares networks within groups. Evaluation follows
 AgileRL's ``sum_scores``: an episode's score is the sum of the agents' returns (``True``, the
-default) or their mean (``False``).
+default) or their mean (``False``). An env's action masks and the algorithm's ``action_masking``
+must agree (:meth:`MultiAgentAlgorithm.check_masks`); IPPO alone masks actions.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from agilerl.models.base import AlgorithmSpec
 from agilerl_plugin_gym.engine.evaluation import EvalTicker
 from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.inference import MultiAgentInference
+from agilerl_plugin_gym.masking import MaskSource, check_masking
 from agilerl_plugin_gym.networks import EvolvableNetwork, add_parameter_noise, pick_activation
 from agilerl_plugin_gym.sections import NetworkSpec
 
@@ -92,9 +94,33 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
         return self.net_specs.get(key)
 
     # --- acting ----------------------------------------------------------------------------------
-    def act(self, obs: Mapping[str, np.ndarray], *, deterministic: bool = True) -> dict[str, np.ndarray]:
-        """Env actions for a batch of observations (agent id -> array with a leading env axis)."""
+    def act(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        deterministic: bool = True,
+        action_masks: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Env actions for a batch of observations (agent id -> array with a leading env axis);
+        only allowed ones under ``action_masks`` (agent id -> bool array, IPPO with ``action_masking``)."""
         raise NotImplementedError
+
+    @property
+    def masks_actions(self) -> bool:
+        """Whether this agent acts from action masks (``algorithm.action_masking: true``)."""
+        return bool(getattr(self.spec, "action_masking", False))
+
+    def check_masks(self, kind: str | None) -> None:
+        """An error naming ``algorithm.action_masking`` unless the env's masks (``kind``: ``"obs"``,
+        ``"info"`` or None, e.g. a vector env's ``mask_kind`` after a reset) and this algorithm's
+        ``action_masking`` agree."""
+        check_masking(
+            MaskSource(kind, vector=True),
+            self.masks_actions,
+            type(self).__name__,
+            supported=getattr(type(self.spec), "masks_actions", False),
+            masking_sibling="IPPO",
+        )
 
     def _tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float32, device=self.device)
@@ -121,12 +147,14 @@ class MultiAgentAlgorithm(MultiAgentInference, AlgorithmBase):
         n_agents = len(self.agent_ids)
         ticker = EvalTicker(env.num_envs * max(1, loop))  # progress lines while a long evaluation runs
         for i in range(max(1, loop)):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            obs, infos = env.reset(seed=None if seed is None else seed + i)
+            self.check_masks(env.mask_kind)
             returns = np.zeros((env.num_envs, n_agents), dtype=np.float64)
             finished = np.zeros(env.num_envs, dtype=bool)
             steps = 0
             while not finished.all():
-                obs, rewards, _, _, infos = env.step(self.act(obs, deterministic=True))
+                masks = infos.get("action_mask") if self.masks_actions else None
+                obs, rewards, _, _, infos = env.step(self.act(obs, deterministic=True, action_masks=masks))
                 live = ~finished
                 returns[live] += np.stack([rewards[a] for a in self.agent_ids], axis=1)[live]
                 finished |= infos["episode_done"]

@@ -8,6 +8,11 @@ on, and their experience is pooled for its update. Agents that leave an episode 
 contributing rows (their steps are masked out); a trajectory cut by truncation or by the episode
 ending is bootstrapped with the value of its last observation.
 
+With ``action_masking: true`` every Discrete agent acts from logits restricted to the actions its
+env allows (:mod:`agilerl_plugin_gym.masking`): when sampling rollouts, in the update (each step's
+mask is stored with it, so the new log-probabilities are those of the same restricted policy) and
+in greedy actions.
+
 Hyperparameters (documented on :class:`~agilerl_plugin_gym.multi_agent.specs.IPPOSpec`): ``lr``,
 ``learn_step``, ``batch_size``, ``gamma``, ``gae_lambda``, ``clip_coef``, ``ent_coef``, ``vf_coef``,
 ``max_grad_norm``, ``target_kl``, ``update_epochs``, ``action_std_init``.
@@ -24,7 +29,9 @@ from gymnasium import spaces
 from torch import nn
 from torch.distributions import Categorical, Normal
 
+from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.fast.optim import Adam
+from agilerl_plugin_gym.masking import mask_logits
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
 from agilerl_plugin_gym.multi_agent.specs import IPPOSpec
 from agilerl_plugin_gym.networks import EvolvableNetwork
@@ -54,6 +61,10 @@ class IPPO(MultiAgentAlgorithm):
         for a, space in self.action_spaces.items():
             if not isinstance(space, (spaces.Discrete, spaces.Box)):
                 raise TypeError(f"IPPO supports Discrete or Box actions; agent {a!r} has {space}")
+            if spec.action_masking and not self.discrete[a]:
+                raise AgileRLError(
+                    f"algorithm.action_masking: IPPO masks Discrete actions, not Box ones (agent {a!r} has {space})"
+                )
         self.actors: dict[str, EvolvableNetwork] = {}
         self.critics: dict[str, EvolvableNetwork] = {}
         self.log_stds: dict[str, _LogStd] = {}
@@ -88,10 +99,12 @@ class IPPO(MultiAgentAlgorithm):
             self._set_lr(self.optimizers, float(self.spec.lr))
 
     # --- policy ----------------------------------------------------------------------------------
-    def _dist(self, key: str, agent: str, obs: torch.Tensor) -> Categorical | Normal:
+    def _dist(
+        self, key: str, agent: str, obs: torch.Tensor, action_mask: torch.Tensor | None = None
+    ) -> Categorical | Normal:
         out = self.actors[key](obs)
         if self.discrete[agent]:
-            return Categorical(logits=out)
+            return Categorical(logits=mask_logits(out, action_mask))
         return Normal(out, self.log_stds[key].log_std.exp().expand_as(out))
 
     def _log_prob(self, dist: Categorical | Normal, action: torch.Tensor, agent: str) -> torch.Tensor:
@@ -108,13 +121,26 @@ class IPPO(MultiAgentAlgorithm):
         space = self.action_spaces[agent]
         return np.clip(action, space.low, space.high)
 
-    def act(self, obs: Mapping[str, np.ndarray], *, deterministic: bool = True) -> dict[str, np.ndarray]:
+    def _mask(self, action_masks: Mapping[str, np.ndarray] | None, agent: str) -> torch.Tensor | None:
+        """Agent ``agent``'s mask as a tensor (None: no masks, or not a maskable agent)."""
+        if action_masks is None or agent not in action_masks:
+            return None
+        return torch.as_tensor(np.asarray(action_masks[agent], dtype=bool), device=self.device)
+
+    def act(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        deterministic: bool = True,
+        action_masks: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         with torch.inference_mode():
             for a in self.agent_ids:
                 key = self.keys[a]
                 logits = self.actors[key](self._tensor(obs[a]))
                 if self.discrete[a]:
+                    logits = mask_logits(logits, self._mask(action_masks, a))
                     act = logits.argmax(-1) if deterministic else Categorical(logits=logits).sample()
                 else:
                     act = logits if deterministic else self._dist(key, a, self._tensor(obs[a])).sample()
@@ -130,14 +156,17 @@ class IPPO(MultiAgentAlgorithm):
         }
 
     @torch.inference_mode()
-    def act_for_rollout(self, obs: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """Sample every agent: ``({agent: {action, log_prob, value}}, env actions)``, all host arrays."""
+    def act_for_rollout(
+        self, obs: Mapping[str, np.ndarray], action_masks: Mapping[str, np.ndarray] | None = None
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Sample every agent (from the allowed actions under ``action_masks``): ``({agent: {action,
+        log_prob, value}}, env actions)``, all host arrays."""
         out: dict[str, Any] = {}
         env_actions: dict[str, np.ndarray] = {}
         for a in self.agent_ids:
             key = self.keys[a]
             x = self._tensor(obs[a])
-            dist = self._dist(key, a, x)
+            dist = self._dist(key, a, x, self._mask(action_masks, a))
             action = dist.sample()
             act = action.cpu().numpy()
             out[a] = {
@@ -158,18 +187,19 @@ class IPPO(MultiAgentAlgorithm):
 
     # --- update ----------------------------------------------------------------------------------
     def evaluate_actions(
-        self, key: str, agent: str, obs: torch.Tensor, actions: torch.Tensor
+        self, key: str, agent: str, obs: torch.Tensor, actions: torch.Tensor, action_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of stored actions of network ``key`` (with grad)."""
-        dist = self._dist(key, agent, obs)
+        """``(log_prob, entropy, value)`` of stored actions of network ``key`` under the (masked)
+        policy, with grad."""
+        dist = self._dist(key, agent, obs, action_mask)
         value = self.critics[key](obs).squeeze(-1)
         return self._log_prob(dist, actions, agent), self._entropy(dist, agent), value
 
     def learn(self, rollout: Mapping[str, Mapping[str, torch.Tensor]]) -> dict[str, float]:
         """The shared PPO update (:func:`agilerl_plugin_gym.ppo_update.ppo_update`) per network key.
 
-        ``rollout`` maps agent id -> its flattened rollout (:meth:`RolloutBuffer.flat`); the agents
-        of a group are pooled for their network's update.
+        ``rollout`` maps agent id -> its flattened rollout (:meth:`RolloutBuffer.flat`, with the
+        steps' ``action_masks`` under masking); the agents of a group are pooled for their network's update.
         """
         stats: dict[str, list[float]] = {}
         for key in self.net_keys:
@@ -179,8 +209,14 @@ class IPPO(MultiAgentAlgorithm):
             opt = self.optimizers[key]
             params = [p for g in opt.param_groups for p in g["params"]]
 
-            def forward(obs: torch.Tensor, actions: torch.Tensor, key: str = key, agent: str = agent) -> Any:
-                return self.evaluate_actions(key, agent, obs, actions)
+            def forward(
+                obs: torch.Tensor,
+                actions: torch.Tensor,
+                action_mask: torch.Tensor | None = None,
+                key: str = key,
+                agent: str = agent,
+            ) -> Any:
+                return self.evaluate_actions(key, agent, obs, actions, action_mask)
 
             for k, v in ppo_update(data, forward, opt, params, self.spec).items():
                 stats.setdefault(k, []).append(v)

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
+from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.engine.off_policy import ExplorationNoise, NoiseSettings
 from agilerl_plugin_gym.fast.optim import Adam
 from agilerl_plugin_gym.multi_agent.base import MultiAgentAlgorithm, action_dim, network_space
@@ -160,7 +161,15 @@ class MADDPG(MultiAgentAlgorithm):
                     env_actions[a] = self.scale_action(a, stored[a])
         return env_actions, stored
 
-    def act(self, obs: Mapping[str, np.ndarray], *, deterministic: bool = True) -> dict[str, np.ndarray]:
+    def act(
+        self,
+        obs: Mapping[str, np.ndarray],
+        *,
+        deterministic: bool = True,
+        action_masks: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
+        if action_masks is not None:  # masked envs are refused before training and evaluation (check_masks)
+            raise AgileRLError(f"{type(self).__name__} does not mask actions; IPPO does (action_masking: true)")
         return self.get_actions(obs, explore=not deterministic)[0]
 
     # --- learning --------------------------------------------------------------------------------

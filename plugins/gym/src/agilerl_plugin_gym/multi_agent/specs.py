@@ -273,6 +273,8 @@ class IPPOSpec(_MultiAgentSpecBase):
     regime: ClassVar[str] = "on_policy"
     default_evo_steps: ClassVar[int] = 10_000
     stored_steps_field: ClassVar[str | None] = "learn_step"  # one rollout is stored per update
+    #: ``action_masking: true`` masks its logits (MADDPG/MATD3 have the field only to refuse it).
+    masks_actions: ClassVar[bool] = True
     default_mutable: ClassVar[tuple[str, ...]] = ("lr", "ent_coef", "batch_size")
 
     num_envs: Annotated[int, Field(ge=1, description="Copied from environment.num_envs.")] = 1
@@ -303,6 +305,12 @@ class IPPOSpec(_MultiAgentSpecBase):
         default=True,
         description="Agents of one group (speaker_0, speaker_1 -> speaker) share one actor-critic.",
     )
+    action_masking: bool = Field(
+        default=False,
+        description="Mask illegal actions (Discrete): each agent's env reports them in infos[agent]['action_mask'] "
+        "or the 'action_mask' key of its Dict observation (PettingZoo's {'observation', 'action_mask'}); masked "
+        "logits in rollouts, updates and greedy actions.",
+    )
 
     @field_validator("action_batch_size")
     @classmethod
@@ -314,6 +322,23 @@ class IPPOSpec(_MultiAgentSpecBase):
 
 class MADDPGSpec(_MultiAgentSpecBase):
     """MADDPG: deterministic (or Gumbel-softmax) decentralised actors, centralised critics."""
+
+    masks_actions: ClassVar[bool] = False
+
+    action_masking: bool = Field(
+        default=False,
+        description="Not supported: MADDPG and MATD3 do not mask actions (IPPO does); true is refused.",
+    )
+
+    @field_validator("action_masking")
+    @classmethod
+    def _no_action_masking(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "MADDPG and MATD3 do not mask actions (their actors' outputs are not sampled from logits a mask "
+                "could restrict); use IPPO with action_masking: true, or remove it"
+            )
+        return value
 
     regime: ClassVar[str] = "off_policy"
     default_evo_steps: ClassVar[int] = 10_000

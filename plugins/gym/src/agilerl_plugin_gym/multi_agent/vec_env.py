@@ -16,7 +16,15 @@ per-agent info dicts (the async workers do not ship those):
 * ``active[agent]``: the agent is alive in the returned observation (it acts next step);
 * ``episode_done`` (num_envs,): the copy's episode ended in this step and the copy was reset, so
   ``obs`` already holds the first observation of the next episode;
-* ``final_obs[agent]``: the last observation of the episode that ended, where ``episode_done``.
+* ``final_obs[agent]``: the last observation of the episode that ended, where ``episode_done``;
+* ``action_mask[agent]`` (num_envs, actions) bool, only when the env reports action masks (the
+  ``action_mask`` key of a Dict observation, PettingZoo's convention, or ``infos[agent]["action_mask"]``):
+  the actions allowed in the returned observation (all of them for an agent that reported none,
+  e.g. one out of the episode). :attr:`PettingZooVecEnv.mask_kind` says which source, if any.
+
+Observations with an ``action_mask`` key reach the policy without it (``{"observation", "action_mask"}``
+becomes the ``observation`` part alone: :func:`agilerl_plugin_gym.masking.policy_space`), and
+``observation_spaces`` describes them so.
 
 Two implementations share that contract and the per-copy logic (:class:`_Slot`):
 :class:`SyncPettingZooVecEnv` steps the copies in this process; :class:`AsyncPettingZooVecEnv`
@@ -34,7 +42,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +51,7 @@ from gymnasium import spaces
 from agilerl.errors import AgileRLError, closest
 from agilerl.imports import import_object
 from agilerl_plugin_gym.env_config import add_env_path, load_env_config, resolve_wrappers
+from agilerl_plugin_gym.masking import MASK_KEY, policy_observation, policy_space
 from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 
 WrapperLike = tuple[Any, dict[str, Any]] | str | Callable[..., Any]
@@ -187,6 +196,24 @@ def _act_shape(space: spaces.Space) -> tuple[int, ...]:
     raise PettingZooEnvError(f"action space {space} is not supported (Discrete, MultiDiscrete or Box)")
 
 
+def _mask_dim(space: spaces.Space) -> int:
+    """Columns of an action mask of ``space`` (0: its actions are not maskable)."""
+    if isinstance(space, spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))
+    return 0
+
+
+def _reported_mask(obs: Any, info: Any) -> Any:
+    """One agent's mask from its raw observation or its info dict (None: it reports none)."""
+    if isinstance(obs, Mapping) and MASK_KEY in obs:
+        return obs[MASK_KEY]
+    if isinstance(info, Mapping) and MASK_KEY in info:
+        return info[MASK_KEY]
+    return None
+
+
 def _decode_action(space: spaces.Space, value: np.ndarray) -> Any:
     if isinstance(space, spaces.Discrete):
         return int(value) + int(space.start)
@@ -200,10 +227,14 @@ class _Layout:
 
     def __init__(self, agents: list[str], obs_spaces: dict[str, spaces.Space], act_spaces: dict[str, spaces.Space]):
         self.agents = list(agents)
-        self.obs_spaces = obs_spaces
+        #: What the policies see: a Dict observation's ``action_mask`` key taken out (masking.py).
+        self.obs_spaces = {a: policy_space(obs_spaces[a]) for a in agents}
+        #: The agents whose observations carry their action mask.
+        self.masks_in_obs = {a: policy_space(obs_spaces[a]) is not obs_spaces[a] for a in agents}
         self.act_spaces = act_spaces
-        self.obs_shapes = {a: _obs_shape(obs_spaces[a]) for a in agents}
+        self.obs_shapes = {a: _obs_shape(self.obs_spaces[a]) for a in agents}
         self.act_shapes = {a: _act_shape(act_spaces[a]) for a in agents}
+        self.mask_dims = {a: _mask_dim(act_spaces[a]) for a in agents}
 
     def specs(self, n: int) -> dict[str, tuple[tuple[int, ...], str]]:
         """name -> (shape, dtype char) of every array, ``n`` copies."""
@@ -213,9 +244,11 @@ class _Layout:
             out[f"obs{i}"] = ((n, *self.obs_shapes[a]), "f")
             out[f"final{i}"] = ((n, *self.obs_shapes[a]), "f")
             out[f"act{i}"] = ((n, *self.act_shapes[a]), "f")
+            if self.mask_dims[a]:
+                out[f"mask{i}"] = ((n, self.mask_dims[a]), "b")
         for name in ("rew",):
             out[name] = ((n, k), "f")
-        for name in ("term", "trunc", "acted", "active"):
+        for name in ("term", "trunc", "acted", "active", "masked"):
             out[name] = ((n, k), "b")
         out["done"] = ((n,), "b")
         return out
@@ -238,13 +271,26 @@ class _Slot:
         for i, agent in enumerate(self.layout.agents):
             dst = self.a[f"{key}{i}"][r]
             if agent in obs:
-                _encode_obs(self.layout.obs_spaces[agent], obs[agent], dst)
+                _encode_obs(self.layout.obs_spaces[agent], policy_observation(obs[agent]), dst)
             else:
                 dst[...] = 0.0
 
+    def _write_masks(self, obs: Mapping[str, Any], infos: Any) -> None:
+        """Each agent's action mask for its next action (all allowed where it reports none) and
+        whether it reported one (``masked``)."""
+        r = self.row
+        infos = infos if isinstance(infos, Mapping) else {}
+        for i, agent in enumerate(self.layout.agents):
+            if not self.layout.mask_dims[agent]:
+                continue
+            raw = _reported_mask(obs.get(agent), infos.get(agent))
+            self.a["masked"][r, i] = raw is not None
+            self.a[f"mask{i}"][r] = True if raw is None else np.asarray(raw).astype(bool).reshape(-1)
+
     def reset(self, seed: int | None) -> None:
-        obs, _ = self.env.reset(seed=seed)
+        obs, infos = self.env.reset(seed=seed)
         self._write_obs(obs, "obs")
+        self._write_masks(obs, infos)
         alive = set(getattr(self.env, "agents", obs.keys()))
         self.a["active"][self.row] = [a in alive and a in obs for a in self.layout.agents]
         self.a["done"][self.row] = False
@@ -256,7 +302,7 @@ class _Slot:
         for agent in acting:
             i = layout.agents.index(agent)
             actions[agent] = _decode_action(layout.act_spaces[agent], arr[f"act{i}"][r])
-        obs, rew, term, trunc, _ = self.env.step(actions)
+        obs, rew, term, trunc, infos = self.env.step(actions)
         acted = set(acting)
         for i, agent in enumerate(layout.agents):
             did = agent in acted
@@ -265,6 +311,7 @@ class _Slot:
             arr["term"][r, i] = bool(term.get(agent, False)) if did else False
             arr["trunc"][r, i] = bool(trunc.get(agent, False)) if did else False
         self._write_obs(obs, "obs")
+        self._write_masks(obs, infos)
         alive = [a for a in self.env.agents if not (term.get(a, False) or trunc.get(a, False))]
         if not alive:
             # Episode over: keep its last observation, start the next one in the same step.
@@ -301,6 +348,15 @@ class PettingZooVecEnv:
         self.action_spaces = dict(layout.act_spaces)
         self.obs_shapes = dict(layout.obs_shapes)
         self.closed = False
+        self._arr: dict[str, np.ndarray] = {}
+
+    @property
+    def mask_kind(self) -> str | None:
+        """Where the env's action masks come from: ``"obs"`` (a Dict observation's ``action_mask``
+        key), ``"info"`` (``infos[agent]["action_mask"]``, as of the last reset or step) or None."""
+        if any(self.layout.masks_in_obs.values()):
+            return "obs"
+        return "info" if self._arr["masked"].any() else None
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self.observation_spaces[agent]
@@ -323,6 +379,8 @@ class PettingZooVecEnv:
             "active": {a: arr["active"][:, i].copy() for i, a in enumerate(agents)},
             "episode_done": arr["done"].copy(),
         }
+        if self.mask_kind is not None:
+            infos["action_mask"] = {a: arr[f"mask{i}"].copy() for i, a in enumerate(agents) if self.layout.mask_dims[a]}
         if not step:
             return obs, infos
         infos["acted"] = {a: arr["acted"][:, i].copy() for i, a in enumerate(agents)}
