@@ -129,8 +129,10 @@ class Record:
         c = "-" if cpu is None else f"{cpu:.{decimals}f}x"
         print(f"[bench] {what} vs {against}: {w} wall, {c} per CPU s (target {target}): {detail}", flush=True)
 
-    def save(self, raw: Any) -> Path | None:
-        """Write the dated result file (not in smoke mode); returns its path."""
+    def save(self, raw: Any, name: str | None = None) -> Path | None:
+        """Write the result file (not in smoke mode); returns its path. ``name``: the file's path under
+        ``results/<script>/`` without ``.json`` (default: the UTC start time), for a script whose
+        runs are cells of their own (``gym/bench_learning``: ``<cell>/<side>-s<seed>-<time>``)."""
         doc = {
             "script": self.script,
             "date": self.started.isoformat(timespec="seconds"),
@@ -148,7 +150,7 @@ class Record:
         if SMOKE:
             print("[bench] smoke run: nothing written", flush=True)
             return None
-        out = RESULTS / self.script / f"{self.started:%Y%m%dT%H%M%SZ}.json"
+        out = RESULTS / self.script / f"{name or f'{self.started:%Y%m%dT%H%M%SZ}'}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
         print(f"[bench] wrote {out.relative_to(ROOT)}", flush=True)

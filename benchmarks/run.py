@@ -51,6 +51,12 @@ SCRIPTS: dict[str, Script] = {
     # The profiles behind the README's "Where the gym time goes": all three algorithms, smoke and full.
     "gym/profile_learn.py": Script(smoke=["--algo", "all", "--steps", "1200"], full=["--algo", "all"]),
     "gym/bench_td3.py": Script(smoke=["--steps", "1200"], full=["--repeats", "3"]),
+    # Learning against SB3 (RL Zoo settings): the smoke run takes one cell of each kind (off-policy
+    # discrete, off-policy continuous, masked on-policy, normalised MuJoCo on-policy), 512 steps a side;
+    # the full run is every cell, 3 seeds a side (hours; cells also run one by one, see its docstring).
+    "gym/bench_learning.py": Script(
+        smoke=["--smoke", "--cell", "dqn-CartPole-v1", "sac-Pendulum-v1", "ppo_masked-MaskedPick", "ppo-Hopper-v5"]
+    ),
     "multi_agent/bench_maddpg.py": Script(
         smoke=["--steps", "400", "--repeats", "1", "--num-envs", "2", "--batch-size", "32", "--with-sync"],
         full=["--with-sync"],
@@ -83,6 +89,7 @@ HELPERS: tuple[str, ...] = (
     "agilerl_venv.py",
     "gym/bare_rl.py",
     "gym/floor.py",
+    "gym/masked_env.py",
     "bandit/_ours_worker.py",
     "bandit/_agilerl_worker.py",
     "hpo/_ours_worker.py",

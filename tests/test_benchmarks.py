@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -85,3 +86,29 @@ def test_summary_takes_the_latest_result_per_row(tmp_path: Path) -> None:
 def test_summarize_refuses_a_readme_without_markers(bad: str) -> None:
     with pytest.raises(SystemExit, match="markers"):
         summarize.render(bad, "table")
+
+
+def _learning_doc(side: str, seed: int, final: float, reach_s: float | None, sps: float) -> dict:
+    raw = {"cell": "dqn-CartPole-v1", "algo": "dqn", "task": "CartPole-v1", "side": side, "seed": seed,
+           "budget": 1000, "threshold": 475.0, "curve": [[500, 10.0], [1000, final]], "final_return": final,
+           "reached": None if reach_s is None else {"steps": 1000, "wall_s": reach_s, "cpu_s": reach_s},
+           "steps_per_cpu_s": sps, "peak_rss_mb": 100.0 if side == "ours" else 200.0, "notes": ["tau mapped"]}  # fmt: skip
+    return {"script": "gym/bench_learning", "date": f"2026-12-0{seed + 1}T00:00:00", "_path": f"x/{side}{seed}",
+            "summary": [], "raw": raw}  # fmt: skip
+
+
+def test_learning_table_from_synthetic_records(tmp_path: Path) -> None:
+    docs = [_learning_doc("ours", s, f, r, 2000) for s, f, r in ((0, 500, 10), (1, 480, 12), (2, 100, None))]
+    docs += [_learning_doc("sb3", s, f, r, 1000) for s, f, r in ((0, 500, 30), (1, 300, 40))]
+    text = summarize.learning_table(docs, ["dqn-CartPole-v1", "a2c-CartPole-v1"])
+    row = next(line for line in text.splitlines() if line.startswith("| dqn-CartPole-v1"))
+    assert "| 3 / 2 |" in row and "480 [290, 490]" in row  # median and IQR over the 3 seeds of ours
+    assert "yes, better" in row  # ours median 480 >= SB3's Q1 (350) and above its median (400)
+    assert "12.0 s (2/3)" in row and "0.34x (<= 0.5x: yes)" in row  # median over seeds, unreached = inf
+    assert "(2.00x)" in row and "(0.50x)" in row  # steps per CPU s and peak RSS ratios
+    assert "`dqn-CartPole-v1` (3 ours / 2 SB3 of 3 seeds)" in text and "`a2c-CartPole-v1` (no run)" in text
+    worse = summarize.learning_table([*docs[3:], _learning_doc("ours", 0, 100, None, 2000)], [])
+    assert "**no**, short by 250" in worse
+    if importlib.util.find_spec("matplotlib") is not None:
+        (png,) = summarize.learning_curves(docs, tmp_path)
+        assert png.name == "dqn-CartPole-v1-1000.png" and png.stat().st_size > 0
