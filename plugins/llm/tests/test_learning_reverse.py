@@ -127,7 +127,7 @@ def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
     (work / "tiny-model").symlink_to(tiny_model_dir)
     (work / "sft-model").symlink_to(tiny_model_dir)  # no warm start needed to check the metric names
     write_rows(reverse_rows(80, seed=0), work / "reverse.jsonl")
-    path = _manifest("grpo.yaml", work, max_steps=1, evo_steps=1, eval_loop=2, eval_samples_per_task=3)
+    path = _manifest("grpo.yaml", work, max_steps=1, evo_steps=1, eval_prompts=8, eval_samples_per_task=3)
     data = yaml.safe_load(path.read_text())
     data["training"]["eval_greedy"] = greedy
     data["algorithm"].update(batch_size=4, group_size=2)
@@ -136,7 +136,7 @@ def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
     rows = _rows(work / "grpo")
     assert len(rows) == 2  # the step-0 evaluation, then generation 0's
     for row in rows:
-        assert row["eval/eval_prompts"] == 8  # eval_loop x batch_size
+        assert row["eval/eval_prompts"] == 8  # training.eval_prompts
         for metric in ("reward", "success"):
             assert 0.0 <= row[f"eval/eval_sampled_{metric}"] <= 1.0
             assert row[f"eval/eval_sampled_{metric}_stderr"] >= 0.0
@@ -148,6 +148,65 @@ def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
             assert row["fitness"] == row["eval/eval_reward"]
 
 
+@pytest.mark.parametrize(
+    ("training", "prompts"),
+    [({}, 20), ({"eval_prompts": 6}, 6), ({"eval_loop": 3}, 12)],
+    ids=["default-every-heldout-row", "eval_prompts", "eval_loop-x-batch_size"],
+)
+def test_the_heldout_evaluation_scores_as_many_prompts_as_the_manifest_says(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, training: dict[str, Any], prompts: int
+) -> None:
+    """``training.eval_prompts`` prompts are scored (held-out rows 0..n-1, each once); unset, every
+    held-out row up to 128; with AgileRL's ``eval_loop`` instead, ``eval_loop x batch_size``. Counted
+    at the env: the held-out rows each evaluation actually scored, not the run's own report."""
+    from agilerl_plugin_llm.rollout.sources import RubricEnv
+
+    work = tmp_path
+    (work / "tiny-model").symlink_to(tiny_model_dir)
+    (work / "sft-model").symlink_to(tiny_model_dir)
+    write_rows(reverse_rows(80, seed=0), work / "reverse.jsonl")  # split 0.75: 60 to train on, 20 held out
+    path = _manifest("grpo.yaml", work, max_steps=1, evo_steps=1)
+    data = yaml.safe_load(path.read_text())
+    del data["training"]["eval_prompts"]
+    data["training"].update(training)
+    data["algorithm"].update(batch_size=4, group_size=2)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    scored: list[int] = []
+    step = RubricEnv.step
+
+    def counting_step(self: RubricEnv, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if len(self.rows) == 20:  # the held-out split: which of its rows this reply answered
+            scored.append(self.rows.index(self.row))
+        return step(self, action)
+
+    monkeypatch.setattr(RubricEnv, "step", counting_step)
+    _cli("train", path)
+    rows = _rows(work / "grpo")
+    assert [r["eval/eval_prompts"] for r in rows] == [prompts, prompts]  # the step-0 evaluation, generation 0's
+    assert sorted(scored) == sorted(list(range(prompts)) * 2), scored
+
+
+def test_eval_prompts_beyond_rows_read_at_run_start_stop_the_run_before_the_model_loads(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parquet rows are read when the run starts (validation checks .jsonl/.json/.csv held-out splits:
+    the bad-manifest corpus): a size larger than the held-out split stops it there, naming the field."""
+    import pandas as pd
+
+    from agilerl.cli import main
+
+    (tmp_path / "sft-model").symlink_to(tiny_model_dir)
+    pd.DataFrame(reverse_rows(80, seed=0)).to_parquet(tmp_path / "reverse.parquet")
+    path = _manifest("grpo.yaml", tmp_path, max_steps=1, evo_steps=1, eval_prompts=21)
+    data = yaml.safe_load(path.read_text())
+    data["environment"]["dataset_path"] = str(tmp_path / "reverse.parquet")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["train", str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "training.eval_prompts: 21 is more than the 20 held-out rows" in err, err
+    assert not (tmp_path / "grpo" / "metrics.jsonl").exists()
+
+
 def test_eval_decoding_fields_are_refused_for_dataset_algorithms(tmp_path: Path, tiny_model_dir: Path) -> None:
     from agilerl.models import load_manifest
 
@@ -155,4 +214,8 @@ def test_eval_decoding_fields_are_refused_for_dataset_algorithms(tmp_path: Path,
     data["network"]["pretrained_model_name_or_path"] = str(tiny_model_dir)
     data["training"]["eval_samples_per_task"] = 4
     with pytest.raises(Exception, match="eval_samples_per_task"):
+        load_manifest(data)
+    del data["training"]["eval_samples_per_task"]
+    data["training"]["eval_prompts"] = 16  # SFT scores every held-out row's loss: no prompts to count
+    with pytest.raises(Exception, match="eval_prompts"):
         load_manifest(data)

@@ -36,6 +36,7 @@ from agilerl_plugin_llm.rollout.sources import (
     QUESTION_COLUMNS,
     RolloutSourceError,
     check_prompt_template,
+    heldout_count,
     load_rubric,
 )
 
@@ -451,6 +452,44 @@ def dataset_source_problems(spec: Any, manifest: Any = None) -> list[tuple[str, 
     return problems or rubric_probe_problems(spec)
 
 
+def local_row_count(path: Path) -> int | None:
+    """Rows in a local .jsonl/.json/.csv file as the run reads them (blank lines skipped); None for
+    another format, a file too large to count here, or one whose rows have problems (their own checks
+    report those)."""
+    if not path.is_file() or path.suffix.lower() not in (".jsonl", ".json", ".csv"):
+        return None
+    problems: list[Problem] = []
+    rows = 0
+    for _ in _rows(path, "", problems):
+        rows += 1
+        if rows > MAX_ROWS:
+            return None
+    return None if problems or rows == 0 else rows
+
+
+def eval_prompts_heldout_problems(manifest: Any) -> list[Problem]:
+    """``training.eval_prompts`` larger than the held-out split of a local dataset file: the evaluation
+    would score some held-out rows twice and report a spread over more prompts than it has. (Rows read
+    only when the run starts, a Hub dataset or Parquet, are checked then, before any model loads.)"""
+    asked = getattr(manifest.training, "eval_prompts", None)
+    env = manifest.environment
+    given = getattr(env, "dataset_path", None) or getattr(env, "dataset", None)
+    if asked is None or not given:
+        return []
+    rows = local_row_count(Path(str(given)).expanduser())
+    if rows is None:
+        return []
+    fraction = getattr(env, "train_test_split", None)
+    heldout = heldout_count(rows, fraction)
+    if asked <= heldout:
+        return []
+    split = "the default train_test_split 0.9" if fraction is None else f"train_test_split {fraction}"
+    return [Problem("training.eval_prompts", (
+        f"{asked} is more than the {heldout} held-out rows of {given} ({rows} rows; {split} holds out {heldout}); "
+        f"lower eval_prompts to at most {heldout}, or hold out more rows (a smaller environment.train_test_split)"
+    ))]  # fmt: skip
+
+
 __all__ = [
     "MAX_PROBLEMS",
     "MAX_ROWS",
@@ -459,7 +498,9 @@ __all__ = [
     "dataset_problems",
     "catalog_column_problems",
     "dataset_source_problems",
+    "eval_prompts_heldout_problems",
     "has_chat_template",
+    "local_row_count",
     "rollout_source_problems",
     "rubric_probe_problems",
 ]

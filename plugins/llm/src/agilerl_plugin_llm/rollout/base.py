@@ -561,9 +561,9 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
 
     # --- evaluation ----------------------------------------------------------------------------
     def test(self, env: Any, *, max_steps: int | None = None, loop: int = 1, seed: int | None = None,
-             samples_per_prompt: int = 0, greedy: bool = True) -> float:  # fmt: skip
-        """Mean episode return on ``loop x batch_size`` held-out prompts (seeds 0, 1, ...: with a dataset,
-        held-out rows 0, 1, ...), the run's fitness. Greedy unless ``greedy`` is false.
+             samples_per_prompt: int = 0, greedy: bool = True, prompts: int | None = None) -> float:  # fmt: skip
+        """Mean episode return on ``prompts`` held-out prompts (default ``loop x batch_size``; seeds 0, 1, ...:
+        with a dataset, held-out rows 0, 1, ...), the run's fitness. Greedy unless ``greedy`` is false.
 
         ``last_eval`` names each score by its decoding: ``eval_greedy_reward`` / ``eval_greedy_success``,
         and with ``samples_per_prompt`` (``training.eval_samples_per_task``) > 0, or ``greedy`` false,
@@ -572,7 +572,7 @@ class RolloutLLMAlgorithm(LLMAlgorithm):
         is. Each has a ``_stderr``: the standard error of the mean over prompts (std over prompts /
         sqrt(prompts)), the noise to read a gain against (docs/llm.md). ``eval_prompts`` is the count.
         """
-        n = max(1, int(loop) * int(self.spec.batch_size))
+        n = max(1, int(prompts) if prompts is not None else int(loop) * int(self.spec.batch_size))
         seeds = list(range(n))
         self.last_eval = {"eval_prompts": float(n)}
         if greedy:

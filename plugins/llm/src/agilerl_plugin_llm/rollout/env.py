@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agilerl_plugin_llm.rollout.harness import RolloutHarness, load_chat_template, stop_token_ids
-from agilerl_plugin_llm.rollout.sources import RolloutSourceError, build_source
+from agilerl_plugin_llm.rollout.sources import RolloutSourceError, RowsFactory, build_source
 
 DEFAULT_MAX_OUTPUT_TOKENS = 64
 
@@ -20,7 +20,7 @@ def _factory(
     max_output_tokens: int | None,
     seed: int | None,
     split: str,
-) -> tuple[Callable[[], RolloutHarness], int]:
+) -> tuple[Callable[[], RolloutHarness], int, int | None]:
     make_env, source_turns, field = build_source(spec, seed=seed, split=split)
     spec_turns = getattr(spec, "max_turns", None)
     max_turns = int(spec_turns or source_turns or 1)
@@ -43,7 +43,9 @@ def _factory(
     def factory() -> RolloutHarness:
         return RolloutHarness(make_env(), tokenizer, **options)
 
-    return factory, max_turns
+    # A dataset source knows how many rows its split holds; an env drawing its own episodes does not.
+    rows = make_env.rows if isinstance(make_env, RowsFactory) else None
+    return factory, max_turns, rows
 
 
 def make_rollout_env_factory(
@@ -66,9 +68,10 @@ def make_rollout_env_factory(
     :param max_output_tokens: new tokens per turn (default 64).
     :param seed: seeds the dataset's train/test split and each env's row sampling.
     """
-    return _factory(
+    factory, turns, _ = _factory(
         spec, tokenizer, max_model_len=max_model_len, max_output_tokens=max_output_tokens, seed=seed, split="train"
     )
+    return factory, turns
 
 
 class _NullEnv:
@@ -89,6 +92,9 @@ class RolloutEnvs:
     make_eval: Callable[[], RolloutHarness]
     max_turns: int
     stop_ids: list[int]
+    #: Rows in the held-out split (a dataset source; None for an env drawing its own episodes): the
+    #: held-out evaluation's default size (:func:`agilerl_plugin_llm.training_fields.eval_prompt_count`).
+    eval_rows: int | None = None
 
     @property
     def label(self) -> str:
@@ -127,13 +133,13 @@ def make_rollout_envs(
     seed: int | None = None,
 ) -> RolloutEnvs:
     """Train and held-out harness factories (the dataset source splits rows; others reseed)."""
-    train, turns = _factory(
+    train, turns, _ = _factory(
         spec, tokenizer, max_model_len=max_model_len, max_output_tokens=max_output_tokens, seed=seed, split="train"
     )
-    evaluate, _ = _factory(
+    evaluate, _, eval_rows = _factory(
         spec, tokenizer, max_model_len=max_model_len, max_output_tokens=max_output_tokens, seed=seed, split="test"
     )
-    return RolloutEnvs(spec, tokenizer, train, evaluate, turns, stop_token_ids(tokenizer))
+    return RolloutEnvs(spec, tokenizer, train, evaluate, turns, stop_token_ids(tokenizer), eval_rows)
 
 
 def make_rollout_env(spec: Any, *, tokenizer: Any = None, seed: int | None = None, **_: Any) -> RolloutEnvs:

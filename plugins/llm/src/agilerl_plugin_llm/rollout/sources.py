@@ -314,11 +314,33 @@ def split_rows(rows: list[dict[str, Any]], fraction: float | None, seed: int | N
     """Seeded shuffle, then the first ``fraction`` for training and the rest held out."""
     order = list(range(len(rows)))
     random.Random(0 if seed is None else seed).shuffle(order)
-    frac = 0.9 if fraction is None else float(fraction)
-    n_train = min(max(1, round(len(rows) * frac)), len(rows))
+    n_train = _train_count(len(rows), fraction)
     train = [rows[i] for i in order[:n_train]]
     test = [rows[i] for i in order[n_train:]] or train
     return train, test
+
+
+def _train_count(rows: int, fraction: float | None) -> int:
+    frac = 0.9 if fraction is None else float(fraction)
+    return min(max(1, round(rows * frac)), rows)
+
+
+def heldout_count(rows: int, fraction: float | None) -> int:
+    """How many of ``rows`` rows :func:`split_rows` holds out (all of them when none is left over: the
+    held-out split is then the training rows)."""
+    return rows - _train_count(rows, fraction) or rows
+
+
+@dataclass(frozen=True)
+class RowsFactory:
+    """A dataset source's env factory, with how many rows its split holds (the held-out evaluation's
+    default size, :func:`agilerl_plugin_llm.training_fields.eval_prompt_count`)."""
+
+    make: Callable[[], RubricEnv]
+    rows: int
+
+    def __call__(self) -> RubricEnv:
+        return self.make()
 
 
 def load_rubric(spec: Any) -> Callable[[str, Any, Any], float]:
@@ -526,7 +548,7 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
             return RubricEnv(chosen, _no_rubric, prompt_template=template, max_reward=max_reward, seed=base_seed,
                              batch_reward=batched)  # fmt: skip
 
-        return make_batched_env, 1
+        return RowsFactory(make_batched_env, len(chosen)), 1
     rubric = load_rubric(spec)
     probe = RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward)
     probe.reset(seed=0)
@@ -552,7 +574,7 @@ def build_dataset_source(spec: Any, *, seed: int | None = None, split: str = "tr
         base += 1
         return RubricEnv(chosen, rubric, prompt_template=template, max_reward=max_reward, seed=base)
 
-    return make_env, 1
+    return RowsFactory(make_env, len(chosen)), 1
 
 
 def _no_rubric(completion: str, answer: Any, question: Any) -> float:  # pragma: no cover - never called
@@ -629,10 +651,12 @@ __all__ = [
     "ROLLOUT_SOURCES",
     "RolloutSource",
     "RolloutSourceError",
+    "RowsFactory",
     "RubricEnv",
     "build_dataset_source",
     "build_entrypoint_source",
     "build_source",
+    "heldout_count",
     "load_object",
     "load_rubric",
     "rollout_sources",

@@ -17,10 +17,11 @@ from pydantic_core import InitErrorDetails
 from agilerl.errors import Problem
 from agilerl.models.base import Mutable, Spec
 from agilerl.registry import resolve
+from agilerl_plugin_llm.check_data import eval_prompts_heldout_problems
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
-from agilerl_plugin_llm.training_fields import evaluation_interval_problems
+from agilerl_plugin_llm.training_fields import eval_prompts_problems, evaluation_interval_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -185,8 +186,10 @@ class RolloutLLMSpec(PluginLLMSpec):
 
     regime: ClassVar[str] = "rollout"
     default_env_type: ClassVar[str] = "rollout"
-    #: The held-out evaluation's decoding (``agent.test``): greedy or sampled, samples per prompt.
-    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {"eval_greedy", "eval_samples_per_task"}
+    #: The held-out evaluation (``agent.test``): its size, greedy or sampled decoding, samples per prompt.
+    training_fields: ClassVar[frozenset[str]] = PluginLLMSpec.training_fields | {
+        "eval_greedy", "eval_samples_per_task", "eval_prompts"
+    }  # fmt: skip
 
     temperature: Annotated[
         float,
@@ -389,6 +392,7 @@ class RolloutLLMSpec(PluginLLMSpec):
 
         problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
         problems += evaluation_interval_problems(manifest)
+        problems += eval_prompts_problems(manifest) + eval_prompts_heldout_problems(manifest)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
                 "algorithm.max_output_tokens",

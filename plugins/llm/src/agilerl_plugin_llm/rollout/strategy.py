@@ -5,7 +5,8 @@
   here, so their mistakes stop the run before any model is built.
 * ``learn(agent, run, n)``: ``n`` iterations (collect a batch of episodes, optimizer steps), each
   advancing ``agent.steps`` by one.
-* ``evaluate``: mean greedy return on held-out episodes (``agent.test``; ``training.eval_greedy``,
+* ``evaluate``: mean greedy return on held-out episodes (``agent.test``; ``training.eval_prompts`` of
+  them, default every held-out row up to 128; ``training.eval_greedy``,
   ``eval_samples_per_task`` add or choose sampled decoding), its ``eval/...`` metrics added to the
   generation's row; with
   ``training.evaluation_interval`` also every that many iterations, as its own metrics row
@@ -26,7 +27,8 @@ from agilerl_plugin_llm.rollout.completions_log import write_completions
 from agilerl_plugin_llm.rollout.env import make_rollout_envs
 from agilerl_plugin_llm.rollout.generation import VLLMEngineDied
 from agilerl_plugin_llm.rollout.reward_funcs import RewardFunctionError
-from agilerl_plugin_llm.training_fields import llm_training
+from agilerl_plugin_llm.rollout.sources import RolloutSourceError
+from agilerl_plugin_llm.training_fields import eval_prompt_count, llm_training
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -72,13 +74,23 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
         tokenizer = load_tokenizer(
             algo.pretrained_model_name_or_path or "", chat_template_path=getattr(env_spec, "chat_template_path", None)
         )
-        return make_rollout_envs(
+        envs = make_rollout_envs(
             env_spec,
             tokenizer,
             max_model_len=algo.max_model_len,
             max_output_tokens=getattr(algo, "new_tokens", None),
             seed=seed,
         )
+        # Validation checks a local file's held-out rows; rows read only now (a Hub dataset, a directory,
+        # Parquet) are checked here, before any model loads.
+        asked = llm_training(manifest).eval_prompts
+        if asked is not None and envs.eval_rows is not None and asked > envs.eval_rows:
+            raise RolloutSourceError(
+                f"training.eval_prompts: {asked} is more than the {envs.eval_rows} held-out rows of the dataset "
+                f"(environment.train_test_split holds them out); lower eval_prompts to at most {envs.eval_rows}, "
+                "or hold out more rows"
+            )
+        return envs
 
     def learn(self, agent: Any, run: Run, num_steps: int) -> dict[str, float]:
         with engine_death_is_resumable(agent):
@@ -129,11 +141,13 @@ class LLMRolloutStrategy(DataParallelStrategy, TrainingStrategy):
 
 
 def _test(agent: Any, run: Run) -> float:
-    """The held-out evaluation as the manifest sets it: ``eval_loop x batch_size`` prompts, decoded as
+    """The held-out evaluation as the manifest sets it: ``eval_prompts`` prompts (default every held-out
+    row up to 128; ``eval_loop x batch_size`` where the manifest gives ``eval_loop``), decoded as
     ``eval_greedy`` / ``eval_samples_per_task`` say."""
     t = run.manifest.training
     fields = llm_training(run.manifest)
-    return float(agent.test(run.eval_env, max_steps=t.eval_steps, loop=t.eval_loop, seed=t.seed,
+    prompts = eval_prompt_count(run.manifest, getattr(run.eval_env, "eval_rows", None))
+    return float(agent.test(run.eval_env, max_steps=t.eval_steps, seed=t.seed, prompts=prompts,
                             samples_per_prompt=fields.eval_samples_per_task, greedy=fields.eval_greedy))  # fmt: skip
 
 
