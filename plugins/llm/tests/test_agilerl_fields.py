@@ -402,6 +402,8 @@ def test_gspo_and_cispo_train_from_a_manifest(
     write_manifest: Callable[..., Path],
     run_cli: Callable[..., Any],
 ) -> None:
+    """Smoke test on "say eight": the names pick their loss and a run of 2 iterations completes. It
+    asserts nothing about learning (that answer ignores the prompt)."""
     data = rollout_manifest(tiny_model_dir, tmp_path / "run", name=name, update_epochs=2)
     m = load_manifest(data)
     assert m.algorithm.loss_type == loss_type  # type: ignore[attr-defined]

@@ -4,20 +4,23 @@
 The SFT warm start takes held-out exact match from 0 to about 0.6; GRPO (the DAPO-style loss of
 ``examples/llm/reverse/grpo.yaml``) from that warm start raises it further, measured by the run's
 own held-out evaluation (``eval/eval_greedy_success``), which agrees with an independent scorer
-(:func:`~agilerl_plugin_llm.tasks.exact_match` on the exported model). "Say eight" stays only as a
-smoke test (``test_grpo.py``): its answer never depends on the prompt.
+(:func:`~agilerl_plugin_llm.tasks.exact_match` on the exported model). LLMPPO (``test_ppo.py``) and
+RLOO with batched reward functions (``test_trl_options.py``) learn from the same warm start, built once
+per session (``conftest.py``). "Say eight" stays only as a smoke test (``test_grpo.py`` and others): its
+answer never depends on the prompt.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from agilerl_plugin_llm.tasks import exact_match, heldout_rows, read_rows, reverse_rows, write_rows
+from agilerl_plugin_llm.tasks import exact_match, heldout_rows, reverse_rows, write_rows
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "llm" / "reverse"
 SPLIT = 0.75  # 512 rows: 384 to train on, 128 held out
@@ -27,19 +30,6 @@ def _cli(*args: str) -> None:
     from agilerl.cli import main
 
     assert main([str(a) for a in args]) == 0
-
-
-def _manifest(name: str, work: Path, **training: Any) -> Path:
-    """The example's manifest with its ``work/`` paths under ``work`` (and its rubric by absolute path)."""
-    data = yaml.safe_load((EXAMPLE / name).read_text())
-    text = (
-        json.dumps(data).replace('"work/', f'"{work}/').replace('"reverse_rubric.py"', f'"{EXAMPLE}/reverse_rubric.py"')
-    )
-    data = json.loads(text)
-    data["training"].update(training)
-    path = work / name
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -56,56 +46,44 @@ def test_reverse_rows_depend_on_the_prompt_and_are_deterministic() -> None:
         reverse_rows(1001)
 
 
-@pytest.fixture(scope="module")
-def warm_start(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The example's SFT warm start (90 steps), exported; held-out exact match before and after."""
-    from agilerl_plugin_llm.testing import build_tiny_model
-
-    work = tmp_path_factory.mktemp("reverse")
-    build_tiny_model(work / "tiny-model")
-    write_rows(reverse_rows(512, seed=0), work / "reverse.jsonl")
-    heldout = heldout_rows(read_rows(work / "reverse.jsonl"), SPLIT, 0)
-    before = exact_match(work / "tiny-model", None, heldout)
-    _cli("train", _manifest("sft.yaml", work))
-    _cli("export", work / "sft", work / "sft-model")
-    after = exact_match(work / "sft-model", None, heldout)
-    return {"work": work, "heldout": heldout, "before": before, "after": after}
-
-
 @pytest.mark.slow
-def test_sft_raises_heldout_exact_match_on_reverse(warm_start: dict[str, Any]) -> None:
-    before, after = warm_start["before"], warm_start["after"]
+def test_sft_raises_heldout_exact_match_on_reverse(reverse_warm_start: dict[str, Any]) -> None:
+    before, after = reverse_warm_start["before"], reverse_warm_start["after"]
     assert before.n == after.n == 128
     assert before.mean == 0.0, before
     # Measured 0.594 +/- 0.043 (seed 0); well clear of 0 by many standard errors.
     assert after.mean >= 0.4, after
     assert after.mean - before.mean > 5 * after.stderr, (before, after)
-    rows = _rows(warm_start["work"] / "sft")
+    rows = _rows(reverse_warm_start["work"] / "sft")
     losses = [r["eval/loss"] for r in rows if "eval/loss" in r]
     assert losses[-1] < 0.5 * losses[0], losses
 
 
 @pytest.mark.slow
-def test_grpo_from_sft_warm_start_raises_heldout_exact_match(warm_start: dict[str, Any]) -> None:
-    work = warm_start["work"]
-    _cli("train", _manifest("grpo.yaml", work))
+def test_grpo_from_sft_warm_start_raises_heldout_exact_match(
+    reverse_warm_start: dict[str, Any], reverse_manifest: Callable[..., Path]
+) -> None:
+    work = reverse_warm_start["work"]
+    _cli("train", reverse_manifest("grpo.yaml", work))
     rows = _rows(work / "grpo")
     scores = [r["eval/eval_greedy_success"] for r in rows]
     assert all(r["eval/eval_prompts"] == 128 for r in rows)
     # The run's step-0 evaluation is the warm start, scored the same way by the independent scorer.
-    assert scores[0] == pytest.approx(warm_start["after"].mean), (scores, warm_start["after"])
+    assert scores[0] == pytest.approx(reverse_warm_start["after"].mean), (scores, reverse_warm_start["after"])
     stderr = rows[-1]["eval/eval_success_stderr"]
     assert 0 < stderr < 0.05
     # Measured 0.594 -> 0.758 (seed 0): asserted above the start by more than one standard error.
     assert scores[-1] > scores[0] + stderr, scores
     _cli("export", work / "grpo", work / "grpo-model", "--trust-checkpoint")  # its manifest names the rubric file
-    assert exact_match(work / "grpo-model", None, warm_start["heldout"]).mean == pytest.approx(scores[-1])
+    assert exact_match(work / "grpo-model", None, reverse_warm_start["heldout"]).mean == pytest.approx(scores[-1])
 
 
 @pytest.mark.slow
-def test_grpo_with_lora_from_sft_warm_start_raises_heldout_exact_match(warm_start: dict[str, Any]) -> None:
-    work = warm_start["work"]
-    path = _manifest("grpo.yaml", work, run_dir=str(work / "grpo-lora"))
+def test_grpo_with_lora_from_sft_warm_start_raises_heldout_exact_match(
+    reverse_warm_start: dict[str, Any], reverse_manifest: Callable[..., Path]
+) -> None:
+    work = reverse_warm_start["work"]
+    path = reverse_manifest("grpo.yaml", work, run_dir=str(work / "grpo-lora"))
     data = yaml.safe_load(path.read_text())
     data["network"]["lora_config"] = {"lora_r": 8, "lora_alpha": 16, "lora_dropout": 0.0}
     data["algorithm"]["lr"] = 0.005  # an adapter moves the output less per step than full fine-tuning
@@ -119,7 +97,7 @@ def test_grpo_with_lora_from_sft_warm_start_raises_heldout_exact_match(warm_star
 
 @pytest.mark.parametrize("greedy", [True, False])
 def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
-    tiny_model_dir: Path, tmp_path: Path, greedy: bool
+    tiny_model_dir: Path, tmp_path: Path, reverse_manifest: Callable[..., Path], greedy: bool
 ) -> None:
     """``training.eval_samples_per_task`` adds a sampled evaluation beside the greedy one;
     ``eval_greedy: false`` makes the sampled one the fitness. Each score comes with its standard error."""
@@ -127,7 +105,7 @@ def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
     (work / "tiny-model").symlink_to(tiny_model_dir)
     (work / "sft-model").symlink_to(tiny_model_dir)  # no warm start needed to check the metric names
     write_rows(reverse_rows(80, seed=0), work / "reverse.jsonl")
-    path = _manifest("grpo.yaml", work, max_steps=1, evo_steps=1, eval_prompts=8, eval_samples_per_task=3)
+    path = reverse_manifest("grpo.yaml", work, max_steps=1, evo_steps=1, eval_prompts=8, eval_samples_per_task=3)
     data = yaml.safe_load(path.read_text())
     data["training"]["eval_greedy"] = greedy
     data["algorithm"].update(batch_size=4, group_size=2)
@@ -154,7 +132,12 @@ def test_heldout_evaluation_names_its_decoding_and_reports_its_spread(
     ids=["default-every-heldout-row", "eval_prompts", "eval_loop-x-batch_size"],
 )
 def test_the_heldout_evaluation_scores_as_many_prompts_as_the_manifest_says(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, training: dict[str, Any], prompts: int
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    reverse_manifest: Callable[..., Path],
+    training: dict[str, Any],
+    prompts: int,
 ) -> None:
     """``training.eval_prompts`` prompts are scored (held-out rows 0..n-1, each once); unset, every
     held-out row up to 128; with AgileRL's ``eval_loop`` instead, ``eval_loop x batch_size``. Counted
@@ -165,7 +148,7 @@ def test_the_heldout_evaluation_scores_as_many_prompts_as_the_manifest_says(
     (work / "tiny-model").symlink_to(tiny_model_dir)
     (work / "sft-model").symlink_to(tiny_model_dir)
     write_rows(reverse_rows(80, seed=0), work / "reverse.jsonl")  # split 0.75: 60 to train on, 20 held out
-    path = _manifest("grpo.yaml", work, max_steps=1, evo_steps=1)
+    path = reverse_manifest("grpo.yaml", work, max_steps=1, evo_steps=1)
     data = yaml.safe_load(path.read_text())
     del data["training"]["eval_prompts"]
     data["training"].update(training)
@@ -187,7 +170,7 @@ def test_the_heldout_evaluation_scores_as_many_prompts_as_the_manifest_says(
 
 
 def test_eval_prompts_beyond_rows_read_at_run_start_stop_the_run_before_the_model_loads(
-    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], reverse_manifest: Callable[..., Path]
 ) -> None:
     """Parquet rows are read when the run starts (validation checks .jsonl/.json/.csv held-out splits:
     the bad-manifest corpus): a size larger than the held-out split stops it there, naming the field."""
@@ -197,7 +180,7 @@ def test_eval_prompts_beyond_rows_read_at_run_start_stop_the_run_before_the_mode
 
     (tmp_path / "sft-model").symlink_to(tiny_model_dir)
     pd.DataFrame(reverse_rows(80, seed=0)).to_parquet(tmp_path / "reverse.parquet")
-    path = _manifest("grpo.yaml", tmp_path, max_steps=1, evo_steps=1, eval_prompts=21)
+    path = reverse_manifest("grpo.yaml", tmp_path, max_steps=1, evo_steps=1, eval_prompts=21)
     data = yaml.safe_load(path.read_text())
     data["environment"]["dataset_path"] = str(tmp_path / "reverse.parquet")
     path.write_text(yaml.safe_dump(data, sort_keys=False))

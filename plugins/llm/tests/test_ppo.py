@@ -1,5 +1,6 @@
 """LLMPPO: GAE over policy tokens by hand, the value head's own learning rate and checkpoint, and
-learning "say the magic number" from a manifest through ``agilerl train``."""
+learning the reverse task (its answer depends on the prompt) from the SFT warm start through
+``agilerl train``, scored greedily by exact match on 128 held-out prompts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from agilerl.models import load_manifest
 from agilerl_plugin_llm.rollout.ppo import token_gae
@@ -62,6 +64,8 @@ def test_value_head_has_its_own_lr_and_is_checkpointed(tiny_model_dir: Path, tmp
 def test_llmppo_trains_from_the_upstream_field_names(
     tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
 ) -> None:
+    """Smoke test on "say eight": AgileRL's LLMPPO field names train 2 iterations with a mutation. It
+    asserts nothing about learning (see the reverse-task test below)."""
     data = ppo_manifest(tiny_model_dir, tmp_path / "run", batch_size=2, gamma=0.99, vf_coef=0.5, gae_lambda=0.95,
                         update_epochs=2, advantage_granularity="token", use_vllm=False, beta=0.01)  # fmt: skip
     data["training"].update(max_steps=2, evo_steps=2)
@@ -75,13 +79,24 @@ def test_llmppo_trains_from_the_upstream_field_names(
 
 
 @pytest.mark.slow
-def test_llmppo_learns_to_say_the_word(
-    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+def test_llmppo_from_sft_warm_start_raises_heldout_exact_match(
+    reverse_warm_start: dict[str, Any], reverse_manifest: Callable[..., Path]
 ) -> None:
-    # lr_actor 0.005: seeds 0, 1 and 3 reach 1.0 within 40 iterations, seed 2 does not (0.01: seed 0 peaks at 0.71).
-    m = ppo_manifest(tiny_model_dir, tmp_path / "run", lr_actor=0.005)
-    code, out, err = run_cli("train", write_manifest(m))
-    assert code == 0, out + err
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    fitness = [r["fitness"] for r in rows]
-    assert fitness[0] < 0.1 and fitness[-1] >= 0.8, fitness
+    """The reverse example's GRPO manifest as LLMPPO (a value head instead of groups: 32 episodes per
+    iteration, 120 iterations) from the session's SFT warm start (conftest.py)."""
+    from agilerl.cli import main
+
+    work = reverse_warm_start["work"]
+    path = reverse_manifest("grpo.yaml", work, run_dir=str(work / "ppo"))
+    data = yaml.safe_load(path.read_text())
+    for name in ("group_size", "loss_type", "lr"):
+        del data["algorithm"][name]
+    data["algorithm"].update(name="LLMPPO", batch_size=32, lr_actor=0.001, lr_critic=0.001)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["train", str(path)]) == 0
+    rows = [json.loads(line) for line in (work / "ppo" / "metrics.jsonl").read_text().splitlines()]
+    scores = [r["eval/eval_greedy_success"] for r in rows]
+    assert scores[0] == pytest.approx(reverse_warm_start["after"].mean) and rows[0]["eval/eval_prompts"] == 128
+    # Measured 0.594 -> 0.648 / 0.648 / 0.750 at iterations 40 / 80 / 120 (seed 0): asserted above the
+    # start by more than one standard error.
+    assert scores[-1] > scores[0] + rows[-1]["eval/eval_success_stderr"], scores

@@ -1,6 +1,7 @@
 """TRL's GRPO options here: loss_type names (each checked against TRL's formula), scale_rewards,
 mask_truncated_completions, an entropy coefficient; RLOO (leave-one-out baseline) from a manifest with
-exact resume; and completions you can read (completions.jsonl, ``agilerl completions``)."""
+exact resume, and learning the reverse task from the SFT warm start with batched reward functions;
+and completions you can read (completions.jsonl, ``agilerl completions``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from agilerl.errors import ManifestError
 from agilerl.models import load_manifest, validate_manifest
@@ -327,17 +329,62 @@ def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
 
 
 @pytest.mark.slow
-def test_the_rloo_example_learns_from_batched_reward_functions(
+def test_the_rloo_example_runs_from_batched_reward_functions_smoke(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
 ) -> None:
-    """examples/rloo_tiny.yaml as shipped (LoRA, reward_funcs from a file): held-out reward 0 -> ~1."""
+    """Smoke test: examples/rloo_tiny.yaml as shipped (LoRA, reward_funcs from a file) trains and its
+    completions read back. It asserts nothing about learning: "say eight" answers every prompt alike;
+    RLOO's learning evidence is :func:`test_rloo_from_sft_warm_start_raises_heldout_exact_match`."""
     root = EXAMPLES.parents[1]
     monkeypatch.chdir(root)  # the example names its files relative to the repository
     code, out, err = run_cli("train", "examples/rloo_tiny.yaml", "--run-dir", str(tmp_path / "run"),
                              "--set", f"network.pretrained_model_name_or_path={tiny_model_dir}")  # fmt: skip
     assert code == 0, out + err
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    fitness = [r["fitness"] for r in map(json.loads, lines) if "fitness" in r]
-    assert fitness[0] < 0.1 and fitness[-1] >= 0.8, fitness
+    assert [r["steps"] for r in map(json.loads, lines) if "fitness" in r] == [0, 10, 20, 30, 40]
     code, out, _ = run_cli("completions", str(tmp_path / "run"), "--last", "1")
     assert code == 0 and "says_answer" in out and "=== step 30" in out
+
+
+#: TRL-style batched reward functions for the reverse task: the exact answer, and half a point times
+#: the share of digits in place otherwise (the two parts of examples/llm/reverse/reverse_rubric.py).
+REVERSE_REWARDS = """
+def exact(completions, answer, **kwargs):
+    return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
+
+def digits_in_place(completions, answer, **kwargs):
+    out = []
+    for c, a in zip(completions, answer):
+        r = c.strip()
+        out.append(0.0 if r == a else 0.5 * sum(x == y for x, y in zip(r, a)) / max(len(a), len(r)))
+    return out
+"""
+
+
+@pytest.mark.slow
+def test_rloo_from_sft_warm_start_raises_heldout_exact_match(
+    reverse_warm_start: dict[str, Any], reverse_manifest: Callable[..., Path]
+) -> None:
+    """RLOO with batched reward functions (TRL's way) from the session's SFT warm start on the reverse
+    task (conftest.py): the reverse example's GRPO manifest as RLOO, 120 iterations, greedy exact match
+    on 128 held-out prompts."""
+    from agilerl.cli import main
+
+    work = reverse_warm_start["work"]
+    (work / "reverse_rewards.py").write_text(REVERSE_REWARDS)
+    path = reverse_manifest("grpo.yaml", work, run_dir=str(work / "rloo"))
+    data = yaml.safe_load(path.read_text())
+    data["algorithm"]["name"] = "RLOO"
+    del data["environment"]["rubric_file_path"]
+    data["environment"]["reward_funcs"] = [
+        f"{work}/reverse_rewards.py:exact",
+        f"{work}/reverse_rewards.py:digits_in_place",
+    ]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert main(["train", str(path)]) == 0
+    rows = [json.loads(line) for line in (work / "rloo" / "metrics.jsonl").read_text().splitlines()]
+    scores = [r["eval/eval_greedy_success"] for r in rows]
+    assert scores[0] == pytest.approx(reverse_warm_start["after"].mean) and rows[0]["eval/eval_prompts"] == 128
+    # Measured 0.594 -> 0.680 / 0.703 / 0.812 at iterations 40 / 80 / 120 (seed 0): asserted above the
+    # start by more than one standard error.
+    assert scores[-1] > scores[0] + rows[-1]["eval/eval_success_stderr"], scores

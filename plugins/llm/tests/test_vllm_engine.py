@@ -44,7 +44,7 @@ pytestmark = pytest.mark.vllm
 #: CPU: 5.25e-6 over 36 tokens; bf16 kernels on a GPU differ more, hence the margin).
 LOGPROB_TOLERANCE = 1e-3 if DEVICE == "cpu" else 2e-2
 
-#: Iterations per learning run, and what the held-out reward must reach from its untrained value.
+#: Iterations per training run on "say eight" (a smoke test), and how far the held-out reward must rise.
 STEPS = 12
 RISE = 0.5
 
@@ -324,6 +324,9 @@ def test_trains_with_use_vllm_and_the_reward_rises(
     name: str, vllm_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path],
     run_cli: Callable[..., Any],
 ) -> None:  # fmt: skip
+    """Each rollout algorithm trains with ``use_vllm`` for STEPS iterations on "say eight". "say eight" answers every prompt alike, so this is a smoke test of the path, not learning
+    evidence: the rise shows that the engine's rollouts train the policy and the engine follows the trained
+    weights. Learning on a task whose answer depends on the prompt: test_learning_reverse.py (HF generation)."""
     syncs_before = sum(e.syncs for e in generation.colocated_engines())
     code, out, err = run_cli("train", write_manifest(manifest(vllm_model_dir, tmp_path / "run", name)))
     assert code == 0, out + err

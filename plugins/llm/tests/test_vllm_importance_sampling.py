@@ -253,6 +253,9 @@ def test_vllm_rollouts_carry_the_engines_logprobs_and_the_weight_is_one_where_th
 def test_cispo_trains_with_the_correction_on_the_real_engine(
     vllm_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
 ) -> None:
+    """CISPO with the importance-sampling correction on the real engine, on "say eight". "say eight" answers every prompt alike, so this is a smoke test of the path, not learning
+    evidence: the rise shows that the engine's rollouts train the policy and the engine follows the trained
+    weights. Learning on a task whose answer depends on the prompt: test_learning_reverse.py (HF generation)."""
     data = manifest(vllm_model_dir, tmp_path / "run", "CISPO", use_vllm=True, beta=0.04,
                     vllm_importance_sampling_correction=True, vllm_importance_sampling_cap=2.0)  # fmt: skip
     code, out, err = run_cli("train", write_manifest(data))

@@ -319,6 +319,9 @@ def test_full_fine_tuning_syncs_every_weight_to_a_real_vllm_server(
 def test_agilerl_train_through_a_real_vllm_server_learns(
     vllm_server: tuple[str, Path], tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
 ) -> None:
+    """GRPO + LoRA trained through vLLM's server on "say eight". "say eight" answers every prompt alike, so this is a smoke test of the path, not learning
+    evidence: the rise shows that the engine's rollouts train the policy and the engine follows the trained
+    weights. Learning on a task whose answer depends on the prompt: test_learning_reverse.py (HF generation)."""
     url, model_dir = vllm_server
     data = server_manifest(model_dir, tmp_path / "run", url)
     data["algorithm"].update(batch_size=4, group_size=4, lr=0.02, max_output_tokens=8)
