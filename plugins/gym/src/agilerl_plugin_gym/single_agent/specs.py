@@ -11,7 +11,15 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models.base import Mutable
-from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+from agilerl_plugin_gym.check_env import (
+    batch_problems,
+    close_quietly,
+    env_config_problem,
+    env_option_problems,
+    first_steps_problem,
+    is_custom,
+    make_and_check,
+)
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.goal_envs import is_goal_conditioned
 from agilerl_plugin_gym.sections.training import rl_training
@@ -113,16 +121,19 @@ def _space_problems(
 
     if rules is None:
         return []
+    options = env_option_problems(env, multi_agent=False)  # a value of another type than the option's default
+    if options:
+        return options
     try:
         made = make_single_env(env)
     except GymEnvError as exc:  # "environment.entrypoint: ..." -> that field's path
         path, sep, message = str(exc).partition(": ")
         return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
-    except (TypeError, ValueError) as exc:
-        if env.env_config:  # options the env's constructor refuses (an unknown key, a wrong type)
-            return [env_config_problem(env, exc)]
-        return []
-    except Exception:  # the env's own failure: the run reports it with its traceback
+    except Exception as exc:
+        # Options the constructor refuses (an unknown key, a wrong type; a registered env's assertion on
+        # a value's range); else the env's own failure, which the run reports with its traceback.
+        if env.env_config and (isinstance(exc, (TypeError, ValueError)) or not is_custom(env)):
+            return [env_config_problem(env, exc, multi_agent=False)]
         return []
     from agilerl_plugin_gym.encoder_rules import (  # deferred: gymnasium, loaded only when validation builds an env
         EncoderSpaceError,
@@ -152,24 +163,17 @@ def _space_problems(
                     f"the observation space {made.observation_space} has no float Box part to normalise "
                     "(discrete and image observations are not normalised); set obs: false",
                 )]  # fmt: skip
+        stepped = first_steps_problem(made, env, multi_agent=False)  # options only its step() cannot use
+        if stepped is not None:
+            return [stepped]
     except UnsupportedSpaceError as exc:
         return [Problem("environment", str(exc).removeprefix("environment: "))]
     except EncoderSpaceError as exc:
         path, sep, message = str(exc).partition(": ")
         return [Problem(path, message) if sep and path.startswith("network") else Problem("network", str(exc))]
     finally:
-        made.close()
+        close_quietly(made)
     return []
-
-
-def env_config_problem(env: GymEnvSpec, exc: Exception) -> Problem:
-    """``environment.env_config`` refused by the env's constructor, said at validation (at train it
-    would be a worker's traceback): an unknown key, or a value of the wrong type."""
-    message = str(exc).split(" was raised from the environment creator")[0]
-    return Problem(
-        "environment.env_config",
-        f"{env.env_id} does not take these options: {type(exc).__name__}: {message}",
-    )
 
 
 class PPOSpec(GymAlgorithmSpec):
