@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import re
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError, Problem, closest
 from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking
+from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 from agilerl_plugin_gym.sections import ReplayBufferSpec
 
 if TYPE_CHECKING:
@@ -240,14 +242,10 @@ def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Pro
 def _constructor(env_spec: Any, *, multi_agent: bool) -> tuple[Any, set[str]]:
     """The callable a registered env's ``env_config`` goes to, and the names ``gym.make`` itself takes
     (None when the env is custom or cannot be found: making it reports that)."""
-    import importlib
-
     if is_custom(env_spec) or getattr(env_spec, "env_type", "gym") != "gym":
         return None, set()
     try:
         if multi_agent:
-            from agilerl_plugin_gym.multi_agent.names import resolve_module_name
-
             module = importlib.import_module(resolve_module_name(str(env_spec.name)))
             return getattr(module, "raw_env", None) or getattr(module, "parallel_env", None), set()
         import gymnasium as gym
