@@ -128,20 +128,14 @@ def _non_bool_loads(value: Mapping[str, Any]) -> bool:
     return any(k in value and not isinstance(value[k], bool) for k in ("load_in_4bit", "load_in_8bit"))
 
 
-def check_field(value: Any) -> Any:
-    """``value`` when :func:`field_problems` finds nothing; else a pydantic ``ValidationError`` with one
-    error per ``quantization.<key>`` (a field validator raising it reports ``algorithm.quantization.<key>``)."""
-    problems = field_problems(value)
-    if not problems:
+def check_type(value: Any) -> Any:
+    """``value`` when it is a preset's text, a mapping or off; else a ``ValueError`` saying what the field
+    takes (a field validator before pydantic's own, whose union errors name its types, not the field).
+    The rest of :func:`field_problems` is reported by the spec's model validator, with its other problems."""
+    if value in QUANTIZATION_OFF or isinstance(value, (str, Mapping)):
         return value
-    from pydantic import ValidationError
-    from pydantic_core import InitErrorDetails, PydanticCustomError
-
-    errors = [
-        InitErrorDetails(type=PydanticCustomError("quantization", why), loc=(key,) if key else (), input=given)
-        for key, why, given in problems
-    ]
-    raise ValidationError.from_exception_data("quantization", errors)
+    raise ValueError(f"expected none, one of {', '.join(QUANTIZATION_PRESETS)} or a mapping of "
+                     "transformers.BitsAndBytesConfig arguments")  # fmt: skip
 
 
 def is_quantized(value: Any) -> bool:
@@ -166,7 +160,7 @@ __all__ = [
     "QUANT_STORAGE",
     "QUANT_TYPES",
     "bnb_arguments",
-    "check_field",
+    "check_type",
     "field_problems",
     "is_quantized",
     "missing_bitsandbytes",

@@ -190,8 +190,8 @@ class LLMAlgorithmSpec(AlgorithmSpec):
     @field_validator("quantization", mode="before")
     @classmethod
     def _quantization_as_written(cls, value: Any) -> Any:
-        # Each problem at algorithm.quantization.<key> (agilerl_plugin_llm.quantization_config, no torch).
-        return quantization_config.check_field(value)
+        # Its type only; each other problem at algorithm.quantization.<key> (specs.llm_algorithm_problems).
+        return quantization_config.check_type(value)
 
     @field_validator("pretrained_model_name_or_path", "vllm_lora_export_dir", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -407,29 +408,56 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
 
 
-def quantization_problem(value: Any) -> str | None:
-    """Why ``quantization: value`` cannot run here (None: it can, or it is off): the field's own problems
-    (:func:`agilerl_plugin_llm.quantization_config.field_problems`, reported per key by the spec's field
-    validator) or, for a valid one, a missing bitsandbytes. Nothing is imported."""
-    problems = quantization_config.field_problems(value)
-    if problems:
-        key, why, _ = problems[0]
-        return f"quantization{'.' + key if key else ''}: {why}"
-    if quantization_config.is_quantized(value) and (missing := quantization_config.missing_bitsandbytes()):
-        return f"quantization: {missing}"
-    return None
+def quantization_problems(value: Any) -> list[str]:
+    """Why ``quantization: value`` cannot run here, each as ``quantization[.<key>]: why`` (none: it can, or
+    it is off): the value's own problems (:func:`agilerl_plugin_llm.quantization_config.field_problems`)
+    or, for a valid one, a missing bitsandbytes. Nothing is imported."""
+    problems = [f"quantization{'.' + key if key else ''}: {why}"
+                for key, why, _ in quantization_config.field_problems(value)]  # fmt: skip
+    if (
+        not problems
+        and quantization_config.is_quantized(value)
+        and (missing := quantization_config.missing_bitsandbytes())
+    ):
+        problems.append(f"quantization: {missing}")
+    return problems
+
+
+def raise_problems(spec: LLMAlgorithmSpec, problems: list[str]) -> None:
+    """Raise a spec validator's problems (nothing when there are none): each about ``quantization`` at
+    ``algorithm.quantization``, where the user wrote it; the others together, at ``algorithm``."""
+    if not problems:
+        return
+    located = [p for p in problems if p.startswith(("quantization: ", "quantization."))]
+    if not located:
+        raise ValueError("; ".join(problems))
+    from pydantic import ValidationError
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    errors = []
+    for p in located:
+        where, _, why = p.partition(": ")
+        key = where.removeprefix("quantization").removeprefix(".")
+        value = spec.quantization
+        given = value.get(key) if key and isinstance(value, Mapping) else value
+        errors.append(InitErrorDetails(type=PydanticCustomError("quantization", why),
+                                       loc=("quantization", key) if key else ("quantization",), input=given))  # fmt: skip
+    rest = [p for p in problems if p not in located]
+    if rest:
+        errors.append(InitErrorDetails(type=PydanticCustomError("value_error", "; ".join(rest)), loc=(),
+                                       input=spec.model_dump(exclude_unset=True)))  # fmt: skip
+    raise ValidationError.from_exception_data(type(spec).__name__, errors)
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
     """Problems shared by every LLM algorithm of this plugin (used by the spec validators)."""
     problems: list[str] = []
     if "quantization" in spec.model_fields_set:
-        problem = quantization_problem(spec.quantization)
-        if problem is None and quantization_config.is_quantized(spec.quantization) and spec.lora_config is None:
-            problem = ("quantization: QLoRA trains a LoRA adapter on the quantized base, and quantized weights "
-                       "cannot be fine-tuned themselves; add network.lora_config or remove quantization")  # fmt: skip
-        if problem:
-            problems.append(problem)
+        found = quantization_problems(spec.quantization)
+        if not found and quantization_config.is_quantized(spec.quantization) and spec.lora_config is None:
+            found = ["quantization: QLoRA trains a LoRA adapter on the quantized base, and quantized weights "
+                     "cannot be fine-tuned themselves; add network.lora_config or remove quantization"]  # fmt: skip
+        problems += found
     if spec.lora_target_scope and spec.lora_config is None:
         problems.append("lora_target_scope: it limits the LoRA adapter's target modules; add network.lora_config "
                         "or remove it")  # fmt: skip
@@ -551,5 +579,6 @@ __all__ = [
     "UNSUPPORTED_ALGORITHM_FIELDS",
     "UNSUPPORTED_ENV_FIELDS",
     "llm_algorithm_problems",
+    "raise_problems",
     "model_path_problems",
 ]
