@@ -278,3 +278,12 @@ def test_a_registered_envs_options_are_checked_at_validation(config: dict, expec
     if "scael" in config:
         assert str(problem).endswith("did you mean 'scale'?")
     validate_manifest({**manifest, "environment": {"name": "AgileRLScaled-v0", "env_config": {"scale": 4}}})
+
+
+def test_an_int_default_without_an_int_annotation_takes_any_number() -> None:
+    # MountainCarContinuous's goal_velocity=0 is a float option written with an int default
+    validate_manifest({"algorithm": {"name": "TD3"},
+                       "environment": {"name": "MountainCarContinuous-v0", "env_config": {"goal_velocity": 0.1}}})  # fmt: skip
+    with pytest.raises(ManifestError, match=r"environment\.env_config\.goal_velocity: .* takes a number here"):
+        validate_manifest({"algorithm": {"name": "TD3"},
+                           "environment": {"name": "MountainCarContinuous-v0", "env_config": {"goal_velocity": "fast"}}})  # fmt: skip

@@ -268,14 +268,18 @@ def _signature(fn: Any) -> dict[str, inspect.Parameter] | None:
     return params
 
 
-def _type_mismatch(value: Any, default: Any) -> str | None:
-    """What the default's type asks for, when ``value`` is not of it (None: it is, or no rule here)."""
+def _type_mismatch(value: Any, param: inspect.Parameter) -> str | None:
+    """What the parameter's default (or its annotation) asks for, when ``value`` is not of it (None: it
+    is, or no rule here). An int default without an ``int`` annotation takes any number
+    (``goal_velocity=0`` is a float option)."""
+    default, annotation = param.default, param.annotation
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(default, bool):
         return None if isinstance(value, bool) else "true or false"
-    if isinstance(default, int):
+    if isinstance(default, int) and annotation in (int, "int"):
         return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
-    if isinstance(default, float):
-        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if isinstance(default, (int, float)):
+        return None if number else "a number"
     if isinstance(default, str):
         return None if isinstance(value, str) else "a string"
     return None
@@ -298,7 +302,7 @@ def env_option_problems(env_spec: Any, *, multi_agent: bool) -> list[Problem]:
         param = params.get(str(key))
         if param is None or param.default in (inspect.Parameter.empty, None):
             continue
-        wanted = _type_mismatch(value, param.default)
+        wanted = _type_mismatch(value, param)
         if wanted:
             problems.append(Problem(
                 f"environment.env_config.{key}",
