@@ -273,6 +273,11 @@ class VLLMServerBackend:
                     f"the vLLM server at {self.base_url} has no /collective_rpc: {DEV_MODE_HINT}"
                 ) from exc
         except (urllib.error.URLError, OSError) as exc:
+            if _timed_out(exc):
+                raise GenerationError(
+                    f"the vLLM server at {self.base_url} gave no answer to GET /collective_rpc within "
+                    f"{self.timeout:g} s (vllm_config.server_timeout bounds each request)"
+                ) from exc
             raise GenerationError(f"vLLM server GET {self.base_url}/collective_rpc failed: {exc}") from exc
 
     def _reload_from(self, path: str) -> None:
