@@ -229,6 +229,33 @@ def test_weights_and_biases_offline(
     assert read_checkpoint(run_dir).manifest_data["logging"]["wandb"]["project"] == "agilerl-tests"
 
 
+def test_a_wandb_server_that_never_answers_is_given_up_at_init_timeout_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket that accepts and never answers, as the W&B server: the run stops after
+    logging.wandb.init_timeout_s with the address and the setting, not wandb's raw CommError."""
+    pytest.importorskip("wandb")
+    import socket
+
+    from agilerl.errors import AgileRLError
+    from agilerl.training.metrics import MetricsLogger
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        monkeypatch.setenv("WANDB_BASE_URL", url)
+        monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        logger = MetricsLogger(tmp_path / "run", tensorboard=False,
+                               wandb={"project": "p", "mode": "online", "init_timeout_s": 2.0})  # fmt: skip
+        with pytest.raises(AgileRLError) as info:
+            logger.log({"member": 0, "steps": 1, "fitness": 0.0})
+    message = str(info.value)
+    assert message.startswith(f"logging.wandb: W&B could not start the run at {url} (waited at most 2 s;"), message
+    assert "logging.wandb.init_timeout_s sets the bound" in message
+
+
 def test_wandb_section_without_wandb_fails_validation(tmp_path: Path) -> None:
     manifest = {"algorithm": {"name": "PPO"}, "environment": {"name": "CartPole-v1"},
                 "logging": {"wandb": {"project": "p"}}}  # fmt: skip

@@ -236,3 +236,54 @@ def test_mutation_and_sharing_settings_the_plugin_cannot_honour_are_refused() ->
 )  # fmt: skip
 def test_version_is_appended_once_with_or_without_its_v(name: str, version: object, env_id: str) -> None:
     assert GymEnvSpec(name=name, version=version).env_id == env_id
+
+
+class _ScaledEnv(gym.Env):  # type: ignore[type-arg]
+    """A registered env whose ``scale`` option is used only by ``step`` (sqrt of it)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, scale: float = 1.0, render_mode: str | None = None) -> None:
+        self.scale = scale
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:  # type: ignore[type-arg]
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple:  # type: ignore[type-arg]
+        import math
+
+        return np.full(1, math.sqrt(self.scale) / 10, np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"scale": "big"}, "environment.env_config.scale: AgileRLScaled-v0 takes a number here (its default is 1.0); "
+                           "got str 'big'"),
+        ({"scael": 2.0}, "environment.env_config: AgileRLScaled-v0 does not take these options: TypeError: "),
+        ({"scale": -1.0}, "environment.env_config: AgileRLScaled-v0 fails with these options: its step() 1 raised "
+                          "ValueError: math domain error"),
+    ],
+)  # fmt: skip
+def test_a_registered_envs_options_are_checked_at_validation(config: dict, expected: str) -> None:  # type: ignore[type-arg]
+    if "AgileRLScaled-v0" not in gym.registry:
+        gym.register("AgileRLScaled-v0", entry_point=_ScaledEnv, max_episode_steps=20)
+    manifest = {"algorithm": {"name": "DQN"}, "environment": {"name": "AgileRLScaled-v0", "env_config": config}}
+    with pytest.raises(ManifestError) as info:
+        validate_manifest(manifest)
+    (problem,) = info.value.problems
+    assert str(problem).startswith(expected), problem
+    if "scael" in config:
+        assert str(problem).endswith("did you mean 'scale'?")
+    validate_manifest({**manifest, "environment": {"name": "AgileRLScaled-v0", "env_config": {"scale": 4}}})
+
+
+def test_an_int_default_without_an_int_annotation_takes_any_number() -> None:
+    # MountainCarContinuous's goal_velocity=0 is a float option written with an int default
+    validate_manifest({"algorithm": {"name": "TD3"},
+                       "environment": {"name": "MountainCarContinuous-v0", "env_config": {"goal_velocity": 0.1}}})  # fmt: skip
+    with pytest.raises(ManifestError, match=r"environment\.env_config\.goal_velocity: .* takes a number here"):
+        validate_manifest({"algorithm": {"name": "TD3"},
+                           "environment": {"name": "MountainCarContinuous-v0", "env_config": {"goal_velocity": "fast"}}})  # fmt: skip

@@ -123,3 +123,65 @@ def test_cli_reports_errors_without_traceback(train) -> None:  # type: ignore[no
     code, _, out = train({"algorithm": {"name": "MADDPG"}, "environment": {"name": "CartPole-v1"}}, name="bad")
     assert code != 0
     assert "environment.name" in out and "Traceback" not in out
+
+
+# --- environment.env_config of a PettingZoo env, refused at validation (a worker's traceback at train) --------
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"max_cycle": 25}, "environment.env_config: mpe2.simple_speaker_listener_v4 does not take these options: "
+                            "TypeError: raw_env.__init__() got an unexpected keyword argument 'max_cycle'; did you "
+                            "mean 'max_cycles'?"),
+        ({"max_cycles": "twenty"}, "environment.env_config.max_cycles: mpe2.simple_speaker_listener_v4 takes an "
+                                   "integer here (its default is 25); got str 'twenty'"),
+        ({"continuous_actions": "yes"}, "environment.env_config.continuous_actions: mpe2.simple_speaker_listener_v4 "
+                                        "takes true or false here (its default is False); got str 'yes'"),
+    ],
+)  # fmt: skip
+def test_pettingzoo_env_config_is_checked_at_validation(config: dict[str, Any], expected: str) -> None:
+    problems = _problems({"algorithm": {"name": "IPPO"}, "environment": {**SSL, "env_config": config}})
+    assert problems == [expected]
+
+
+def test_pettingzoo_env_config_that_breaks_the_first_steps_is_refused() -> None:
+    # N: 0 is an int the constructor takes; the env then has no agents to step
+    (problem,) = _problems({"algorithm": {"name": "MADDPG"},
+                            "environment": {"name": "mpe2.simple_spread_v3", "env_config": {"N": 0}}})  # fmt: skip
+    assert problem.startswith("environment.env_config: mpe2.simple_spread_v3 ")
+
+
+def test_a_good_env_config_validates() -> None:
+    load_manifest({"algorithm": {"name": "IPPO"}, "environment": {**SSL, "env_config": {"max_cycles": 30}}})
+
+
+def test_validation_builds_the_pettingzoo_env_once_for_all_its_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A custom env with action masking and a per-agent net_config: the API check, the mask check and
+    the agent-list check share one env, built once and closed once."""
+    from masked_pz_env import MaskedChoiceParallelEnv
+
+    import agilerl_plugin_gym.envs as envs
+
+    made: list[Any] = []
+    closed: list[Any] = []
+    real = envs.make_single_env
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        env = real(*args, **kwargs)
+        made.append(env)
+        monkeypatch.setattr(env, "close", lambda: closed.append(env), raising=False)
+        return env
+
+    monkeypatch.setattr(envs, "make_single_env", counting)
+    env = {"name": "masked_choice", "entrypoint": "masked_pz_env:MaskedChoiceParallelEnv", "path": str(HERE),
+           "num_envs": 1, "sync": True}  # fmt: skip
+    algo = {"name": "IPPO", "action_masking": True, "net_config": {"player": {"latent_dim": 16}}}
+    load_manifest({"algorithm": algo, "environment": env})
+    assert len(made) == 1 and closed == made
+    assert isinstance(getattr(made[0], "unwrapped", made[0]), MaskedChoiceParallelEnv)
+    algo["net_config"] = {"playr": {"latent_dim": 16}}
+    made.clear()
+    (problem,) = _problems({"algorithm": algo, "environment": env})
+    assert problem.startswith("algorithm.net_config.playr: no agent or group") and "did you mean 'player'" in problem
+    assert len(made) == 1

@@ -169,6 +169,46 @@ def test_qlora_sft_trains_the_adapter_on_a_4bit_base(tiny_model_dir: Path, tmp_p
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
 
 
+@pytest.mark.parametrize(
+    ("mapping", "where", "words"),
+    [
+        ({"load_in_4bit": True, "load_in_8bit": True}, "load_in_8bit", "both true"),
+        ({}, "", "quantizes nothing"),
+        ({"bnb_4bit_quant_type": "nf4"}, "", "quantizes nothing"),
+        ({"load_in_4bit": True, "bnb_4bit_quant_type": "nf8"}, "bnb_4bit_quant_type", "did you mean 'nf4'?"),
+        ({"load_in_4bit": True, "bnb_4bit_compute_dtype": "bfloat17"}, "bnb_4bit_compute_dtype", "'bfloat16'?"),
+        ({"load_in_4bit": True, "bnb_4bit_quant_storage": "int4"}, "bnb_4bit_quant_storage", "not a storage dtype"),
+        ({"load_in_4bit": True, "bnb_4bit_quant_typ": "nf4"}, "bnb_4bit_quant_typ", "'bnb_4bit_quant_type'?"),
+        ({"load_in_4bit": "yes"}, "load_in_4bit", "expected true or false"),
+        ({"load_in_8bit": True, "llm_int8_skip_modules": "lm_head"}, "llm_int8_skip_modules", "a list"),
+        ({"load_in_8bit": True, "bnb_4bit_quant_type": "nf4"}, "bnb_4bit_quant_type", "ignored under load_in_8bit"),
+    ],
+)
+def test_a_mapping_is_checked_key_by_key(mapping: dict[str, Any], where: str, words: str) -> None:
+    from agilerl_plugin_llm.quantization_config import field_problems
+
+    problems = field_problems(mapping)
+    assert [(key, words in why) for key, why, _ in problems] == [(where, True)], problems
+
+
+def test_the_mapping_problems_name_the_key_as_written(tiny_model_dir: Path, tmp_path: Path) -> None:
+    bad = {"load_in_4bit": True, "load_in_8bit": True, "bnb_4bit_compute_dtype": "bf16"}
+    with pytest.raises(ManifestError) as info:
+        load_manifest(sft_manifest(tiny_model_dir, tmp_path, quantization=bad))
+    fields = sorted(p.path for p in info.value.problems)
+    assert fields == ["algorithm.quantization.bnb_4bit_compute_dtype", "algorithm.quantization.load_in_8bit"]
+
+
+def test_a_valid_mapping_builds_its_config() -> None:
+    from agilerl_plugin_llm.quantization_config import field_problems
+
+    given = {"load_in_8bit": True, "llm_int8_threshold": 6, "llm_int8_skip_modules": ["lm_head"]}
+    assert field_problems(given) == []
+    assert bnb_config(given).llm_int8_threshold == 6.0  # YAML's 6 (an int), which transformers refuses as such
+    four = {"load_in_4bit": True, "bnb_4bit_quant_type": "fp4", "bnb_4bit_compute_dtype": "float16"}
+    assert field_problems(four) == [] and bnb_config(four).bnb_4bit_compute_dtype == torch.float16
+
+
 def _tensors(obj: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
     """Every named tensor in a nested checkpoint (dicts and lists)."""
     if isinstance(obj, torch.Tensor):

@@ -109,6 +109,54 @@ def test_no_server_is_a_clear_error() -> None:
         VLLMServerBackend(f"http://127.0.0.1:{port}", stop_ids=[0], timeout=1.0)
 
 
+def test_a_server_that_accepts_and_never_answers_is_given_up_at_server_timeout() -> None:
+    """A socket that accepts connections (the kernel completes them from the backlog) and never answers:
+    the start-up wait ends at vllm_config.server_timeout with the address and the setting."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(GenerationError) as info:
+            VLLMServerBackend(url, stop_ids=[0], timeout=1.0)
+    message = str(info.value)
+    assert f"no vLLM server answered at {url}/health within 1 s, the vllm_config.server_timeout" in message
+    assert "timed out" in message, message
+
+
+class _HangsAfterHealthHandler(http.server.BaseHTTPRequestHandler):
+    """/health answers; every other request is held until the test lets it go (a hung server)."""
+
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path != "/health":
+            self.release.wait()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_request_the_server_never_answers_names_the_address_and_the_setting() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HangsAfterHealthHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(GenerationError) as info:
+            VLLMServerBackend(url, stop_ids=[0], timeout=1.0)
+        message = str(info.value)
+        assert f"the vLLM server at {url} gave no answer to GET /v1/models within 1 s" in message, message
+        assert "vllm_config.server_timeout bounds each request" in message
+    finally:
+        _HangsAfterHealthHandler.release.set()
+        server.shutdown()
+        server.server_close()
+
+
 def test_token_ids_are_read_from_either_response_form() -> None:
     assert completion_token_ids({"choices": [{"token_ids": [5, 6]}]}) == [5, 6]
     assert completion_token_ids({"choices": [{"logprobs": {"tokens": ["token_id:5", "token_id:6"]}}]}) == [5, 6]

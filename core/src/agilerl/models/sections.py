@@ -306,6 +306,12 @@ class WandbSpec(Spec):
     mode: Literal["online", "offline", "disabled"] | None = Field(
         default=None, description="online, offline (sync later with `wandb sync`) or disabled; default: WANDB_MODE."
     )
+    init_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds the W&B server may take to start the run (wandb's init_timeout; default: wandb's "
+        "own, 90 s), after which the run stops with the server's address; mode: offline needs no server.",
+    )
 
     @model_validator(mode="after")
     def _installed(self) -> WandbSpec:

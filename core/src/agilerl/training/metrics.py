@@ -241,9 +241,21 @@ def _start_wandb(run_dir: Path, config: dict[str, Any]) -> Any:
     except ImportError as exc:
         raise AgileRLError("logging.wandb needs Weights & Biases: pip install 'agilerl-core[wandb]'") from exc
     kwargs = {k: v for k, v in config.items() if v is not None}
+    timeout = kwargs.pop("init_timeout_s", None)
+    if timeout is not None:
+        kwargs["settings"] = {"init_timeout": float(timeout)}
     kwargs.setdefault("dir", str(run_dir))
     kwargs.setdefault("name", run_dir.name)
-    run = wandb.init(**kwargs)
+    try:
+        run = wandb.init(**kwargs)
+    except Exception as exc:  # wandb's own errors (CommError, UsageError, ...): said with the address and setting
+        server = os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"
+        bound = f"{timeout:g} s" if timeout is not None else "wandb's default init_timeout (90 s)"
+        raise AgileRLError(
+            f"logging.wandb: W&B could not start the run at {server} (waited at most {bound}; "
+            f"logging.wandb.init_timeout_s sets the bound, mode: offline logs without a server): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}"
+        ) from None
     run.define_metric("population/*", step_metric="steps")
     run.define_metric("member/*", step_metric="steps")
     return run

@@ -13,13 +13,17 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import math
+import re
 from collections.abc import Mapping
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
-from agilerl.errors import AgileRLError, Problem
+from agilerl.errors import AgileRLError, Problem, closest
 from agilerl_plugin_gym.masking import MASK_KEY, MaskSource, check_masking
+from agilerl_plugin_gym.multi_agent.names import resolve_module_name
 from agilerl_plugin_gym.sections import ReplayBufferSpec
 
 if TYPE_CHECKING:
@@ -185,32 +189,190 @@ def env_problems(env: Any, *, multi_agent: bool = False) -> list[Problem]:
     return []
 
 
+def close_quietly(env: Any) -> None:
+    """Close an env validation built; a failing ``close()`` is not what any check is about."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            pass
+
+
+def make_problem(exc: Exception) -> Problem:
+    """The problem of a custom env that could not be made: a ``GymEnvError`` under the field it names,
+    anything else (the env's own code, a PettingZoo maker) under ``environment``."""
+    from agilerl_plugin_gym.envs import GymEnvError  # deferred: gymnasium, loaded only when validation builds an env
+
+    if isinstance(exc, GymEnvError):
+        path, sep, message = str(exc).partition(": ")
+        return Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))
+    return Problem("environment", f"making the custom env raised {type(exc).__name__}: {exc}{_HINT}")
+
+
+def built_env_problems(env: Any, manifest: TrainingManifest, *, multi_agent: bool) -> list[Problem]:
+    """The checks of a custom env already made (the API check, then its action masks)."""
+    problems = env_problems(env, multi_agent=multi_agent)
+    return problems or (_agent_mask_problems(env, manifest) if multi_agent else _mask_problems(env, manifest))
+
+
 def make_and_check(manifest: TrainingManifest, *, multi_agent: bool) -> list[Problem]:
     """Make the manifest's custom env once (as the run will) and check it; [] when not custom."""
     if not wants_check(manifest):
         return []
-    from agilerl_plugin_gym.envs import (  # deferred: gymnasium, loaded only when validation builds an env
-        GymEnvError,
-        make_single_env,
+    from agilerl_plugin_gym.envs import (
+        make_single_env,  # deferred: gymnasium, loaded only when validation builds an env
     )
 
     try:
         env = make_single_env(manifest.environment, multi_agent=multi_agent)  # type: ignore[arg-type]
-    except GymEnvError as exc:
-        path, sep, message = str(exc).partition(": ")
-        return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
     except Exception as exc:
-        return [Problem("environment", f"making the custom env raised {type(exc).__name__}: {exc}{_HINT}")]
+        return [make_problem(exc)]
     try:
-        problems = env_problems(env, multi_agent=multi_agent)
-        return problems or (_agent_mask_problems(env, manifest) if multi_agent else _mask_problems(env, manifest))
+        return built_env_problems(env, manifest, multi_agent=multi_agent)
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception:  # a failing close() is not what the check is about
-                pass
+        close_quietly(env)
+
+
+# --------------------------------------------------------------------------------------------------
+# environment.env_config of a registered env (a gymnasium id or a PettingZoo module)
+# --------------------------------------------------------------------------------------------------
+
+
+def _constructor(env_spec: Any, *, multi_agent: bool) -> tuple[Any, set[str]]:
+    """The callable a registered env's ``env_config`` goes to, and the names ``gym.make`` itself takes
+    (None when the env is custom or cannot be found: making it reports that)."""
+    if is_custom(env_spec) or getattr(env_spec, "env_type", "gym") != "gym":
+        return None, set()
+    try:
+        if multi_agent:
+            module = importlib.import_module(resolve_module_name(str(env_spec.name)))
+            return getattr(module, "raw_env", None) or getattr(module, "parallel_env", None), set()
+        import gymnasium as gym
+        from gymnasium.envs.registration import load_env_creator
+
+        registered = gym.spec(env_spec.env_id)
+        entry = registered.entry_point
+        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        return creator, set(inspect.signature(gym.make).parameters) - {"id", "kwargs"}
+    except Exception:  # not found or not importable: making the env says so in its own words
+        return None, set()
+
+
+def _signature(fn: Any) -> dict[str, inspect.Parameter] | None:
+    try:
+        params = dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    params.pop("self", None)
+    return params
+
+
+def _type_mismatch(value: Any, param: inspect.Parameter) -> str | None:
+    """What the parameter's default (or its annotation) asks for, when ``value`` is not of it (None: it
+    is, or no rule here). An int default without an ``int`` annotation takes any number
+    (``goal_velocity=0`` is a float option)."""
+    default, annotation = param.default, param.annotation
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, int) and annotation in (int, "int"):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if isinstance(default, (int, float)):
+        return None if number else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a string"
+    return None
+
+
+def env_option_problems(env_spec: Any, *, multi_agent: bool) -> list[Problem]:
+    """``environment.env_config`` values of a registered env whose type differs from its
+    constructor's default for that option (``max_cycles: twenty``, ``continuous_actions: "yes"``):
+    the constructor takes them, and the run fails at its first step or runs what was not meant."""
+    options = getattr(env_spec, "env_config", None)
+    if not isinstance(options, Mapping) or not options:
+        return []
+    fn, _ = _constructor(env_spec, multi_agent=multi_agent)
+    params = _signature(fn) if fn is not None else None
+    if not params:
+        return []
+    label = _label(env_spec, multi_agent=multi_agent)
+    problems = []
+    for key, value in options.items():
+        param = params.get(str(key))
+        if param is None or param.default in (inspect.Parameter.empty, None):
+            continue
+        wanted = _type_mismatch(value, param)
+        if wanted:
+            problems.append(Problem(
+                f"environment.env_config.{key}",
+                f"{label} takes {wanted} here (its default is {param.default!r}); got {_describe(value)}",
+            ))  # fmt: skip
+    return problems
+
+
+def option_hint(env_spec: Any, exc: BaseException, *, multi_agent: bool) -> str:
+    """A did-you-mean (and the options there are) for the option a constructor refused by name."""
+    match = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+    fn, make_names = _constructor(env_spec, multi_agent=multi_agent)
+    params = _signature(fn) if fn is not None and match else None
+    if not match or params is None:
+        return ""
+    names = sorted(
+        {n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} | make_names
+    )  # fmt: skip
+    hint = closest(match.group(1), names)
+    return f"; did you mean {hint!r}?" if hint else (f"; its options are {', '.join(names)}" if names else "")
+
+
+def _label(env_spec: Any, *, multi_agent: bool) -> str:
+    return str(getattr(env_spec, "name", "") if multi_agent else getattr(env_spec, "env_id", "the env"))
+
+
+def env_config_problem(env_spec: Any, exc: BaseException, *, multi_agent: bool) -> Problem:
+    """``environment.env_config`` refused by the env's constructor, said at validation (at train it
+    would be a worker's traceback): an unknown key (with did-you-mean), or a value of the wrong type."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, (TypeError, ValueError)) else exc
+    message = str(cause).split(" was raised from the environment creator")[0]
+    return Problem(
+        "environment.env_config",
+        f"{_label(env_spec, multi_agent=multi_agent)} does not take these options: {type(cause).__name__}: "
+        f"{message}{option_hint(env_spec, cause, multi_agent=multi_agent)}",
+    )
+
+
+def first_steps_problem(env: Any, env_spec: Any, *, multi_agent: bool, steps: int = CHECK_STEPS) -> Problem | None:
+    """A registered env built with ``env_config`` is reset and stepped a few times with sampled
+    actions: an option whose value its constructor took but its ``reset``/``step`` cannot use fails
+    here, at validation, instead of in a worker at train. None when it runs."""
+    if not getattr(env_spec, "env_config", None) or is_custom(env_spec):
+        return None
+    where = "reset()"
+    try:
+        env.reset(seed=0)
+        if multi_agent and not env.agents:
+            return Problem("environment.env_config", f"{_label(env_spec, multi_agent=True)} has no agents after "
+                                                     "reset() with these options; check env_config's values")  # fmt: skip
+        for i in range(steps):
+            where = f"step() {i + 1}"
+            if multi_agent:
+                if not env.agents:
+                    env.reset()
+                out = env.step({a: env.action_space(a).sample() for a in env.agents})
+                done = not env.agents or all(out[2].get(a) or out[3].get(a) for a in out[2])
+            else:
+                out = env.step(env.action_space.sample())
+                done = bool(out[2] or out[3])
+            if done:
+                where = "reset()"
+                env.reset()
+    except Exception as exc:
+        return Problem(
+            "environment.env_config",
+            f"{_label(env_spec, multi_agent=multi_agent)} fails with these options: its {where} raised "
+            f"{type(exc).__name__}: {exc}; check env_config's values (their types and ranges)",
+        )
+    return None
 
 
 def _mask_problems(env: Any, manifest: TrainingManifest) -> list[Problem]:
@@ -280,4 +442,17 @@ def batch_problems(spec: AlgorithmSpec, manifest: TrainingManifest) -> list[Prob
     return []
 
 
-__all__ = ["EnvCheckError", "batch_problems", "check_env", "check_parallel_env", "env_problems", "make_and_check"]
+__all__ = [
+    "EnvCheckError",
+    "batch_problems",
+    "built_env_problems",
+    "check_env",
+    "check_parallel_env",
+    "close_quietly",
+    "env_config_problem",
+    "env_option_problems",
+    "env_problems",
+    "first_steps_problem",
+    "make_and_check",
+    "make_problem",
+]

@@ -222,6 +222,8 @@ def bnb_config(quantization: str | Mapping[str, Any], device: str | torch.device
 
     if isinstance(quantization, Mapping):
         kwargs = dict(quantization)
+        if isinstance(kwargs.get("llm_int8_threshold"), int):
+            kwargs["llm_int8_threshold"] = float(kwargs["llm_int8_threshold"])  # YAML's 6; transformers wants 6.0
         if kwargs.get("load_in_4bit"):
             kwargs.setdefault("bnb_4bit_compute_dtype", compute_dtype(device))
         return BitsAndBytesConfig(**kwargs)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import AliasChoices, Field, field_validator
 
 from agilerl.models.base import AlgorithmSpec, Mutable, Spec
+from agilerl_plugin_llm import quantization_config
 from agilerl_plugin_llm.fsdp_config import check_field
 
 
@@ -185,6 +186,12 @@ class LLMAlgorithmSpec(AlgorithmSpec):
         # Each problem at algorithm.fsdp.<key> (agilerl_plugin_llm.fsdp_config, no torch).
 
         return check_field(value)
+
+    @field_validator("quantization", mode="before")
+    @classmethod
+    def _quantization_as_written(cls, value: Any) -> Any:
+        # Its type only; each other problem at algorithm.quantization.<key> (specs.llm_algorithm_problems).
+        return quantization_config.check_type(value)
 
     @field_validator("pretrained_model_name_or_path", "vllm_lora_export_dir", mode="before")
     @classmethod

@@ -18,8 +18,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from agilerl.errors import Problem, closest
+from agilerl.errors import Problem
 from agilerl.models.base import EnvSpec, Spec
+from agilerl_plugin_llm import quantization_config
 from agilerl_plugin_llm.check_inputs import lora_target_problems, model_problems
 from agilerl_plugin_llm.rollout.catalog import apply_catalog
 from agilerl_plugin_llm.spec_base import LLMAlgorithmSpec, resolve_local_path
@@ -407,75 +408,56 @@ UNSUPPORTED_ALGORITHM_FIELDS: dict[str, str] = {
 _OFF_VALUES: tuple[Any, ...] = (None, False, {}, "none", "None")
 
 
-#: AgileRL's ``quantization`` presets: a bitsandbytes base under a LoRA adapter (QLoRA).
-QUANTIZATION_PRESETS = ("nf4", "fp4", "int8")
+def quantization_problems(value: Any) -> list[str]:
+    """Why ``quantization: value`` cannot run here, each as ``quantization[.<key>]: why`` (none: it can, or
+    it is off): the value's own problems (:func:`agilerl_plugin_llm.quantization_config.field_problems`)
+    or, for a valid one, a missing bitsandbytes. Nothing is imported."""
+    problems = [f"quantization{'.' + key if key else ''}: {why}"
+                for key, why, _ in quantization_config.field_problems(value)]  # fmt: skip
+    if (
+        not problems
+        and quantization_config.is_quantized(value)
+        and (missing := quantization_config.missing_bitsandbytes())
+    ):
+        problems.append(f"quantization: {missing}")
+    return problems
 
 
-def quantization_problem(value: Any) -> str | None:
-    """Why ``quantization: value`` cannot run here (None: it can, or it is off).
+def raise_problems(spec: LLMAlgorithmSpec, problems: list[str]) -> None:
+    """Raise a spec validator's problems (nothing when there are none): each about ``quantization`` at
+    ``algorithm.quantization``, where the user wrote it; the others together, at ``algorithm``."""
+    if not problems:
+        return
+    located = [p for p in problems if p.startswith(("quantization: ", "quantization."))]
+    if not located:
+        raise ValueError("; ".join(problems))
+    from pydantic import ValidationError
+    from pydantic_core import InitErrorDetails, PydanticCustomError
 
-    QLoRA loads the base through bitsandbytes, which runs its 4-bit (nf4, fp4) and 8-bit layers on a
-    CUDA GPU and, from 0.48 on, on the CPU too; only its absence is a problem. Nothing is imported.
-    """
-    if value in _OFF_VALUES:
-        return None
-    if isinstance(value, str) and value not in QUANTIZATION_PRESETS:
-        return (f"quantization: {value!r} is not a preset; use one of none, {', '.join(QUANTIZATION_PRESETS)} "
-                "or a mapping of transformers.BitsAndBytesConfig arguments")  # fmt: skip
-    if isinstance(value, Mapping) and (unknown := _unknown_bnb_keys(value)):
-        # BitsAndBytesConfig keeps an unknown key as an attribute and quantizes by its defaults
-        # (bnb_4bit_quant_typ: nf4 would train fp4): refused by name instead.
-        known = _bnb_arguments()
-        hints = [f"{k!r}" + (f" (did you mean {hint!r}?)" if (hint := closest(k, known)) else "") for k in unknown]
-        return (f"quantization: transformers.BitsAndBytesConfig takes no {', '.join(hints)}; "
-                f"its arguments are {', '.join(sorted(known))}")  # fmt: skip
-    if importlib.util.find_spec("bitsandbytes") is None:
-        return ("quantization: QLoRA (a bitsandbytes 4-bit/8-bit base under a LoRA adapter) needs the "
-                "bitsandbytes package, which is not installed here: pip install 'agilerl-plugin-llm[qlora]'. "
-                "Remove it (or set quantization: none) to train in full precision")  # fmt: skip
-    return None
-
-
-def _bnb_arguments() -> set[str]:
-    """The named arguments of ``transformers.BitsAndBytesConfig.__init__``, read from the source of
-    the installed transformers (parsed, not imported: validation imports no heavy package)."""
-    import ast
-
-    try:
-        spec = importlib.util.find_spec("transformers")  # the top package only: nothing is imported
-    except (ImportError, ValueError):
-        return set()
-    if spec is None or not spec.submodule_search_locations:
-        return set()
-    source = Path(next(iter(spec.submodule_search_locations))) / "utils" / "quantization_config.py"
-    try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "BitsAndBytesConfig":
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    args = [*item.args.posonlyargs, *item.args.args, *item.args.kwonlyargs]
-                    return {a.arg for a in args if a.arg != "self"}
-    return set()
-
-
-def _unknown_bnb_keys(mapping: Mapping[str, Any]) -> list[str]:
-    known = _bnb_arguments()
-    return [str(k) for k in mapping if k not in known] if known else []
+    errors = []
+    for p in located:
+        where, _, why = p.partition(": ")
+        key = where.removeprefix("quantization").removeprefix(".")
+        value = spec.quantization
+        given = value.get(key) if key and isinstance(value, Mapping) else value
+        errors.append(InitErrorDetails(type=PydanticCustomError("quantization", why),
+                                       loc=("quantization", key) if key else ("quantization",), input=given))  # fmt: skip
+    rest = [p for p in problems if p not in located]
+    if rest:
+        errors.append(InitErrorDetails(type=PydanticCustomError("value_error", "; ".join(rest)), loc=(),
+                                       input=spec.model_dump(exclude_unset=True)))  # fmt: skip
+    raise ValidationError.from_exception_data(type(spec).__name__, errors)
 
 
 def llm_algorithm_problems(spec: LLMAlgorithmSpec, unsupported: dict[str, str] | None = None) -> list[str]:
     """Problems shared by every LLM algorithm of this plugin (used by the spec validators)."""
     problems: list[str] = []
     if "quantization" in spec.model_fields_set:
-        problem = quantization_problem(spec.quantization)
-        if problem is None and spec.quantization not in _OFF_VALUES and spec.lora_config is None:
-            problem = ("quantization: QLoRA trains a LoRA adapter on the quantized base, and quantized weights "
-                       "cannot be fine-tuned themselves; add network.lora_config or remove quantization")  # fmt: skip
-        if problem:
-            problems.append(problem)
+        found = quantization_problems(spec.quantization)
+        if not found and quantization_config.is_quantized(spec.quantization) and spec.lora_config is None:
+            found = ["quantization: QLoRA trains a LoRA adapter on the quantized base, and quantized weights "
+                     "cannot be fine-tuned themselves; add network.lora_config or remove quantization"]  # fmt: skip
+        problems += found
     if spec.lora_target_scope and spec.lora_config is None:
         problems.append("lora_target_scope: it limits the LoRA adapter's target modules; add network.lora_config "
                         "or remove it")  # fmt: skip
@@ -597,5 +579,6 @@ __all__ = [
     "UNSUPPORTED_ALGORITHM_FIELDS",
     "UNSUPPORTED_ENV_FIELDS",
     "llm_algorithm_problems",
+    "raise_problems",
     "model_path_problems",
 ]

@@ -13,7 +13,17 @@ from pydantic import Field, ValidationError, field_validator
 
 from agilerl.errors import Problem, closest
 from agilerl.models.base import Mutable
-from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+from agilerl_plugin_gym.check_env import (
+    batch_problems,
+    built_env_problems,
+    close_quietly,
+    env_config_problem,
+    env_option_problems,
+    first_steps_problem,
+    is_custom,
+    make_problem,
+    wants_check,
+)
 from agilerl_plugin_gym.multi_agent.names import moved_problem, resolve_module_name
 from agilerl_plugin_gym.sections import NetworkSpec
 from agilerl_plugin_gym.spec_base import MultiAgentAlgorithmSpec
@@ -113,27 +123,46 @@ def net_config_agent_problem(net_config: dict[str, Any] | None, agents: list[str
     return None
 
 
-def net_config_agents_problems(manifest: TrainingManifest, net_config: dict[str, Any] | None) -> list[Problem]:
-    """:func:`net_config_agent_problem` against the env's agent list, the env built once (cheap, local)."""
+def net_config_agents_problems(env: Any, net_config: dict[str, Any] | None) -> list[Problem]:
+    """:func:`net_config_agent_problem` against the agent list of the env validation built."""
     if not is_per_agent(net_config):
         return []
+    agents = [str(a) for a in (getattr(env, "possible_agents", None) or getattr(env, "agents", []))]
+    problem = net_config_agent_problem(net_config, agents) if agents else None
+    return [problem] if problem else []
+
+
+def built_pettingzoo_problems(manifest: TrainingManifest, net_config: dict[str, Any] | None) -> list[Problem]:
+    """Every check that needs the PettingZoo env itself, on one env built once and closed once: a
+    custom env's API and action-mask checks, a registered env's ``env_config`` (refused by its
+    constructor, or failing its first steps) and a per-agent ``net_config`` against its agents.
+    No env is built when none of them applies."""
+    env_spec = manifest.environment
+    custom = wants_check(manifest)
+    options = bool(getattr(env_spec, "env_config", None)) and not is_custom(env_spec)
+    if not (custom or options or is_per_agent(net_config)):
+        return []
+    if options and (wrong := env_option_problems(env_spec, multi_agent=True)):
+        return wrong
     from agilerl_plugin_gym.envs import make_single_env  # deferred: gymnasium/PettingZoo, only when needed
 
     try:
-        env = make_single_env(manifest.environment, multi_agent=True)  # type: ignore[arg-type]
-    except Exception:  # a failing env is reported by the env checks (or at train) in its own words
-        return []
+        env = make_single_env(env_spec, multi_agent=True)  # type: ignore[arg-type]
+    except Exception as exc:
+        if custom:
+            return [make_problem(exc)]
+        if options:  # the module was found (pettingzoo_problems): its constructor refused an option
+            return [env_config_problem(env_spec, exc, multi_agent=True)]
+        return []  # a failing env is reported by the env checks (or at train) in its own words
     try:
-        agents = [str(a) for a in (getattr(env, "possible_agents", None) or getattr(env, "agents", []))]
+        if custom:
+            problems = built_env_problems(env, manifest, multi_agent=True)
+        else:
+            stepped = first_steps_problem(env, env_spec, multi_agent=True)
+            problems = [stepped] if stepped else []
+        return problems or net_config_agents_problems(env, net_config)
     finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception:  # a failing close() is not what the check is about
-                pass
-    problem = net_config_agent_problem(net_config, agents) if agents else None
-    return [problem] if problem else []
+        close_quietly(env)
 
 
 def pettingzoo_problems(manifest: TrainingManifest, algo_name: str) -> list[Problem]:
@@ -260,11 +289,7 @@ class _MultiAgentSpecBase(MultiAgentAlgorithmSpec):
 
         problems = net_config_problems(self.net_config) + pettingzoo_problems(manifest, self.name)
         problems += batch_problems(self, manifest)
-        return (
-            problems
-            or make_and_check(manifest, multi_agent=True)
-            or net_config_agents_problems(manifest, self.net_config)
-        )
+        return problems or built_pettingzoo_problems(manifest, self.net_config)
 
 
 class IPPOSpec(_MultiAgentSpecBase):

@@ -11,7 +11,17 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from agilerl.errors import Problem
 from agilerl.models.base import Mutable
-from agilerl_plugin_gym.check_env import batch_problems, make_and_check
+from agilerl_plugin_gym.check_env import (
+    batch_problems,
+    built_env_problems,
+    close_quietly,
+    env_config_problem,
+    env_option_problems,
+    first_steps_problem,
+    is_custom,
+    make_and_check,
+    wants_check,
+)
 from agilerl_plugin_gym.env_spec import GymEnvSpec
 from agilerl_plugin_gym.goal_envs import is_goal_conditioned
 from agilerl_plugin_gym.sections.training import rl_training
@@ -86,18 +96,23 @@ class GymAlgorithmSpec(SingleAgentAlgorithmSpec):
                 problems.append(Problem("environment.name", str(exc).removeprefix("environment.name: ")))
             if missing is not None:
                 problems.append(Problem("environment.name", missing))
+        custom: list[Problem] | None = None  # the custom-env check, when the env built for the spaces ran it
         if not problems:
-            problems += _space_problems(type(self).space_rules, self.name, env, manifest)
+            found, custom = _space_problems(type(self).space_rules, self.name, env, manifest)
+            problems += found
 
         problems += batch_problems(self, manifest)
-        return problems or make_and_check(manifest, multi_agent=False)
+        if problems:
+            return problems
+        return custom if custom is not None else make_and_check(manifest, multi_agent=False)
 
 
 def _space_problems(
     rules: SpaceRules | None, algo: str, env: GymEnvSpec, manifest: TrainingManifest | None = None
-) -> list[Problem]:
+) -> tuple[list[Problem], list[Problem] | None]:
     """Make one env as the run will (wrappers included) and check the algorithm takes its spaces,
-    and that the ``network`` section's encoder fits the observation space.
+    and that the ``network`` section's encoder fits the observation space; then, on the same env, a
+    custom env's API and mask checks (the second item: None when they did not run).
 
     An env that cannot be made is reported when it is ``GymEnvError`` (a bad entrypoint, factory or
     wrapper path); anything else the env's own code raises is left for the run to report in full.
@@ -112,18 +127,22 @@ def _space_problems(
     )
 
     if rules is None:
-        return []
+        return [], None
+    options = env_option_problems(env, multi_agent=False)  # a value of another type than the option's default
+    if options:
+        return options, None
     try:
         made = make_single_env(env)
     except GymEnvError as exc:  # "environment.entrypoint: ..." -> that field's path
         path, sep, message = str(exc).partition(": ")
-        return [Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))]
-    except (TypeError, ValueError) as exc:
-        if env.env_config:  # options the env's constructor refuses (an unknown key, a wrong type)
-            return [env_config_problem(env, exc)]
-        return []
-    except Exception:  # the env's own failure: the run reports it with its traceback
-        return []
+        problem = Problem(path, message) if sep and path.startswith("environment") else Problem("environment", str(exc))
+        return [problem], None
+    except Exception as exc:
+        # Options the constructor refuses (an unknown key, a wrong type; a registered env's assertion on
+        # a value's range); else the env's own failure, which the run reports with its traceback.
+        if env.env_config and (isinstance(exc, (TypeError, ValueError)) or not is_custom(env)):
+            return [env_config_problem(env, exc, multi_agent=False)], None
+        return [], None
     from agilerl_plugin_gym.encoder_rules import (  # deferred: gymnasium, loaded only when validation builds an env
         EncoderSpaceError,
         check_network_for_space,
@@ -139,7 +158,7 @@ def _space_problems(
         if rb is not None and getattr(rb, "her", False):
             not_goal = is_goal_conditioned(made)
             if not_goal is not None:
-                return [Problem("replay_buffer.her", not_goal)]
+                return [Problem("replay_buffer.her", not_goal)], None
         norm = getattr(env, "normalize", None)
         if norm is not None and norm.obs:
             from agilerl_plugin_gym.normalization import (  # deferred: torch, loaded only when a manifest normalises
@@ -151,25 +170,24 @@ def _space_problems(
                     "environment.normalize.obs",
                     f"the observation space {made.observation_space} has no float Box part to normalise "
                     "(discrete and image observations are not normalised); set obs: false",
-                )]  # fmt: skip
+                )], None  # fmt: skip
+        stepped = first_steps_problem(made, env, multi_agent=False)  # options only its step() cannot use
+        if stepped is not None:
+            return [stepped], None
+        # A custom env's API and mask checks on this same env (make_and_check would build another).
+        custom = (
+            built_env_problems(made, manifest, multi_agent=False)
+            if manifest is not None and wants_check(manifest)
+            else None
+        )
     except UnsupportedSpaceError as exc:
-        return [Problem("environment", str(exc).removeprefix("environment: "))]
+        return [Problem("environment", str(exc).removeprefix("environment: "))], None
     except EncoderSpaceError as exc:
         path, sep, message = str(exc).partition(": ")
-        return [Problem(path, message) if sep and path.startswith("network") else Problem("network", str(exc))]
+        return [Problem(path, message) if sep and path.startswith("network") else Problem("network", str(exc))], None
     finally:
-        made.close()
-    return []
-
-
-def env_config_problem(env: GymEnvSpec, exc: Exception) -> Problem:
-    """``environment.env_config`` refused by the env's constructor, said at validation (at train it
-    would be a worker's traceback): an unknown key, or a value of the wrong type."""
-    message = str(exc).split(" was raised from the environment creator")[0]
-    return Problem(
-        "environment.env_config",
-        f"{env.env_id} does not take these options: {type(exc).__name__}: {message}",
-    )
+        close_quietly(made)
+    return [], custom
 
 
 class PPOSpec(GymAlgorithmSpec):

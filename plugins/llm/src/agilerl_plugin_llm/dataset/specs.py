@@ -14,7 +14,7 @@ from agilerl.errors import Problem
 from agilerl.models.base import Mutable
 from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
 from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
-from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
+from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems, raise_problems
 from agilerl_plugin_llm.training_fields import evaluation_interval_problems, llm_training
 
 if TYPE_CHECKING:
@@ -44,9 +44,7 @@ class DatasetLLMSpec(PluginLLMSpec):
 
     @model_validator(mode="after")
     def _dataset_checks(self) -> DatasetLLMSpec:
-        problems = llm_algorithm_problems(self)
-        if problems:
-            raise ValueError("; ".join(problems))
+        raise_problems(self, llm_algorithm_problems(self))
         return self
 
     def manifest_problems(self, manifest: TrainingManifest) -> list[Problem]:

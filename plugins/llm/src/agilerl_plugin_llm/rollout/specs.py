@@ -20,7 +20,7 @@ from agilerl.registry import resolve
 from agilerl_plugin_llm.check_data import eval_prompts_heldout_problems
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
-from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems
+from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems, raise_problems
 from agilerl_plugin_llm.training_fields import eval_prompts_problems, evaluation_interval_problems
 
 if TYPE_CHECKING:
@@ -309,8 +309,7 @@ class RolloutLLMSpec(PluginLLMSpec):
         if self.stop_strings is not None and not all(self.stop_strings):
             problems.append("stop_strings: an empty string would end every reply at once; remove it")
         problems += self._importance_sampling_problems()
-        if problems:
-            raise ValueError("; ".join(problems))
+        raise_problems(self, problems)
         # mode: server syncs LoRA adapters or, with full fine-tuning, every weight (a server without
         # VLLM_SERVER_DEV_MODE=1 is refused when the run starts: validation does not ask the server).
         if self.generation_backend == "vllm":

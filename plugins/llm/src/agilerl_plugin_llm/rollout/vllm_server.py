@@ -224,6 +224,12 @@ class VLLMServerBackend:
                         "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)")  # fmt: skip
             raise GenerationError(f"vLLM server {method} {path} failed with HTTP {exc.code}: {detail}{hint}") from exc
         except (urllib.error.URLError, OSError) as exc:
+            if _timed_out(exc):
+                raise GenerationError(
+                    f"the vLLM server at {self.base_url} gave no answer to {method} {path} within {self.timeout:g} s "
+                    "(vllm_config.server_timeout bounds each request: raise it for long generations, or check that "
+                    "the server is not hung)"
+                ) from exc
             raise GenerationError(f"vLLM server {method} {self.base_url}{path} failed: {exc}") from exc
         try:
             parsed = json.loads(text)
@@ -235,8 +241,11 @@ class VLLMServerBackend:
         deadline = time.monotonic() + self.timeout
         last: Exception | None = None
         while True:
+            # Each try within what is left of server_timeout (at most 5 s): one that accepts and never
+            # answers is given up at the deadline, not 5 s past it.
+            attempt = min(5.0, max(0.05, deadline - time.monotonic()))
             try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=5.0) as resp:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=attempt) as resp:
                     if resp.status == 200:
                         return
             except (urllib.error.URLError, OSError) as exc:
@@ -244,11 +253,12 @@ class VLLMServerBackend:
             if time.monotonic() >= deadline:
                 raise GenerationError(
                     f"vllm_config.mode: server: no vLLM server answered at {self.base_url}/health within "
-                    f"{self.timeout:g} s ({last}); start one first, e.g. VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
+                    f"{self.timeout:g} s, the vllm_config.server_timeout ({last}); start one first, e.g. "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
                     "vllm serve MODEL --enable-lora --max-lora-rank R --port PORT, and point "
                     "vllm_config.server_base_url (or server_host/server_port) at it"
                 )
-            time.sleep(1.0)
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _check_dev_mode(self) -> None:
         """Full-weight sync needs ``POST /collective_rpc``: a GET answers 405 where the route exists
@@ -263,6 +273,11 @@ class VLLMServerBackend:
                     f"the vLLM server at {self.base_url} has no /collective_rpc: {DEV_MODE_HINT}"
                 ) from exc
         except (urllib.error.URLError, OSError) as exc:
+            if _timed_out(exc):
+                raise GenerationError(
+                    f"the vLLM server at {self.base_url} gave no answer to GET /collective_rpc within "
+                    f"{self.timeout:g} s (vllm_config.server_timeout bounds each request)"
+                ) from exc
             raise GenerationError(f"vLLM server GET {self.base_url}/collective_rpc failed: {exc}") from exc
 
     def _reload_from(self, path: str) -> None:
@@ -342,3 +357,9 @@ class VLLMServerBackend:
 
 
 __all__ = ["DEV_MODE_HINT", "FullWeightsExporter", "VLLMServerBackend", "completion_request", "completion_token_ids"]
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a urllib failure is a timeout (raised as is, or as a ``URLError`` around one)."""
+    reason = getattr(exc, "reason", None)
+    return isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError) or "timed out" in str(reason or "")
