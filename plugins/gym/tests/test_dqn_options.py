@@ -93,3 +93,17 @@ def test_linear_epsilon_reaches_eps_end_at_eps_linear_steps_as_sb3() -> None:
 def test_one_epsilon_schedule_at_a_time() -> None:
     with pytest.raises(Exception, match="set only one"):
         _manifest({}, {"eps_decay": 0.99, "eps_linear_steps": 100})
+
+
+@pytest.mark.parametrize(
+    ("head", "gain"), [({}, 1.0), ({"output_vanish": True}, 0.01), ({"output_vanish": False}, 1.0)]
+)
+def test_q_head_starts_as_a_value_head_unless_the_manifest_says_otherwise(head: dict[str, Any], gain: float) -> None:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    manifest = load_manifest({
+        "algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},
+        "network": {"latent_dim": 16, "encoder_config": {"arch": "mlp", "hidden_size": [16]},
+                    "head_config": {"hidden_size": [], **head}},
+    })  # fmt: skip
+    weight = _agent(manifest, env).nets["actor"].head.output.weight  # orthogonal rows: norm = the gain
+    assert torch.linalg.norm(weight, dim=1).detach() == pytest.approx([gain] * weight.shape[0], rel=1e-4)

@@ -54,13 +54,20 @@ class DQN(GymAlgorithm):
         DISCRETE_ACTIONS.check("DQN", observation_space, action_space)
         assert isinstance(action_space, spaces.Discrete)
         self.n_actions = int(action_space.n)
-        self.nets = {"actor": self.build_network(self.n_actions)}
+        self.nets = {"actor": self.build_network(self.n_actions, output_vanish=self.q_head_vanish())}
         self.sync_targets()
         self.build_optimizers()
         self.epsilon: float | None = None
         self.eps_end, self.eps_decay = EPS_END, EPS_DECAY
         self.eps_start, self.eps_linear_steps = EPS_START, None
         self.gradient_steps = 0  # counts the hard target copies' interval (target_update_interval)
+
+    def q_head_vanish(self) -> bool:
+        """The Q head's output layer starts at gain 1 (a value head, as the critics here and SB3's
+        QNetwork) unless the manifest sets ``head_config.output_vanish``: the policy-logit gain .01
+        left DQN CartPole collapsing (benchmarks/README.md, the DQN ablation; docs/gym.md)."""
+        head = self.net_spec.head_config if self.net_spec is not None else None
+        return bool(head.output_vanish) if head is not None and "output_vanish" in head.model_fields_set else False
 
     def build_optimizers(self) -> None:
         # Flat storage: the Adam step and the soft target update are one kernel each instead of one
