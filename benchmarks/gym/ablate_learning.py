@@ -78,11 +78,13 @@ SB3 = "sb3"
 #: (commit 74537da), kept here so the ablation stays reproducible after bench_learning.py moved to
 #: the exact SB3 mapping: DQN CartPole spread its gradient steps (`learn_step: 2`), averaged its
 #: target (`tau: 1/64`, the mean lag of SB3's copies) and decayed epsilon multiplicatively (to .04
-#: at the same 8,000th step).
+#: at the same 8,000th step), with the Q head's output layer at gain .01.
 BASE: dict[str, dict[str, dict[str, Any]]] = {
     "dqn-CartPole-v1": {
         "algorithm": {"update_burst": None, "target_update_interval": None, "max_grad_norm": None, "tau": 1 / 64},
         "training": {"eps_linear_steps": None, "eps_decay": float(math.exp(math.log(0.04) / 8000))},
+        # The Q head's output gain .01, DQN's default until the ablation (no_output_vanish) changed it.
+        "network": {"head_config": {"output_vanish": True}},
     },
 }
 
