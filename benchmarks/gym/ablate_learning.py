@@ -41,7 +41,8 @@ SCRIPT = "gym/bench_learning_ablation"
 #: cell -> variant -> (what it switches, the manifest keys it sets: {section: {key: value}}).
 VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
     "dqn-CartPole-v1": {
-        "base": ("the learning table's mapping (`learn_step: 2`, `tau: 1/64`, multiplicative epsilon)", {}),
+        "base": ("the learning table's first mapping (`learn_step: 2`, `tau: 1/64`, multiplicative epsilon, "
+                 "Q head output gain .01)", {}),
         "torch_init": ("torch's default layer init (SB3's QNetwork) instead of orthogonal, output gain .01",
                        {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False,
                                                                                              "output_vanish": False}}}),
