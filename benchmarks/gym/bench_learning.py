@@ -34,7 +34,6 @@ none, so -200 (the figure the plugin's own Pendulum tests and examples use); the
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import resource
 import subprocess
@@ -104,12 +103,6 @@ def _mlp(sizes: list[int], activation: str = "ReLU") -> dict[str, Any]:
             "head_config": {"hidden_size": [], "layer_norm": False, "activation": activation}}  # fmt: skip
 
 
-def _decay_to(eps_end: float, steps: float) -> float:
-    """Our multiplicative per-vector-step ``eps_decay`` that reaches ``eps_end`` after ``steps`` steps
-    (SB3 decays linearly over ``exploration_fraction x n_timesteps`` to the same value)."""
-    return float(math.exp(math.log(eps_end) / steps))
-
-
 @dataclass(frozen=True)
 class Cell:
     """One (algorithm, task) of the suite; ``ours``/``sb3`` build each side from (seed, steps)."""
@@ -145,19 +138,23 @@ def _learning_starts(zoo_value: int, steps: int) -> int:
 # ---- DQN ------------------------------------------------------------------------------------------
 
 
-def _dqn_ours(zoo: dict[str, Any], tau: float, learn_step: int) -> Callable[[int, int], dict[str, Any]]:
+def _dqn_ours(zoo: dict[str, Any], learn_step: int, burst: int, copy_every: int) -> Callable[[int, int], dict]:
+    """SB3's DQN semantics, each with its option (docs/gym.md, DQN): ``learn_step`` x ``burst`` is
+    train_freq and ``burst`` gradient_steps, ``copy_every`` the target_update_interval in gradient
+    steps, SB3's gradient-norm clip 10 and its linear epsilon schedule."""
+
     def build(seed: int, steps: int) -> dict[str, Any]:
-        explore = zoo["exploration_fraction"] * zoo["n_timesteps"]
         return {
             "algorithm": {"name": "DQN", "lr": zoo["learning_rate"], "batch_size": zoo["batch_size"],
-                          "learn_step": learn_step, "gamma": zoo["gamma"], "tau": tau, "double": False},
+                          "learn_step": learn_step, "update_burst": burst, "target_update_interval": copy_every,
+                          "max_grad_norm": 10.0, "gamma": zoo["gamma"], "double": False},
             "environment": {"name": zoo["_env"], "num_envs": 1, "sync": True},
             "network": _mlp([256, 256]),
             "replay_buffer": {"max_size": zoo["buffer_size"]},
             "training": _training(seed, steps, zoo["_eval_every"],
                                   learning_delay=_learning_starts(zoo["learning_starts"], steps),
                                   eps_start=1.0, eps_end=zoo["exploration_final_eps"],
-                                  eps_decay=_decay_to(zoo["exploration_final_eps"], explore)),
+                                  eps_linear_steps=int(zoo["exploration_fraction"] * zoo["n_timesteps"])),
             "logging": NO_TENSORBOARD,
         }  # fmt: skip
 
@@ -353,32 +350,29 @@ def _zoo(key: str, env_id: str) -> dict[str, Any]:
 
 DQN_NOTES = [
     "vanilla DQN on both sides (our `double: false`; SB3's DQN has no double Q)",
-    "epsilon: SB3 decays linearly to exploration_final_eps over exploration_fraction x the zoo's n_timesteps; ours "
-    "decays multiplicatively per vector step, `eps_decay` chosen to reach the same eps_end at the same step (ours "
-    "is lower in between); at a cut budget SB3's exploration_fraction is rescaled to keep that step",
+    "exploration_fraction x the zoo's n_timesteps -> `training.eps_linear_steps` (SB3's linear schedule); at a cut "
+    "budget SB3's exploration_fraction is rescaled to keep that step; SB3's max_grad_norm 10 -> `max_grad_norm: 10`",
 ]
-DQN_CARTPOLE_TAU = 1 / 64
-DQN_LUNAR_TAU = 2 / 250
 
 CELLS: dict[str, Cell] = {
     c.key: c
     for c in [
         Cell("dqn", "CartPole-v1", 50_000, CELLS_EVAL["dqn-CartPole-v1"], 475.0,
-             _dqn_ours(_zoo("dqn-CartPole-v1", "CartPole-v1"), DQN_CARTPOLE_TAU, 2),
+             _dqn_ours(_zoo("dqn-CartPole-v1", "CartPole-v1"), 2, 128, 128),
              _dqn_sb3(_zoo("dqn-CartPole-v1", "CartPole-v1")),
              notes=[*DQN_NOTES,
-                    "train_freq 256 / gradient_steps 128 -> `learn_step: 2` (one gradient step per 2 env steps; "
-                    "SB3 takes them in bursts of 128, we spread them evenly)",
-                    "target_update_interval 10 (hard copy every 10 env steps) has no counterpart (we only have "
-                    "Polyak `tau`): SB3's copies land between its 128-step bursts, so within a burst its target "
-                    "lags the online net by 0-127 gradient steps (mean 64); `tau: 1/64` gives the soft target "
-                    "the same mean lag"]),
+                    "train_freq 256 / gradient_steps 128 -> `learn_step: 2, update_burst: 128` (128 gradient steps "
+                    "every 256 env steps)",
+                    "target_update_interval 10 (a hard copy every 10 env steps, in SB3's collection between "
+                    "bursts: the target is the online net as each burst starts) -> `target_update_interval: 128` "
+                    "(a hard copy every 128 gradient steps: after each burst)"]),
         Cell("dqn", "LunarLander-v3", 100_000, CELLS_EVAL["dqn-LunarLander-v3"], 200.0,
-             _dqn_ours(_zoo("dqn-LunarLander-v3", "LunarLander-v3"), DQN_LUNAR_TAU, 1),
+             _dqn_ours(_zoo("dqn-LunarLander-v3", "LunarLander-v3"), 1, 4, 250),
              _dqn_sb3(_zoo("dqn-LunarLander-v3", "LunarLander-v3")),
-             notes=[*DQN_NOTES, "train_freq 4 / gradient_steps -1 (as many as env steps) -> `learn_step: 1`",
-                    "target_update_interval 250 (hard copy every 250 gradient steps, mean lag 125) -> "
-                    "`tau: 2/250` (a soft target with the same mean lag)"]),
+             notes=[*DQN_NOTES, "train_freq 4 / gradient_steps -1 (as many as env steps) -> "
+                    "`learn_step: 1, update_burst: 4`",
+                    "target_update_interval 250 (env steps; one gradient step per env step) -> "
+                    "`target_update_interval: 250` (gradient steps)"]),
         Cell("a2c", "CartPole-v1", 100_000, CELLS_EVAL["a2c-CartPole-v1"], 475.0,
              _a2c_cartpole_ours, _a2c_cartpole_sb3, num_envs=8,
              notes=["SB3 defaults: n_steps 5 x 8 envs -> `learn_step: 40`, RMSprop, lr 7e-4, separate 64-64 tanh",

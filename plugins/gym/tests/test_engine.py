@@ -26,6 +26,15 @@ def test_update_schedule_follows_agilerl_learn_step() -> None:
     assert UpdateSchedule(2, 8, 0, 32).due(1, 8, 31) == 0  # not a batch in the buffer yet
 
 
+def test_update_schedule_takes_bursts_at_the_same_ratio() -> None:
+    s = UpdateSchedule(2, 1, 0, 32, burst=128)  # SB3's train_freq 256, gradient_steps 128
+    due = [s.due(v, v, 1000) for v in range(1, 769)]
+    assert [v for v, d in enumerate(due, 1) if d] == [256, 512, 768] and set(due) == {0, 128}
+    eight = UpdateSchedule(1, 8, 0, 32, burst=16)  # 8 envs: 16 updates every 2 vector steps
+    assert [eight.due(v, 8 * v, 1000) for v in (1, 2, 3, 4)] == [0, 16, 0, 16]
+    assert UpdateSchedule(2, 1, 100, 32, burst=128).due(256, 90, 1000) == 0  # the learning delay still holds
+
+
 def test_ou_noise_is_seeded_correlated_and_resets_per_env() -> None:
     settings = NoiseSettings(ou=True, scale=0.2, mean=0.0, theta=0.15, dt=0.01)
     a, b = ExplorationNoise(2), ExplorationNoise(2)

@@ -118,6 +118,8 @@ def test_mlp_chain_backward_matches_autograd_for_any_upstream_gradient() -> None
         ({"double": False}, ReplaySettings()),  # the benchmark's vanilla DQN
         ({}, ReplaySettings()),  # double DQN (the default)
         ({}, ReplaySettings(per=True, alpha=0.6, n_step=3)),  # importance weights and n-step discounts
+        # SB3's semantics (issue 35's ablation): bursts, a hard target copy, the gradient-norm clip
+        ({"double": False, "update_burst": 8, "target_update_interval": 8, "max_grad_norm": 0.5}, ReplaySettings()),
     ],
 )
 def test_dqn_hand_written_update_is_autograds_bit_for_bit(fields: dict[str, Any], replay: ReplaySettings) -> None:

@@ -126,11 +126,15 @@ class UpdateSchedule:
     ``learn_step`` counts env steps over all sub-envs: at or above ``num_envs`` one update runs
     every ``learn_step // num_envs`` vector steps, below it ``num_envs // learn_step`` run per vector
     step (the same update-to-data ratio as AgileRL, so hyperparameters carry over).
+
+    ``burst`` (DQN's ``update_burst``, SB3's ``gradient_steps``) takes the updates in bursts at the
+    same ratio: ``burst`` of them every ``learn_step * burst`` env steps (at least one vector step).
     """
 
-    def __init__(self, learn_step: int, num_envs: int, learning_delay: int, batch_size: int) -> None:
+    def __init__(self, learn_step: int, num_envs: int, learning_delay: int, batch_size: int, burst: int = 1) -> None:
         self.learn_step, self.num_envs = int(learn_step), int(num_envs)
         self.learning_delay, self.batch_size = int(learning_delay), int(batch_size)
+        self.burst = int(burst)
 
     def warming_up(self, agent_steps: int) -> bool:
         """True while the agent has taken fewer than ``learning_delay`` env steps."""
@@ -140,6 +144,9 @@ class UpdateSchedule:
         """Gradient steps to run after the agent's ``vec_steps``-th vector step (counted from 1)."""
         if self.warming_up(agent_steps) or buffer_size < self.batch_size:
             return 0
+        if self.burst > 1:
+            period = max(1, self.learn_step * self.burst // self.num_envs)  # vector steps per burst
+            return period * self.num_envs // self.learn_step if vec_steps % period == 0 else 0
         if self.learn_step >= self.num_envs:
             return 1 if vec_steps % (self.learn_step // self.num_envs) == 0 else 0
         return self.num_envs // self.learn_step
@@ -237,7 +244,8 @@ class OffPolicyEngine:
         the schedule says; the last update's stats, the exploration stats and the training
         episodes' returns."""
         n = env.num_envs
-        schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size)
+        burst = getattr(agent.spec, "update_burst", 1)  # DQN's; the other algorithms spread their updates
+        schedule = UpdateSchedule(agent.spec.learn_step, n, self.learning_delay, agent.spec.batch_size, burst)
         obs, info = env.reset(seed=seed)
         # Action masks (masking.py): read when the algorithm asks for them, an error when it does not.
         source = MaskSource.of(env, obs, info)

@@ -131,8 +131,11 @@ def learn_by_hand(self: DQN, batch: dict[str, torch.Tensor], chain: MLPChain) ->
     else:
         g_q = _SMOOTH_L1_BACKWARD((one / q.shape[0]) * weights, q, y, _NONE, 1.0)
     chain.backward(saved, torch.zeros_like(out_q).scatter_add_(1, actions, g_q.unsqueeze(1)))
+    max_grad_norm = getattr(self.spec, "max_grad_norm", None)  # DQN's (as DQN.learn's optimize)
+    if max_grad_norm is not None:
+        self.flat.clip_grad_norm_(max_grad_norm)
     self.optimizers["optimizer"].step()  # every gradient written: nothing to zero first
-    self.soft_update()
+    self.update_target()
     if weights is not None:  # the priorities are read at once: no point deferring
         return self._stats(_weighted_huber(q, y, weights), q, y, weights)
     # The engine reads only the last step's statistics: the loss value waits until then.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agilerl.models.base import Spec
 from agilerl.models.composition import training_as
@@ -25,6 +25,8 @@ class RLTrainingFields(Spec):
         "learning_delay": "Refused for algorithms that do not read it (each algorithm lists what it reads).",
         "eps_start": "Refused for algorithms that do not read it.", "eps_end": "As eps_start.",
         "eps_decay": "As eps_start.",
+        "eps_linear_steps": "Ours (SB3's exploration_fraction x total_timesteps): a linear epsilon schedule instead of "
+        "AgileRL's multiplicative eps_decay. Refused for algorithms that do not read it.",
         "episode_steps": "Bandits (NeuralUCB, NeuralTS): steps per training episode, the env reset at each start and "
         "each episode's total reward a training score (train_return). Refused for algorithms that do not read it.",
         "sum_scores": "Refused for algorithms that do not read it.",
@@ -38,9 +40,18 @@ class RLTrainingFields(Spec):
     eps_start: Annotated[float | None, Field(ge=0, le=1)] = None
     eps_end: Annotated[float | None, Field(ge=0, le=1)] = None
     eps_decay: Annotated[float | None, Field(gt=0, le=1)] = None
+    eps_linear_steps: Annotated[int | None, Field(ge=1)] = None
     episode_steps: Annotated[int | None, Field(ge=1)] = None
     sum_scores: bool | None = None
     experience_sharing: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_eps_schedule(self) -> RLTrainingFields:
+        if self.eps_decay is not None and self.eps_linear_steps is not None:
+            raise ValueError(
+                "eps_decay (multiplicative) and eps_linear_steps (linear) are two epsilon schedules; set only one"
+            )
+        return self
 
 
 def rl_training(manifest: Any) -> RLTrainingFields:

@@ -1,12 +1,16 @@
 """Deep Q-Network (Mnih et al. 2015) with double-DQN targets (van Hasselt et al. 2016).
 
 Hyperparameters are documented where they are declared: :class:`agilerl_plugin_gym.single_agent.specs.DQNSpec`;
-the epsilon schedule (``eps_start``, ``eps_end``, ``eps_decay``) and ``learning_delay`` come from
+the epsilon schedule (``eps_start``, ``eps_end``, ``eps_decay`` or ``eps_linear_steps``) and ``learning_delay`` come from
 the manifest's ``training`` section, the buffer from ``replay_buffer``.
 
 * Discrete actions only; vector, image (CNN) and Dict/Tuple (multi-input) observations.
-* The target network tracks the online one by Polyak averaging every update (``tau``).
-* Epsilon decays multiplicatively once per vector step: ``eps = max(eps_end, eps * eps_decay)``.
+* The target network tracks the online one by Polyak averaging every update (``tau``), or with
+  ``target_update_interval`` is a hard copy of it every that many gradient steps (Mnih et al.'s,
+  SB3's; ``update_burst`` takes the gradient steps in SB3's bursts).
+* Epsilon decays multiplicatively once per vector step: ``eps = max(eps_end, eps * eps_decay)``; or
+  with ``eps_linear_steps`` linearly from ``eps_start`` to ``eps_end`` over that many env steps of
+  the agent (SB3's schedule: ``exploration_fraction`` x ``total_timesteps``).
 * Loss: Huber (smooth L1) on the TD error, which keeps early large errors from blowing up updates.
 
 Plain autograd throughout; for a plain-MLP network the engine runs the same acting and gradient
@@ -50,11 +54,20 @@ class DQN(GymAlgorithm):
         DISCRETE_ACTIONS.check("DQN", observation_space, action_space)
         assert isinstance(action_space, spaces.Discrete)
         self.n_actions = int(action_space.n)
-        self.nets = {"actor": self.build_network(self.n_actions)}
+        self.nets = {"actor": self.build_network(self.n_actions, output_vanish=self.q_head_vanish())}
         self.sync_targets()
         self.build_optimizers()
         self.epsilon: float | None = None
         self.eps_end, self.eps_decay = EPS_END, EPS_DECAY
+        self.eps_start, self.eps_linear_steps = EPS_START, None
+        self.gradient_steps = 0  # counts the hard target copies' interval (target_update_interval)
+
+    def q_head_vanish(self) -> bool:
+        """The Q head's output layer starts at gain 1 (a value head, as the critics here and SB3's
+        QNetwork) unless the manifest sets ``head_config.output_vanish``: the policy-logit gain .01
+        left DQN CartPole collapsing (benchmarks/README.md, the DQN ablation; docs/gym.md)."""
+        head = self.net_spec.head_config if self.net_spec is not None else None
+        return bool(head.output_vanish) if head is not None and "output_vanish" in head.model_fields_set else False
 
     def build_optimizers(self) -> None:
         # Flat storage: the Adam step and the soft target update are one kernel each instead of one
@@ -70,13 +83,26 @@ class DQN(GymAlgorithm):
         """Polyak-average the target network towards the online one (one kernel on the flat buffers)."""
         self.flat_target.lerp_(self.flat, float(self.spec.tau if tau is None else tau))
 
+    def update_target(self) -> None:
+        """After a gradient step: the soft update, or with ``target_update_interval`` a hard copy
+        every that many gradient steps (RainbowDQN's and CQN's specs have no such field: soft)."""
+        interval = getattr(self.spec, "target_update_interval", None)
+        if interval is None:
+            self.soft_update()
+            return
+        self.gradient_steps += 1
+        if self.gradient_steps % interval == 0:
+            self.soft_update(1.0)
+
     # --- acting -----------------------------------------------------------------------------------
     def init_exploration(self, training: RLTrainingFields) -> None:
         """Set the epsilon schedule from the manifest (keeps a restored epsilon)."""
         self.eps_end = training.eps_end if training.eps_end is not None else EPS_END
         self.eps_decay = training.eps_decay if training.eps_decay is not None else EPS_DECAY
+        self.eps_start = training.eps_start if training.eps_start is not None else EPS_START
+        self.eps_linear_steps = training.eps_linear_steps
         if self.epsilon is None:
-            self.epsilon = training.eps_start if training.eps_start is not None else EPS_START
+            self.epsilon = self.eps_start
 
     def reset_noise(self, mask: np.ndarray | None) -> None:
         """No per-episode exploration state."""
@@ -113,8 +139,13 @@ class DQN(GymAlgorithm):
         return np.where(action_mask, rng.random((n, self.n_actions)), -1.0).argmax(1)  # type: ignore[no-any-return]
 
     def end_step(self, done: np.ndarray) -> None:
-        if self.epsilon is not None:
+        if self.epsilon is None:
+            return
+        if self.eps_linear_steps is None:
             self.epsilon = max(self.eps_end, self.epsilon * self.eps_decay)
+        else:  # linear in the agent's env steps, this vector step's included (agent.steps counts them after)
+            progress = min(1.0, (self.steps + len(done)) / self.eps_linear_steps)
+            self.epsilon = self.eps_start + (self.eps_end - self.eps_start) * progress
 
     def exploration_stats(self) -> dict[str, float]:
         return {"epsilon": float(self.epsilon if self.epsilon is not None else EPS_START)}
@@ -140,7 +171,7 @@ class DQN(GymAlgorithm):
         if max_grad_norm is not None:
             self.flat.clip_grad_norm_(max_grad_norm)
         opt.step()
-        self.soft_update()
+        self.update_target()
 
     def td_target(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """``reward + gamma^k (1 - done) * next_q`` (k: the n-step return's length, else 1)."""
@@ -157,7 +188,7 @@ class DQN(GymAlgorithm):
         weights = batch.get("weights")  # prioritized replay: importance-weighted per-sample loss
         loss_i = nn.functional.smooth_l1_loss(q, y, reduction="none" if weights is not None else "mean")
         loss = (loss_i * weights).mean() if weights is not None else loss_i
-        self.optimize(loss)
+        self.optimize(loss, getattr(self.spec, "max_grad_norm", None))  # DQN's spec field
         return self._stats(loss, q, y, weights)
 
     @staticmethod
@@ -170,7 +201,8 @@ class DQN(GymAlgorithm):
         return out
 
     def extra_state(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
+        return {"epsilon": self.epsilon, "gradient_steps": self.gradient_steps}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.epsilon = state.get("epsilon", self.epsilon)
+        self.gradient_steps = int(state.get("gradient_steps", self.gradient_steps))

@@ -313,12 +313,33 @@ class DQNSpec(QLearningSpec):
 
     regime: ClassVar[str] = "off_policy"
     training_fields: ClassVar[frozenset[str]] = frozenset(
-        {"learning_delay", "eps_start", "eps_end", "eps_decay", "experience_sharing"}
+        {"learning_delay", "eps_start", "eps_end", "eps_decay", "eps_linear_steps", "experience_sharing"}
     )
     replay_features: ClassVar[frozenset[str]] = frozenset({"per", "n_step"})
     upstream_notes: ClassVar[dict[str, str]] = {"cudagraphs": "Only false (not supported yet)."}
 
     double: bool = Field(default=True, description="Double DQN: the online net picks the next action.")
+    target_update_interval: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            description="Hard target updates: the online network is copied into the target every this many "
+            "gradient steps (Mnih et al.'s C; SB3's target_update_interval, which SB3 counts in env steps) and "
+            "tau is not used; null: Polyak averaging with tau after every gradient step.",
+        ),
+    ] = None
+    update_burst: Annotated[
+        int,
+        Field(
+            ge=1,
+            description="Gradient steps taken together: every learn_step x update_burst env steps, update_burst "
+            "gradient steps in a row (SB3's train_freq / gradient_steps: train_freq 256 with gradient_steps 128 is "
+            "learn_step 2, update_burst 128); 1: spread evenly, one per learn_step env steps.",
+        ),
+    ] = 1
+    max_grad_norm: Annotated[
+        float | None, Field(gt=0, description="Global gradient-norm clip (SB3's DQN: 10); null: no clipping.")
+    ] = None
     action_masking: bool = Field(
         default=False,
         description="Mask illegal actions: the env reports them in info['action_mask'], a Dict observation's "

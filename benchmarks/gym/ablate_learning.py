@@ -1,0 +1,190 @@
+"""Ablations of our side of a ``bench_learning.py`` cell: one suspect at a time switched to SB3's semantics.
+
+Where a cell of the learning benchmark loses to SB3, this script names the cause before anything is
+tuned (issue 35, point 3): each variant patches our manifest of the cell (``VARIANTS``: the
+manifest keys it sets) and trains it with the very protocol of ``bench_learning.py`` (same
+evaluation episodes, same budget), one (cell, variant, seed) per process, one record each under
+``results/gym/bench_learning_ablation/<cell>/<variant>-s<seed>-<UTC time>.json``. With ``--summary``
+it prints the table of ``benchmarks/README.md`` from the latest record of each (cell, variant,
+seed): the median over seeds of the greedy return at the budget (one evaluation, noisy) and of the
+mean greedy return over the run's last quarter of evaluations (steadier)::
+
+    python benchmarks/gym/ablate_learning.py --cell dqn-CartPole-v1 --variant base hard_target --seeds 0 1 2
+    python benchmarks/gym/ablate_learning.py --cell a2c-CartPole-v1 --variant base sb3 --seeds 0 1 2 3 4 5
+    python benchmarks/gym/ablate_learning.py --summary
+
+The ``sb3`` variant runs SB3's side of the cell unchanged (the reference, for more seeds than the
+learning table's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+import bench_learning as bl  # noqa: E402
+import benchlib  # noqa: E402
+
+SCRIPT = "gym/bench_learning_ablation"
+
+#: cell -> variant -> (what it switches, the manifest keys it sets: {section: {key: value}}).
+VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
+    "dqn-CartPole-v1": {
+        "base": ("the learning table's first mapping (`learn_step: 2`, `tau: 1/64`, multiplicative epsilon, "
+                 "Q head output gain .01)", {}),
+        "torch_init": ("torch's default layer init (SB3's QNetwork) instead of orthogonal, output gain .01",
+                       {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False,
+                                                                                             "output_vanish": False}}}),
+        "no_output_vanish": ("orthogonal init kept, but the Q head's output layer at gain 1 (a value head, as our "
+                             "critics and SB3's value_net), not the policy-logit gain .01",
+                             {"network": {"head_config": {"output_vanish": False}}}),
+        "grad_clip_10": ("gradient norm clipped to 10 (SB3's DQN max_grad_norm)", {"algorithm": {"max_grad_norm": 10.0}}),
+        "linear_eps": ("SB3's linear epsilon: 1 -> .04 over 8,000 steps",
+                       {"training": {"eps_decay": None, "eps_linear_steps": 8000}}),
+        "burst": ("SB3's bursts: 128 gradient steps every 256 env steps (soft target kept)",
+                  {"algorithm": {"update_burst": 128}}),
+        "hard_target": ("a hard target copy every 128 gradient steps (no Polyak averaging; updates spread)",
+                        {"algorithm": {"target_update_interval": 128}}),
+        "burst_hard_target": ("bursts of 128 + a hard copy after each burst: SB3's train_freq 256 / gradient_steps "
+                              "128 / target_update_interval 10 exactly",
+                              {"algorithm": {"update_burst": 128, "target_update_interval": 128}}),
+        "torch_init_burst_hard_target": ("torch_init + burst_hard_target",
+                                         {"network": {"encoder_config": {"init_layers": False},
+                                                      "head_config": {"init_layers": False, "output_vanish": False}},
+                                          "algorithm": {"update_burst": 128, "target_update_interval": 128}}),
+        "all_sb3": ("burst_hard_target + linear_eps + grad_clip_10: bench_learning.py's exact SB3 mapping now",
+                    {"algorithm": {"update_burst": 128, "target_update_interval": 128, "max_grad_norm": 10.0},
+                     "training": {"eps_decay": None, "eps_linear_steps": 8000}}),
+    },
+    "a2c-CartPole-v1": {
+        "base": ("the learning table's mapping (SB3's A2C defaults)", {}),
+        "torch_init": ("torch's default layer init instead of the orthogonal one (SB3's ortho_init: false)",
+                       {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False}}}),
+    },
+}  # fmt: skip
+SB3 = "sb3"
+
+#: What every variant of a cell starts from: the mapping the learning table was first recorded with
+#: (commit 74537da), kept here so the ablation stays reproducible after bench_learning.py moved to
+#: the exact SB3 mapping: DQN CartPole spread its gradient steps (`learn_step: 2`), averaged its
+#: target (`tau: 1/64`, the mean lag of SB3's copies) and decayed epsilon multiplicatively (to .04
+#: at the same 8,000th step), with the Q head's output layer at gain .01.
+BASE: dict[str, dict[str, dict[str, Any]]] = {
+    "dqn-CartPole-v1": {
+        "algorithm": {"update_burst": None, "target_update_interval": None, "max_grad_norm": None, "tau": 1 / 64},
+        "training": {"eps_linear_steps": None, "eps_decay": float(math.exp(math.log(0.04) / 8000))},
+        # The Q head's output gain .01, DQN's default until the ablation (no_output_vanish) changed it.
+        "network": {"head_config": {"output_vanish": True}},
+    },
+}
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif v is None:
+            into.pop(k, None)
+        else:
+            into[k] = v
+
+
+def _variant_cell(cell: bl.Cell, variant: str) -> bl.Cell:
+    patch = VARIANTS[cell.key][variant][1]
+
+    def ours(seed: int, steps: int) -> dict[str, Any]:
+        manifest = copy.deepcopy(cell.ours(seed, steps))
+        _merge(manifest, copy.deepcopy(BASE.get(cell.key, {})))
+        _merge(manifest, copy.deepcopy(patch))
+        return manifest
+
+    return bl.Cell(cell.algo, cell.task, cell.budget, cell.eval_every, cell.threshold, ours, cell.sb3,
+                   notes=[*cell.notes, f"ablation variant {variant}"], eval_episodes=cell.eval_episodes,
+                   num_envs=cell.num_envs, normalize=cell.normalize, masked=cell.masked)  # fmt: skip
+
+
+def last_quarter(curve: list[list[float]]) -> float:
+    """Mean greedy return over the last quarter of a run's evaluations (at least one)."""
+    tail = curve[-max(1, len(curve) // 4) :]
+    return statistics.fmean(r for _, r in tail)
+
+
+def summary() -> str:
+    root = benchlib.RESULTS / SCRIPT
+    latest: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for path in sorted(root.glob("*/*.json")):  # names end in the UTC time: the last one wins
+        raw = json.loads(path.read_text())["raw"]
+        latest[(raw["cell"], raw["variant"], raw["seed"])] = raw
+    rows = ["| cell | variant | what it switches | seeds | greedy return at budget: median (per seed) | "
+            "mean greedy return, last quarter of the run: median (per seed) | runs reaching the threshold |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for (cell, variant, _), raw in sorted(latest.items()):
+        groups.setdefault((cell, variant), []).append(raw)
+    order = {c: [*v, SB3] for c, v in VARIANTS.items()}
+    for cell, variant in sorted(groups, key=lambda k: (k[0], order.get(k[0], []).index(k[1]))):
+        runs = groups[(cell, variant)]
+        finals = [r["final_return"] for r in runs]
+        tails = [last_quarter(r["curve"]) for r in runs]
+        what = "SB3's side, unchanged" if variant == SB3 else VARIANTS[cell][variant][0]
+        seeds = ",".join(str(r["seed"]) for r in runs)
+        reached = sum(r["reached"] is not None for r in runs)
+        rows.append(f"| {cell} | `{variant}` | {what} | {seeds} | {statistics.median(finals):.0f} "
+                    f"({', '.join(f'{x:.0f}' for x in finals)}) | {statistics.median(tails):.0f} "
+                    f"({', '.join(f'{x:.0f}' for x in tails)}) | {reached}/{len(runs)} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cell", choices=sorted(VARIANTS))
+    ap.add_argument("--variant", nargs="+", help="variants (default: all of the cell's); `sb3`: SB3's side")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, help="env steps per run (default: the cell's budget)")
+    ap.add_argument("--summary", action="store_true", help="print the README table from the records and exit")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.summary:
+        print(summary())
+        return 0
+    if not args.cell:
+        ap.error("--cell is required (or --summary)")
+    variants = args.variant or [*VARIANTS[args.cell], SB3]
+    unknown = [v for v in variants if v != SB3 and v not in VARIANTS[args.cell]]
+    if unknown:
+        ap.error(f"unknown variant(s) {unknown} for {args.cell}; known: {[*VARIANTS[args.cell], SB3]}")
+    cell = bl.CELLS[args.cell]
+    if args.worker:
+        (variant,), (seed,) = variants, args.seeds
+        side = "sb3" if variant == SB3 else "ours"
+        run = cell if variant == SB3 else _variant_cell(cell, variant)
+        record = benchlib.Record(SCRIPT)
+        raw = bl.run_cell(run, side, seed, args.steps or cell.budget)
+        raw.update(variant=variant, last_quarter=round(last_quarter(raw["curve"]), 2))
+        record.save(raw, name=f"{cell.key}/{variant}-s{seed}-{record.started:%Y%m%dT%H%M%SZ}")
+        return 0
+    failed = 0
+    for variant in variants:
+        for seed in args.seeds:
+            cmd = [sys.executable, __file__, "--worker", "--cell", cell.key, "--variant", variant, "--seeds", str(seed)]
+            if args.steps:
+                cmd += ["--steps", str(args.steps)]
+            print(f"[ablate] {cell.key} {variant} seed {seed}", flush=True)
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_LOAD_PLUGINS": "gym"}
+            failed += subprocess.run(cmd, env=env, check=False).returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
