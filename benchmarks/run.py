@@ -72,6 +72,10 @@ SCRIPTS: dict[str, Script] = {
     "llm/bench_learning.py": Script(
         smoke=["--seeds", "0", "--rows", "64", "--sft-steps", "4", "--steps", "2", "--prompts", "2", "--group", "2"]
     ),
+    # Why our GRPO gained less than TRL's (issue 37): one difference at a time; the full run takes ~20 minutes.
+    "llm/ablate_learning.py": Script(
+        smoke="--seeds 0 --rows 64 --sft-steps 4 --steps 2 --prompts 2 --group 2 --variants ours trl_topk50".split()
+    ),
     "llm/profile_llm.py": Script(smoke=["--steps", "2", "--warmup", "1"]),
     "llm/bench_data_parallel.py": Script(smoke=["--sizes", "64x2:2"]),
     "openenv/bench_speed.py": Script(smoke=["--iterations", "2", "--repeats", "1", "--rounds", "10"]),

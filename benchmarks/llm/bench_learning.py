@@ -5,7 +5,8 @@ depends on the prompt), 512 rows, 3/4 to train on and 128 held out (the split ``
 makes in both of our runs). One warm start serves every run: the tiny model
 (``build_tiny_model``) after ``--sft-steps`` steps of our SFT, exported. From it each side trains for
 ``--steps`` optimizer steps per seed with the same settings: ``--prompts`` prompts x ``--group``
-completions per step, ``--tokens`` new tokens at temperature 1, the token-level (``dapo``) loss,
+completions per step, ``--tokens`` new tokens at temperature 1 from the full distribution (``top_k`` 0,
+``top_p`` 1: TRL's defaults, and ours since issue 37), the token-level (``dapo``) loss,
 clip 0.2, no KL (``beta`` 0), AdamW at ``--lr``, gradients clipped at ``--max-grad-norm`` (default
 0.1, our GRPO's default; TRL's own default is 1.0), full fine-tuning, the rubric of
 ``examples/llm/reverse/reverse_rubric.py``, one torch thread, each run in its own process. TRL's side
@@ -102,8 +103,8 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
                           train_test_split=SPLIT, max_reward=1.0)  # fmt: skip
     spec = GRPOSpec(pretrained_model_name_or_path=args.warm, batch_size=args.prompts, group_size=args.group,
                     lr=args.lr, beta=0.0, clip_coef=0.2, loss_type="dapo", max_output_tokens=args.tokens,
-                    max_model_len=64, temperature=1.0, max_grad_norm=args.max_grad_norm, gradient_checkpointing=False,
-                    seed=args.seed)  # fmt: skip
+                    max_model_len=64, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
+                    gradient_checkpointing=False, seed=args.seed)  # fmt: skip
     envs = make_rollout_envs(env_spec, tok, max_model_len=64, max_output_tokens=args.tokens, seed=SPLIT_SEED)
     agent = GRPO(spec, tokenizer=tok)
     _, heldout = split(args.data)

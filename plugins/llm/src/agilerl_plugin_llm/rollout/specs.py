@@ -197,7 +197,11 @@ class RolloutLLMSpec(PluginLLMSpec):
         Mutable(0.1, 1.0),
     ] = 0.9
     top_p: Annotated[float, Field(gt=0.0, le=1.0, description="Nucleus sampling mass (1: off).")] = 1.0
-    top_k: Annotated[int, Field(ge=0, description="Sample among the k most likely tokens (0: off).")] = 50
+    top_k: Annotated[
+        int,
+        Field(ge=0, description="Sample among the k most likely tokens (0: off, the default, as TRL's GRPOConfig "
+                                "and vLLM: the loss scores every token under the full distribution)."),
+    ] = 0  # fmt: skip
     min_p: Annotated[
         float, Field(ge=0.0, le=1.0, description="Drop tokens below min_p x the top probability (0: off).")
     ] = 0.0
