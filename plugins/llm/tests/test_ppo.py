@@ -46,14 +46,21 @@ def test_value_head_has_its_own_lr_and_is_checkpointed(tiny_model_dir: Path, tmp
     from agilerl.builders import AlgorithmBuildRuntime, select_builder
     from agilerl.strategies import select_strategy
 
-    m = load_manifest(ppo_manifest(tiny_model_dir, tmp_path, batch_size=2, lr_actor=0.001, lr_critic=0.05))
+    # Every reply scores 1: the returns differ from the zero-initialised value head's predictions
+    # whatever the untrained model samples, so the value head must move (a rubric the sampled replies
+    # never satisfy would give zero returns, zero value loss and nothing to check).
+    rubric = tmp_path / "always_one.py"
+    rubric.write_text("def reward_fn(completion, answer, question):\n    return 1.0\n")
+    data = ppo_manifest(tiny_model_dir, tmp_path, batch_size=2, lr_actor=0.001, lr_critic=0.05)
+    data["environment"]["rubric_file_path"] = str(rubric)
+    m = load_manifest(data)
     envs = select_strategy(m.algorithm).make_env(m, seed=0)
     agent = select_builder(m.algorithm).build_for_run(
         m.algorithm, env=envs, manifest=m, runtime=AlgorithmBuildRuntime(seed=0)
     )
     stats = agent.learn_iteration(envs)
     assert [g["lr"] for g in agent.optimizer.param_groups] == [0.001, 0.05]
-    assert "value_loss" in stats and any(float(p.detach().abs().sum()) > 0 for p in agent.value_head.parameters())
+    assert stats["value_loss"] > 0 and any(float(p.detach().abs().sum()) > 0 for p in agent.value_head.parameters())
     twin = agent.clone(index=1)
     twin.load_state_dict(agent.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(agent.value_head.parameters(), twin.value_head.parameters(),
