@@ -297,27 +297,18 @@ def test_log_completions_steps_sets_how_often_and_zero_turns_it_off(tiny_model_d
             assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == wanted
 
 
-def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_completions_reach_tensorboard_as_text(tmp_path: Path) -> None:
     import types
 
     from agilerl.training.metrics import MetricsLogger
     from agilerl_plugin_llm.rollout.completions_log import write_completions
 
-    logged: dict[str, Any] = {}
-    fake = types.SimpleNamespace(run=object(), log=lambda data, commit=True: logged.update(data),
-                                 Table=lambda columns, data: {"columns": columns, "data": data})  # fmt: skip
-    monkeypatch.setitem(sys.modules, "wandb", fake)
-    sinks = types.SimpleNamespace(tensorboard=True, wandb=types.SimpleNamespace(project="p"))
+    sinks = types.SimpleNamespace(tensorboard=True, wandb=None)
     run = types.SimpleNamespace(run_dir=tmp_path, logger=MetricsLogger(tmp_path),
                                 manifest=types.SimpleNamespace(logging=sinks))  # fmt: skip
     records = [{"step": 3, "agent": 0, "prompt": "<|im_start|>user\nsay eight", "completion": "eight",
                 "reward": 1.0, "rewards": {"eight": 1.0}, "advantage": 0.5, "truncated": False}]  # fmt: skip
     write_completions(run, records)
-    table = logged["member/0/completions"]
-    assert table["columns"] == ["step", "prompt", "completion", "reward", "eight", "advantage"]
-    assert table["data"] == [[3, "<|im_start|>user\nsay eight", "eight", 1.0, 1.0, 0.5]]
     run.logger.close()  # flushes the run's one TensorBoard writer
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -326,6 +317,34 @@ def test_completions_reach_tensorboard_as_text_and_wandb_as_a_table(
     (event,) = acc.Tensors("member/0/completions/text_summary")
     text = event.tensor_proto.string_val[0].decode()
     assert event.step == 3 and "say eight" in text and "eight: 1" in text
+
+
+def test_completions_reach_wandb_as_a_table_in_an_offline_run(
+    rewards_module: str, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real W&B run (offline, TensorBoard off): each logged step's completions are a table in the
+    run's files, one column per reward function, the same rows as completions.jsonl."""
+    pytest.importorskip("wandb")
+    from agilerl.training.trainer import LocalTrainer
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    env = {"env_type": "rollout", "dataset_path": str(EXAMPLES / "say_eight.jsonl"),
+           "reward_funcs": [f"{rewards_module}:length", f"{rewards_module}:constant"]}  # fmt: skip
+    data = manifest(tiny_model_dir, tmp_path / "run", env=env, log_completions_steps=1, log_completions_count=2,
+                    training={"max_steps": 2, "evo_steps": 1})  # fmt: skip
+    data["logging"] = {"tensorboard": False, "wandb": {"project": "agilerl-tests", "mode": "offline"}}
+    LocalTrainer(load_manifest(data)).train()
+    run = tmp_path / "run"
+    logged = [json.loads(line) for line in (run / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [0, 0, 1, 1]
+    tables = [json.loads(p.read_text()) for p in run.glob("wandb/offline-run-*/files/media/table/member/0/*.json")]
+    assert len(tables) == 2  # one per logged step, none lost for want of TensorBoard
+    rows = []
+    for table in sorted(tables, key=lambda t: t["data"][0][0]):
+        assert table["columns"] == ["step", "prompt", "completion", "reward", "constant", "length", "advantage"]
+        rows += table["data"]
+    assert rows == [[r["step"], r["prompt"], r["completion"], r["reward"], r["rewards"]["constant"],
+                     r["rewards"]["length"], r["advantage"]] for r in logged]  # fmt: skip
 
 
 @pytest.mark.slow
