@@ -128,6 +128,21 @@ def test_loading_refuses_what_cannot_be_imported_or_called(rewards_module: str) 
         load_reward_funcs([f"{rewards_module}:no_completions"])
 
 
+def test_a_module_in_the_working_directory_imports_without_being_on_sys_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `python -m` would: the working directory is searched first, though nothing put it on sys.path."""
+    (tmp_path / "cwd_rewards.py").write_text("def ones(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_rewards", raising=False)
+    try:
+        (func,) = load_reward_funcs(["cwd_rewards:ones"])
+        assert func.name == "ones" and call_reward_funcs([func], kwargs())[0] == [1.0, 1.0]
+    finally:
+        sys.modules.pop("cwd_rewards", None)
+
+
 def test_a_function_without_kwargs_gets_only_what_it_names() -> None:
     def exact(completions: list[str], answer: list[str]) -> list[float]:
         return [float(c == a) for c, a in zip(completions, answer, strict=True)]
