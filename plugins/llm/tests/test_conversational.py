@@ -68,9 +68,18 @@ def test_rollout_prompt_messages_are_rendered_by_the_chat_template(tokenizer: An
     assert "'role'" not in text and "be brief." in text and text.endswith("<|im_start|>assistant\n")
 
 
-def test_standard_prompts_still_render_as_one_user_message(tokenizer: Any, tmp_path: Path) -> None:
-    path = _jsonl(tmp_path / "rows.jsonl", [{"prompt": "say eight", "answer": "eight"}])
-    text, _, _ = _prompt_text(tokenizer, _rollout(path))
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_standard_prompts_still_render_as_one_user_message(tokenizer: Any, tmp_path: Path, fmt: str) -> None:
+    rows = [{"prompt": "say eight", "answer": "eight"}]
+    if fmt == "jsonl":
+        path = _jsonl(tmp_path / "rows.jsonl", rows)
+    else:
+        import pandas as pd
+
+        path = tmp_path / "rows.csv"
+        pd.DataFrame(rows).to_csv(path, index=False)
+    text, _, harness = _prompt_text(tokenizer, _rollout(path))
+    assert harness.env.row["answer"] == "eight"
     assert text == "<|im_start|>user\nsay eight<|im_end|>\n<|im_start|>assistant\n"
 
 

@@ -277,7 +277,7 @@ def test_reward_funcs_and_a_reward_model_score_each_completion_as_their_weighted
 
     rm = one_logit_model(tiny_model_dir, tmp_path / "rm")
     (tmp_path / "rewards.py").write_text(LENGTH_REWARD, encoding="utf-8")
-    rows = [{"prompt": _chat(f"say {w}")} for w in WORDS]
+    rows = [{"prompt": [*_chat("Answer politely.", "system"), *_chat(f"say {w}")]} for w in WORDS]
     prompts = _jsonl(tmp_path / "prompts.jsonl", rows)
     manifest = {
         "algorithm": {"name": "GRPO", "batch_size": 2, "group_size": 2, "lr": 0.01, "beta": 0.0,
@@ -296,6 +296,7 @@ def test_reward_funcs_and_a_reward_model_score_each_completion_as_their_weighted
                 for r in rows}  # fmt: skip
     scorer = RewardModelScorer(str(rm))
     for r in logged:
+        assert "Answer politely." in r["prompt"] and r["prompt"] in rendered  # as the policy saw it, system included
         assert set(r["rewards"]) == {"length", "reward_model"}
         assert r["rewards"]["length"] == float(len(r["completion"]))
         # the reward model's part is its own score of the row's messages + the completion
