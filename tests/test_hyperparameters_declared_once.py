@@ -120,6 +120,22 @@ def test_each_hyperparameter_is_declared_once_on_the_spec(
         assert not _self_assignments(klass, fields), _self_assignments(klass, fields)
 
 
+def test_a_hyperparameter_passed_between_methods_keeps_its_name() -> None:
+    """GRPO's ``group_size`` used to travel as ``repeats`` and back (issue 33 point 1): every rollout
+    algorithm's ``advantages`` takes it under the spec field's name."""
+    overrides = [
+        (name, klass)
+        for name, spec, algorithm in ALGORITHMS
+        if "group_size" in spec.model_fields
+        for klass in _own_classes(algorithm)
+        if "advantages" in vars(klass)
+    ]
+    assert {"GRPO", "RLOO"} <= {n for n, _ in overrides}, overrides
+    for name, klass in overrides:
+        params = list(inspect.signature(vars(klass)["advantages"]).parameters)
+        assert "group_size" in params, f"{name}: {klass.__qualname__}.advantages{params} renames group_size"
+
+
 def test_algorithm_base_sets_no_hyperparameter_by_reflection() -> None:
     tree = ast.parse(inspect.getsource(agilerl.algorithm))
     calls = [

@@ -77,3 +77,30 @@ def test_ppos_module_is_plain_autograd() -> None:
     assert [n.module for n in fast_imports] == ["agilerl_plugin_gym.fast.optim"]
     for name in ("_manual_step", "surrogate_grads", "MLPChain", "FusedMLP", "backward", "recurrent_"):
         assert name not in source, name
+
+
+def test_every_algorithm_module_is_plain_autograd() -> None:
+    """Issue 33 point 3 for all of them: the modules under ``single_agent/``, ``multi_agent/`` and
+    ``offline/`` take from the fast room only its optimizers (``fast.optim``), never a fused network or
+    a hand-written backward; those live in ``agilerl_plugin_gym.fast``, which the engines select."""
+    import agilerl_plugin_gym
+
+    package = Path(inspect.getfile(agilerl_plugin_gym)).parent
+    modules = sorted(p for sub in ("single_agent", "multi_agent", "offline") for p in (package / sub).glob("*.py"))
+    assert len(modules) >= 15, modules  # the walk sees the algorithm modules
+    hand_written = ("_manual_step", "manual_step", "surrogate_grads", "MLPChain", "FusedMLP", "_learn_by_hand",
+                    "write_linear_grads")  # fmt: skip
+    found = []
+    for path in modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agilerl_plugin_gym.fast"):
+                if node.module != "agilerl_plugin_gym.fast.optim":
+                    found.append(f"{path.name}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.ImportFrom) and node.module == "agilerl_plugin_gym":
+                found += [f"{path.name}:{node.lineno}: imports fast" for a in node.names if a.name == "fast"]
+            elif isinstance(node, (ast.Name, ast.Attribute)):
+                name = node.id if isinstance(node, ast.Name) else node.attr
+                if name in hand_written:
+                    found.append(f"{path.name}:{node.lineno}: {name}")
+    assert found == [], found

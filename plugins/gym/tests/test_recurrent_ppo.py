@@ -181,6 +181,33 @@ def _recurrent_agent(**fields: Any) -> Any:
     ), env
 
 
+def test_recurrent_ppo_is_a_class_of_its_own_and_feedforward_ppo_carries_none_of_it() -> None:
+    """Issue 33 point 3: every PPO used to inherit the recurrent mixin; now ``recurrent: true`` builds
+    :class:`RecurrentPPO` and a feedforward PPO has no hidden state or sequence machinery at all."""
+    from agilerl_plugin_gym.single_agent.ppo import PPO
+    from agilerl_plugin_gym.single_agent.ppo_recurrent import RecurrentPPO
+
+    recurrent, _ = _recurrent_agent()
+    assert type(recurrent) is RecurrentPPO and recurrent.initial_hidden_state(2).shape == (2, recurrent.state_size)
+    manifest = load_manifest({"algorithm": {"name": "PPO"}, "environment": {"name": "CartPole-v1"}})
+    env = gym.make("CartPole-v1")
+    plain = SingleAgentBuilder.build(
+        manifest.algorithm, env.observation_space, env.action_space, runtime=AlgorithmBuildRuntime(seed=0)
+    )
+    assert type(plain) is PPO and not isinstance(plain, RecurrentPPO)
+    # Nothing recurrent in the feedforward class's ancestry, nor among its methods.
+    assert not [k for k in type(plain).__mro__ if "recurrent" in k.__module__ or "lstm" in k.__name__.lower()]
+    recurrent_only = set(vars(RecurrentPPO)) - set(dir(PPO))
+    assert {"evaluate_sequences", "act_recurrent", "initial_hidden_state", "state_size"} <= recurrent_only
+    assert plain.initial_policy_state(2) is None  # a stateless policy
+    # Building either class with the other's spec says which class to use.
+    with pytest.raises(AgileRLError, match="RecurrentPPO"):
+        PPO(recurrent.spec, recurrent.observation_space, recurrent.action_space)
+    with pytest.raises(AgileRLError, match="RecurrentPPO"):
+        RecurrentPPO(plain.spec, env.observation_space, env.action_space)
+    env.close()
+
+
 def test_predict_carries_the_state_and_episode_start_resets_it() -> None:
     agent, env = _recurrent_agent()
     obs, _ = env.reset(seed=0)

@@ -39,8 +39,10 @@ class RLOO(GRPO):
 
     spec: RLOOSpec  # type: ignore[assignment]
 
-    def advantages(self, trajs: Sequence[Trajectory], rewards: torch.Tensor, repeats: int) -> dict[str, torch.Tensor]:
-        adv = leave_one_out_advantages(rewards, repeats, normalize=self.spec.normalize_advantages)
+    def advantages(
+        self, trajs: Sequence[Trajectory], rewards: torch.Tensor, group_size: int
+    ) -> dict[str, torch.Tensor]:
+        adv = leave_one_out_advantages(rewards, group_size, normalize=self.spec.normalize_advantages)
         mask = pad_trajectories(trajs, self.pad_id)["loss_mask"] if self.spec.whiten_advantages else None
         return postprocess_advantages(adv, mask, self.spec)
 
