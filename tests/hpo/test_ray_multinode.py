@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +152,27 @@ def _drive(manifest: dict[str, Any], home: Path, cluster: RayCluster) -> tuple[l
     return json.loads(line.split(" ", 1)[1]), out
 
 
+def _member_workers_left(cluster: RayCluster) -> list[str]:
+    """The worker actors' processes still alive once the run is over: processes titled ``ray::MemberWorker...``
+    (Ray's title for the actor's process) started under this cluster's Ray temp dir, on either node, orphaned or
+    not. Ray ends a killed actor's process asynchronously: they are looked for until none is left, at most 60 s
+    (a bound, not a timing: the ones still there are returned)."""
+    mine = f"RAY_TMPDIR={cluster.tmpdir}".encode()
+    deadline = time.monotonic() + 60
+    while True:
+        left = []
+        for proc in Path("/proc").iterdir():
+            try:
+                title = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+                if title.startswith(b"ray::MemberWorker") and mine in (proc / "environ").read_bytes().split(b"\0"):
+                    left.append(f"{proc.name}: {title.split(bytes(1))[0].decode(errors='replace')}")
+            except OSError:
+                pass
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.2)
+
+
 @pytest.mark.slow  # ~40 s: a two-node cluster, and a run on it beside the same run here
 def test_a_population_on_two_nodes_matches_local_with_members_on_both(two_nodes: RayCluster, tmp_path: Path) -> None:
     local = LocalTrainer.from_manifest(_manifest(tmp_path, "local")).train()
@@ -161,6 +183,7 @@ def test_a_population_on_two_nodes_matches_local_with_members_on_both(two_nodes:
     # Ray's runtime context, asked by each worker actor: one worker on each node.
     assert "ray: 2 worker(s) on 2 node(s): " in out, out
     assert f"{two_nodes.head} x1" in out and f"{two_nodes.worker} x1" in out, out
+    assert _member_workers_left(two_nodes) == []
 
 
 @pytest.mark.slow  # ~40 s: the same run with the worker node killed while it trains a member
@@ -177,3 +200,5 @@ def test_a_node_lost_mid_generation_is_survived_with_the_same_fitnesses(two_node
     assert two_nodes.proc.stdout.readline().startswith("KILLED"), "the worker node never trained a member"
     assert f"ray: node {node} is gone" in out, out
     assert fitnesses == local.fitnesses
+    # Nothing of the run is left running on the node that is left.
+    assert _member_workers_left(two_nodes) == []
