@@ -33,16 +33,18 @@ PPO_CARTPOLE["training"].update(max_steps=512, evo_steps=256)
 
 pytest.importorskip("ray", reason="the Ray backend needs the extra: pip install 'agilerl-core[ray]'")
 
-#: A head and one worker node of one CPU each; prints the address and both node ids. ``kill-when-stepping`` on
+#: A head and one worker node (argv: their CPUs); prints the address and both node ids. ``kill-when-stepping`` on
 #: stdin waits (bounded) until a member is being trained on the worker node, then kills that node's raylet and
-#: its workers (no graceful exit). At EOF the cluster shuts down.
+#: its workers (no graceful exit); ``add-node`` adds a new worker node like the first. At EOF the cluster shuts
+#: down.
 CLUSTER = r"""
 import os, sys, time
 from pathlib import Path
 from ray.cluster_utils import Cluster
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-node = cluster.add_node(num_cpus=1)
+head_cpus, worker_cpus = int(sys.argv[1]), int(sys.argv[2])
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
+node = cluster.add_node(num_cpus=worker_cpus)
 cluster.wait_for_nodes()
 print("ADDR", cluster.address, cluster.head_node.node_id, node.node_id, flush=True)
 
@@ -72,28 +74,34 @@ for line in sys.stdin:
             time.sleep(0.02)
         cluster.remove_node(node, allow_graceful=False)
         print("KILLED" if found else "NOT-SEEN", flush=True)
+    elif line.strip() == "add-node":
+        node = cluster.add_node(num_cpus=worker_cpus)
+        cluster.wait_for_nodes()
+        print("ADDED", node.node_id, flush=True)
 cluster.shutdown()
 print("STOPPED", flush=True)
 """
 
-#: A driver of its own (Ray not yet initialised in it): trains the manifest, prints the fitnesses.
+#: A driver of its own (Ray not yet initialised in it): trains the manifest (resumed from the checkpoint
+#: argv[2] if given), prints the fitnesses.
 DRIVER = r"""
 import json, logging, sys
-from agilerl import LocalTrainer
+from agilerl import LocalTrainer, load_manifest
 logging.basicConfig(level=logging.INFO)
-result = LocalTrainer.from_manifest(json.loads(sys.argv[1])).train()
+resume = sys.argv[2] if len(sys.argv) > 2 else None
+result = LocalTrainer(load_manifest(json.loads(sys.argv[1])), resume_from=resume).train()
 print("FITNESSES", json.dumps(result.fitnesses), flush=True)
 """
 
 
 class RayCluster:
-    def __init__(self) -> None:
+    def __init__(self, head_cpus: int = 1, worker_cpus: int = 1) -> None:
         self.log = tempfile.TemporaryFile("w+")
         # A Ray temp dir of its own (short: Ray's socket paths live under it), shared with the drivers: another
         # Ray instance on this machine (a test's local one) keeps its sessions apart.
         self.tmpdir = tempfile.mkdtemp(prefix="agray", dir="/tmp")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            [sys.executable, "-c", CLUSTER, str(head_cpus), str(worker_cpus)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             # Without authentication, whatever a local Ray started earlier in this process left in its environment
             # (ray.init sets RAY_AUTH_MODE=token in os.environ for a new local instance).
             env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}, "RAY_TMPDIR": self.tmpdir,
@@ -130,23 +138,29 @@ def _manifest(tmp: Path, name: str, **training: Any) -> dict[str, Any]:
     return m
 
 
-def _drive(manifest: dict[str, Any], home: Path, cluster: RayCluster) -> tuple[list[list[float]], str]:
-    """Run ``manifest`` in a driver process of its own: its fitnesses and its output.
+def _drive(
+    manifest: dict[str, Any], home: Path, cluster: RayCluster, resume: Path | None = None, fails: bool = False
+) -> tuple[list[list[float]], str]:
+    """Run ``manifest`` in a driver process of its own: its fitnesses and its output (``fails``: it must fail;
+    no fitnesses then).
 
     Its home holds a Ray token, as any machine that ever ran a local Ray (2.59+) does: the cluster above
     uses no authentication, and a driver that took the token's presence for the cluster's mode had every
     worker's creation cancelled ("The actor never ran")."""
-    (home / ".ray").mkdir(parents=True)
+    (home / ".ray").mkdir(parents=True, exist_ok=True)
     (home / ".ray" / "auth_token").write_text(uuid.uuid4().hex * 2)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_STRICT_PLUGINS": "1", "HOME": str(home),
            "RAY_TMPDIR": cluster.tmpdir}  # fmt: skip
     for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         env.pop(key, None)
     proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(manifest)], capture_output=True, text=True, env=env,
-        timeout=600, check=False,
+        [sys.executable, "-c", DRIVER, json.dumps(manifest), *([str(resume)] if resume else [])], capture_output=True,
+        text=True, env=env, timeout=600, check=False,
     )  # fmt: skip
     out = proc.stdout + proc.stderr
+    if fails:
+        assert proc.returncode != 0 and "FITNESSES" not in proc.stdout, out
+        return [], out
     assert proc.returncode == 0, out
     line = next(x for x in proc.stdout.splitlines() if x.startswith("FITNESSES "))
     return json.loads(line.split(" ", 1)[1]), out
@@ -171,6 +185,35 @@ def _member_workers_left(cluster: RayCluster) -> list[str]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.2)
+
+
+@pytest.mark.slow  # ~60 s: a cluster whose head has no CPU, its one worker node killed, a node added, a resume
+def test_a_node_lost_with_no_node_to_take_its_members_stops_with_a_checkpoint_that_resumes(tmp_path: Path) -> None:
+    cluster = RayCluster(head_cpus=0, worker_cpus=2)  # both workers on the worker node: none left when it dies
+    try:
+        local = LocalTrainer.from_manifest(_manifest(tmp_path, "local")).train()
+        manifest = _manifest(tmp_path, "ray", backend="ray", ray_address=cluster.address)
+        assert cluster.proc.stdin is not None and cluster.proc.stdout is not None
+        cluster.proc.stdin.write("kill-when-stepping\n")
+        cluster.proc.stdin.flush()
+        _, out = _drive(manifest, tmp_path / "home", cluster, fails=True)
+        assert cluster.proc.stdout.readline().startswith("KILLED"), "the worker node never trained a member"
+        assert "ray: 2 worker(s) on 1 node(s)" in out, out
+        # (Ray may fail the member's step before it declares the node dead: the error names the dead worker then.)
+        assert "MemberFailedError: " in out, out
+        assert "checkpoint written to " in out and "Resume with: " in out, out
+        checkpoint = Path(out.split("checkpoint written to ")[1].split(". Resume with")[0])
+        assert checkpoint.is_file()
+        assert _member_workers_left(cluster) == []
+        # A node joins again: the run resumed there ends as the uninterrupted one.
+        cluster.proc.stdin.write("add-node\n")
+        cluster.proc.stdin.flush()
+        assert cluster.proc.stdout.readline().startswith("ADDED")
+        fitnesses, out = _drive(manifest, tmp_path / "home", cluster, resume=checkpoint)
+        assert fitnesses == local.fitnesses
+        assert _member_workers_left(cluster) == []
+    finally:
+        cluster.stop()
 
 
 @pytest.mark.slow  # ~40 s: a two-node cluster, and a run on it beside the same run here
