@@ -68,7 +68,8 @@ for line in sys.stdin:
         while not found and time.monotonic() < deadline:
             for pid in children(raylet):
                 try:
-                    found = found or b"ray::MemberWorker.step" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    found = found or b"ray::MemberWorker.step" in title or b"ray::MemberWorker.generation" in title
                 except OSError:
                     pass
             time.sleep(0.02)
@@ -211,6 +212,35 @@ def test_a_node_lost_with_no_node_to_take_its_members_stops_with_a_checkpoint_th
         assert cluster.proc.stdout.readline().startswith("ADDED")
         fitnesses, out = _drive(manifest, tmp_path / "home", cluster, resume=checkpoint)
         assert fitnesses == local.fitnesses
+        assert _member_workers_left(cluster) == []
+    finally:
+        cluster.stop()
+
+
+#: Off-policy members sharing a replay buffer: the whole generation runs on one worker (not independent members).
+DQN_SHARED: dict[str, Any] = {
+    "algorithm": {"name": "DQN", "learn_step": 4, "batch_size": 16},
+    "environment": {"name": "CartPole-v1", "num_envs": 2},
+    "network": {"latent_dim": 16, "arch": "mlp", "encoder_config": {"hidden_size": [16]},
+                "head_config": {"hidden_size": [16]}},
+    "replay_buffer": {"max_size": 2000},
+    "training": {"pop_size": 2, "max_steps": 4000, "evo_steps": 2000, "eval_steps": 50, "learning_delay": 20,
+                 "seed": 5, "progress": False, "save_elite": False},
+}  # fmt: skip
+
+
+@pytest.mark.slow  # ~60 s: the one worker of a shared-buffer population on a node that dies, no node left
+def test_a_shared_state_population_whose_node_is_lost_stops_with_a_checkpoint(tmp_path: Path) -> None:
+    cluster = RayCluster(head_cpus=0, worker_cpus=1)
+    try:
+        manifest = copy.deepcopy(DQN_SHARED)
+        manifest["training"].update(run_dir=str(tmp_path / "ray"), backend="ray", ray_address=cluster.address)
+        assert cluster.proc.stdin is not None and cluster.proc.stdout is not None
+        cluster.proc.stdin.write("kill-when-stepping\n")
+        cluster.proc.stdin.flush()
+        _, out = _drive(manifest, tmp_path / "home", cluster, fails=True)
+        assert cluster.proc.stdout.readline().startswith("KILLED"), "the worker node never trained a member"
+        assert "MemberFailedError: " in out and "checkpoint written to " in out, out
         assert _member_workers_left(cluster) == []
     finally:
         cluster.stop()
