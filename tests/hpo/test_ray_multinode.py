@@ -33,20 +33,20 @@ PPO_CARTPOLE["training"].update(max_steps=512, evo_steps=256)
 
 pytest.importorskip("ray", reason="the Ray backend needs the extra: pip install 'agilerl-core[ray]'")
 
-#: A head and one worker node (argv: their CPUs); prints the address and both node ids. ``kill-when-stepping`` on
-#: stdin waits (bounded) until a member is being trained on the worker node, then kills that node's raylet and
-#: its workers (no graceful exit); ``add-node`` adds a new worker node like the first. At EOF the cluster shuts
+#: A head and worker nodes (argv: their CPUs, how many worker nodes); prints the address and the node ids, head
+#: first. ``kill-when-stepping`` on stdin waits (bounded) until a member is being trained on a worker node, then
+#: kills that node's raylet and its workers (no graceful exit); ``add-node`` adds a worker node like the others. At EOF the cluster shuts
 #: down.
 CLUSTER = r"""
 import os, sys, time
 from pathlib import Path
 from ray.cluster_utils import Cluster
 
-head_cpus, worker_cpus = int(sys.argv[1]), int(sys.argv[2])
+head_cpus, worker_cpus, count = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
-node = cluster.add_node(num_cpus=worker_cpus)
+nodes = [cluster.add_node(num_cpus=worker_cpus) for _ in range(count)]
 cluster.wait_for_nodes()
-print("ADDR", cluster.address, cluster.head_node.node_id, node.node_id, flush=True)
+print("ADDR", cluster.address, cluster.head_node.node_id, *(n.node_id for n in nodes), flush=True)
 
 def children(pid):
     out = []
@@ -62,21 +62,25 @@ def children(pid):
 
 for line in sys.stdin:
     if line.strip() == "kill-when-stepping":
-        raylet = node.all_processes["raylet"][0].process.pid
         deadline = time.monotonic() + 120
-        found = False
-        while not found and time.monotonic() < deadline:
-            for pid in children(raylet):
-                try:
-                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    found = found or b"ray::MemberWorker.step" in title or b"ray::MemberWorker.generation" in title
-                except OSError:
-                    pass
+        found = None
+        while found is None and time.monotonic() < deadline:
+            for node in nodes:
+                for pid in children(node.all_processes["raylet"][0].process.pid):
+                    try:
+                        title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                        if b"ray::MemberWorker.step" in title or b"ray::MemberWorker.generation" in title:
+                            found = node
+                    except OSError:
+                        pass
             time.sleep(0.02)
+        node = found or nodes[0]
+        nodes.remove(node)
         cluster.remove_node(node, allow_graceful=False)
         print("KILLED" if found else "NOT-SEEN", flush=True)
     elif line.strip() == "add-node":
         node = cluster.add_node(num_cpus=worker_cpus)
+        nodes.append(node)
         cluster.wait_for_nodes()
         print("ADDED", node.node_id, flush=True)
 cluster.shutdown()
@@ -96,13 +100,13 @@ print("FITNESSES", json.dumps(result.fitnesses), flush=True)
 
 
 class RayCluster:
-    def __init__(self, head_cpus: int = 1, worker_cpus: int = 1) -> None:
+    def __init__(self, head_cpus: int = 1, worker_cpus: int = 1, worker_nodes: int = 1) -> None:
         self.log = tempfile.TemporaryFile("w+")
         # A Ray temp dir of its own (short: Ray's socket paths live under it), shared with the drivers: another
         # Ray instance on this machine (a test's local one) keeps its sessions apart.
         self.tmpdir = tempfile.mkdtemp(prefix="agray", dir="/tmp")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CLUSTER, str(head_cpus), str(worker_cpus)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            [sys.executable, "-c", CLUSTER, str(head_cpus), str(worker_cpus), str(worker_nodes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             # Without authentication, whatever a local Ray started earlier in this process left in its environment
             # (ray.init sets RAY_AUTH_MODE=token in os.environ for a new local instance).
             env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}, "RAY_TMPDIR": self.tmpdir,
@@ -113,7 +117,8 @@ class RayCluster:
         if not line.startswith("ADDR "):
             self.log.seek(0)
             raise AssertionError(f"the two-node cluster did not start: {line!r}\n{self.log.read()[-3000:]}")
-        self.address, self.head, self.worker = line.split()[1:]
+        self.address, self.head, *self.workers = line.split()[1:]
+        self.worker = self.workers[0]
 
     def stop(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -241,6 +246,28 @@ def test_a_shared_state_population_whose_node_is_lost_stops_with_a_checkpoint(tm
         _, out = _drive(manifest, tmp_path / "home", cluster, fails=True)
         assert cluster.proc.stdout.readline().startswith("KILLED"), "the worker node never trained a member"
         assert "MemberFailedError: " in out and "checkpoint written to " in out, out
+        assert _member_workers_left(cluster) == []
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.slow  # ~60 s: the one worker of a shared-buffer population on a node that dies, another with room
+def test_a_shared_state_population_whose_node_is_lost_trains_on_another_with_the_same_fitnesses(
+    tmp_path: Path,
+) -> None:
+    cluster = RayCluster(head_cpus=0, worker_cpus=1, worker_nodes=2)
+    try:
+        manifest = copy.deepcopy(DQN_SHARED)
+        manifest["training"]["run_dir"] = str(tmp_path / "local")
+        local = LocalTrainer.from_manifest(manifest).train()
+        manifest["training"].update(run_dir=str(tmp_path / "ray"), backend="ray", ray_address=cluster.address)
+        assert cluster.proc.stdin is not None and cluster.proc.stdout is not None
+        cluster.proc.stdin.write("kill-when-stepping\n")
+        cluster.proc.stdin.flush()
+        fitnesses, out = _drive(manifest, tmp_path / "home", cluster)
+        assert cluster.proc.stdout.readline().startswith("KILLED"), "no worker node ever trained a member"
+        assert "ray: node " in out and " is gone" in out, out
+        assert fitnesses == local.fitnesses
         assert _member_workers_left(cluster) == []
     finally:
         cluster.stop()
