@@ -567,3 +567,46 @@ def test_a_killed_node_ends_the_other_clearly_and_the_run_resumes_on_two_nodes(
     assert max(r.get("steps", 0) for r in rows(run_dir)) > kept
     final = torch.load(run_dir / "last.pt", weights_only=True)["agents"][0]
     assert final["steps"] >= 40
+
+
+@pytest.mark.slow
+def test_a_node_that_hangs_ends_the_other_clearly_within_agilerl_dist_timeout_s(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path]
+) -> None:
+    """Rank 1's worker stopped (SIGSTOP: alive, its connections open, answering nothing) mid-run: rank 0's next
+    collective waits AGILERL_DIST_TIMEOUT_S (here 5 s; the default, 600 s, would outlast this test's wait) and its
+    node then ends by itself with the clear error, while rank 1 is still stopped."""
+    run_dir = tmp_path / "run"
+    data = manifest("SFT", tiny_model_dir, tmp_path, run_dir)
+    data["training"].update({"max_steps": 40, "evo_steps": 4, "checkpoint_steps": 4})
+    path = write_manifest(data, "hang.yaml")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "agilerl-hang",
+           "--max-restarts", "0", "-m", "agilerl", "train", str(path)]  # fmt: skip
+    env = {**ENV, "AGILERL_DIST_TIMEOUT_S": "5"}
+    nodes = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+    hung: int | None = None
+    try:
+        while not any(run_dir.glob("checkpoint_*.pt")) and all(n.poll() is None for n in nodes):
+            time.sleep(0.05)
+        hung = next(
+            int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _is_rank_worker(p, str(path), 1)
+        )  # fmt: skip
+        os.kill(hung, signal.SIGSTOP)
+        # Bounded (600 s, the default timeout): rank 1 stays stopped until a node has ended.
+        deadline = time.monotonic() + 600
+        while all(n.poll() is None for n in nodes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = next((n for n in nodes if n.poll() is not None), None)
+    finally:
+        if hung is not None:
+            os.kill(hung, signal.SIGKILL)  # the stopped worker: its own node's launcher then ends too
+        for n in nodes:
+            if n.poll() is None and hung is None:
+                n.kill()
+    done = [n.communicate(timeout=600) for n in nodes]
+    assert first is not None, "no node ended while rank 1 hung:\n" + "\n---\n".join(err[-3000:] for _, err in done)
+    _, first_err = done[nodes.index(first)]
+    assert first.returncode != 0
+    assert "rank 0 of 2: a collective with the other processes failed" in first_err, first_err
+    assert "--resume RUN_DIR" in first_err

@@ -20,6 +20,9 @@ the trained agent, its learn metrics and any rows the strategy logged back.
   so the result is the one an uninterrupted run gives. When retries run out the step raises
   :class:`~agilerl.training.backend.MemberFailedError`; the loop then writes a checkpoint of the
   population as it was before the generation, which ``--resume`` continues exactly.
+* A node that dies: its workers are dropped and their members trained again from the driver's
+  copies on the workers left; the one worker of a strategy whose members share state is made
+  again on a node with room and redoes the generation. With no room left, ``MemberFailedError``.
 * Cluster: ``training.ray_address`` (else ``RAY_ADDRESS``) joins a running cluster; with neither,
   a local Ray instance sized to this machine is started and shut down at the end of the run. Ray
   already initialised in this process (a test fixture, a notebook) is used as it is.
@@ -195,6 +198,9 @@ class RayBackend(Backend):
         self.worker_nodes: dict[int, str] = {}
         self.owns_ray = False
         self.independent = True
+        #: How a worker is made (the actor class with its options, its constructor's arguments): the one
+        #: worker of a strategy whose members share state is made again when its node dies.
+        self.make_worker: Any = None
 
     # --- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -273,7 +279,12 @@ class RayBackend(Backend):
         )
         # The manifest goes by value (a few KB, inlined in each creation task): a restarted actor is
         # rebuilt from its constructor arguments, which an object in the store could have lost with a node.
-        self.workers = [actor.remote(run.manifest, device=run.device, run_dir=str(run.run_dir)) for _ in range(n)]
+        self.make_worker = lambda: actor.remote(run.manifest, device=run.device, run_dir=str(run.run_dir))
+        self.workers = [self.make_worker() for _ in range(n)]
+        self._wait_ready(n)
+
+    def _wait_ready(self, n: int) -> None:
+        t = self.training
         try:
             # Fail here, not mid-generation, on a bad setup; bounded, as every wait on the cluster is.
             ready = ray.get([w.ready.remote() for w in self.workers], timeout=WORKER_START_TIMEOUT_S)
@@ -385,6 +396,31 @@ class RayBackend(Backend):
                 return False
             time.sleep(0.5)
 
+    def _node_lost_and_room_elsewhere(self, worker: Any) -> bool:
+        """After the one worker of a sequential generation failed: whether its node died (waited for, bounded,
+        as in :meth:`_lost_with_its_node`) while another live node has the CPUs and GPUs a worker asks for."""
+        t = self.training
+        node = self.worker_nodes.get(id(worker))
+
+        def room() -> bool:
+            for n in ray.nodes():  # type: ignore[no-untyped-call]
+                res = n.get("Resources", {})
+                if n.get("Alive") and str(n["NodeID"]) != node and float(res.get("CPU", 0)) >= t.num_cpus_per_member:
+                    if float(res.get("GPU", 0)) >= t.num_gpus_per_member:
+                        return True
+            return False
+
+        if not room():
+            return False
+        deadline = time.monotonic() + NODE_DEATH_WAIT_S
+        while True:
+            self._drop_workers_on_dead_nodes()
+            if id(worker) not in self.worker_nodes:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
+
     def _drop_workers_on_dead_nodes(self) -> None:
         alive = {str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
         for worker in [w for w in self.workers if self.worker_nodes[id(w)] not in alive]:
@@ -407,9 +443,21 @@ class RayBackend(Backend):
         on_member: MemberCallback | None,
     ) -> list[MemberResult]:
         packed = _pack((population, strategy.state_dict()))
-        results, state = _unpack(
-            self._get(self.workers[0].generation.remote(packed, budgets, run.generation), population[0])
-        )
+        while True:
+            worker = self.workers[0]
+            try:
+                data = self._get(worker.generation.remote(packed, budgets, run.generation), population[0])
+                break
+            except MemberFailedError:
+                if not self._node_lost_and_room_elsewhere(worker):
+                    raise
+            # Its node died: a new worker on a node with room redoes the generation from the driver's copy.
+            self.workers = [self.make_worker()]
+            try:
+                self._wait_ready(1)
+            except AgileRLError as exc:  # (a MemberFailedError: the loop writes the checkpoint to resume from)
+                raise MemberFailedError(f"its node died and a worker could not start on another: {exc}") from None
+        results, state = _unpack(data)
         strategy.load_state_dict(state)
         for pos, result in enumerate(results):
             self._deliver(run, result)
