@@ -23,9 +23,7 @@ import argparse
 import copy
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -177,12 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for variant in variants:
         for seed in args.seeds:
-            cmd = [sys.executable, __file__, "--worker", "--cell", cell.key, "--variant", variant, "--seeds", str(seed)]
-            if args.steps:
-                cmd += ["--steps", str(args.steps)]
             print(f"[ablate] {cell.key} {variant} seed {seed}", flush=True)
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_LOAD_PLUGINS": "gym"}
-            failed += subprocess.run(cmd, env=env, check=False).returncode != 0
+            failed += not bl.run_worker(__file__, ["--cell", cell.key, "--variant", variant, "--seeds", str(seed)],
+                                        args.steps)  # fmt: skip
     return 1 if failed else 0
 
 

@@ -634,13 +634,19 @@ def main(argv: list[str] | None = None) -> int:
     for cell in cells:
         for i, seed in enumerate(seeds):
             for side in sides if i % 2 == 0 else sides[::-1]:
-                cmd = [sys.executable, __file__, "--worker", "--cell", cell.key, "--side", side, "--seed", str(seed)]
-                if args.steps:
-                    cmd += ["--steps", str(args.steps)]
                 print(f"[bench] {cell.key} {side} seed {seed}", flush=True)
-                env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_LOAD_PLUGINS": "gym"}
-                failed += subprocess.run(cmd, env=env, check=False).returncode != 0
+                failed += not run_worker(
+                    __file__, ["--cell", cell.key, "--side", side, "--seed", str(seed)], args.steps
+                )
     return 1 if failed else 0
+
+
+def run_worker(script: str, select: list[str], steps: int | None) -> bool:
+    """Run ``script --worker`` for the one (cell, side or variant, seed) ``select`` names, in a
+    process of its own with one torch thread and only the gym plugin loaded; whether it succeeded."""
+    cmd = [sys.executable, script, "--worker", *select, *(["--steps", str(steps)] if steps else [])]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGILERL_LOAD_PLUGINS": "gym"}
+    return subprocess.run(cmd, env=env, check=False).returncode == 0
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -108,16 +106,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
 
 
 def spawn(args: argparse.Namespace, variant: str, seed: int, warm: str, data: str) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--variant", variant, "--warm", warm, "--data", data, "--seed", str(seed),
-           "--steps", str(args.steps), "--tokens", str(args.tokens), "--prompts", str(args.prompts),
-           "--group", str(args.group), "--lr", str(args.lr), "--max-grad-norm", str(args.max_grad_norm)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "AGILERL_STRICT_PLUGINS": "1"}  # fmt: skip
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
-    raise RuntimeError(f"{variant} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return bench_learning.run_worker(__file__, ["--variant", variant], args, seed, warm, data)
 
 
 def main() -> None:

@@ -159,7 +159,15 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
 
 
 def spawn(which: str, args: argparse.Namespace, seed: int, warm: str, data: str) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--worker", which, "--warm", warm, "--data", data, "--seed", str(seed),
+    return run_worker(__file__, ["--worker", which], args, seed, warm, data)
+
+
+def run_worker(
+    script: str, select: list[str], args: argparse.Namespace, seed: int, warm: str, data: str
+) -> dict[str, float]:
+    """Run one training of ``script`` (its side or variant named by ``select``) from the warm start
+    in a process of its own, one torch thread, with this parser's settings; its ``RESULT`` line."""
+    cmd = [sys.executable, script, *select, "--warm", warm, "--data", data, "--seed", str(seed),
            "--steps", str(args.steps), "--tokens", str(args.tokens), "--prompts", str(args.prompts),
            "--group", str(args.group), "--lr", str(args.lr), "--max-grad-norm", str(args.max_grad_norm)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
@@ -168,7 +176,7 @@ def spawn(which: str, args: argparse.Namespace, seed: int, warm: str, data: str)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
-    raise RuntimeError(f"{which} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    raise RuntimeError(f"{' '.join(select)} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,6 +15,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 # Helper modules beside the tests (gym_test_helpers, gym_test_wrappers) import by name.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gym_test_helpers import EnvsMade  # noqa: E402
+
 EXAMPLES = REPO / "examples"
 
 
@@ -63,3 +65,22 @@ def read_metrics() -> Callable[[Path], list[dict[str, Any]]]:
 @pytest.fixture
 def examples_dir() -> Path:
     return EXAMPLES
+
+
+@pytest.fixture
+def envs_made(monkeypatch: pytest.MonkeyPatch) -> EnvsMade:
+    """Count the envs ``make_single_env`` builds and which of them get closed (the real envs, only
+    their ``close`` recorded): checks that validation builds an env once for all its checks."""
+    import agilerl_plugin_gym.envs as envs
+
+    seen = EnvsMade()
+    real = envs.make_single_env
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        env = real(*args, **kwargs)
+        seen.made.append(env)
+        monkeypatch.setattr(env, "close", lambda: seen.closed.append(env), raising=False)
+        return env
+
+    monkeypatch.setattr(envs, "make_single_env", counting)
+    return seen

@@ -1,7 +1,9 @@
-"""Tiny manifests and state comparison shared by the exact-resume and device tests."""
+"""Tiny manifests and state comparison shared by the exact-resume and device tests; the record of
+the ``envs_made`` fixture (conftest.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +62,15 @@ def flat_state(state: Any, prefix: str = "") -> dict[str, Any]:
             out.update(flat_state(v, f"{prefix}[{i}]"))
         return out
     return {prefix: state}
+
+
+@dataclass
+class EnvsMade:
+    """The envs validation built through ``agilerl_plugin_gym.envs.make_single_env`` and those it closed."""
+
+    made: list[Any] = field(default_factory=list)
+    closed: list[Any] = field(default_factory=list)
+
+    def clear(self) -> None:
+        self.made.clear()
+        self.closed.clear()

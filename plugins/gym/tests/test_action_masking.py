@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gym_test_helpers import EnvsMade
 from masked_env import N_ACTIONS, MaskedChoiceEnv
 
 from agilerl.builders import AlgorithmBuildRuntime
@@ -124,30 +125,16 @@ def test_validation_catches_a_masked_env_without_action_masking() -> None:
         load_manifest({"algorithm": {"name": "RainbowDQN"}, "environment": env})
 
 
-def test_validation_builds_a_custom_env_once_for_its_spaces_api_and_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validation_builds_a_custom_env_once_for_its_spaces_api_and_masks(envs_made: EnvsMade) -> None:
     """The env made for the space checks also serves the custom-env API and mask checks, and is closed."""
-    import agilerl_plugin_gym.envs as envs
-
-    made: list[Any] = []
-    closed: list[Any] = []
-    real = envs.make_single_env
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        env = real(*args, **kwargs)
-        made.append(env)
-        monkeypatch.setattr(env, "close", lambda: closed.append(env), raising=False)
-        return env
-
-    monkeypatch.setattr(envs, "make_single_env", counting)
     env = {"name": "Masked", "custom": True, "entrypoint": "masked_env:MaskedChoiceEnv",
            "path": str(Path(__file__).parent), "env_config": {"source": "method"}}  # fmt: skip
     with pytest.raises(ManifestError, match=r"algorithm\.action_masking"):  # the mask check ran on it
         load_manifest({"algorithm": {"name": "PPO"}, "environment": env})
-    assert len(made) == 1 and closed == made
-    made.clear()
-    closed.clear()
+    assert len(envs_made.made) == 1 and envs_made.closed == envs_made.made
+    envs_made.clear()
     load_manifest({"algorithm": {"name": "PPO", "action_masking": True}, "environment": env})
-    assert len(made) == 1 and closed == made
+    assert len(envs_made.made) == 1 and envs_made.closed == envs_made.made
 
 
 def test_the_onnx_export_takes_the_mask_as_its_second_input(tmp_path: Any) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gym_test_helpers import EnvsMade
 from gymnasium import spaces
 
 from agilerl.errors import AgileRLError, ManifestError
@@ -156,32 +157,19 @@ def test_a_good_env_config_validates() -> None:
     load_manifest({"algorithm": {"name": "IPPO"}, "environment": {**SSL, "env_config": {"max_cycles": 30}}})
 
 
-def test_validation_builds_the_pettingzoo_env_once_for_all_its_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validation_builds_the_pettingzoo_env_once_for_all_its_checks(envs_made: EnvsMade) -> None:
     """A custom env with action masking and a per-agent net_config: the API check, the mask check and
     the agent-list check share one env, built once and closed once."""
     from masked_pz_env import MaskedChoiceParallelEnv
 
-    import agilerl_plugin_gym.envs as envs
-
-    made: list[Any] = []
-    closed: list[Any] = []
-    real = envs.make_single_env
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        env = real(*args, **kwargs)
-        made.append(env)
-        monkeypatch.setattr(env, "close", lambda: closed.append(env), raising=False)
-        return env
-
-    monkeypatch.setattr(envs, "make_single_env", counting)
     env = {"name": "masked_choice", "entrypoint": "masked_pz_env:MaskedChoiceParallelEnv", "path": str(HERE),
            "num_envs": 1, "sync": True}  # fmt: skip
     algo = {"name": "IPPO", "action_masking": True, "net_config": {"player": {"latent_dim": 16}}}
     load_manifest({"algorithm": algo, "environment": env})
-    assert len(made) == 1 and closed == made
-    assert isinstance(getattr(made[0], "unwrapped", made[0]), MaskedChoiceParallelEnv)
+    assert len(envs_made.made) == 1 and envs_made.closed == envs_made.made
+    assert isinstance(getattr(envs_made.made[0], "unwrapped", envs_made.made[0]), MaskedChoiceParallelEnv)
     algo["net_config"] = {"playr": {"latent_dim": 16}}
-    made.clear()
+    envs_made.clear()
     (problem,) = _problems({"algorithm": algo, "environment": env})
     assert problem.startswith("algorithm.net_config.playr: no agent or group") and "did you mean 'player'" in problem
-    assert len(made) == 1
+    assert len(envs_made.made) == 1
