@@ -95,7 +95,6 @@ HELPERS: tuple[str, ...] = (
     "gym/floor.py",
     "gym/masked_env.py",
     "gym/ablate_learning.py",  # run by hand where a learning cell loses (README: its ablation table)
-    "gym/ablate_a2c_latent_gain.py",  # run by hand: the A2C ablation's last suspect (README)
     "bandit/_ours_worker.py",
     "bandit/_agilerl_worker.py",
     "hpo/_ours_worker.py",

@@ -68,14 +68,18 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
     "a2c-CartPole-v1": {
         "base": ("the learning table's mapping (SB3's A2C defaults)", {}),
         "torch_init": ("torch's default layer init instead of the orthogonal one (SB3's ortho_init: false)",
-                       {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False}}}),
+                       {"network": {"encoder_config": {"init_layers": False, "output_gain": None},
+                                    "head_config": {"init_layers": False}}}),
+        "latent_gain_sqrt2": ("orthogonal init kept, the encoder's latent layer at gain sqrt(2) as SB3's second "
+                              "hidden layer (A2C's default since this ablation)",
+                              {"network": {"encoder_config": {"output_gain": math.sqrt(2)}}}),
     },
 }  # fmt: skip
 SB3 = "sb3"
 
-#: What every variant of a cell starts from: the mapping the learning table was first recorded with
-#: (commit 74537da), kept here so the ablation stays reproducible after bench_learning.py moved to
-#: the exact SB3 mapping: DQN CartPole spread its gradient steps (`learn_step: 2`), averaged its
+#: What every variant of a cell starts from: the mapping and defaults the learning table was first
+#: recorded with (commit 74537da), kept here so the ablation stays reproducible after
+#: bench_learning.py moved to the exact SB3 mapping and the defaults changed: DQN CartPole spread its gradient steps (`learn_step: 2`), averaged its
 #: target (`tau: 1/64`, the mean lag of SB3's copies) and decayed epsilon multiplicatively (to .04
 #: at the same 8,000th step), with the Q head's output layer at gain .01.
 BASE: dict[str, dict[str, dict[str, Any]]] = {
@@ -85,6 +89,8 @@ BASE: dict[str, dict[str, dict[str, Any]]] = {
         # The Q head's output gain .01, DQN's default until the ablation (no_output_vanish) changed it.
         "network": {"head_config": {"output_vanish": True}},
     },
+    # The encoder's latent layer at gain 1, A2C's init until the ablation (latent_gain_sqrt2) changed it.
+    "a2c-CartPole-v1": {"network": {"encoder_config": {"output_gain": 1.0}}},
 }
 
 

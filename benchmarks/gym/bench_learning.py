@@ -92,15 +92,17 @@ ZOO: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _mlp(sizes: list[int], activation: str = "ReLU") -> dict[str, Any]:
+def _mlp(sizes: list[int], activation: str = "ReLU", *, ortho_init: bool = True) -> dict[str, Any]:
     """Our ``network`` section for an MLP of hidden ``sizes`` (SB3's ``net_arch``): the encoder holds
-    all but the last, the latent is the last (it is activated), the head is the output layer."""
+    all but the last, the latent is the last (it is activated), the head is the output layer.
+    ``ortho_init: False`` (SB3's policy_kwargs) -> ``init_layers: false`` on both: torch's default init."""
     *hidden, latent = sizes
     widest = max(sizes)
+    init = {} if ortho_init else {"init_layers": False}
     return {"latent_dim": latent, "max_latent_dim": max(latent, 128),
             "encoder_config": {"arch": "mlp", "hidden_size": hidden, "layer_norm": False, "activation": activation,
-                               "max_mlp_nodes": max(widest, 256)},
-            "head_config": {"hidden_size": [], "layer_norm": False, "activation": activation}}  # fmt: skip
+                               "max_mlp_nodes": max(widest, 256), **init},
+            "head_config": {"hidden_size": [], "layer_norm": False, "activation": activation, **init}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,7 @@ def _ppo_hopper_ours(seed: int, steps: int) -> dict[str, Any]:
                       "gamma": 0.999, "gae_lambda": 0.99, "clip_coef": 0.2, "ent_coef": 0.00229519,
                       "vf_coef": 0.835671, "max_grad_norm": 0.7, "share_encoders": False, "action_std_init": -2.0},
         "environment": {"name": "Hopper-v5", "num_envs": 1, "sync": True, "normalize": {"obs": True, "reward": True}},
-        "network": _mlp([256, 256], "ReLU"),
+        "network": _mlp([256, 256], "ReLU", ortho_init=False),
         "training": _training(seed, steps, CELLS_EVAL["ppo-Hopper-v5"]),
         "logging": NO_TENSORBOARD,
     }  # fmt: skip
@@ -376,12 +378,14 @@ CELLS: dict[str, Cell] = {
         Cell("a2c", "CartPole-v1", 100_000, CELLS_EVAL["a2c-CartPole-v1"], 475.0,
              _a2c_cartpole_ours, _a2c_cartpole_sb3, num_envs=8,
              notes=["SB3 defaults: n_steps 5 x 8 envs -> `learn_step: 40`, RMSprop, lr 7e-4, separate 64-64 tanh",
-                    "SB3's orthogonal init (ortho_init) has no manifest field: ours initialises as it always does"]),
+                    "SB3's orthogonal init (gain sqrt(2) on both hidden layers, .01 policy output, 1 value output): "
+                    "ours the same (A2C's encoder latent layer at sqrt(2), `encoder_config.output_gain`)"]),
         Cell("ppo", "LunarLander-v3", 1_000_000, CELLS_EVAL["ppo-LunarLander-v3"], 200.0,
              _ppo_lunar_ours, _ppo_lunar_sb3, num_envs=16,
              notes=["n_steps 1024 x 16 envs -> `learn_step: 16384`; SB3 defaults for the rest (lr 3e-4, clip .2, "
                     "vf .5, grad-norm .5), separate 64-64 tanh",
-                    "SB3's orthogonal init has no manifest field"]),
+                    "SB3's orthogonal init: ours orthogonal too, but the encoder's latent (second hidden) layer at gain "
+                    "1 where SB3's is sqrt(2) (`encoder_config.output_gain: 1.4142` would match it)"]),
         Cell("sac", "Pendulum-v1", 20_000, CELLS_EVAL["sac-Pendulum-v1"], -200.0,
              _sac_ours("SAC", "Pendulum-v1", 1e-3, 100), _sac_sb3("SAC", "Pendulum-v1", 1e-3, 100),
              notes=["SB3 defaults for the rest (batch 256, tau .005, learning_starts 100, ent_coef auto, 256-256); "
@@ -404,7 +408,7 @@ CELLS: dict[str, Cell] = {
              _ppo_hopper_ours, _ppo_hopper_sb3, eval_episodes=5, normalize=True,
              notes=["normalize: true -> `environment.normalize: {obs: true, reward: true}` (VecNormalize's "
                     "defaults, reward discount = gamma 0.999 on both sides)",
-                    "log_std_init -2 -> `action_std_init: -2`; ortho_init False: ours has no orthogonal init"]),
+                    "log_std_init -2 -> `action_std_init: -2`; ortho_init False -> `init_layers: false` (encoder and head)"]),
         Cell("ppo_masked", MASKED_ENV, 50_000, CELLS_EVAL[f"ppo_masked-{MASKED_ENV}"], 45.0,
              _ppo_masked_ours, _ppo_masked_sb3, num_envs=8, masked=True,
              notes=["no zoo row (our own env, benchmarks/gym/masked_env.py): SB3 PPO defaults with 8 envs x 128 "

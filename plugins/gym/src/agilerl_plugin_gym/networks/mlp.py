@@ -34,7 +34,10 @@ class EvolvableMLP(nn.Module):
     :param output_activation: activation after the output layer (None: linear output).
     :param layer_norm: LayerNorm after each hidden linear layer (before the activation).
     :param init_layers: orthogonal initialisation (gain sqrt(2)) instead of torch's default.
-    :param output_vanish: scale the output layer's initial weights by 0.1 (small initial outputs).
+    :param output_vanish: small initial outputs: orthogonal gain .01 with ``init_layers``, else torch's
+        default init scaled by 0.1.
+    :param output_gain: the output layer's orthogonal gain with ``init_layers`` (None: 1, or .01 with
+        ``output_vanish``).
     :param min_hidden_layers, max_hidden_layers, min_mlp_nodes, max_mlp_nodes: mutation bounds.
     """
 
@@ -49,6 +52,7 @@ class EvolvableMLP(nn.Module):
         layer_norm: bool = False,
         init_layers: bool = True,
         output_vanish: bool = False,
+        output_gain: float | None = None,
         min_hidden_layers: int = 1,
         max_hidden_layers: int = 6,
         min_mlp_nodes: int = 8,
@@ -62,6 +66,7 @@ class EvolvableMLP(nn.Module):
         self.layer_norm = layer_norm
         self.init_layers = init_layers
         self.output_vanish = output_vanish
+        self.output_gain = output_gain
         self.min_hidden_layers, self.max_hidden_layers = min_hidden_layers, max_hidden_layers
         self.min_mlp_nodes, self.max_mlp_nodes = min_mlp_nodes, max_mlp_nodes
         self._build()
@@ -82,12 +87,18 @@ class EvolvableMLP(nn.Module):
         if self.init_layers:
             for lin in linears:
                 init_linear(lin)
-            init_linear(self.output, 0.01 if self.output_vanish else 1.0)
+            init_linear(self.output, self.output_init_gain())
         elif self.output_vanish:
             with torch.no_grad():
                 self.output.weight.mul_(0.1)
                 self.output.bias.mul_(0.1)
         self._refresh_forward()
+
+    def output_init_gain(self) -> float:
+        """The orthogonal gain the output layer starts at (and new output units get)."""
+        if self.output_gain is not None:
+            return float(self.output_gain)
+        return 0.01 if self.output_vanish else 1.0
 
     def _refresh_forward(self) -> None:
         # The forward pass walks a flat list without the Identity placeholders: per-module call
@@ -241,8 +252,7 @@ class EvolvableMLP(nn.Module):
         if out_dim == self.out_dim:
             return False
         w = self._weights()
-        gain = 0.01 if self.output_vanish else 1.0
-        w[-1] = resized_linear(*w[-1], rows=out_dim, gain=gain)
+        w[-1] = resized_linear(*w[-1], rows=out_dim, gain=self.output_init_gain())
         self.out_dim = int(out_dim)
         self._replace(list(self.hidden_size), w)
         return True

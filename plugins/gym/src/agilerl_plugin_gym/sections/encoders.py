@@ -67,6 +67,15 @@ class MlpSpec(Spec):
     layer_norm: bool = True
     init_layers: bool = True
     output_vanish: bool = True
+    output_gain: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            description="Orthogonal gain of the output layer's initial weights (with init_layers). Unset: 1, or "
+            ".01 with output_vanish; A2C's encoder sets sqrt(2), as SB3's second hidden layer "
+            "(an encoder's output is a hidden representation). Not an AgileRL key.",
+        ),
+    ] = None
     min_hidden_layers: Annotated[int, Field(ge=1)] = 1
     max_hidden_layers: Annotated[int, Field(ge=1)] = 6
     min_mlp_nodes: Annotated[int, Field(ge=1)] = 8
@@ -78,6 +87,8 @@ class MlpSpec(Spec):
             raise ValueError("min_hidden_layers must be <= max_hidden_layers")
         if self.min_mlp_nodes > self.max_mlp_nodes:
             raise ValueError("min_mlp_nodes must be <= max_mlp_nodes")
+        if self.output_gain is not None and not self.init_layers:
+            raise ValueError("output_gain is the orthogonal init's gain: set init_layers: true or drop output_gain")
         return self
 
 
