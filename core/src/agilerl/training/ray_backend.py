@@ -387,14 +387,7 @@ class RayBackend(Backend):
         could take the member over."""
         node = self.worker_nodes.get(id(worker))
         elsewhere = any(n != node for n in self.worker_nodes.values())
-        deadline = time.monotonic() + (NODE_DEATH_WAIT_S if elsewhere else 0.0)
-        while True:
-            self._drop_workers_on_dead_nodes()
-            if id(worker) not in self.worker_nodes:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.5)
+        return self._dropped_as_dead(worker, NODE_DEATH_WAIT_S if elsewhere else 0.0)
 
     def _node_lost_and_room_elsewhere(self, worker: Any) -> bool:
         """After the one worker of a sequential generation failed: whether its node died (waited for, bounded,
@@ -410,9 +403,12 @@ class RayBackend(Backend):
                         return True
             return False
 
-        if not room():
-            return False
-        deadline = time.monotonic() + NODE_DEATH_WAIT_S
+        return room() and self._dropped_as_dead(worker, NODE_DEATH_WAIT_S)
+
+    def _dropped_as_dead(self, worker: Any, wait_s: float) -> bool:
+        """Whether Ray declares ``worker``'s node dead within ``wait_s`` seconds (its workers are then
+        dropped): polled every half second, once when ``wait_s`` is 0."""
+        deadline = time.monotonic() + wait_s
         while True:
             self._drop_workers_on_dead_nodes()
             if id(worker) not in self.worker_nodes:
