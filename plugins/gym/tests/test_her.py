@@ -215,7 +215,7 @@ def _bit_flipping_sac(her: bool, tmp: Path) -> list[float]:
         "network": {"latent_dim": 64, "encoder_config": {"arch": "multiinput", "vector_space_mlp": True},
                     "head_config": {"hidden_size": [64]}},
         "replay_buffer": {"max_size": 20_000, **({"her": True} if her else {})},
-        "training": {"pop_size": 1, "max_steps": 4000, "evo_steps": 1000, "learning_delay": 200, "eval_loop": 5,
+        "training": {"pop_size": 1, "max_steps": 6000, "evo_steps": 1000, "learning_delay": 200, "eval_loop": 5,
                      "seed": 0, "progress": False},
     }  # fmt: skip
     result = LocalTrainer.from_manifest(m, run_dir=tmp / ("sac_her" if her else "sac_plain")).train()
@@ -225,13 +225,16 @@ def _bit_flipping_sac(her: bool, tmp: Path) -> list[float]:
 @pytest.mark.slow
 def test_sac_with_her_solves_continuous_bit_flipping_where_plain_sac_does_not(tmp_path: Path) -> None:
     """6 bits with a Box action (each bit whose action is positive flips, so one step can reach the
-    goal: the optimum is 0), 4000 steps each; -6 is an episode that never reaches its goal. Seed 0:
-    SAC with HER -6, -6, -3.8, -0.2 per evaluation; plain SAC -6 throughout."""
+    goal: the optimum is 0), 6000 steps each; -6 is an episode that never reaches its goal. Seed 0:
+    SAC with HER -6, -6, -6, -3.6, 0, 0 per evaluation of 5 episodes (seed 1: -4.8, -6, -2.2, -0.4,
+    -0.2, 0); plain SAC -6, -6, -6, -4.8, -6, -6 (a random flip hits the goal now and then: the 1 in
+    5 episodes behind -4.8). An earlier install (other numpy) gave HER -0.2 by 4000 steps, so the
+    budget keeps a margin."""
     torch.set_num_threads(1)
     her = _bit_flipping_sac(True, tmp_path)
     plain = _bit_flipping_sac(False, tmp_path)
-    assert max(her) >= -2.0, her
-    assert max(plain) <= -5.5, plain
+    assert sum(her[-2:]) / 2 >= -1.0, her  # ends near the optimum
+    assert sum(plain) / len(plain) <= -5.0, plain  # reaches a goal only by chance
 
 
 def test_fetch_reach_smoke(tmp_path: Path) -> None:
