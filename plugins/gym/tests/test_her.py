@@ -228,7 +228,7 @@ def test_sac_with_her_solves_continuous_bit_flipping_where_plain_sac_does_not(tm
     goal: the optimum is 0), 6000 steps each; -6 is an episode that never reaches its goal. Seed 0:
     SAC with HER -6, -6, -6, -3.6, 0, 0 per evaluation of 5 episodes (seed 1: -4.8, -6, -2.2, -0.4,
     -0.2, 0); plain SAC -6, -6, -6, -4.8, -6, -6 (a random flip hits the goal now and then: the 1 in
-    5 episodes behind -4.8). An earlier install (other numpy) gave HER -0.2 by 4000 steps, so the
+    5 episodes behind -4.8). An earlier install gave HER -0.2 by 4000 steps (same code and seed), so the
     budget keeps a margin."""
     torch.set_num_threads(1)
     her = _bit_flipping_sac(True, tmp_path)
