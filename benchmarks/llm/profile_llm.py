@@ -176,6 +176,9 @@ def profile_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> tupl
     _common_torch(timers, accelerate.optimizer.AcceleratedOptimizer)
     timers.wrap(torch.nn.Module, "zero_grad", "optimizer (AdamW, zero_grad)")
     timers.wrap(transformers.Trainer, "get_batch_samples", "data: sampling + collation")
+    # transformers 5 clips through accelerate's clip_grad_norm_, which the torch wrapper does not see.
+    if hasattr(transformers.Trainer, "_clip_grad_norm"):
+        timers.wrap(transformers.Trainer, "_clip_grad_norm", "grad clip")
     if algorithm == "grpo":
         import bench_grpo
         from trl import GRPOTrainer
