@@ -88,6 +88,15 @@ def _common_torch(timers: Timers, optimizer_owner: Any) -> None:
     timers.wrap(optimizer_owner, "zero_grad", "optimizer (AdamW, zero_grad)")
 
 
+def _our_step_parts(timers: Timers) -> None:
+    """Our optimizer step calls torch's kernels through ``fast_step`` (see its docstring)."""
+    from agilerl_plugin_llm import fast_step
+
+    timers.wrap(fast_step, "clip_grad_norm", "grad clip")
+    timers.wrap(fast_step, "adamw_step", "optimizer (AdamW, zero_grad)")
+    timers.wrap(fast_step, "drop_grads", "optimizer (AdamW, zero_grad)")
+
+
 def profile_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tuple[float, dict[str, float]]:
     import torch
 
@@ -119,6 +128,7 @@ def profile_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tup
         timers.wrap(rollout_base.RolloutLLMAlgorithm, "_chunked_logprobs", "reference log-probs (no grad)")
         timers.wrap(GRPO, "loss", "forward: log-probs + loss")
         _common_torch(timers, agent.optimizer)
+        _our_step_parts(timers)
 
         def step() -> None:
             agent.learn_iteration(envs)
@@ -134,6 +144,7 @@ def profile_ours(algorithm: str, model_dir: str, steps: int, warmup: int) -> tup
             timers.wrap(DPO, "_answer_logps", _by_grad)
         timers.wrap(type(agent), "_loss", "forward: log-probs + loss")
         _common_torch(timers, agent.optimizer)
+        _our_step_parts(timers)
 
         def step() -> None:
             agent.learn(env.next_batch())
@@ -165,6 +176,9 @@ def profile_trl(algorithm: str, model_dir: str, steps: int, warmup: int) -> tupl
     _common_torch(timers, accelerate.optimizer.AcceleratedOptimizer)
     timers.wrap(torch.nn.Module, "zero_grad", "optimizer (AdamW, zero_grad)")
     timers.wrap(transformers.Trainer, "get_batch_samples", "data: sampling + collation")
+    # transformers 5 clips through accelerate's clip_grad_norm_, which the torch wrapper does not see.
+    if hasattr(transformers.Trainer, "_clip_grad_norm"):
+        timers.wrap(transformers.Trainer, "_clip_grad_norm", "grad clip")
     if algorithm == "grpo":
         import bench_grpo
         from trl import GRPOTrainer

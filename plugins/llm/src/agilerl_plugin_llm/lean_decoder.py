@@ -124,7 +124,10 @@ def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
     if kind is not _lora_linear_type():
         return module(x)
     lora = module
-    base = lora.base_layer
+    # Submodules and parameters straight from their dicts, as for nn.Linear above (a LoRA layer would
+    # otherwise pay Module.__getattr__ about ten times per call).
+    children = lora._modules
+    base = children["base_layer"]
     if type(base) is not nn.Linear or lora.merged:
         return module(x)  # a quantised base; merged weights (PEFT unmerges on disable): its own forward
     base_params: Any = base._parameters
@@ -133,17 +136,29 @@ def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
         return result
     dtype = result.dtype
     variants = getattr(lora, "lora_variant", {})
+    lora_a, lora_b, dropouts = (
+        children["lora_A"]._modules,
+        children["lora_B"]._modules,
+        children["lora_dropout"]._modules,
+    )
     for name in lora.active_adapters:
-        if name not in lora.lora_A:
+        a = lora_a.get(name)
+        if a is None:
             continue
-        a, b = lora.lora_A[name], lora.lora_B[name]
+        b = lora_b[name]
         if name in variants or type(a) is not nn.Linear or type(b) is not nn.Linear:
             return module(x)  # DoRA and other variants
-        if getattr(lora, "cast_input_dtype_enabled", True) and x.dtype != a.weight.dtype:
-            x = x.to(a.weight.dtype)
-        dropout = lora.lora_dropout[name]
-        h = F.linear(x if type(dropout) is nn.Identity else dropout(x), a.weight, a.bias)
-        result = result + F.linear(h, b.weight, b.bias) * lora.scaling[name]
+        a_params, b_params = a._parameters, b._parameters
+        if getattr(lora, "cast_input_dtype_enabled", True) and x.dtype != a_params["weight"].dtype:
+            x = x.to(a_params["weight"].dtype)
+        dropout = dropouts[name]
+        h = F.linear(x if type(dropout) is nn.Identity else dropout(x), a_params["weight"], a_params["bias"])
+        if result.dim() == 2 and b_params["bias"] is None:
+            # One op for PEFT's ``result + lora_B(h) * scaling``: the same product, scaled, then added
+            # (bit for bit on the CPU), where the three ops cost three autograd nodes on tiny matrices.
+            result = torch.addmm(result, h, b_params["weight"].t(), alpha=lora.scaling[name])
+        else:
+            result = result + F.linear(h, b_params["weight"], b_params["bias"]) * lora.scaling[name]
     return result.to(dtype)
 
 

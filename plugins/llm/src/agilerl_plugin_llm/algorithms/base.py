@@ -26,7 +26,7 @@ import torch
 
 from agilerl.algorithm import AlgorithmBase
 from agilerl.errors import AgileRLError
-from agilerl_plugin_llm import distributed, fsdp, lean_decoder
+from agilerl_plugin_llm import distributed, fast_step, fsdp, lean_decoder
 from agilerl_plugin_llm import model as llm_model
 from agilerl_plugin_llm.logprobs import auto_chunk_rows, token_logprobs
 from agilerl_plugin_llm.packing import pack_rows, packed_decoder_hidden, packed_logits
@@ -438,7 +438,7 @@ class LLMAlgorithm(AlgorithmBase):
         for start in range(0, n, mini):
             mini_batch = slice_batch(batch, start, min(start + mini, n))
             denom = max(units(mini_batch), 1e-8)  # the whole step's units, on every process
-            self.optimizer.zero_grad(set_to_none=True)
+            fast_step.drop_grads(params)
             rows = batch_rows(mini_batch)
             lo, hi = distributed.shard(rows, rank, world)  # this process's rows
             parts: list[tuple[int, int] | None] = [(m, min(m + micro, hi)) for m in range(lo, hi, micro)]
@@ -468,11 +468,11 @@ class LLMAlgorithm(AlgorithmBase):
                 if sharded:
                     norms.append(fsdp.clip_grad_norm(params, self.spec.max_grad_norm))
                 else:
-                    norm = torch.nn.utils.clip_grad_norm_(params, self.spec.max_grad_norm)
-                    norms.append(float(norm))
-            self.optimizer.step()
+                    norms.append(float(fast_step.clip_grad_norm(params, self.spec.max_grad_norm)))
+            # torch's clip and AdamW step, without their per-call Python (the same kernels: fast_step).
+            fast_step.adamw_step(self.optimizer)
             steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
+        fast_step.drop_grads(params)
         if norms:
             totals["grad_norm"], counts["grad_norm"] = sum(norms), len(norms)
         out = {k: totals[k] / counts[k] for k in totals}
