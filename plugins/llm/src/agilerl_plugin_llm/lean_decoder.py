@@ -28,7 +28,7 @@ adapter on the embeddings) is called as a module, so it runs its own forward.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -148,17 +148,19 @@ def _linear(module: Any, x: torch.Tensor) -> torch.Tensor:
         b = lora_b[name]
         if name in variants or type(a) is not nn.Linear or type(b) is not nn.Linear:
             return module(x)  # DoRA and other variants
-        a_params, b_params = a._parameters, b._parameters
-        if getattr(lora, "cast_input_dtype_enabled", True) and x.dtype != a_params["weight"].dtype:
-            x = x.to(a_params["weight"].dtype)
+        # An nn.Linear always holds its weight (its bias may be None).
+        a_weight, a_bias = cast(torch.Tensor, a._parameters["weight"]), a._parameters["bias"]
+        b_weight, b_bias = cast(torch.Tensor, b._parameters["weight"]), b._parameters["bias"]
+        if getattr(lora, "cast_input_dtype_enabled", True) and x.dtype != a_weight.dtype:
+            x = x.to(a_weight.dtype)
         dropout = dropouts[name]
-        h = F.linear(x if type(dropout) is nn.Identity else dropout(x), a_params["weight"], a_params["bias"])
-        if result.dim() == 2 and b_params["bias"] is None:
+        h = F.linear(x if type(dropout) is nn.Identity else dropout(x), a_weight, a_bias)
+        if result.dim() == 2 and b_bias is None:
             # One op for PEFT's ``result + lora_B(h) * scaling``: the same product, scaled, then added
             # (bit for bit on the CPU), where the three ops cost three autograd nodes on tiny matrices.
-            result = torch.addmm(result, h, b_params["weight"].t(), alpha=lora.scaling[name])
+            result = torch.addmm(result, h, b_weight.t(), alpha=lora.scaling[name])
         else:
-            result = result + F.linear(h, b_params["weight"], b_params["bias"]) * lora.scaling[name]
+            result = result + F.linear(h, b_weight, b_bias) * lora.scaling[name]
     return result.to(dtype)
 
 
