@@ -38,6 +38,13 @@ EXTERNAL = {
     "_getframe",  # sys._getframe
     "_SubParsersAction",  # argparse: the type of add_subparsers()'s result (annotations only)
     "_fused_adam_",  # torch: the fused Adam kernel torch.optim.Adam(fused=True) calls (optim.py)
+    "_fused_adamw_",  # torch: the fused AdamW kernel AdamW(fused=True) calls (llm fast_step.py)
+    "_foreach_norm",  # torch: the multi-tensor norm clip_grad_norm_ calls (llm fast_step.py)
+    # torch.optim's hook registries: fast_step hands the step back to Optimizer.step when any is set
+    "_optimizer_step_pre_hooks",
+    "_optimizer_step_post_hooks",
+    "_global_optimizer_pre_hooks",
+    "_global_optimizer_post_hooks",
     "_max_episode_steps",  # gymnasium: TimeLimit's limit; no public attribute when the env has no spec
     "_no_split_modules",  # transformers: a model's block classes, what accelerate's FSDP auto-wrap reads too
     # torch's op bindings that hand-written backward passes call: the kernels autograd's own backward
@@ -49,6 +56,7 @@ EXTERNAL = {
     # torch.nn.Module's own registries, read directly on hot paths (Module.__getattr__ looks there)
     "_parameters",
     "_buffers",
+    "_modules",  # the lean decoder's LoRA layer reads its adapters' submodules there
     "_forward_hooks",  # the lean decoder pass runs only modules that carry no hooks
     "_forward_pre_hooks",
     "_hf_hook",  # accelerate: the hook it attaches to an offloaded/dispatched module
