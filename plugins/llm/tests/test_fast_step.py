@@ -41,17 +41,24 @@ def test_clip_grad_norm_is_torchs_in_both_regimes() -> None:
     assert float(expected) > 1.0  # the second regime did clip
 
 
-def test_adamw_step_is_torchs_step_and_state() -> None:
+def _twin_steps(steps: int, skip_at: int | None = None, **adamw: Any) -> tuple[list[Any], list[Any], Any, Any]:
+    """Twin parameter sets with the same gradients: one stepped by ``fast_step.adamw_step``, the other
+    by torch's ``AdamW.step`` (``skip_at``: the step where one parameter has no gradient)."""
     ours, theirs = _lora_like(0), _lora_like(0)
-    opt_ours = torch.optim.AdamW(ours, lr=3e-3, fused=True)
-    opt_theirs = torch.optim.AdamW(theirs, lr=3e-3, fused=True)
-    for step in range(5):
+    opt_ours, opt_theirs = torch.optim.AdamW(ours, **adamw), torch.optim.AdamW(theirs, **adamw)
+    for step in range(steps):
         _grads(ours, step, 0.1)
         _grads(theirs, step, 0.1)
-        if step == 3:  # a parameter without a gradient is skipped, by both
+        if step == skip_at:
             ours[2].grad = theirs[2].grad = None
         fast_step.adamw_step(opt_ours)
         opt_theirs.step()
+    return ours, theirs, opt_ours, opt_theirs
+
+
+def test_adamw_step_is_torchs_step_and_state() -> None:
+    # At step 3 a parameter without a gradient is skipped, by both.
+    ours, theirs, opt_ours, opt_theirs = _twin_steps(5, skip_at=3, lr=3e-3, fused=True)
     for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a, b)
     mine, torchs = opt_ours.state_dict(), opt_theirs.state_dict()
@@ -70,14 +77,7 @@ def test_adamw_step_leaves_hooked_or_unfused_optimizers_to_torch() -> None:
     fast_step.adamw_step(opt)
     fast_step.adamw_step(opt)
     assert calls == [1, 1]
-    plain, reference = _lora_like(0), _lora_like(0)
-    opt_plain = torch.optim.AdamW(plain, lr=1e-3, foreach=False)
-    opt_reference = torch.optim.AdamW(reference, lr=1e-3, foreach=False)
-    for step in range(2):
-        _grads(plain, step, 0.1)
-        _grads(reference, step, 0.1)
-        fast_step.adamw_step(opt_plain)
-        opt_reference.step()
+    plain, reference, _, _ = _twin_steps(2, lr=1e-3, foreach=False)  # unfused: torch's own step
     assert all(torch.equal(a, b) for a, b in zip(plain, reference, strict=True))
 
 
