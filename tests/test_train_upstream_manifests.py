@@ -367,11 +367,6 @@ def budget(data: dict[str, Any], generations: int) -> list[str]:
     }
     if t.get("eval_steps") is None or int(t["eval_steps"]) > EVAL_STEPS_CAP:
         sets["training.eval_steps"] = EVAL_STEPS_CAP
-    interval = t.get("evaluation_interval")
-    if interval is not None and int(interval) >= generations * evo:
-        # Validation refuses a held-out evaluation interval no step of the run reaches, so the tiny
-        # budget keeps one mid-run evaluation where there is room for it, and none otherwise.
-        sets["training.evaluation_interval"] = generations * evo - 1 if generations * evo > 1 else "null"
     if int(t.get("learning_delay") or 0) >= evo:
         # Off-policy warm-up longer than the tiny budget: validation refuses a run where nothing would
         # learn, so learning starts half-way through the first generation instead.

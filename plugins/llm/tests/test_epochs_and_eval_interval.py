@@ -88,6 +88,18 @@ def test_sft_evaluation_interval_logs_heldout_rows_every_n_iterations(
     assert losses[2] < losses[0]  # a real held-out evaluation of the trained weights (lr 1e-3 on LoRA)
 
 
+def test_an_interval_past_the_budget_is_agilerls_way_to_skip_mid_run_evaluation(
+    tiny_model_dir: Path, tmp_path: Path, write_manifest: Callable[..., Path], run_cli: Callable[..., Any]
+) -> None:
+    # AgileRL's own cispo_gemma4_group5.yaml writes evaluation_interval: 999999 with max_steps 100000:
+    # the manifest validates and trains, and only each generation's end is evaluated.
+    manifest = _sft_manifest(tiny_model_dir, tmp_path, max_steps=6, evo_steps=3, evaluation_interval=999999)
+    assert load_manifest(manifest).training.evaluation_interval == 999999
+    _train(run_cli, write_manifest, manifest)
+    assert _interval_rows(tmp_path / "run", "eval/loss") == []
+    assert sorted(r["steps"] for r in _rows(tmp_path / "run") if "eval/loss" in r) == [0, 3, 6]
+
+
 # --- validation ------------------------------------------------------------------------------------
 
 

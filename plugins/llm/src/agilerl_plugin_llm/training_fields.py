@@ -22,7 +22,6 @@ __all__ = [
     "LLMTrainingFields",
     "eval_prompt_count",
     "eval_prompts_problems",
-    "evaluation_interval_problems",
     "llm_training",
 ]
 
@@ -94,19 +93,6 @@ def llm_training(manifest: Any) -> LLMTrainingFields:
     """``manifest.training`` as the fields this plugin adds to it (core composes the section from
     every plugin's fields, so a validated manifest's ``training`` is one of these)."""
     return training_as(manifest, LLMTrainingFields)
-
-
-def evaluation_interval_problems(manifest: Any) -> list[Problem]:
-    """``training.evaluation_interval`` at or past ``training.max_steps``: the held-out evaluation
-    runs at a multiple of it before the run's last step (the last is the generation's own evaluation),
-    so no such evaluation would ever run and the field would do nothing."""
-    interval, max_steps = llm_training(manifest).evaluation_interval, manifest.training.max_steps
-    if interval is None or interval < max_steps:
-        return []
-    return [Problem("training.evaluation_interval", (
-        f"{interval} is not below training.max_steps ({max_steps}): a held-out evaluation runs every "
-        "evaluation_interval steps before the last, so none would ever run (each generation's end is evaluated "
-        "anyway); lower it or remove the field"))]  # fmt: skip
 
 
 def eval_prompt_count(manifest: Any, heldout_rows: int | None) -> int:

@@ -15,7 +15,7 @@ from agilerl.models.base import Mutable
 from agilerl_plugin_llm.check_data import chat_template_problems, dataset_problems
 from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems, raise_problems
-from agilerl_plugin_llm.training_fields import evaluation_interval_problems, llm_training
+from agilerl_plugin_llm.training_fields import llm_training
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -62,7 +62,6 @@ class DatasetLLMSpec(PluginLLMSpec):
             problems += dataset_problems(env, type(self).objective)
             problems += chat_template_problems(env, self.pretrained_model_name_or_path, type(self).objective)
         problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
-        problems += evaluation_interval_problems(manifest)
         mutation = manifest.mutation
         if (
             llm_training(manifest).num_epochs is not None

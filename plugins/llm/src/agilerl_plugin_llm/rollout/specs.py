@@ -21,7 +21,7 @@ from agilerl_plugin_llm.check_data import eval_prompts_heldout_problems
 from agilerl_plugin_llm.rollout.sources import RolloutSourceError, select_source, unsupported_fields
 from agilerl_plugin_llm.spec_base import LR_NAMES, LR_TEXT
 from agilerl_plugin_llm.specs import PluginLLMSpec, llm_algorithm_problems, model_path_problems, raise_problems
-from agilerl_plugin_llm.training_fields import eval_prompts_problems, evaluation_interval_problems
+from agilerl_plugin_llm.training_fields import eval_prompts_problems
 
 if TYPE_CHECKING:
     from agilerl.models.manifest import TrainingManifest
@@ -394,7 +394,6 @@ class RolloutLLMSpec(PluginLLMSpec):
                     problems.append(Problem(f"environment.{name}", why))
 
         problems += model_path_problems(self.pretrained_model_name_or_path, self.lora_config)
-        problems += evaluation_interval_problems(manifest)
         problems += eval_prompts_problems(manifest) + eval_prompts_heldout_problems(manifest)
         if self.new_tokens >= self.max_model_len:
             problems.append(Problem(
