@@ -1,4 +1,5 @@
-"""Learning, side by side: agilerl-plugin-llm GRPO vs TRL's ``GRPOTrainer``, from the same SFT warm start.
+"""Learning, side by side: agilerl-plugin-llm GRPO and RLOO vs TRL's ``GRPOTrainer`` and ``RLOOTrainer``,
+from the same SFT warm start.
 
 The task is ``agilerl_plugin_llm.tasks``' reverse-three-digits (``reverse 413`` -> ``314``: the answer
 depends on the prompt), 512 rows, 3/4 to train on and 128 held out (the split ``training.seed: 0``
@@ -19,7 +20,18 @@ score after, the gain, the wall seconds of training, and the gain per wall secon
 are the medians over seeds, ours / TRL. Targets (issue 37): our gain >= TRL's on the median seed, gain
 per wall second >= 1.5x TRL's, no seed of ours below its warm start.
 
-    python benchmarks/llm/bench_learning.py                 # 3 seeds per side (minutes on a CPU)
+RLOO (``--algos rloo``) runs the same protocol with each side's RLOO: the advantage is the reward minus
+the mean of the other ``--group - 1`` completions of the prompt, not normalised (TRL's
+``normalize_advantages`` default and ours), no KL (``beta`` 0 on both sides: TRL's RLOO puts it in the
+reward, ours in the loss, so with it the two would differ). TRL's RLOO loss is the clipped
+sequence-level ratio (the sum of the token log-ratios) times the advantage, averaged over
+completions; with one optimizer step per generation batch its gradient is each completion's token
+log-probability sum times its advantage, over the completions, which is ours with
+``loss_type: dr_grpo`` (each completion's token sum over ``--tokens``, over the completions) up to the
+constant ``1 / --tokens``, which Adam's normalisation removes.
+
+    python benchmarks/llm/bench_learning.py                 # GRPO and RLOO, 3 seeds per side (minutes on a CPU)
+    python benchmarks/llm/bench_learning.py --algos rloo --seeds 0 1 2 3 4 5 6 7
     python benchmarks/llm/bench_learning.py --seeds 0       # one seed per side
 """
 
@@ -43,6 +55,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RUBRIC = ROOT / "examples" / "llm" / "reverse" / "reverse_rubric.py"
 SPLIT = 0.75
 SPLIT_SEED = 0
+#: Each algorithm: (its name in the rows, TRL's trainer, the row key suffix: GRPO keeps the first rows' keys).
+ALGOS: dict[str, tuple[str, str, str]] = {
+    "grpo": ("GRPO", "TRL GRPOTrainer", ""),
+    "rloo": ("RLOO", "TRL RLOOTrainer", "_rloo"),
+}
 
 
 def rubric():  # type: ignore[no-untyped-def]
@@ -94,19 +111,21 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
     from agilerl_plugin_llm.model import load_tokenizer
     from agilerl_plugin_llm.rollout.env import make_rollout_envs
     from agilerl_plugin_llm.rollout.grpo import GRPO
-    from agilerl_plugin_llm.rollout.specs import GRPOSpec
+    from agilerl_plugin_llm.rollout.rloo import RLOO
+    from agilerl_plugin_llm.rollout.specs import GRPOSpec, RLOOSpec
     from agilerl_plugin_llm.specs import LLMEnvSpec
     from agilerl_plugin_llm.tasks import exact_match
 
     tok = load_tokenizer(args.warm)
     env_spec = LLMEnvSpec(env_type="rollout", dataset_path=args.data, rubric_file_path=str(RUBRIC),
                           train_test_split=SPLIT, max_reward=1.0)  # fmt: skip
-    spec = GRPOSpec(pretrained_model_name_or_path=args.warm, batch_size=args.prompts, group_size=args.group,
-                    lr=args.lr, beta=0.0, clip_coef=0.2, loss_type="dapo", max_output_tokens=args.tokens,
-                    max_model_len=64, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
-                    gradient_checkpointing=False, seed=args.seed)  # fmt: skip
+    spec_class, algo_class, loss_type = (RLOOSpec, RLOO, "dr_grpo") if args.algo == "rloo" else (GRPOSpec, GRPO, "dapo")
+    spec = spec_class(pretrained_model_name_or_path=args.warm, batch_size=args.prompts, group_size=args.group,
+                      lr=args.lr, beta=0.0, clip_coef=0.2, loss_type=loss_type, max_output_tokens=args.tokens,
+                      max_model_len=64, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
+                      gradient_checkpointing=False, seed=args.seed)  # fmt: skip
     envs = make_rollout_envs(env_spec, tok, max_model_len=64, max_output_tokens=args.tokens, seed=SPLIT_SEED)
-    agent = GRPO(spec, tokenizer=tok)
+    agent = algo_class(spec, tokenizer=tok)
     _, heldout = split(args.data)
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
@@ -121,7 +140,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     from agilerl_plugin_llm.tasks import exact_match
 
@@ -142,15 +161,22 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
     tok.eos_token = "<|im_end|>"  # end completions at the end of the assistant turn, as ours does
     model = AutoModelForCausalLM.from_pretrained(args.warm, dtype=torch.float32)
     model.generation_config.eos_token_id = tok.eos_token_id
-    config = GRPOConfig(
+    common = dict(
         output_dir=tempfile.mkdtemp(prefix="trl-learning-"), per_device_train_batch_size=args.prompts * args.group,
         num_generations=args.group, max_completion_length=args.tokens, learning_rate=args.lr, beta=0.0,
-        epsilon=0.2, loss_type="dapo", scale_rewards="group", temperature=1.0, top_k=0, top_p=1.0,
-        max_grad_norm=args.max_grad_norm, lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6,
-        save_strategy="no", report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False,
-        disable_tqdm=True, seed=args.seed, dataloader_num_workers=0,
+        epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
+        lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6, save_strategy="no",
+        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False, disable_tqdm=True, seed=args.seed,
+        dataloader_num_workers=0,
     )  # fmt: skip
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok)
+    if args.algo == "rloo":
+        rloo_config = RLOOConfig(**common, normalize_advantages=False)
+        trainer = RLOOTrainer(
+            model=model, reward_funcs=reward, args=rloo_config, train_dataset=ds, processing_class=tok
+        )
+    else:
+        config = GRPOConfig(**common, loss_type="dapo", scale_rewards="group")
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=ds, processing_class=tok)
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -169,7 +195,8 @@ def run_worker(
     in a process of its own, one torch thread, with this parser's settings; its ``RESULT`` line."""
     cmd = [sys.executable, script, *select, "--warm", warm, "--data", data, "--seed", str(seed),
            "--steps", str(args.steps), "--tokens", str(args.tokens), "--prompts", str(args.prompts),
-           "--group", str(args.group), "--lr", str(args.lr), "--max-grad-norm", str(args.max_grad_norm)]  # fmt: skip
+           "--group", str(args.group), "--lr", str(args.lr), "--max-grad-norm", str(args.max_grad_norm),
+           "--algo", args.algo]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "AGILERL_STRICT_PLUGINS": "1"}  # fmt: skip
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -191,7 +218,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--max-grad-norm", type=float, default=0.1,
                    help="gradient clipping on both sides (0.1: our GRPO default; TRL's default is 1.0)")  # fmt: skip
+    p.add_argument("--algos", nargs="+", choices=list(ALGOS), default=list(ALGOS), help="algorithms to compare")
     p.add_argument("--worker", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    p.add_argument("--algo", choices=list(ALGOS), default="grpo", help=argparse.SUPPRESS)
     p.add_argument("--warm", help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -211,6 +240,20 @@ def main() -> None:
     before = exact_match(warm, None, split(data)[1])
     print(f"warm start ({args.sft_steps} SFT steps): held-out exact match {before}", flush=True)
     sides = ["ours", "trl"] if benchlib.has_module("trl", "TRL") else ["ours"]
+    given = {k: v for k, v in vars(args).items() if k != "algo"}
+    warm_score = {"exact_match": before.mean, "stderr": before.stderr, "n": before.n}
+    raw: dict[str, Any] = {"args": given, "warm_start": warm_score}
+    for algo in args.algos:
+        args.algo = algo
+        raw[algo] = compare(args, record, sides, before, warm, data)
+    record.save(raw)
+
+
+def compare(
+    args: argparse.Namespace, record: benchlib.Record, sides: list[str], before: Any, warm: str, data: str
+) -> dict[str, Any]:
+    """``args.algo`` on each side over ``args.seeds`` (sides alternating per seed), its rows added to ``record``."""
+    name, against, suffix = ALGOS[args.algo]
     runs: dict[str, list[dict[str, float]]] = {which: [] for which in sides}
     for i, seed in enumerate(args.seeds):
         for which in sides if i % 2 == 0 else sides[::-1]:  # alternate against load drift
@@ -218,13 +261,14 @@ def main() -> None:
             res.update(seed=seed, gain=res["after"] - before.mean)
             res["gain_per_s"] = res["gain"] / res["wall_s"]
             runs[which].append(res)
-            print(f"seed {seed} {which:4s}: exact match {before.mean:.3f} -> {res['after']:.3f} "
+            print(f"{name} seed {seed} {which:4s}: exact match {before.mean:.3f} -> {res['after']:.3f} "
                   f"(+/- {res['after_stderr']:.3f}), gain {res['gain']:+.3f} in {res['wall_s']:.1f} s "
                   f"({res['gain_per_s']:+.4f} / s)", flush=True)  # fmt: skip
-    summary = {k: {m: statistics.median(r[m] for r in v) for m in ("after", "gain", "wall_s", "gain_per_s")}
-               for k, v in runs.items()}  # fmt: skip
+    summary: dict[str, Any] = {
+        k: {m: statistics.median(r[m] for r in v) for m in ("after", "gain", "wall_s", "gain_per_s")}
+        for k, v in runs.items()
+    }
     summary["warm_start"] = {"exact_match": before.mean, "stderr": before.stderr, "n": before.n}
-    raw = {"args": vars(args), "runs": runs, "summary": summary}
     if "trl" in runs:
         s, t = summary["ours"], summary["trl"]
         below = [r["seed"] for r in runs["ours"] if r["after"] < before.mean]
@@ -233,15 +277,17 @@ def main() -> None:
         detail = (f"{len(args.seeds)} seeds, {args.steps} steps from {before.mean:.3f} (n={before.n}); median gain "
                   f"{s['gain']:+.3f} vs {t['gain']:+.3f}, per wall s {s['gain_per_s']:+.4f} vs {t['gain_per_s']:+.4f}; "
                   f"ours below the warm start on seeds {below or 'none'}")  # fmt: skip
-        record.row("llm_learning_gain", what="GRPO held-out exact-match gain from an SFT warm start (median seed)",
-                   against="TRL GRPOTrainer", wall=gain_ratio, cpu=None, target="gain >= 1.0x, no seed below start",
+        record.row(f"llm_learning_gain{suffix}",
+                   what=f"{name} held-out exact-match gain from an SFT warm start (median seed)",
+                   against=against, wall=gain_ratio, cpu=None, target="gain >= 1.0x, no seed below start",
                    met=None if gain_ratio is None else gain_ratio >= 1.0 and not below, repeats=len(args.seeds),
                    detail=detail)  # fmt: skip
-        record.row("llm_learning_gain_per_s", what="GRPO held-out exact-match gain per wall second (median seed)",
-                   against="TRL GRPOTrainer", wall=per_s_ratio, cpu=None, target="per wall s >= 1.5x",
+        record.row(f"llm_learning_gain_per_s{suffix}",
+                   what=f"{name} held-out exact-match gain per wall second (median seed)",
+                   against=against, wall=per_s_ratio, cpu=None, target="per wall s >= 1.5x",
                    met=None if per_s_ratio is None else per_s_ratio >= 1.5, repeats=len(args.seeds),
                    detail=detail)  # fmt: skip
-    record.save(raw)
+    return {"runs": runs, "summary": summary}
 
 
 if __name__ == "__main__":
