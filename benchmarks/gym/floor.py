@@ -1,4 +1,5 @@
-"""Floor references for bench_cartpole.py: the least work a framework's training loop can do.
+"""Floor references for bench_cartpole.py (PPO, DQN) and bench_offpolicy.py (SAC, TD3): the least work
+a framework's training loop can do.
 
 * PPO floor: a bare torch loop that steps the 8-env vector env with one no-grad forward of the
   actor per vector step (sampled action), and after every 2048 env steps runs the matched PPO
@@ -13,6 +14,8 @@ A framework's throughput divided by the floor's says how close its loop is to th
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -120,3 +123,182 @@ def dqn_floor(env_id: str, total_steps: int, seed: int) -> int:
                 torch._foreach_lerp_(target_p, online_p, 0.005)
     envs.close()
     return done
+
+
+# ---- off-policy continuous control at RL Zoo sizes (bench_offpolicy.py) ---------------------------
+#
+# One env, one gradient step of batch 256 per env step after ``learning_starts`` (SB3's train_freq 1,
+# gradient_steps 1), transitions in preallocated tensors, fused Adam, foreach Polyak averaging: the
+# update SAC and TD3 must do, and nothing else (no logging, no evaluation, no checkpoint bookkeeping).
+
+
+class _Transitions:
+    """A preallocated ring of (obs, action, reward, next obs, terminated) rows, sampled uniformly."""
+
+    def __init__(self, size: int, n_obs: int, n_act: int, seed: int) -> None:
+        self.s, self.s2 = torch.zeros(size, n_obs), torch.zeros(size, n_obs)
+        self.a, self.r, self.d = torch.zeros(size, n_act), torch.zeros(size), torch.zeros(size)
+        self.size, self.pos, self.filled = size, 0, 0
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, s: torch.Tensor, a: np.ndarray, r: float, s2: np.ndarray, term: bool) -> None:
+        i = self.pos
+        self.s[i], self.a[i], self.r[i] = s, torch.as_tensor(a), float(r)
+        self.s2[i], self.d[i] = torch.as_tensor(s2, dtype=torch.float32), float(term)
+        self.pos, self.filled = (i + 1) % self.size, min(self.filled + 1, self.size)
+
+    def sample(self, n: int) -> tuple[torch.Tensor, ...]:
+        idx = torch.as_tensor(self.rng.integers(0, self.filled, n))
+        return self.s[idx], self.a[idx], self.r[idx], self.s2[idx], self.d[idx]
+
+
+def _mlp_sizes(n_in: int, sizes: list[int], n_out: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for width in sizes:
+        layers += [nn.Linear(n_in, width), nn.ReLU()]
+        n_in = width
+    return nn.Sequential(*layers, nn.Linear(n_in, n_out))
+
+
+def _continuous_env(env_id: str, seed: int) -> tuple[gym.Env, np.ndarray, int, int]:
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env, obs, int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
+
+
+def _polyak(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) -> None:
+    with torch.no_grad():
+        torch._foreach_lerp_(target, online, tau)
+
+
+def sac_floor(
+    env_id: str, total_steps: int, seed: int, *, learning_starts: int = 256, hidden: int = 256
+) -> Callable[[], int]:
+    """SAC as SB3 runs it (two 256-256 critics, tanh-squashed Gaussian actor, learned entropy
+    coefficient, batch 256, tau .005, lr 3e-4), reduced to the update. Returns the training loop,
+    built (env, networks, optimizers, transitions allocated), to be timed on its own."""
+    torch.manual_seed(seed)
+    env, obs, n_obs, n_act = _continuous_env(env_id, seed)
+    actor = _mlp_sizes(n_obs, [hidden, hidden], 2 * n_act)
+    critics = nn.ModuleList(_mlp_sizes(n_obs + n_act, [hidden, hidden], 1) for _ in range(2))
+    targets = nn.ModuleList(_mlp_sizes(n_obs + n_act, [hidden, hidden], 1) for _ in range(2))
+    targets.load_state_dict(critics.state_dict())
+    log_alpha = torch.zeros(1, requires_grad=True)
+    actor_p = list(actor.parameters())
+    opt_actor = torch.optim.Adam(actor_p, lr=3e-4, fused=True)
+    opt_critic = torch.optim.Adam(critics.parameters(), lr=3e-4, fused=True)
+    opt_alpha = torch.optim.Adam([log_alpha], lr=3e-4, fused=True)
+    online_p, target_p = list(critics.parameters()), list(targets.parameters())
+    buffer = _Transitions(total_steps, n_obs, n_act, seed)
+    target_entropy = -float(n_act)
+
+    def act(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = actor(s).chunk(2, dim=-1)
+        std = log_std.clamp(-20, 2).exp()
+        u = mean + std * torch.randn_like(mean)
+        a = torch.tanh(u)
+        logp = (-0.5 * ((u - mean) / std) ** 2 - log_std.clamp(-20, 2) - 0.5 * np.log(2 * np.pi)).sum(-1)
+        return a, logp - torch.log1p(-a.pow(2) + 1e-6).sum(-1)
+
+    def q(nets: nn.ModuleList, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([s, a], dim=-1)
+        return torch.cat([net(x) for net in nets], dim=-1)
+
+    def train() -> int:
+        nonlocal obs
+        for done in range(total_steps):
+            x = torch.as_tensor(obs, dtype=torch.float32)
+            if done < learning_starts:
+                a = env.action_space.sample()
+            else:
+                with torch.no_grad():
+                    a = act(x.unsqueeze(0))[0][0].numpy()
+            nxt, r, term, trunc, _ = env.step(a)
+            buffer.add(x, a, float(r), nxt, bool(term))
+            obs = env.reset()[0] if term or trunc else nxt
+            if done + 1 < learning_starts:
+                continue
+            s, a_b, r_b, s2, d = buffer.sample(256)
+            alpha = log_alpha.detach().exp()
+            with torch.no_grad():
+                a2, logp2 = act(s2)
+                y = r_b + 0.99 * (1 - d) * (q(targets, s2, a2).min(-1).values - alpha * logp2)
+            critic_loss = 0.5 * (q(critics, s, a_b) - y.unsqueeze(-1)).pow(2).mean(0).sum()
+            opt_critic.zero_grad(set_to_none=True)
+            critic_loss.backward()
+            opt_critic.step()
+            a_pi, logp = act(s)
+            actor_loss = (alpha * logp - q(critics, s, a_pi).min(-1).values).mean()
+            opt_actor.zero_grad(set_to_none=True)
+            actor_loss.backward(inputs=actor_p)  # no gradient for the critics' weights: the least work
+            opt_actor.step()
+            alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
+            opt_alpha.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            opt_alpha.step()
+            _polyak(target_p, online_p, 0.005)
+        env.close()
+        return total_steps
+
+    return train
+
+
+def td3_floor(env_id: str, total_steps: int, seed: int, *, learning_starts: int = 256) -> Callable[[], int]:
+    """TD3 as the zoo's Hopper row (400-300 actor and critics, batch 256, lr 1e-3, exploration noise
+    .1, target smoothing .2 clipped at .5, actor and targets every 2nd update), reduced to the update.
+    Returns the training loop, built, to be timed on its own."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    env, obs, n_obs, n_act = _continuous_env(env_id, seed)
+    sizes = [400, 300]
+    actor, actor_target = _mlp_sizes(n_obs, sizes, n_act), _mlp_sizes(n_obs, sizes, n_act)
+    actor_target.load_state_dict(actor.state_dict())
+    critics = nn.ModuleList(_mlp_sizes(n_obs + n_act, sizes, 1) for _ in range(2))
+    targets = nn.ModuleList(_mlp_sizes(n_obs + n_act, sizes, 1) for _ in range(2))
+    targets.load_state_dict(critics.state_dict())
+    actor_p = list(actor.parameters())
+    opt_actor = torch.optim.Adam(actor_p, lr=1e-3, fused=True)
+    opt_critic = torch.optim.Adam(critics.parameters(), lr=1e-3, fused=True)
+    online_p = [*critics.parameters(), *actor.parameters()]
+    target_p = [*targets.parameters(), *actor_target.parameters()]
+    buffer = _Transitions(total_steps, n_obs, n_act, seed)
+
+    def q(nets: nn.ModuleList, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([s, a], dim=-1)
+        return torch.cat([net(x) for net in nets], dim=-1)
+
+    def train() -> int:
+        nonlocal obs
+        for done in range(total_steps):
+            x = torch.as_tensor(obs, dtype=torch.float32)
+            if done < learning_starts:
+                a = env.action_space.sample()
+            else:
+                with torch.no_grad():
+                    a = torch.tanh(actor(x)).numpy()
+                a = np.clip(a + rng.normal(0.0, 0.1, n_act), -1.0, 1.0).astype(np.float32)
+            nxt, r, term, trunc, _ = env.step(a)
+            buffer.add(x, a, float(r), nxt, bool(term))
+            obs = env.reset()[0] if term or trunc else nxt
+            if done + 1 < learning_starts:
+                continue
+            s, a_b, r_b, s2, d = buffer.sample(256)
+            with torch.no_grad():
+                noise = (torch.randn_like(a_b) * 0.2).clamp(-0.5, 0.5)
+                a2 = (torch.tanh(actor_target(s2)) + noise).clamp(-1.0, 1.0)
+                y = r_b + 0.99 * (1 - d) * q(targets, s2, a2).min(-1).values
+            critic_loss = (q(critics, s, a_b) - y.unsqueeze(-1)).pow(2).mean(0).sum()
+            opt_critic.zero_grad(set_to_none=True)
+            critic_loss.backward()
+            opt_critic.step()
+            if (done + 1 - learning_starts) % 2 == 0:
+                actor_loss = -q(critics[:1], s, torch.tanh(actor(s))).mean()
+                opt_actor.zero_grad(set_to_none=True)
+                actor_loss.backward(inputs=actor_p)
+                opt_actor.step()
+                _polyak(target_p, online_p, 0.005)
+        env.close()
+        return total_steps
+
+    return train
