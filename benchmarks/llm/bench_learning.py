@@ -27,8 +27,9 @@ reward, ours in the loss, so with it the two would differ). TRL's RLOO loss is t
 sequence-level ratio (the sum of the token log-ratios) times the advantage, averaged over
 completions; with one optimizer step per generation batch its gradient is each completion's token
 log-probability sum times its advantage, over the completions, which is ours with
-``loss_type: dr_grpo`` (each completion's token sum over ``--tokens``, over the completions) up to the
-constant ``1 / --tokens``, which Adam's normalisation removes.
+``loss_type: dr_grpo`` (each completion's token sum over ``--tokens``, over the completions) times the
+constant ``1 / --tokens``. Our side clips at ``--max-grad-norm / --tokens`` so that both sides clip the
+same steps by the same factor; Adam's normalisation then removes the constant.
 
     python benchmarks/llm/bench_learning.py                 # GRPO and RLOO, 3 seeds per side (minutes on a CPU)
     python benchmarks/llm/bench_learning.py --algos rloo --seeds 0 1 2 3 4 5 6 7
@@ -120,9 +121,11 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
     env_spec = LLMEnvSpec(env_type="rollout", dataset_path=args.data, rubric_file_path=str(RUBRIC),
                           train_test_split=SPLIT, max_reward=1.0)  # fmt: skip
     spec_class, algo_class, loss_type = (RLOOSpec, RLOO, "dr_grpo") if args.algo == "rloo" else (GRPOSpec, GRPO, "dapo")
+    # RLOO: our dr_grpo gradient is TRL's RLOO gradient over --tokens, so its clipping threshold is too.
+    clip = args.max_grad_norm / args.tokens if args.algo == "rloo" else args.max_grad_norm
     spec = spec_class(pretrained_model_name_or_path=args.warm, batch_size=args.prompts, group_size=args.group,
                       lr=args.lr, beta=0.0, clip_coef=0.2, loss_type=loss_type, max_output_tokens=args.tokens,
-                      max_model_len=64, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
+                      max_model_len=64, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=clip,
                       gradient_checkpointing=False, seed=args.seed)  # fmt: skip
     envs = make_rollout_envs(env_spec, tok, max_model_len=64, max_output_tokens=args.tokens, seed=SPLIT_SEED)
     agent = algo_class(spec, tokenizer=tok)
