@@ -78,6 +78,10 @@ SCRIPTS: dict[str, Script] = {
     "llm/ablate_learning.py": Script(
         smoke="--seeds 0 --rows 64 --sft-steps 4 --steps 2 --prompts 2 --group 2 --variants ours trl_topk50".split()
     ),
+    # Our GRPO and TRL's in lock step (same prompts and sampling draws per step): the same completions (issue 37).
+    "llm/lockstep_learning.py": Script(
+        smoke="--seeds 0 --rows 64 --sft-steps 4 --steps 2 --prompts 2 --group 2".split()
+    ),
     "llm/profile_llm.py": Script(smoke=["--steps", "2", "--warmup", "1"]),
     "llm/bench_data_parallel.py": Script(smoke=["--sizes", "64x2:2"]),
     "openenv/bench_speed.py": Script(smoke=["--iterations", "2", "--repeats", "1", "--rounds", "10"]),

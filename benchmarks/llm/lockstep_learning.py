@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_learning
+import benchlib
 
 #: The sampling generator's seed before step ``s``'s generation, on both sides.
 SEED_BASE = 1000
@@ -171,8 +172,10 @@ def main() -> None:
         result = run_trl(args) if args.side == "trl" else run_ours(args)
         print("RESULT " + json.dumps(result), flush=True)
         return
+    record_file = benchlib.Record("llm/lockstep_learning")
     work = Path(tempfile.mkdtemp(prefix="lockstep-learning-"))
     warm, data = (args.warm, args.data) if args.warm and args.data else bench_learning.warm_start(args, work)
+    runs: list[dict[str, Any]] = []
     for seed in args.seeds:
         record = ["--record", str(work / f"trl-{seed}.json"), "--ours-weight-decay", str(args.ours_weight_decay)]
         trl = bench_learning.run_worker(__file__, ["--side", "trl", *record], args, seed, warm, data)
@@ -182,6 +185,8 @@ def main() -> None:
               f"{ours['first_differing_step']}; identical completions per 10 steps {ours['identical_per_10_steps']}; "
               f"rewards equal where completions are: {ours['rewards_equal_where_completions_equal']}; "
               f"weight gap / distance moved {ours['weight_gap_over_distance_moved']:.2e}", flush=True)  # fmt: skip
+        runs.append({"seed": seed, "ours": ours, "trl": trl})
+    record_file.save({"args": vars(args), "runs": runs})
 
 
 if __name__ == "__main__":
