@@ -172,6 +172,40 @@ def _polyak(target: list[torch.Tensor], online: list[torch.Tensor], tau: float) 
         torch._foreach_lerp_(target, online, tau)
 
 
+def _twin_q(nets: nn.ModuleList, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Each critic's Q(s, a), side by side: shape (batch, critics)."""
+    x = torch.cat([s, a], dim=-1)
+    return torch.cat([net(x) for net in nets], dim=-1)
+
+
+def _off_policy_loop(
+    env: gym.Env,
+    obs: np.ndarray,
+    buffer: _Transitions,
+    total_steps: int,
+    learning_starts: int,
+    act: Callable[[torch.Tensor], np.ndarray],
+    update: Callable[[int], None],
+) -> Callable[[], int]:
+    """The loop both floors run: a random action before ``learning_starts``, then ``act(obs)``; each
+    transition stored; from ``learning_starts`` on, ``update(number of updates so far)`` every step."""
+
+    def train() -> int:
+        state = obs
+        for done in range(total_steps):
+            x = torch.as_tensor(state, dtype=torch.float32)
+            a = env.action_space.sample() if done < learning_starts else act(x)
+            nxt, r, term, trunc, _ = env.step(a)
+            buffer.add(x, a, float(r), nxt, bool(term))
+            state = env.reset()[0] if term or trunc else nxt
+            if done + 1 >= learning_starts:
+                update(done + 1 - learning_starts)
+        env.close()
+        return total_steps
+
+    return train
+
+
 def sac_floor(
     env_id: str, total_steps: int, seed: int, *, learning_starts: int = 256, hidden: int = 256
 ) -> Callable[[], int]:
@@ -193,55 +227,40 @@ def sac_floor(
     buffer = _Transitions(total_steps, n_obs, n_act, seed)
     target_entropy = -float(n_act)
 
-    def act(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = actor(s).chunk(2, dim=-1)
-        std = log_std.clamp(-20, 2).exp()
-        u = mean + std * torch.randn_like(mean)
-        a = torch.tanh(u)
-        logp = (-0.5 * ((u - mean) / std) ** 2 - log_std.clamp(-20, 2) - 0.5 * np.log(2 * np.pi)).sum(-1)
+        log_std = log_std.clamp(-20, 2)
+        noise = torch.randn_like(mean)
+        a = torch.tanh(mean + log_std.exp() * noise)
+        logp = (-0.5 * noise**2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
         return a, logp - torch.log1p(-a.pow(2) + 1e-6).sum(-1)
 
-    def q(nets: nn.ModuleList, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([s, a], dim=-1)
-        return torch.cat([net(x) for net in nets], dim=-1)
+    def act(x: torch.Tensor) -> np.ndarray:
+        with torch.no_grad():
+            return sample(x.unsqueeze(0))[0][0].numpy()
 
-    def train() -> int:
-        nonlocal obs
-        for done in range(total_steps):
-            x = torch.as_tensor(obs, dtype=torch.float32)
-            if done < learning_starts:
-                a = env.action_space.sample()
-            else:
-                with torch.no_grad():
-                    a = act(x.unsqueeze(0))[0][0].numpy()
-            nxt, r, term, trunc, _ = env.step(a)
-            buffer.add(x, a, float(r), nxt, bool(term))
-            obs = env.reset()[0] if term or trunc else nxt
-            if done + 1 < learning_starts:
-                continue
-            s, a_b, r_b, s2, d = buffer.sample(256)
-            alpha = log_alpha.detach().exp()
-            with torch.no_grad():
-                a2, logp2 = act(s2)
-                y = r_b + 0.99 * (1 - d) * (q(targets, s2, a2).min(-1).values - alpha * logp2)
-            critic_loss = 0.5 * (q(critics, s, a_b) - y.unsqueeze(-1)).pow(2).mean(0).sum()
-            opt_critic.zero_grad(set_to_none=True)
-            critic_loss.backward()
-            opt_critic.step()
-            a_pi, logp = act(s)
-            actor_loss = (alpha * logp - q(critics, s, a_pi).min(-1).values).mean()
-            opt_actor.zero_grad(set_to_none=True)
-            actor_loss.backward(inputs=actor_p)  # no gradient for the critics' weights: the least work
-            opt_actor.step()
-            alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
-            opt_alpha.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            opt_alpha.step()
-            _polyak(target_p, online_p, 0.005)
-        env.close()
-        return total_steps
+    def update(_: int) -> None:
+        s, a_b, r_b, s2, d = buffer.sample(256)
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            a2, logp2 = sample(s2)
+            y = r_b + 0.99 * (1 - d) * (_twin_q(targets, s2, a2).min(-1).values - alpha * logp2)
+        critic_loss = 0.5 * (_twin_q(critics, s, a_b) - y.unsqueeze(-1)).pow(2).mean(0).sum()
+        opt_critic.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        opt_critic.step()
+        a_pi, logp = sample(s)
+        actor_loss = (alpha * logp - _twin_q(critics, s, a_pi).min(-1).values).mean()
+        opt_actor.zero_grad(set_to_none=True)
+        actor_loss.backward(inputs=actor_p)  # no gradient for the critics' weights: the least work
+        opt_actor.step()
+        alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
+        opt_alpha.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        opt_alpha.step()
+        _polyak(target_p, online_p, 0.005)
 
-    return train
+    return _off_policy_loop(env, obs, buffer, total_steps, learning_starts, act, update)
 
 
 def td3_floor(env_id: str, total_steps: int, seed: int, *, learning_starts: int = 256) -> Callable[[], int]:
@@ -264,41 +283,26 @@ def td3_floor(env_id: str, total_steps: int, seed: int, *, learning_starts: int 
     target_p = [*targets.parameters(), *actor_target.parameters()]
     buffer = _Transitions(total_steps, n_obs, n_act, seed)
 
-    def q(nets: nn.ModuleList, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([s, a], dim=-1)
-        return torch.cat([net(x) for net in nets], dim=-1)
+    def act(x: torch.Tensor) -> np.ndarray:
+        with torch.no_grad():
+            a = torch.tanh(actor(x)).numpy()
+        return np.clip(a + rng.normal(0.0, 0.1, n_act), -1.0, 1.0).astype(np.float32)
 
-    def train() -> int:
-        nonlocal obs
-        for done in range(total_steps):
-            x = torch.as_tensor(obs, dtype=torch.float32)
-            if done < learning_starts:
-                a = env.action_space.sample()
-            else:
-                with torch.no_grad():
-                    a = torch.tanh(actor(x)).numpy()
-                a = np.clip(a + rng.normal(0.0, 0.1, n_act), -1.0, 1.0).astype(np.float32)
-            nxt, r, term, trunc, _ = env.step(a)
-            buffer.add(x, a, float(r), nxt, bool(term))
-            obs = env.reset()[0] if term or trunc else nxt
-            if done + 1 < learning_starts:
-                continue
-            s, a_b, r_b, s2, d = buffer.sample(256)
-            with torch.no_grad():
-                noise = (torch.randn_like(a_b) * 0.2).clamp(-0.5, 0.5)
-                a2 = (torch.tanh(actor_target(s2)) + noise).clamp(-1.0, 1.0)
-                y = r_b + 0.99 * (1 - d) * q(targets, s2, a2).min(-1).values
-            critic_loss = (q(critics, s, a_b) - y.unsqueeze(-1)).pow(2).mean(0).sum()
-            opt_critic.zero_grad(set_to_none=True)
-            critic_loss.backward()
-            opt_critic.step()
-            if (done + 1 - learning_starts) % 2 == 0:
-                actor_loss = -q(critics[:1], s, torch.tanh(actor(s))).mean()
-                opt_actor.zero_grad(set_to_none=True)
-                actor_loss.backward(inputs=actor_p)
-                opt_actor.step()
-                _polyak(target_p, online_p, 0.005)
-        env.close()
-        return total_steps
+    def update(n: int) -> None:
+        s, a_b, r_b, s2, d = buffer.sample(256)
+        with torch.no_grad():
+            noise = (torch.randn_like(a_b) * 0.2).clamp(-0.5, 0.5)
+            a2 = (torch.tanh(actor_target(s2)) + noise).clamp(-1.0, 1.0)
+            y = r_b + 0.99 * (1 - d) * _twin_q(targets, s2, a2).min(-1).values
+        critic_loss = (_twin_q(critics, s, a_b) - y.unsqueeze(-1)).pow(2).mean(0).sum()
+        opt_critic.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        opt_critic.step()
+        if n % 2 == 0:
+            actor_loss = -_twin_q(critics[:1], s, torch.tanh(actor(s))).mean()
+            opt_actor.zero_grad(set_to_none=True)
+            actor_loss.backward(inputs=actor_p)
+            opt_actor.step()
+            _polyak(target_p, online_p, 0.005)
 
-    return train
+    return _off_policy_loop(env, obs, buffer, total_steps, learning_starts, act, update)

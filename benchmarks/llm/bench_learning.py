@@ -139,10 +139,34 @@ def run_ours(args: argparse.Namespace) -> dict[str, float]:
     return {"after": score.mean, "after_stderr": score.stderr, "wall_s": wall, "cpu_s": cpu}
 
 
+def trl_model(warm: str) -> tuple[Any, Any]:
+    """The warm start as TRL's side loads it: (tokenizer, float32 model), completions ending at the
+    end of the assistant turn (``<|im_end|>`` as the tokenizer's eos), as ours end."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(warm)
+    tok.eos_token = "<|im_end|>"
+    model = AutoModelForCausalLM.from_pretrained(warm, dtype=torch.float32)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return tok, model
+
+
+def trl_settings(args: argparse.Namespace, *, prefix: str) -> dict[str, Any]:
+    """The TRL config fields GRPOConfig and RLOOConfig share, set as the module docstring says."""
+    return dict(
+        output_dir=tempfile.mkdtemp(prefix=prefix), per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group, max_completion_length=args.tokens, learning_rate=args.lr, beta=0.0,
+        epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
+        lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6, save_strategy="no",
+        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False, disable_tqdm=True, seed=args.seed,
+        dataloader_num_workers=0,
+    )  # fmt: skip
+
+
 def run_trl(args: argparse.Namespace) -> dict[str, float]:
     import datasets
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     from agilerl_plugin_llm.tasks import exact_match
@@ -160,18 +184,8 @@ def run_trl(args: argparse.Namespace) -> dict[str, float]:
             for c, a in zip(completions, answer, strict=False)
         ]
 
-    tok = AutoTokenizer.from_pretrained(args.warm)
-    tok.eos_token = "<|im_end|>"  # end completions at the end of the assistant turn, as ours does
-    model = AutoModelForCausalLM.from_pretrained(args.warm, dtype=torch.float32)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    common = dict(
-        output_dir=tempfile.mkdtemp(prefix="trl-learning-"), per_device_train_batch_size=args.prompts * args.group,
-        num_generations=args.group, max_completion_length=args.tokens, learning_rate=args.lr, beta=0.0,
-        epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
-        lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6, save_strategy="no",
-        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False, disable_tqdm=True, seed=args.seed,
-        dataloader_num_workers=0,
-    )  # fmt: skip
+    tok, model = trl_model(args.warm)
+    common = trl_settings(args, prefix="trl-learning-")
     if args.algo == "rloo":
         rloo_config = RLOOConfig(**common, normalize_advantages=False)
         trainer = RLOOTrainer(

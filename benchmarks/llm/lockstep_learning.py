@@ -40,7 +40,6 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     """``bench_learning.run_trl``'s trainer, reseeded per step, recording each step's prompts and completions."""
     import datasets
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from agilerl_plugin_llm.tasks import exact_match
@@ -60,18 +59,9 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
         steps.append({"rows": rows, "completions": [list(c) for c in completion_ids], "rewards": values})
         return values
 
-    tok = AutoTokenizer.from_pretrained(args.warm)
-    tok.eos_token = "<|im_end|>"
-    model = AutoModelForCausalLM.from_pretrained(args.warm, dtype=torch.float32)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="trl-lockstep-"), per_device_train_batch_size=args.prompts * args.group,
-        num_generations=args.group, max_completion_length=args.tokens, learning_rate=args.lr, beta=0.0,
-        epsilon=0.2, temperature=1.0, top_k=0, top_p=1.0, max_grad_norm=args.max_grad_norm,
-        lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, logging_steps=10**6, save_strategy="no",
-        report_to=[], use_cpu=True, bf16=False, gradient_checkpointing=False, disable_tqdm=True, seed=args.seed,
-        dataloader_num_workers=0, loss_type="dapo", scale_rewards="group",
-    )  # fmt: skip
+    tok, model = bench_learning.trl_model(args.warm)
+    config = GRPOConfig(**bench_learning.trl_settings(args, prefix="trl-lockstep-"), loss_type="dapo",
+                        scale_rewards="group")  # fmt: skip
 
     class Reseeded(GRPOTrainer):  # type: ignore[misc]
         def _generate_single_turn(self, *a: Any, **k: Any) -> Any:
