@@ -21,6 +21,7 @@ from agilerl.errors import ManifestError
 from agilerl.models import load_manifest
 from agilerl.training.trainer import LocalTrainer
 from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.optim import Adam, RMSprop
 from agilerl_plugin_gym.single_agent.a2c import A2C
 from agilerl_plugin_gym.single_agent.builder import SingleAgentBuilder
 
@@ -80,9 +81,10 @@ def test_sb3_defaults() -> None:
     assert (spec.lr, spec.gae_lambda, spec.ent_coef, spec.vf_coef, spec.max_grad_norm) == (7e-4, 1.0, 0.0, 0.5, 0.5)
     assert spec.normalize_advantages is False and spec.learn_step == 40
     opt = agent.optimizers["optimizer"]
-    assert isinstance(opt, torch.optim.RMSprop)
+    assert isinstance(opt, RMSprop)  # torch.optim.RMSprop's maths (test_optim), without torch._dynamo
     assert opt.defaults["alpha"] == 0.99 and opt.defaults["eps"] == 1e-5
-    assert isinstance(_agent("CartPole-v1", use_rms_prop=False)[0].optimizers["optimizer"], torch.optim.Adam)
+    adam = _agent("CartPole-v1", use_rms_prop=False)[0].optimizers["optimizer"]
+    assert isinstance(adam, Adam) and adam.defaults["eps"] == 1e-5
 
 
 def _singular_values(layer: torch.nn.Linear) -> torch.Tensor:

@@ -3,6 +3,6 @@
 They live with the other fast paths in :mod:`agilerl_plugin_gym.fast.optim`.
 """
 
-from agilerl_plugin_gym.fast.optim import Adam, FlatAdam, FlatParameters, inference_mode, no_grad
+from agilerl_plugin_gym.fast.optim import Adam, FlatAdam, FlatParameters, RMSprop, inference_mode, no_grad
 
-__all__ = ["Adam", "FlatAdam", "FlatParameters", "inference_mode", "no_grad"]
+__all__ = ["Adam", "FlatAdam", "FlatParameters", "RMSprop", "inference_mode", "no_grad"]

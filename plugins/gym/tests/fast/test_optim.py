@@ -1,4 +1,5 @@
-"""``agilerl_plugin_gym.fast.optim.Adam`` (also ``agilerl_plugin_gym.optim.Adam``) is ``torch.optim.Adam``'s maths and checkpoint format, without dynamo."""
+"""``agilerl_plugin_gym.fast.optim.Adam`` (also ``agilerl_plugin_gym.optim.Adam``) is ``torch.optim.Adam``'s maths and
+checkpoint format, without dynamo; ``RMSprop`` likewise ``torch.optim.RMSprop``'s."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from agilerl_plugin_gym.fast.optim import Adam, FlatAdam, FlatParameters
+from agilerl_plugin_gym.fast.optim import Adam, FlatAdam, FlatParameters, RMSprop
 
 
 def _net() -> nn.Module:
@@ -19,7 +20,7 @@ def _net() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
 
 
-def _train(net: nn.Module, opt: Adam | torch.optim.Optimizer, steps: int = 15, seed: int = 0) -> None:
+def _train(net: nn.Module, opt: Adam | RMSprop | torch.optim.Optimizer, steps: int = 15, seed: int = 0) -> None:
     gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         x = torch.randn(32, 4, generator=gen)
@@ -125,6 +126,44 @@ def test_bad_arguments_and_mismatched_state_are_clear_errors() -> None:
         opt.load_state_dict(Adam(nn.Linear(2, 2).parameters()).state_dict())
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_rmsprop_is_bitwise_torch_rmsprop_and_follows_lr_changes(weight_decay: float) -> None:
+    ref, ours = _net(), _net()
+    opt_ref = torch.optim.RMSprop(ref.parameters(), lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=weight_decay)
+    opt = RMSprop(ours.parameters(), lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=weight_decay)
+    _train(ref, opt_ref)
+    _train(ours, opt)
+    assert _same(ref, ours)
+    for o in (opt_ref, opt):
+        o.param_groups[0]["lr"] = 1e-3
+    _train(ref, opt_ref, seed=1)
+    _train(ours, opt, seed=1)
+    assert _same(ref, ours)
+
+
+def test_rmsprop_state_dict_round_trips_with_torch_rmsprop_both_ways() -> None:
+    ref, ours = _net(), _net()
+    opt_ref = torch.optim.RMSprop(ref.parameters(), lr=7e-4, alpha=0.99, eps=1e-5)
+    opt = RMSprop(ours.parameters(), lr=7e-4, alpha=0.99, eps=1e-5)
+    _train(ref, opt_ref)
+    _train(ours, opt)
+    ours_sd, ref_sd = opt.state_dict(), opt_ref.state_dict()
+    assert ours_sd["param_groups"] == ref_sd["param_groups"]
+    for i, st in ref_sd["state"].items():
+        assert list(st) == list(ours_sd["state"][i])
+        assert all(torch.equal(v, ours_sd["state"][i][k]) for k, v in st.items())
+    # Each loads the other's state and both go on to the same weights.
+    opt_ref.load_state_dict(copy.deepcopy(ours_sd))
+    opt.load_state_dict(copy.deepcopy(ref_sd))
+    _train(ref, opt_ref, seed=2)
+    _train(ours, opt, seed=2)
+    assert _same(ref, ours)
+    with pytest.raises(ValueError, match="momentum"):
+        opt.load_state_dict(torch.optim.RMSprop(ours.parameters(), momentum=0.9).state_dict())
+    with pytest.raises(ValueError, match="alpha"):
+        RMSprop(ours.parameters(), alpha=1.5)
+
+
 def _flat_agent() -> tuple[nn.Module, FlatAdam]:
     net = _net()
     return net, FlatAdam(FlatParameters(net.parameters()), lr=1e-2)
@@ -225,11 +264,13 @@ def test_training_the_gym_algorithms_never_imports_torch_dynamo() -> None:
         """
         import sys
         from agilerl.training.trainer import LocalTrainer
-        for name, env in (("PPO", "CartPole-v1"), ("DQN", "CartPole-v1"), ("TD3", "Pendulum-v1")):
-            m = {"algorithm": {"name": name, "learn_step": 64, "batch_size": 32},
+        for name, env in (("PPO", "CartPole-v1"), ("DQN", "CartPole-v1"), ("TD3", "Pendulum-v1"),
+                          ("A2C", "CartPole-v1")):
+            algo = {"name": name} if name == "A2C" else {"name": name, "learn_step": 64, "batch_size": 32}
+            m = {"algorithm": algo,
                  "environment": {"name": env, "num_envs": 2, "sync": True},
                  "training": {"max_steps": 400, "evo_steps": 200, "progress": False,
-                              **({} if name == "PPO" else {"learning_delay": 50})}}
+                              **({} if name in ("PPO", "A2C") else {"learning_delay": 50})}}
             LocalTrainer.from_manifest(m, run_dir=sys.argv[1] + "/" + name).train()
         print("torch._dynamo" in sys.modules)
         """

@@ -1,4 +1,4 @@
-"""Adam for the small networks of RL, without ``torch.optim``'s machinery.
+"""Adam (and RMSprop) for the small networks of RL, without ``torch.optim``'s machinery.
 
 :class:`Adam` computes the very update ``torch.optim.Adam`` computes: the same fused kernel where
 torch has one for the device, the same per-tensor maths otherwise; and its ``state_dict`` has
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["Adam", "FlatAdam", "FlatParameters", "inference_mode", "no_grad"]
+__all__ = ["Adam", "FlatAdam", "FlatParameters", "RMSprop", "inference_mode", "no_grad"]
 
 #: Device types with a fused Adam kernel in torch (``torch.utils._foreach_utils`` lists the same).
 _FUSED_DEVICES = frozenset({"cpu", "cuda", "mps", "xpu", "hpu", "mtia"})
@@ -110,20 +110,9 @@ class Adam:
             "eps": float(eps),
             "weight_decay": float(weight_decay),
         }
-        items: list[Any] = list(params)
-        if not items:
-            raise ValueError("Adam got an empty parameter list")
-        groups: list[dict[str, Any]] = [dict(g) for g in items] if isinstance(items[0], dict) else [{"params": items}]
-        self.param_groups: list[dict[str, Any]] = []
-        seen: set[int] = set()
-        for group in groups:
-            ps = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
-            if any(id(p) in seen for p in ps):
-                raise ValueError("Adam: a parameter appears in more than one group")
-            seen.update(id(p) for p in ps)
-            full = {**self.defaults, **{k: v for k, v in group.items() if k != "params"}, "params": ps}
-            full["fused"] = _fusable(ps)
-            self.param_groups.append(full)
+        self.param_groups = _param_groups(params, self.defaults, "Adam")
+        for group in self.param_groups:
+            group["fused"] = _fusable(group["params"])
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
         # Per group: (params, exp_avgs, exp_avg_sqs, steps) once every parameter has state.
         self._lists: list[tuple[list[torch.Tensor], ...] | None] = [None] * len(self.param_groups)
@@ -131,13 +120,7 @@ class Adam:
     # --- the update -------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's gradient (``None`` by default, as ``torch.optim``)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if set_to_none:
-                    p.grad = None
-                elif p.grad is not None:
-                    p.grad.detach_()
-                    p.grad.zero_()
+        _zero_grad(self.param_groups, set_to_none)
 
     @no_grad
     def step(self) -> None:
@@ -204,26 +187,11 @@ class Adam:
     # --- checkpoints ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``torch.optim.Adam``'s format: state by parameter index, groups with index lists."""
-        index: dict[int, int] = {}
-        groups = []
-        for group in self.param_groups:
-            packed = {k: v for k, v in group.items() if k != "params"}
-            packed.update(_FIXED, decoupled_weight_decay=False)
-            packed["params"] = []
-            for p in group["params"]:
-                index[id(p)] = len(index)
-                packed["params"].append(index[id(p)])
-            groups.append(packed)
-        state = {index[id(p)]: dict(s) for p, s in self.state.items()}
-        return {"state": state, "param_groups": groups}
+        return _indexed_state_dict(self.param_groups, self.state, {**_FIXED, "decoupled_weight_decay": False})
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a state saved by this class or by ``torch.optim.Adam`` (same layout)."""
-        saved = state_dict["param_groups"]
-        if len(saved) != len(self.param_groups) or any(
-            len(s["params"]) != len(g["params"]) for s, g in zip(saved, self.param_groups, strict=True)
-        ):
-            raise ValueError("loaded optimizer state does not match this optimizer's parameter groups")
+        saved = _matching_groups(state_dict, self.param_groups)
         for s in saved:
             unsupported = [k for k in ("amsgrad", "maximize") if s.get(k)]
             if unsupported or s.get("decoupled_weight_decay"):
@@ -255,6 +223,146 @@ class Adam:
         g = self.param_groups[0]
         n = sum(len(g["params"]) for g in self.param_groups)
         return f"Adam(lr={g['lr']}, betas={g['betas']}, eps={g['eps']}, params={n}, fused={g['fused']})"
+
+
+def _param_groups(params: Iterable[Any], defaults: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """``torch.optim``'s parameter groups: tensors, or dicts ``{"params": [...], ...}`` whose other keys
+    override ``defaults``; each parameter in one group only."""
+    items: list[Any] = list(params)
+    if not items:
+        raise ValueError(f"{name} got an empty parameter list")
+    groups: list[dict[str, Any]] = [dict(g) for g in items] if isinstance(items[0], dict) else [{"params": items}]
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for group in groups:
+        ps = [group["params"]] if isinstance(group["params"], torch.Tensor) else list(group["params"])
+        if any(id(p) in seen for p in ps):
+            raise ValueError(f"{name}: a parameter appears in more than one group")
+        seen.update(id(p) for p in ps)
+        out.append({**defaults, **{k: v for k, v in group.items() if k != "params"}, "params": ps})
+    return out
+
+
+def _zero_grad(groups: list[dict[str, Any]], set_to_none: bool) -> None:
+    for group in groups:
+        for p in group["params"]:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.detach_()
+                p.grad.zero_()
+
+
+def _indexed_state_dict(
+    groups: list[dict[str, Any]], state: dict[torch.Tensor, dict[str, torch.Tensor]], fixed: dict[str, Any]
+) -> dict[str, Any]:
+    """``torch.optim``'s checkpoint layout: state by parameter index, groups with index lists and
+    the ``fixed`` settings this optimizer does not implement otherwise."""
+    index: dict[int, int] = {}
+    packed_groups = []
+    for group in groups:
+        packed = {k: v for k, v in group.items() if k != "params"}
+        packed.update(fixed)
+        packed["params"] = []
+        for p in group["params"]:
+            index[id(p)] = len(index)
+            packed["params"].append(index[id(p)])
+        packed_groups.append(packed)
+    return {"state": {index[id(p)]: dict(s) for p, s in state.items()}, "param_groups": packed_groups}
+
+
+def _matching_groups(state_dict: dict[str, Any], groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The saved groups, checked to have the layout of ``groups`` (as many, each as many parameters)."""
+    saved: list[dict[str, Any]] = state_dict["param_groups"]
+    if len(saved) != len(groups) or any(
+        len(s["params"]) != len(g["params"]) for s, g in zip(saved, groups, strict=True)
+    ):
+        raise ValueError("loaded optimizer state does not match this optimizer's parameter groups")
+    return saved
+
+
+class RMSprop:
+    """RMSprop as ``torch.optim.RMSprop`` computes it (no momentum, not centered, L2 ``weight_decay``),
+    without ``torch.optim``: the same per-tensor operations in the same order, so the same bits; the
+    same ``state_dict`` format, so either loads the other's. Used by A2C (SB3's default optimizer),
+    where ``torch.optim``'s first step would import ``torch._dynamo`` (about 70 MB of RSS).
+
+    Args:
+        params: tensors, or dicts ``{"params": [...], "lr": ...}`` as for ``torch.optim``.
+        lr: step size; a group's ``"lr"`` may be changed between steps (learning-rate mutation).
+        alpha: decay of the running average of squared gradients.
+        eps: added to the denominator's square root.
+        weight_decay: L2 penalty added to the gradient.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-2,
+        alpha: float = 0.99,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        if not lr >= 0.0 or not 0.0 <= alpha <= 1.0 or not eps >= 0.0 or not weight_decay >= 0.0:
+            raise ValueError(f"RMSprop: lr, eps and weight_decay must be >= 0 and alpha in [0, 1]; got lr={lr!r}, "
+                             f"alpha={alpha!r}, eps={eps!r}, weight_decay={weight_decay!r}")  # fmt: skip
+        self.defaults: dict[str, Any] = {"lr": float(lr), "alpha": float(alpha), "eps": float(eps),
+                                         "weight_decay": float(weight_decay)}  # fmt: skip
+        self.param_groups = _param_groups(params, self.defaults, "RMSprop")
+        self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's gradient (``None`` by default, as ``torch.optim``)."""
+        _zero_grad(self.param_groups, set_to_none)
+
+    @no_grad
+    def step(self) -> None:
+        """One RMSprop update of every parameter that has a gradient."""
+        for group in self.param_groups:
+            lr, alpha, eps, wd = float(group["lr"]), group["alpha"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
+                    continue
+                state = self.state.get(p)
+                if state is None:
+                    state = self.state[p] = {"step": torch.zeros((), dtype=torch.float32),
+                                             "square_avg": torch.zeros_like(p, memory_format=torch.preserve_format)}  # fmt: skip
+                state["step"] += 1
+                if wd != 0.0:
+                    g = g.add(p, alpha=wd)
+                square_avg = state["square_avg"]
+                square_avg.mul_(alpha).addcmul_(g, g, value=1 - alpha)
+                p.addcdiv_(g, square_avg.sqrt().add_(eps), value=-lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``torch.optim.RMSprop``'s format."""
+        fixed = {"momentum": 0, "centered": False, "capturable": False, "foreach": None, "maximize": False,
+                 "differentiable": False}  # fmt: skip
+        return _indexed_state_dict(self.param_groups, self.state, fixed)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a state saved by this class or by ``torch.optim.RMSprop`` (same layout)."""
+        saved = _matching_groups(state_dict, self.param_groups)
+        by_index: dict[int, torch.Tensor] = {}
+        for s, group in zip(saved, self.param_groups, strict=True):
+            if s.get("momentum") or s.get("centered") or s.get("maximize"):
+                raise ValueError("loaded optimizer state uses momentum, centered or maximize, which this RMSprop "
+                                 "does not implement")  # fmt: skip
+            by_index.update(zip(s["params"], group["params"], strict=True))
+            group.update({k: s[k] for k in ("lr", "alpha", "eps", "weight_decay") if k in s})
+        self.state = {
+            by_index[int(i)]: {
+                "step": torch.as_tensor(st["step"], dtype=torch.float32).clone(),
+                "square_avg": st["square_avg"].to(device=by_index[int(i)].device,
+                                                  dtype=by_index[int(i)].dtype).clone(),
+            }
+            for i, st in state_dict["state"].items()
+        }  # fmt: skip
+
+    def __repr__(self) -> str:
+        g = self.param_groups[0]
+        return f"RMSprop(lr={g['lr']}, alpha={g['alpha']}, eps={g['eps']})"
 
 
 def _fusable(params: list[torch.Tensor]) -> bool:

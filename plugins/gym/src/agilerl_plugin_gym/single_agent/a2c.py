@@ -27,6 +27,7 @@ from gymnasium import spaces
 from torch import nn
 
 from agilerl_plugin_gym.buffers import RolloutBuffer
+from agilerl_plugin_gym.fast.optim import RMSprop
 from agilerl_plugin_gym.networks import distributions
 from agilerl_plugin_gym.networks.mlp import EvolvableMLP
 from agilerl_plugin_gym.protocols import RolloutLayout
@@ -92,10 +93,11 @@ class A2C(GymAlgorithm):
         return [*self.nets["actor"].parameters(), *self.nets["critic"].parameters(), *self.extra_params.values()]
 
     def build_optimizers(self) -> None:
+        # torch.optim's maths without torch.optim (whose first step imports torch._dynamo: ~70 MB of RSS).
         if self.spec.use_rms_prop:  # SB3's: RMSprop(alpha=0.99, eps=1e-5)
-            opt: Any = torch.optim.RMSprop(self.parameters(), lr=self.spec.lr, alpha=0.99, eps=1e-5)
+            opt: Any = RMSprop(self.parameters(), lr=self.spec.lr, alpha=0.99, eps=1e-5)
         else:
-            opt = torch.optim.Adam(self.parameters(), lr=self.spec.lr, eps=1e-5)
+            opt = self.make_optimizer(self.parameters(), self.spec.lr, eps=1e-5)
         self.optimizers = {"optimizer": opt}
 
     # --- the policy -------------------------------------------------------------------------------
