@@ -101,11 +101,12 @@ def test_state_dict_round_trips_with_torch_adam_both_ways() -> None:
     assert _same(ref, ours) and _same(ref, ref2) and _same(ref, ours2)
 
 
-def test_deepcopied_optimizer_updates_the_copied_parameters() -> None:
+@pytest.mark.parametrize("optimizer", [Adam, RMSprop])
+def test_deepcopied_optimizer_updates_the_copied_parameters(optimizer: type[Adam] | type[RMSprop]) -> None:
     class Agent:
         def __init__(self) -> None:
             self.net = _net()
-            self.opt = Adam(self.net.parameters(), lr=1e-2)
+            self.opt = optimizer(self.net.parameters(), lr=1e-2)
 
     a = Agent()
     _train(a.net, a.opt, steps=2)
