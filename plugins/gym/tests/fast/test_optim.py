@@ -33,21 +33,26 @@ def _same(a: nn.Module, b: nn.Module) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_fused_update_is_bitwise_torch_adam_and_follows_lr_changes(weight_decay: float) -> None:
-    ref, ours = _net(), _net()
-    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-2, weight_decay=weight_decay, fused=True)
-    opt = Adam(ours.parameters(), lr=1e-2, weight_decay=weight_decay)
-    assert opt.param_groups[0]["fused"]
+def _same_steps_as_torch(ref: nn.Module, opt_ref: torch.optim.Optimizer, ours: nn.Module, opt: Adam | RMSprop) -> None:
+    """Both optimizers train their copy of one net to the same bits, also after a learning-rate
+    mutation edits the group between steps (both must pick it up)."""
     _train(ref, opt_ref)
     _train(ours, opt)
     assert _same(ref, ours)
-    # A learning-rate mutation edits the group between steps; both must pick it up.
     for o in (opt_ref, opt):
         o.param_groups[0]["lr"] = 3e-3
     _train(ref, opt_ref, seed=1)
     _train(ours, opt, seed=1)
     assert _same(ref, ours)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_fused_update_is_bitwise_torch_adam_and_follows_lr_changes(weight_decay: float) -> None:
+    ref, ours = _net(), _net()
+    opt = Adam(ours.parameters(), lr=1e-2, weight_decay=weight_decay)
+    assert opt.param_groups[0]["fused"]
+    _same_steps_as_torch(ref, torch.optim.Adam(ref.parameters(), lr=1e-2, weight_decay=weight_decay, fused=True),
+                         ours, opt)  # fmt: skip
 
 
 def test_unfused_path_is_torch_adams_single_tensor_maths() -> None:
@@ -130,16 +135,10 @@ def test_bad_arguments_and_mismatched_state_are_clear_errors() -> None:
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
 def test_rmsprop_is_bitwise_torch_rmsprop_and_follows_lr_changes(weight_decay: float) -> None:
     ref, ours = _net(), _net()
-    opt_ref = torch.optim.RMSprop(ref.parameters(), lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=weight_decay)
-    opt = RMSprop(ours.parameters(), lr=7e-4, alpha=0.99, eps=1e-5, weight_decay=weight_decay)
-    _train(ref, opt_ref)
-    _train(ours, opt)
-    assert _same(ref, ours)
-    for o in (opt_ref, opt):
-        o.param_groups[0]["lr"] = 1e-3
-    _train(ref, opt_ref, seed=1)
-    _train(ours, opt, seed=1)
-    assert _same(ref, ours)
+    kwargs = {"lr": 7e-4, "alpha": 0.99, "eps": 1e-5, "weight_decay": weight_decay}
+    _same_steps_as_torch(
+        ref, torch.optim.RMSprop(ref.parameters(), **kwargs), ours, RMSprop(ours.parameters(), **kwargs)
+    )
 
 
 def test_rmsprop_state_dict_round_trips_with_torch_rmsprop_both_ways() -> None:
