@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,7 +70,12 @@ def run_side(algo: str, side: str, steps: int, learning_starts: int, seed: int) 
     if side == "sb3":
         model = cell.sb3(seed, steps)
         model.learning_starts = learning_starts
-        return _timed(lambda: model.learn(total_timesteps=steps) and steps)
+
+        def learn() -> int:
+            model.learn(total_timesteps=steps)
+            return steps
+
+        return _timed(learn)
     from agilerl.training.trainer import LocalTrainer
 
     manifest = cell.ours(seed, steps)
@@ -125,7 +129,7 @@ def main() -> None:
             if against not in runs:
                 continue
             theirs = [r["steps_per_cpu_s"] for r in runs[against]]
-            ratio = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
+            ratio, _ = benchlib.paired(ours, theirs)
             name = "Stable-Baselines3" if against == "sb3" else "bare-PyTorch floor (benchmarks/gym/floor.py)"
             record.row(
                 f"{algo}_hopper_steps_per_cpu_vs_{against}",

@@ -24,9 +24,7 @@ from torch import nn
 
 
 def _mlp(n_in: int, n_out: int, hidden: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)
-    )
+    return _mlp_sizes(n_in, [hidden, hidden], n_out)
 
 
 def _envs(env_id: str, seed: int) -> tuple[gym.vector.VectorEnv, np.ndarray]:

@@ -285,7 +285,7 @@ class RMSprop:
     """RMSprop as ``torch.optim.RMSprop`` computes it (no momentum, not centered, L2 ``weight_decay``),
     without ``torch.optim``: the same per-tensor operations in the same order, so the same bits; the
     same ``state_dict`` format, so either loads the other's. Used by A2C (SB3's default optimizer),
-    where ``torch.optim``'s first step would import ``torch._dynamo`` (about 70 MB of RSS).
+    where ``torch.optim``'s first step would import ``torch._dynamo`` (A2C CartPole's peak RSS: 414 MB with it, 262 without).
 
     Args:
         params: tensors, or dicts ``{"params": [...], "lr": ...}`` as for ``torch.optim``.
