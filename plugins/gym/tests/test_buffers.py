@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import mmap
+import os
 
 import numpy as np
 import torch
 
-from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer
+from agilerl_plugin_gym.buffers import ReplayBuffer, RolloutBuffer, lazy_zeros
 
 
 def _add(buf: ReplayBuffer, start: int, n: int, mask: np.ndarray | None = None) -> None:
@@ -27,6 +29,40 @@ def test_replay_ring_wraps_and_masks() -> None:
     batch = buf.sample(32)
     assert batch["obs"].shape == (32, 2) and batch["action"].dtype == torch.int64
     assert torch.equal(batch["obs"][:, 0], batch["action"].float())  # rows stay aligned
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _mapped(arr: np.ndarray) -> bool:
+    base: object = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
+
+
+def test_a_large_replay_buffer_costs_the_rows_it_holds() -> None:
+    """max_size 1,000,000 (SB3's default) with a few rows stored: the columns are ~70 MB of zeros,
+    but memory is committed only where rows are written (np.zeros served from glibc's heap is
+    cleared byte by byte: the 1M-row action, reward and done columns alone cost ~19 MB)."""
+    before = _rss_mb()
+    buf = ReplayBuffer(1_000_000, seed=0)
+    obs = np.ones((4, 11), np.float32)
+    buf.add(obs=obs, action=np.ones((4, 3), np.float32), reward=np.ones(4), next_obs=obs, done=np.zeros(4, bool))
+    assert sum(v.nbytes for v in buf.data.values()) > 60 * 2**20
+    # Each column over a MiB is its own anonymous mapping (how much np.zeros costs depends on the
+    # heap's history; in a training process it was the full size, measured in benchmarks/README.md).
+    assert all(_mapped(v) for k, v in buf.data.items() if k != "done")
+    assert _rss_mb() - before < 8.0
+    assert buf.data["action"].flags.writeable and float(buf.data["action"][4:].sum()) == 0.0
+    batch = buf.sample(2)
+    assert torch.equal(batch["action"], torch.ones(2, 3))
+    small = lazy_zeros((10, 3), np.float32)  # under a MiB: a plain array
+    assert not _mapped(small) and small.sum() == 0.0
+    mapped = lazy_zeros((300_000, 3), np.float64)
+    assert mapped.shape == (300_000, 3) and mapped.dtype == np.float64 and mapped[-1].sum() == 0.0 and _mapped(mapped)
 
 
 def test_replay_state_dict_round_trip_through_torch_weights_only() -> None:

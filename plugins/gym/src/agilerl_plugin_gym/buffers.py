@@ -1,7 +1,7 @@
 """Preallocated experience buffers (public API, shared by the RL plugins).
 
 * :class:`ReplayBuffer` — a ring buffer of transitions for off-policy learning (DQN, DDPG, TD3,
-  MADDPG ...). Storage is numpy, allocated once; :meth:`ReplayBuffer.add` copies a *batch* of
+  MADDPG ...). Storage is numpy, allocated once (memory committed as rows are written: :func:`lazy_zeros`); :meth:`ReplayBuffer.add` copies a *batch* of
   transitions (one row per vector env) in a single slice assignment and :meth:`ReplayBuffer.sample`
   returns torch tensors. Fields are free-form: you name them on the first ``add``.
 * :class:`RolloutBuffer` — fixed-size on-policy storage of ``(num_steps, num_envs)`` torch tensors
@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +32,26 @@ import torch
 
 from agilerl_plugin_gym.observations import SEP, flatten_fields, is_structured, regroup_fields
 
-__all__ = ["ReplayBuffer", "RolloutBuffer", "gae", "numpy_rng_state", "set_numpy_rng_state"]
+__all__ = ["ReplayBuffer", "RolloutBuffer", "gae", "lazy_zeros", "numpy_rng_state", "set_numpy_rng_state"]
+
+#: Arrays at least this large are mapped from the OS (:func:`lazy_zeros`); smaller ones are plain.
+LAZY_ZEROS_MIN_BYTES = 1 << 20
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """``np.zeros(shape, dtype)`` whose memory is committed only where it is written.
+
+    ``np.zeros`` calls ``calloc``, and glibc serves requests under its adaptive mmap threshold
+    (which rises to 32 MiB once a process has freed large blocks, as torch does on import) from the
+    heap, which it must clear byte by byte: a ``max_size`` 1,000,000 replay buffer's action, reward
+    and done columns cost their full ~19 MB of RSS before the first transition. An anonymous
+    ``mmap`` is zero pages the kernel commits on first write, so a buffer costs the rows it holds.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < LAZY_ZEROS_MIN_BYTES:
+        return np.zeros(shape, dtype=dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
 
 
 def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -99,7 +119,7 @@ class ReplayBuffer:
             dtype = np.dtype(self.dtypes.get(key, value.dtype))
             if dtype == np.float64:
                 dtype = np.dtype(np.float32)
-            self.data[key] = np.zeros((self.max_size, *value.shape[1:]), dtype=dtype)
+            self.data[key] = lazy_zeros((self.max_size, *value.shape[1:]), dtype)
 
     def add(self, mask: np.ndarray | None = None, **fields: Any) -> int:
         """Store a batch of transitions: each field is an array with one row per transition.
@@ -194,7 +214,7 @@ class ReplayBuffer:
         self.structured = set(state.get("structured", ()))
         self.data = {}
         for k, t in state["data"].items():
-            arr = np.zeros((self.max_size, *state["shapes"][k]), dtype=np.dtype(state["dtypes"][k]))
+            arr = lazy_zeros((self.max_size, *state["shapes"][k]), state["dtypes"][k])
             arr[: self.size] = t.cpu().numpy()
             self.data[k] = arr
 
