@@ -74,6 +74,12 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
                               "hidden layer (A2C's default since this ablation)",
                               {"network": {"encoder_config": {"output_gain": math.sqrt(2)}}}),
     },
+    "ppo-LunarLander-v3": {
+        "base": ("the learning table's mapping (the zoo's LunarLander row)", {}),
+        "latent_gain_sqrt2": ("orthogonal init kept, the encoder's latent layer at gain sqrt(2) as SB3's second "
+                              "hidden layer (A2C's default since its ablation)",
+                              {"network": {"encoder_config": {"output_gain": math.sqrt(2)}}}),
+    },
     "td3-Hopper-v5": {
         "base": ("the learning table's mapping (the zoo's Hopper row)", {}),
         "torch_init": ("torch's default layer init (SB3's TD3 networks) instead of the orthogonal one",

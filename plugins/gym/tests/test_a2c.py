@@ -118,6 +118,21 @@ def test_encoder_latent_layer_starts_at_sb3_gain_unless_the_manifest_sets_it() -
                        "network": {"encoder_config": {"arch": "mlp", "init_layers": False, "output_gain": 2.0}}})  # fmt: skip
 
 
+@pytest.mark.parametrize("share_encoders", [False, True])
+def test_ppo_encoder_latent_layer_starts_at_sb3_gain_too(share_encoders: bool) -> None:
+    """PPO shares the init (the PPO LunarLander ablation): a shared encoder is scaled once."""
+    manifest = load_manifest({"algorithm": {"name": "PPO", "share_encoders": share_encoders},
+                              "environment": {"name": "CartPole-v1"},
+                              "network": {"latent_dim": 64, "encoder_config": {"arch": "mlp", "hidden_size": [64]}}})  # fmt: skip
+    env = gym.make("CartPole-v1")
+    agent = SingleAgentBuilder.build(manifest.algorithm, env.observation_space, env.action_space,
+                                     runtime=AlgorithmBuildRuntime(seed=0, manifest=manifest))  # fmt: skip
+    assert (agent.nets["actor"].encoder is agent.nets["critic"].encoder) is share_encoders
+    for name in ("actor", "critic"):
+        encoder = agent.nets[name].encoder
+        assert torch.allclose(_singular_values(encoder.output), torch.full((64,), 2**0.5), atol=1e-5)
+
+
 def test_one_gradient_step_per_rollout_with_the_sb3_loss() -> None:
     """``learn`` is exactly one optimizer step of policy + vf_coef * value - ent_coef * entropy."""
     torch.manual_seed(0)

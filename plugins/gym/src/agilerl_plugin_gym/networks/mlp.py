@@ -273,3 +273,26 @@ class EvolvableMLP(nn.Module):
         self.in_dim = int(in_dim)
         self._replace(list(self.hidden_size), w)
         return True
+
+
+#: SB3's orthogonal gain for hidden layers, which PPO's and A2C's MLP encoders' latent layer starts at.
+LATENT_GAIN = math.sqrt(2)
+
+
+def sb3_latent_gain(encoder: nn.Module) -> None:
+    """Start an MLP encoder's latent (last, activated) layer at orthogonal gain sqrt(2), as SB3's
+    policy does its second hidden layer, unless the manifest sets ``encoder_config.output_gain``.
+
+    Our encoders start that layer at gain 1; ablations (benchmarks/README.md, "Why DQN and A2C lose
+    on CartPole" and the PPO LunarLander row) named it the cause of ours ending below SB3: A2C
+    CartPole last-quarter median 304 at gain 1, 492 at sqrt(2), SB3 392 (10 seeds); PPO LunarLander
+    at its 1M budget 256 at gain 1, 265 at sqrt(2), SB3's lower quartile 262 (3 seeds, every seed
+    at or above gain 1's). ``orthogonal_`` draws the same numbers for any gain, so scaling the
+    built layer is building it at this gain; ``output_gain`` keeps the gain for the layers an
+    architecture mutation rebuilds. PPO and A2C call it; the value-based and off-policy algorithms
+    keep gain 1 (their cells do not lose to SB3 on it).
+    """
+    if isinstance(encoder, EvolvableMLP) and encoder.init_layers and encoder.output_gain is None:
+        encoder.output_gain = LATENT_GAIN
+        with torch.no_grad():
+            encoder.output.weight.mul_(LATENT_GAIN)

@@ -18,7 +18,6 @@ RMSprop (SB3's default) or Adam.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -29,30 +28,11 @@ from torch import nn
 from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.fast.optim import RMSprop
 from agilerl_plugin_gym.networks import distributions
-from agilerl_plugin_gym.networks.mlp import EvolvableMLP
+from agilerl_plugin_gym.networks.mlp import sb3_latent_gain
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
 from agilerl_plugin_gym.single_agent.specs import A2CSpec
 from agilerl_plugin_gym.spec_base import ANY_ACTIONS
-
-#: SB3's orthogonal gain for hidden layers, which A2C's MLP encoder's latent layer starts at.
-LATENT_GAIN = math.sqrt(2)
-
-
-def sb3_latent_gain(encoder: nn.Module) -> None:
-    """Start an MLP encoder's latent (last, activated) layer at orthogonal gain sqrt(2), as SB3's
-    policy does its second hidden layer, unless the manifest sets ``encoder_config.output_gain``.
-
-    Our encoders start that layer at gain 1; the A2C CartPole ablation (benchmarks/README.md, "Why
-    DQN and A2C lose on CartPole") named it the cause of ours ending below SB3 (last-quarter median
-    304 at gain 1, 492 at sqrt(2), SB3 392; 10 seeds). ``orthogonal_`` draws the same numbers for
-    any gain, so scaling the built layer is building it at this gain; ``output_gain`` keeps the
-    gain for the layers an architecture mutation rebuilds.
-    """
-    if isinstance(encoder, EvolvableMLP) and encoder.init_layers and encoder.output_gain is None:
-        encoder.output_gain = LATENT_GAIN
-        with torch.no_grad():
-            encoder.output.weight.mul_(LATENT_GAIN)
 
 
 class A2C(GymAlgorithm):

@@ -30,6 +30,7 @@ from agilerl_plugin_gym.buffers import RolloutBuffer
 from agilerl_plugin_gym.fast.optim import FlatAdam, FlatParameters, inference_mode
 from agilerl_plugin_gym.masking import mask_logits
 from agilerl_plugin_gym.networks import distributions
+from agilerl_plugin_gym.networks.mlp import sb3_latent_gain
 from agilerl_plugin_gym.ppo_update import ppo_update
 from agilerl_plugin_gym.protocols import RolloutLayout
 from agilerl_plugin_gym.single_agent.base import GymAlgorithm
@@ -75,6 +76,8 @@ class PPO(GymAlgorithm):
         shared = actor.encoder if spec.share_encoders else None
         critic = self.build_network(1, encoder=shared, output_vanish=False)
         self.nets = {"actor": actor, "critic": critic}
+        for net in {id(n.encoder): n.encoder for n in self.nets.values()}.values():  # a shared encoder once
+            sb3_latent_gain(net)
         if self.kind == "continuous":
             log_std = torch.full((out_dim,), float(spec.action_std_init), device=self.device)
             self.extra_params = {"log_std": nn.Parameter(log_std)}
