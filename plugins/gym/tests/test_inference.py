@@ -68,8 +68,10 @@ def test_load_predicts_on_a_plain_gymnasium_env_and_on_a_vector_env(ppo_run: Pat
     agent = load(ppo_run)
     assert isinstance(agent, PPO) and agent.device == torch.device("cpu")
     assert agent.checkpoint_path == ppo_run / "best.pt"
-    assert PPO.load(ppo_run / "last.pt", member=0).index == 0
-    assert load(ppo_run, device="auto", which="last").device.type in ("cpu", "cuda")
+    last = load(ppo_run, device="auto", which="last")
+    assert last.device.type in ("cpu", "cuda")
+    # Which indices survive selection depends on the run's draws: ask for the one ``last`` holds.
+    assert PPO.load(ppo_run / "last.pt", member=last.index).index == last.index
     with pytest.raises(AgileRLError, match="has no member 99"):
         load(ppo_run / "last.pt", member=99)
     with pytest.raises(AgileRLError, match="not a DQN"):
