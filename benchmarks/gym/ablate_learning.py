@@ -80,6 +80,11 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
                               "hidden layer (A2C's default since its ablation)",
                               {"network": {"encoder_config": {"output_gain": math.sqrt(2)}}}),
     },
+    "sac-Hopper-v5": {
+        "base": ("the learning table's mapping (the zoo's Hopper row)", {}),
+        "torch_init": ("torch's default layer init (SB3's SAC networks) instead of the orthogonal one",
+                       {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False}}}),
+    },
     "td3-Hopper-v5": {
         "base": ("the learning table's mapping (the zoo's Hopper row)", {}),
         "torch_init": ("torch's default layer init (SB3's TD3 networks) instead of the orthogonal one",
