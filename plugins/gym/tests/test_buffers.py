@@ -61,6 +61,13 @@ def test_a_large_replay_buffer_costs_the_rows_it_holds() -> None:
     assert torch.equal(batch["action"], torch.ones(2, 3))
     small = lazy_zeros((10, 3), np.float32)  # under a MiB: a plain array
     assert not _mapped(small) and small.sum() == 0.0
+    # Private, as np.zeros' memory: a forked child's writes stay in the child.
+    pid = os.fork()
+    if pid == 0:  # the child
+        buf.data["action"][:] = 7.0
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert float(buf.data["action"][4:].sum()) == 0.0
     mapped = lazy_zeros((300_000, 3), np.float64)
     assert mapped.shape == (300_000, 3) and mapped.dtype == np.float64 and mapped[-1].sum() == 0.0 and _mapped(mapped)
 

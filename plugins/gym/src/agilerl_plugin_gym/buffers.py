@@ -1,8 +1,8 @@
 """Preallocated experience buffers (public API, shared by the RL plugins).
 
 * :class:`ReplayBuffer` — a ring buffer of transitions for off-policy learning (DQN, DDPG, TD3,
-  MADDPG ...). Storage is numpy, allocated once (memory committed as rows are written: :func:`lazy_zeros`); :meth:`ReplayBuffer.add` copies a *batch* of
-  transitions (one row per vector env) in a single slice assignment and :meth:`ReplayBuffer.sample`
+  MADDPG ...). Storage is numpy, allocated once (memory committed as rows are written:
+  :func:`lazy_zeros`); :meth:`ReplayBuffer.add` copies a *batch* of transitions (one row per vector env) in a single slice assignment and :meth:`ReplayBuffer.sample`
   returns torch tensors. Fields are free-form: you name them on the first ``add``.
 * :class:`RolloutBuffer` — fixed-size on-policy storage of ``(num_steps, num_envs)`` torch tensors
   with Generalised Advantage Estimation (PPO, IPPO ...), aware of Gymnasium 1.x *next-step*
@@ -42,16 +42,17 @@ def lazy_zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """``np.zeros(shape, dtype)`` whose memory is committed only where it is written.
 
     ``np.zeros`` calls ``calloc``, and glibc serves requests under its adaptive mmap threshold
-    (which rises to 32 MiB once a process has freed large blocks, as torch does on import) from the
-    heap, which it must clear byte by byte: a ``max_size`` 1,000,000 replay buffer's action, reward
-    and done columns cost their full ~19 MB of RSS before the first transition. An anonymous
-    ``mmap`` is zero pages the kernel commits on first write, so a buffer costs the rows it holds.
+    (raised, up to 32 MiB, each time the process frees a large mapped block) from its heap, whose
+    reused memory it must clear byte by byte: in a training process a ``max_size`` 1,000,000 replay
+    buffer's action, reward and done columns cost their full ~19 MB of RSS before the first
+    transition. An anonymous private ``mmap`` is zero pages the kernel commits on first write (and
+    copies on write in a forked child, as the heap would), so a buffer costs the rows it holds.
     """
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes < LAZY_ZEROS_MIN_BYTES:
+    if nbytes < LAZY_ZEROS_MIN_BYTES or not hasattr(mmap, "MAP_PRIVATE"):  # (Windows: no such flag)
         return np.zeros(shape, dtype=dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=dtype).reshape(shape)
 
 
 def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:
