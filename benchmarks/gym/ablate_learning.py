@@ -75,9 +75,10 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
                               {"network": {"encoder_config": {"output_gain": math.sqrt(2)}}}),
     },
     "ppo-LunarLander-v3": {
-        "base": ("the learning table's mapping (the zoo's LunarLander row)", {}),
+        "base": ("the learning table's first mapping (the zoo's LunarLander row), the encoder's latent layer "
+                 "at gain 1", {}),
         "latent_gain_sqrt2": ("orthogonal init kept, the encoder's latent layer at gain sqrt(2) as SB3's second "
-                              "hidden layer (A2C's default since its ablation)",
+                              "hidden layer (PPO's default since this ablation)",
                               {"network": {"encoder_config": {"output_gain": math.sqrt(2)}}}),
     },
     "sac-Hopper-v5": {
@@ -107,6 +108,8 @@ BASE: dict[str, dict[str, dict[str, Any]]] = {
     },
     # The encoder's latent layer at gain 1, A2C's init until the ablation (latent_gain_sqrt2) changed it.
     "a2c-CartPole-v1": {"network": {"encoder_config": {"output_gain": 1.0}}},
+    # Likewise PPO's, until its LunarLander ablation (latent_gain_sqrt2) changed it.
+    "ppo-LunarLander-v3": {"network": {"encoder_config": {"output_gain": 1.0}}},
 }
 
 

@@ -2,8 +2,9 @@
 
 * :class:`ReplayBuffer` — a ring buffer of transitions for off-policy learning (DQN, DDPG, TD3,
   MADDPG ...). Storage is numpy, allocated once (memory committed as rows are written:
-  :func:`lazy_zeros`); :meth:`ReplayBuffer.add` copies a *batch* of transitions (one row per vector env) in a single slice assignment and :meth:`ReplayBuffer.sample`
-  returns torch tensors. Fields are free-form: you name them on the first ``add``.
+  :func:`lazy_zeros`); :meth:`ReplayBuffer.add` copies a *batch* of transitions (one row per vector
+  env) in a single slice assignment and :meth:`ReplayBuffer.sample` returns torch tensors. Fields
+  are free-form: you name them on the first ``add``.
 * :class:`RolloutBuffer` — fixed-size on-policy storage of ``(num_steps, num_envs)`` torch tensors
   with Generalised Advantage Estimation (PPO, IPPO ...), aware of Gymnasium 1.x *next-step*
   autoreset (see :meth:`RolloutBuffer.compute_returns_and_advantages`);

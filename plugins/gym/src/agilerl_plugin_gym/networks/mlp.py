@@ -286,10 +286,11 @@ def sb3_latent_gain(encoder: nn.Module) -> None:
     Our encoders start that layer at gain 1; ablations (benchmarks/README.md, "Why DQN, A2C and PPO
     lost to SB3") named it the cause of ours ending below SB3: A2C CartPole last-quarter median 304
     at gain 1, 492 at sqrt(2), SB3 392 (10 seeds); PPO LunarLander at its 1M budget 256 at gain 1,
-    265 at sqrt(2), SB3's lower quartile 262 (3 seeds, every seed at or above gain 1's). ``orthogonal_`` draws the same numbers for any gain, so scaling the
-    built layer is building it at this gain; ``output_gain`` keeps the gain for the layers an
-    architecture mutation rebuilds. PPO and A2C call it; the value-based and off-policy algorithms
-    keep gain 1 (their cells do not lose to SB3 on it).
+    265 at sqrt(2), SB3's lower quartile 262 (3 seeds, every seed at or above gain 1's).
+    ``orthogonal_`` draws the same numbers for any gain, so scaling the built layer is building it
+    at this gain; ``output_gain`` keeps the gain for the layers an architecture mutation rebuilds.
+    PPO and A2C call it; the value-based and off-policy algorithms keep gain 1 (their cells do not
+    lose to SB3 on it).
     """
     if isinstance(encoder, EvolvableMLP) and encoder.init_layers and encoder.output_gain is None:
         encoder.output_gain = LATENT_GAIN
