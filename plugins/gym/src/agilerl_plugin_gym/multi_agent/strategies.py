@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agilerl.strategies import TrainingStrategy
+from agilerl_plugin_gym.denormals import flush_denormals
 from agilerl_plugin_gym.engine.common import episode_seed
 from agilerl_plugin_gym.engine.evaluation import evaluate_bounded
 from agilerl_plugin_gym.engine.off_policy import MultiAgentOffPolicyEngine, ReplayState
@@ -79,7 +80,8 @@ class MultiAgentOffPolicyStrategy(ReplayState, MultiAgentStrategy):
 
     def learn(self, agent: MultiAgentOffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         seed = episode_seed(run.seed, agent.index, agent.steps)
-        return self.engine.learn(agent, run.env, self.memory, self.rng, num_steps, seed)
+        with flush_denormals():
+            return self.engine.learn(agent, run.env, self.memory, self.rng, num_steps, seed)
 
 
 class MultiAgentOnPolicyStrategy(MultiAgentStrategy):
@@ -93,7 +95,8 @@ class MultiAgentOnPolicyStrategy(MultiAgentStrategy):
         self.engine = MultiAgentOnPolicyEngine()
 
     def learn(self, agent: MultiAgentOnPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
-        return self.engine.learn(agent, run.env, num_steps, episode_seed(run.seed, agent.index, agent.steps))
+        with flush_denormals():
+            return self.engine.learn(agent, run.env, num_steps, episode_seed(run.seed, agent.index, agent.steps))
 
 
 __all__ = ["MultiAgentOffPolicyStrategy", "MultiAgentOnPolicyStrategy", "MultiAgentStrategy"]

@@ -21,6 +21,8 @@ evolution are the core's. Here is the part that touches the env:
   exploration RNG, both in its ``state_dict``
   (:class:`~agilerl_plugin_gym.engine.off_policy.ReplayState`), so resume continues with the same
   buffer contents and random stream, and passes them to the engine with the env and the seed.
+* Every ``learn`` call runs with denormal floats flushed to zero (:mod:`agilerl_plugin_gym.denormals`:
+  Adam moments stuck in the denormal range made DQN's updates up to 2x slower on x86).
 
 GAE, the update schedule, target updates and noise are the engines' (:mod:`agilerl_plugin_gym.engine`),
 the PPO update is PPO's (:mod:`agilerl_plugin_gym.ppo_update`); the algorithms are reached only through
@@ -36,6 +38,7 @@ import numpy as np
 
 from agilerl.strategies import TrainingStrategy
 from agilerl_plugin_gym.buffers import ReplayBuffer
+from agilerl_plugin_gym.denormals import flush_denormals
 from agilerl_plugin_gym.engine.common import episode_seed
 from agilerl_plugin_gym.engine.evaluation import evaluate_bounded
 from agilerl_plugin_gym.engine.off_policy import OffPolicyEngine, ReplayState
@@ -97,7 +100,8 @@ class OnPolicyStrategy(GymStrategy):
         self.engine = OnPolicyEngine()
 
     def learn(self, agent: OnPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
-        return self.engine.learn(agent, run.env, num_steps, episode_seed(run.seed, agent.index, agent.steps))
+        with flush_denormals():
+            return self.engine.learn(agent, run.env, num_steps, episode_seed(run.seed, agent.index, agent.steps))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -150,4 +154,5 @@ class OffPolicyStrategy(ReplayState, GymStrategy):
 
     def learn(self, agent: OffPolicyAlgorithm, run: Run, num_steps: int) -> dict[str, float]:
         seed = episode_seed(run.seed, agent.index, agent.steps)
-        return self.engine.learn(agent, run.env, self.memory, self.rng, num_steps, seed)
+        with flush_denormals():
+            return self.engine.learn(agent, run.env, self.memory, self.rng, num_steps, seed)
