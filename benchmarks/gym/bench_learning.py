@@ -384,8 +384,8 @@ CELLS: dict[str, Cell] = {
              _ppo_lunar_ours, _ppo_lunar_sb3, num_envs=16,
              notes=["n_steps 1024 x 16 envs -> `learn_step: 16384`; SB3 defaults for the rest (lr 3e-4, clip .2, "
                     "vf .5, grad-norm .5), separate 64-64 tanh",
-                    "SB3's orthogonal init: ours orthogonal too, but the encoder's latent (second hidden) layer at gain "
-                    "1 where SB3's is sqrt(2) (`encoder_config.output_gain: 1.4142` would match it)"]),
+                    "SB3's orthogonal init (gain sqrt(2) on both hidden layers, .01 policy output, 1 value output): ours "
+                    "the same (PPO's encoder latent layer at sqrt(2) since the ablation, `encoder_config.output_gain`)"]),
         Cell("sac", "Pendulum-v1", 20_000, CELLS_EVAL["sac-Pendulum-v1"], -200.0,
              _sac_ours("SAC", "Pendulum-v1", 1e-3, 100), _sac_sb3("SAC", "Pendulum-v1", 1e-3, 100),
              notes=["SB3 defaults for the rest (batch 256, tau .005, learning_starts 100, ent_coef auto, 256-256); "
