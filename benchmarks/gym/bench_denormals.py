@@ -1,5 +1,5 @@
-"""What flushing denormal floats buys: the DQN cells of ``bench_learning.py``, ours and SB3's, each
-with and without the CPU's flush-to-zero mode.
+"""What flushing denormal floats buys: the DQN cells and TD3 Hopper of ``bench_learning.py``, ours and
+SB3's, each with and without the CPU's flush-to-zero mode.
 
 Our gym strategies train with denormal floats flushed to zero (``agilerl_plugin_gym.denormals``):
 Adam's first moments of weights whose gradient has gone to zero (dead ReLU units) decay into
@@ -15,7 +15,7 @@ Recorded per run: CPU seconds, env steps per CPU second, and the share of the Ad
 that are denormal at the end. The sides alternate per repeat; each ratio is the median of the
 per-repeat ratios.
 
-    python benchmarks/gym/bench_denormals.py                    # both DQN cells, 2 repeats (~20 min)
+    python benchmarks/gym/bench_denormals.py                    # every cell, 2 repeats (~35 min)
     python benchmarks/gym/bench_denormals.py --cell dqn-CartPole-v1 --repeats 1
 """
 
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib
 
 #: Cell -> env steps per run (each past the cell's learning start, so the updates dominate).
-CELLS = {"dqn-CartPole-v1": 20_000, "dqn-LunarLander-v3": 30_000}
+CELLS = {"dqn-CartPole-v1": 20_000, "dqn-LunarLander-v3": 30_000, "td3-Hopper-v5": 16_000}
 SIDES = ("ours", "ours_unflushed", "sb3", "sb3_flushed")
 
 
@@ -58,6 +58,12 @@ def _denormal_share(moments: list[Any]) -> float:
     return count / max(total, 1)
 
 
+def _first_moments(opt: Any) -> list[Any]:
+    """Adam's first moments of one of our optimizers (flat: one tensor; per parameter: its state)."""
+    flat = getattr(opt, "exp_avg", None)
+    return [flat] if flat is not None else [st["exp_avg"] for st in opt.state.values()]
+
+
 def run_side(cell_key: str, side: str, steps: int, seed: int) -> dict[str, float]:
     import torch
 
@@ -72,7 +78,9 @@ def run_side(cell_key: str, side: str, steps: int, seed: int) -> dict[str, float
         c0 = _cpu()
         model.learn(total_timesteps=steps)
         cpu = _cpu() - c0
-        moments = [s["exp_avg"] for s in model.policy.optimizer.state.values()]
+        owners = [model.policy, getattr(model, "actor", None), getattr(model, "critic", None)]
+        optimizers = {id(o.optimizer): o.optimizer for o in owners if hasattr(o, "optimizer")}
+        moments = [st["exp_avg"] for opt in optimizers.values() for st in opt.state.values()]
     else:
         import agilerl_plugin_gym.single_agent.strategies as strategies
         from agilerl.training.trainer import LocalTrainer
@@ -86,7 +94,7 @@ def run_side(cell_key: str, side: str, steps: int, seed: int) -> dict[str, float
         c0 = _cpu()
         agent = trainer.train().population[0]
         cpu = _cpu() - c0
-        moments = [agent.optimizers["optimizer"].exp_avg]
+        moments = [m for opt in agent.optimizers.values() for m in _first_moments(opt)]
     return {"steps": steps, "cpu_s": cpu, "steps_per_cpu_s": steps / cpu, "denormal_share": _denormal_share(moments)}
 
 
