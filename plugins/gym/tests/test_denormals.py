@@ -61,3 +61,37 @@ def test_training_leaves_no_denormal_adam_moments(tmp_path: Any, monkeypatch: py
     # The same run without the mode: the moments stuck in the denormal range that slowed the update.
     monkeypatch.setattr(single_agent_strategies, "flush_denormals", contextlib.nullcontext)
     assert _denormals(_dqn_adam_first_moment(tmp_path / "unflushed")) > 100
+
+
+class _RecordingEngine:
+    """Stands in for an engine: records whether its learn ran with denormals flushed."""
+
+    def __init__(self) -> None:
+        self.flushed: list[bool] = []
+
+    def learn(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        self.flushed.append(flushing())
+        return {}
+
+
+@pytest.mark.parametrize(
+    "strategy_path",
+    [
+        "agilerl_plugin_gym.single_agent.strategies:OnPolicyStrategy",
+        "agilerl_plugin_gym.single_agent.strategies:OffPolicyStrategy",
+        "agilerl_plugin_gym.multi_agent.strategies:MultiAgentOnPolicyStrategy",
+        "agilerl_plugin_gym.multi_agent.strategies:MultiAgentOffPolicyStrategy",
+    ],
+)
+def test_every_gym_strategy_learns_flushed(strategy_path: str) -> None:
+    import importlib
+    from types import SimpleNamespace
+
+    module, _, name = strategy_path.partition(":")
+    strategy = object.__new__(getattr(importlib.import_module(module), name))
+    engine = _RecordingEngine()
+    strategy.engine = engine
+    strategy.memory, strategy.rng = None, None
+    strategy.learn(SimpleNamespace(index=0, steps=0), SimpleNamespace(env=None, seed=0), 8)
+    assert engine.flushed == [True]
+    assert not flushing()
