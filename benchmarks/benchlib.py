@@ -16,6 +16,7 @@ import importlib.util
 import json
 import math
 import os
+import resource
 import shlex
 import statistics
 import subprocess
@@ -64,6 +65,23 @@ def agilerl_python(side: str = "AgileRL 2.58") -> Path | None:
 def scratch_dir(prefix: str) -> Path:
     """A fresh temporary directory: one per run, so no two runs share a run directory (its lock)."""
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def cpu_seconds() -> float:
+    """This process's user + system CPU seconds so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def worker_result(cmd: list[str], what: str) -> dict[str, Any]:
+    """Run a worker command with one BLAS/OpenMP thread and return the JSON of its ``RESULT <json>``
+    line; a worker that prints none fails with the tail of its output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
+    raise RuntimeError(f"{what} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
 
 
 def loadavg() -> list[float]:

@@ -24,9 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,11 +36,6 @@ import benchlib
 #: Cell -> env steps per run (each past the cell's learning start, so the updates dominate).
 CELLS = {"dqn-CartPole-v1": 20_000, "dqn-LunarLander-v3": 30_000, "td3-Hopper-v5": 16_000}
 SIDES = ("ours", "ours_unflushed", "sb3", "sb3_flushed")
-
-
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def _denormal_share(moments: list[Any]) -> float:
@@ -75,9 +67,9 @@ def run_side(cell_key: str, side: str, steps: int, seed: int) -> dict[str, float
         model = cell.sb3(seed, steps)
         if side == "sb3_flushed":
             torch.set_flush_denormal(True)
-        c0 = _cpu()
+        c0 = benchlib.cpu_seconds()
         model.learn(total_timesteps=steps)
-        cpu = _cpu() - c0
+        cpu = benchlib.cpu_seconds() - c0
         owners = [model.policy, getattr(model, "actor", None), getattr(model, "critic", None)]
         optimizers = {id(o.optimizer): o.optimizer for o in owners if hasattr(o, "optimizer")}
         moments = [st["exp_avg"] for opt in optimizers.values() for st in opt.state.values()]
@@ -91,21 +83,16 @@ def run_side(cell_key: str, side: str, steps: int, seed: int) -> dict[str, float
         manifest["training"].update(evo_steps=steps)
         trainer = LocalTrainer.from_manifest(manifest, run_dir=tempfile.mkdtemp(prefix="bench-denormals-"))
         trainer.strategy.evaluate = lambda agent, run: 0.0  # type: ignore[method-assign]  # training alone
-        c0 = _cpu()
+        c0 = benchlib.cpu_seconds()
         agent = trainer.train().population[0]
-        cpu = _cpu() - c0
+        cpu = benchlib.cpu_seconds() - c0
         moments = [m for opt in agent.optimizers.values() for m in _first_moments(opt)]
     return {"steps": steps, "cpu_s": cpu, "steps_per_cpu_s": steps / cpu, "denormal_share": _denormal_share(moments)}
 
 
 def spawn(cell: str, side: str, steps: int, seed: int) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--worker", side, "--cell", cell, "--steps", str(steps), "--seed", str(seed)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
-    raise RuntimeError(f"{cell} {side} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return benchlib.worker_result(cmd, f"{cell} {side}")
 
 
 #: (row key suffix, numerator side, denominator side, their names in the summary table)

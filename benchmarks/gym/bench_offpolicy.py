@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,15 +40,10 @@ CELLS = {"sac": "sac-Hopper-v5", "td3": "td3-Hopper-v5"}
 SIDES = ("ours", "sb3", "floor")
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _timed(fn: Any) -> dict[str, float]:
-    c0, t0 = _cpu(), time.perf_counter()
+    c0, t0 = benchlib.cpu_seconds(), time.perf_counter()
     steps = fn()
-    cpu, wall = _cpu() - c0, time.perf_counter() - t0
+    cpu, wall = benchlib.cpu_seconds() - c0, time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"steps": int(steps), "cpu_s": cpu, "wall_s": wall, "steps_per_cpu_s": steps / cpu, "rss_mb": rss_mb}
 
@@ -88,12 +81,7 @@ def run_side(algo: str, side: str, steps: int, learning_starts: int, seed: int) 
 def spawn(algo: str, side: str, args: argparse.Namespace, seed: int) -> dict[str, float]:
     cmd = [sys.executable, __file__, "--worker", side, "--algo", algo, "--steps", str(args.steps),
            "--learning-starts", str(args.learning_starts), "--seed", str(seed)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])  # type: ignore[no-any-return]
-    raise RuntimeError(f"{algo} {side} worker failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return benchlib.worker_result(cmd, f"{algo} {side}")
 
 
 def main() -> None:
