@@ -255,3 +255,24 @@ def test_a_batch_size_mutated_past_the_dataset_size_still_learns(tmp_path: Path)
     assert agent.spec.batch_size == 4 * size
     stats = trainer.strategy.learn(agent, SimpleNamespace(manifest=m), 10)  # type: ignore[arg-type]
     assert stats["gradient_steps"] == 10 and np.isfinite(stats["loss"])
+
+
+def test_offline_gradient_steps_run_with_denormals_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agilerl_plugin_gym.offline.strategy as offline_strategy
+    from agilerl_plugin_gym.denormals import flushing
+
+    seen: list[bool] = []
+    real = offline_strategy.gradient_steps
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.append(flushing())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(offline_strategy, "gradient_steps", recording)
+    h5 = write_hdf5(tmp_path / "d.h5", record_episodes(None, 300, seed=8))
+    m = cqn_manifest({"dataset_path": str(h5), "num_envs": 1}, 100, tmp_path)
+    m["algorithm"]["batch_size"] = 32
+    m["training"].update({"evo_steps": 100, "eval_steps": 5})
+    LocalTrainer.from_manifest(m, overwrite=True).train()
+    assert seen and all(seen)
+    assert not flushing()

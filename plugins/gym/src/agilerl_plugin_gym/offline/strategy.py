@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
 from agilerl_plugin_gym.buffers import ReplayBuffer, numpy_rng_state, set_numpy_rng_state
+from agilerl_plugin_gym.denormals import flush_denormals
 from agilerl_plugin_gym.engine.off_policy import ReplayState, UpdateSchedule, gradient_steps
 from agilerl_plugin_gym.envs import make_gym_env
 from agilerl_plugin_gym.offline.datasets import read_dataset
@@ -90,7 +91,8 @@ class OfflineStrategy(ReplayState, GymStrategy):
             # with replacement (the buffer samples that way) rather than stopping learning.
             due = schedule.due(agent.vec_steps, agent.steps, max(len(buf), agent.spec.batch_size))
             if due:
-                stats = gradient_steps(due, buf.sample, agent.learn, agent.spec.batch_size)
+                with flush_denormals():  # as the online strategies learn (agilerl_plugin_gym.denormals)
+                    stats = gradient_steps(due, buf.sample, agent.learn, agent.spec.batch_size)
                 updates += due
         return {**{k: float(v) for k, v in stats.items()}, "gradient_steps": float(updates)}
 
