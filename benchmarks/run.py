@@ -53,7 +53,7 @@ SCRIPTS: dict[str, Script] = {
     "gym/bench_td3.py": Script(smoke=["--steps", "1200"], full=["--repeats", "3"]),
     # SAC and TD3 steps per CPU s at RL Zoo sizes: ours, SB3 and the bare-PyTorch floor (issue 35).
     "gym/bench_offpolicy.py": Script(smoke=["--repeats", "1", "--steps", "400", "--learning-starts", "256"]),
-    # What flushing denormal floats buys in the DQN cells, ours and SB3's, each with and without it.
+    # What flushing denormal floats buys (DQN cells, TD3 Hopper), ours and SB3's, each with and without it.
     "gym/bench_denormals.py": Script(smoke=["--cell", "dqn-CartPole-v1", "--repeats", "1"]),
     # Learning against SB3 (RL Zoo settings): the smoke run takes one cell of each kind (off-policy
     # discrete, off-policy continuous, masked on-policy, normalised MuJoCo on-policy), 512 steps a side;
