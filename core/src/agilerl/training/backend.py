@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agilerl.errors import AgileRLError
+from agilerl.training.heap import release_free_heap
 
 if TYPE_CHECKING:
     from agilerl.models.sections import TrainingSpec
@@ -98,6 +99,7 @@ def train_member(strategy: TrainingStrategy, run: Run, agent: Any, budget: int) 
     with member_rng(member_seed(run.seed, agent.index, agent.steps)):
         stats = strategy.learn(agent, run, budget) if budget > 0 else {}
         agent.fitness.append(float(strategy.evaluate(agent, run)))
+    release_free_heap()  # the step's freed tensors leave holes in the C heap: hand their pages back
     return stats
 
 

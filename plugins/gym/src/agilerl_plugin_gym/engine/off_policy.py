@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agilerl.errors import AgileRLError
+from agilerl.training.heap import HeapTrimmer
 from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import numpy_rng_state, set_numpy_rng_state
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
@@ -278,6 +279,7 @@ class OffPolicyEngine:
         learn_fn = agent_learn if norm is None else norm.wrap_learn(agent_learn)
         if masking and her is not None:
             raise AgileRLError("algorithm.action_masking: not supported with HER (replay_buffer.her) yet")
+        heap = HeapTrimmer()  # the updates' freed tensors fragment the C heap: its free pages go back
         for _ in range(max(1, -(-num_steps // n))):
             masks = {} if action_mask is None else {"action_mask": action_mask}
             stored_action, env_action = explore(net_obs, rng, warmup=schedule.warming_up(agent.steps), **masks)
@@ -315,6 +317,7 @@ class OffPolicyEngine:
                     stats = {**gradient_steps(due, sample, learn, agent.spec.batch_size), "beta": beta}
                 else:
                     stats = gradient_steps(due, buf.sample, learn_fn, agent.spec.batch_size, buf.sample_many)
+                heap.tick()
         if her is not None:  # the next learn call starts new episodes: store these as they are
             her.close_episodes()
         if nstep is not None:  # the next learn call starts new episodes: end these windows (bootstrapped)
@@ -355,6 +358,7 @@ class MultiAgentOffPolicyEngine:
         agent.reset_noise(n)
         episodes = EpisodeReturns(n, key="train_score")
         losses: dict[str, list[float]] = {}
+        heap = HeapTrimmer()  # as the single-agent engine's
         for _ in range(max(1, -(-num_steps // n))):
             env_actions, stored = agent.get_actions(obs, explore=True, rng=rng)
             next_obs, rewards, terms, _, infos = env.step(env_actions)
@@ -379,5 +383,6 @@ class MultiAgentOffPolicyEngine:
                 stats = gradient_steps(due, memory.sample, agent.learn, agent.spec.batch_size, record=True)
                 for k, v in stats.items():
                     losses.setdefault(k, []).extend(v)
+                heap.tick()
         out = {k: float(np.mean(v)) for k, v in losses.items()}
         return {**out, **episodes.row()}

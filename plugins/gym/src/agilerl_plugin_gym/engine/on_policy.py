@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from agilerl.training.heap import HeapTrimmer
 from agilerl_plugin_gym import fast
 from agilerl_plugin_gym.buffers import RolloutBuffer, gae
 from agilerl_plugin_gym.engine.common import EpisodeReturns, env_rows, episode_scores
@@ -124,6 +125,7 @@ class OnPolicyEngine:
         # The fast room's act and learn where the networks qualify (agilerl_plugin_gym.fast).
         act: Callable[..., Any] = (fast.select(agent, "act") if rec is None else None) or agent.act
         learn = fast.select(agent, "learn") or agent.learn
+        heap = HeapTrimmer()  # the updates' freed tensors fragment the C heap: its free pages go back
         for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
             buf = self.rollout_buffer(agent, steps, n, obs, 0 if mask is None else mask.shape[-1])
             for t in range(steps):
@@ -153,6 +155,7 @@ class OnPolicyEngine:
             last_value = agent.value(obs_t) if rec is None else rec.value_recurrent(obs_t, state)
             buf.compute_returns_and_advantages(last_value, valid, agent.spec.gamma, agent.spec.gae_lambda)
             stats = dict(learn(buf))
+            heap.tick()
             agent.steps += steps * n
             agent.vec_steps += steps
             if rec is not None:
@@ -196,6 +199,7 @@ class MultiAgentOnPolicyEngine:
         episodes = EpisodeReturns(n, key="train_score")
         stats: dict[str, list[float]] = {}
         ids = agent.agent_ids
+        heap = HeapTrimmer()  # as the single-agent engine's
         for steps in rollout_plan(num_steps, agent.spec.learn_step, n):
             bufs = {
                 a: self.rollout_buffer(a, layouts[a], steps, np.asarray(obs[a]), agent.device,
@@ -240,6 +244,7 @@ class MultiAgentOnPolicyEngine:
                 bufs[a].compute_returns_and_advantages(last_values[a], ones, agent.spec.gamma, agent.spec.gae_lambda)
             for k, v in agent.learn({a: bufs[a].flat() for a in ids}).items():
                 stats.setdefault(k, []).append(v)
+            heap.tick()
             agent.steps += steps * n
             agent.vec_steps += steps
         out = {k: float(np.mean(v)) for k, v in stats.items()}
