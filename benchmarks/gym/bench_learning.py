@@ -425,6 +425,12 @@ CELLS: dict[str, Cell] = {
 def _eval_env(cell: Cell) -> Any:
     import gymnasium as gym
 
+    if not cell.masked and "mujoco" in str(gym.spec(cell.task).entry_point):
+        # MuJoCo's default warning handler appends to MUJOCO_LOG.TXT in the working directory (the
+        # MuJoCo tasks' models warn on load): to stderr instead, for both sides (ours routes its own).
+        import mujoco
+
+        mujoco.set_mju_user_warning(lambda msg: print(f"[bench] MuJoCo: {str(msg).strip()}", file=sys.stderr))
     if cell.masked:
         sys.path.insert(0, str(HERE))
         from masked_env import MaskedPickEnv

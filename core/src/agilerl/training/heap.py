@@ -2,16 +2,15 @@
 
 Why: a training process allocates and frees tensors of a few sizes all the time (a batch's
 activations, its gradients); on Linux glibc serves them from its heap and keeps what they free for
-later requests. Small allocations that outlive a step (a list growing, an episode's record) land
-between those holes, so the heap fragments: in the DQN LunarLander cell of
-``benchmarks/gym/bench_learning.py`` the bytes in use stayed at ~92 MB while the heap's free space
-grew from 28 MB to 36 MB over 30,000 steps, and the process's resident memory rose ~7 MB every
-10,000 steps (271 MB at 10,000 steps, 340 MB at 100,000). Those free pages stay resident until
-someone returns them; ``malloc_trim(0)`` does (``madvise`` on every whole free page, not only the
-heap's top). Called once per member per generation (:func:`agilerl.training.backend.train_member`)
-it costs under a millisecond and kept the same run at 273-279 MB from 10,000 to 40,000 steps
-(309-317 MB without); a training loop that runs long between generations also calls
-:meth:`HeapTrimmer.tick` after its updates, which trims at most once a second.
+later requests. Small allocations that outlive a step land between those holes, so the heap
+fragments: in one benchmarked run (``benchmarks/README.md``, "Peak RSS") the heap's bytes in use
+stayed at ~92 MB while its free space grew by ~1 MB every 500 updates, and the process's resident
+memory rose with it (271 MB after 10,000 env steps, 340 MB after 100,000). Those free pages stay
+resident until someone returns them; ``malloc_trim(0)`` does (``madvise`` on every whole free
+page, not only the heap's top), in under a millisecond. :func:`agilerl.training.backend.train_member`
+calls :func:`release_free_heap` after each member's step; a plugin's training loop that runs long
+between generations also calls :meth:`HeapTrimmer.tick` after its updates, which trims at most once
+a second (the same run then stayed at 273-281 MB throughout).
 
 What changes: nothing a run computes; only the process's resident set. Where the C library has
 no ``malloc_trim`` (macOS, musl) :func:`release_free_heap` does nothing and says so by returning
