@@ -10,6 +10,7 @@ script that ``benchmarks/run.py`` lists but that has no dated result yet is name
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -181,6 +182,21 @@ def _reach_s(raw: dict[str, Any]) -> float:
     return float(raw["reached"]["wall_s"]) if raw.get("reached") else math.inf
 
 
+def rank_sum_p(a: list[float], b: list[float]) -> float:
+    """Two-sided exact p-value of the Wilcoxon rank-sum (Mann-Whitney) test: the share of all ways
+    to split the pooled values into groups of ``len(a)`` and ``len(b)`` whose rank sum for the first
+    lies at least as far from its mean as ``a``'s does (ties get their average rank). Without ties
+    this is scipy's ``mannwhitneyu(method="exact")``; with ties it stays exact, where doubling the
+    one-sided p (scipy's permutation method) would overstate it when the null is lopsided."""
+    pooled = sorted(a + b)
+    rank = {x: (2 * pooled.index(x) + pooled.count(x) + 1) / 2 for x in pooled}  # 1-based, ties averaged
+    ranks = [rank[x] for x in a + b]
+    mean = len(a) * (len(pooled) + 1) / 2
+    observed = abs(sum(rank[x] for x in a) - mean)
+    splits = [abs(sum(c) - mean) >= observed - 1e-9 for c in itertools.combinations(ranks, len(a))]
+    return sum(splits) / len(splits)
+
+
 def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
 
@@ -242,9 +258,15 @@ def learning_table(docs: list[dict[str, Any]], cells: list[str] | None = None) -
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     order = {c: i for i, c in enumerate(cells or [])}
+    compared: dict[str, list[str]] = {"better": [], "level": [], "worse": []}
     for cell, budget in sorted(runs, key=lambda k: (order.get(k[0], 99), k[0], k[1])):
         row = learning_row(cell, budget, runs[(cell, budget)])
         o, t = row.get("ours"), row.get("sb3")
+        if o and t:
+            diff = o["return"][1] - t["return"][1]
+            p = rank_sum_p([float(r["final_return"]) for r in runs[(cell, budget)]["ours"].values()],
+                           [float(r["final_return"]) for r in runs[(cell, budget)]["sb3"].values()])  # fmt: skip
+            compared["better" if diff > 0 else "level" if diff == 0 else "worse"].append(f"{cell} p={p:.2f}")
         if "return_met" in row:
             met = "yes" + (", better" if row["return_better"] else "")
             if not row["return_met"]:
@@ -262,6 +284,15 @@ def learning_table(docs: list[dict[str, Any]], cells: list[str] | None = None) -
         lines.append(f"| {cell} | {budget:,} | {seeds} | {_side_return(o)} | {_side_return(t)} | {met} | "
                      f"{row['threshold']:g}: {_reach(o)} | {_reach(t)} | {time} | {sps} | {rss} | "
                      f"{png} |")  # fmt: skip
+    n = sum(len(v) for v in compared.values())
+    if n:
+        half = len(compared["better"]) * 2 >= n
+        lines += ["", f"Return at the budget better than SB3's (our median above its median) on "
+                  f"{len(compared['better'])} of {n} cells ({', '.join(compared['better']) or 'none'}; target: at least half: "
+                  f"{'yes' if half else '**no**'}); "
+                  f"level on {len(compared['level'])} ({', '.join(compared['level']) or 'none'}), "
+                  f"below on {len(compared['worse'])} ({', '.join(compared['worse']) or 'none'}). p: two-sided "
+                  f"exact rank-sum test of the returns at the budget, ours against SB3's (`summarize.rank_sum_p`)."]  # fmt: skip
     missing = []
     for cell in cells or []:
         have = [runs[k] for k in runs if k[0] == cell]

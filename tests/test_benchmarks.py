@@ -107,8 +107,29 @@ def test_learning_table_from_synthetic_records(tmp_path: Path) -> None:
     assert "12.0 s (2/3)" in row and "0.34x (<= 0.5x: yes)" in row  # median over seeds, unreached = inf
     assert "(2.00x)" in row and "(0.50x)" in row  # steps per CPU s and peak RSS ratios
     assert "`dqn-CartPole-v1` (3 ours / 2 SB3 of 3 seeds)" in text and "`a2c-CartPole-v1` (no run)" in text
+    # One cell, better: "1 of 1 cells", the exact test's p over the 10 splits of 5 values into 3 + 2.
+    assert "on 1 of 1 cells (dqn-CartPole-v1 p=1.00; target: at least half: yes)" in text
     worse = summarize.learning_table([*docs[3:], _learning_doc("ours", 0, 100, None, 2000)], [])
     assert "**no**, short by 250" in worse
+    assert "on 0 of 1 cells (none; target: at least half: **no**)" in worse and "below on 1" in worse
     if importlib.util.find_spec("matplotlib") is not None:
         (png,) = summarize.learning_curves(docs, tmp_path)
         assert png.name == "dqn-CartPole-v1-1000.png" and png.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]), ([1.0, 5.0, 9.0, 2.0], [3.0, 4.0, 7.0]),
+     ([117.3, 58.7, 214.4], [143.8, -17.6, 236.0, 88.0])],
+)  # fmt: skip
+def test_rank_sum_p_is_the_exact_two_sided_mann_whitney_p(a: list[float], b: list[float]) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    expected = stats.mannwhitneyu(a, b, alternative="two-sided", method="exact").pvalue
+    assert summarize.rank_sum_p(a, b) == pytest.approx(expected, abs=1e-9)
+
+
+def test_rank_sum_p_with_ties_counts_splits_as_far_from_the_mean() -> None:
+    # Ranks 1, 2 and five 5s; a's rank sum 20 is 4 above its mean 16, and only the 5 splits that
+    # take four 500s are as far (sums 13, 16, 17 otherwise): 5 of C(7, 4) = 35.
+    assert summarize.rank_sum_p([500.0] * 4, [500.0, 112.0, 41.0]) == pytest.approx(5 / 35)
+    assert summarize.rank_sum_p([500.0] * 3, [500.0] * 3) == 1.0
