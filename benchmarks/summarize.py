@@ -220,6 +220,7 @@ def learning_row(cell: str, budget: int, sides: dict[str, dict[int, dict[str, An
         o, t = row["ours"], row["sb3"]
         row["return_met"] = o["return"][1] >= t["return"][0]
         row["return_better"] = o["return"][1] > t["return"][1]
+        row["return_p"] = rank_sum_p([float(r["final_return"]) for r in ours], [float(r["final_return"]) for r in sb3])
         row["return_short_by"] = t["return"][0] - o["return"][1]
         limit = TIME_TARGET.get(row["algo"], TIME_TARGET_CONTINUOUS)
         row["time_limit"] = limit
@@ -262,11 +263,10 @@ def learning_table(docs: list[dict[str, Any]], cells: list[str] | None = None) -
     for cell, budget in sorted(runs, key=lambda k: (order.get(k[0], 99), k[0], k[1])):
         row = learning_row(cell, budget, runs[(cell, budget)])
         o, t = row.get("ours"), row.get("sb3")
-        if o and t:
-            diff = o["return"][1] - t["return"][1]
-            p = rank_sum_p([float(r["final_return"]) for r in runs[(cell, budget)]["ours"].values()],
-                           [float(r["final_return"]) for r in runs[(cell, budget)]["sb3"].values()])  # fmt: skip
-            compared["better" if diff > 0 else "level" if diff == 0 else "worse"].append(f"{cell} p={p:.2f}")
+        if "return_p" in row:
+            level = o["return"][1] == t["return"][1]
+            kind = "better" if row["return_better"] else "level" if level else "worse"
+            compared[kind].append(f"{cell} p={row['return_p']:.2f}")
         if "return_met" in row:
             met = "yes" + (", better" if row["return_better"] else "")
             if not row["return_met"]:

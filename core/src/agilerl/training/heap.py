@@ -60,12 +60,10 @@ class HeapTrimmer:
 
     def __init__(self, interval: float | None = None) -> None:
         self.interval = TRIM_INTERVAL_S if interval is None else interval
-        self.trims = 0
         self._due = time.monotonic() + self.interval
 
     def tick(self) -> None:
         now = time.monotonic()
         if now >= self._due:
             release_free_heap()
-            self.trims += 1
             self._due = now + self.interval
