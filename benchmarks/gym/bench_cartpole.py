@@ -5,7 +5,7 @@ is per run)::
 
     python benchmarks/gym/bench_cartpole.py                    # throughput + time-to-solve, 5 seeds
     python benchmarks/gym/bench_cartpole.py --seeds 3 --algos ppo --envs CartPole-v1
-    python benchmarks/gym/bench_cartpole.py --skip-solve        # throughput and peak RSS, 3 interleaved repeats
+    python benchmarks/gym/bench_cartpole.py --skip-solve        # throughput and peak RSS, 7 interleaved repeats
 
 Each run writes ``benchmarks/results/gym/bench_cartpole/<UTC time>.json`` (``benchlib.Record``).
 
@@ -289,7 +289,7 @@ def main() -> None:
     ap.add_argument("--algos", default="ppo,dqn")
     ap.add_argument("--envs", default="CartPole-v1")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--throughput-repeats", type=int, default=3)
+    ap.add_argument("--throughput-repeats", type=int, default=7)
     ap.add_argument("--throughput-steps", type=int, default=None, help="env steps per throughput run")
     ap.add_argument("--budget", type=int, default=None, help="env steps per solve run")
     ap.add_argument("--skip-solve", action="store_true")
