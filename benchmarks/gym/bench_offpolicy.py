@@ -17,7 +17,7 @@ of its own with one torch thread:
   ``getrusage``; the sides run alternately per repeat, and each ratio is the median of the
   per-repeat ratios.
 
-    python benchmarks/gym/bench_offpolicy.py                      # SAC and TD3, 3 repeats (~15 min)
+    python benchmarks/gym/bench_offpolicy.py                      # SAC and TD3, 5 repeats (~25 min)
     python benchmarks/gym/bench_offpolicy.py --algo sac --repeats 1
 """
 
@@ -89,7 +89,7 @@ def main() -> None:
     ap.add_argument("--algo", nargs="+", choices=sorted(CELLS), default=sorted(CELLS))
     ap.add_argument("--steps", type=int, default=3000, help="env steps per run (updates from --learning-starts on)")
     ap.add_argument("--learning-starts", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
