@@ -2,7 +2,8 @@
 
 Where a cell of the learning benchmark loses to SB3, this script names the cause before anything is
 tuned (issue 35, point 3): each variant patches our manifest of the cell (``VARIANTS``: the
-manifest keys it sets) and trains it with the very protocol of ``bench_learning.py`` (same
+manifest keys it sets; ``RUNTIME``: for semantics no manifest key sets, what it patches in the
+worker process) and trains it with the very protocol of ``bench_learning.py`` (same
 evaluation episodes, same budget), one (cell, variant, seed) per process, one record each under
 ``results/gym/bench_learning_ablation/<cell>/<variant>-s<seed>-<UTC time>.json``. With ``--summary``
 it prints the table of ``benchmarks/README.md`` from the latest record of each (cell, variant,
@@ -25,6 +26,7 @@ import json
 import math
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,33 @@ import bench_learning as bl  # noqa: E402
 import benchlib  # noqa: E402
 
 SCRIPT = "gym/bench_learning_ablation"
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif v is None:
+            into.pop(k, None)
+        else:
+            into[k] = v
+
+
+def _with(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` merged in (a new dict)."""
+    out = copy.deepcopy(base)
+    _merge(out, copy.deepcopy(patch))
+    return out
+
+
+#: DQN CartPole's learning-table mapping, written over BASE's first mapping: SB3's bursts, hard target
+#: copies, gradient clip and linear epsilon, the Q head's output layer at gain 1; BASE's orthogonal init
+#: (the table's row was recorded with it until exact_torch_init made torch's init DQN's default).
+EXACT_DQN_CARTPOLE: dict[str, dict[str, Any]] = {
+    "algorithm": {"update_burst": 128, "target_update_interval": 128, "max_grad_norm": 10.0, "tau": None},
+    "training": {"eps_decay": None, "eps_linear_steps": 8000},
+    "network": {"head_config": {"output_vanish": False}},
+}
 
 #: cell -> variant -> (what it switches, the manifest keys it sets: {section: {key: value}}).
 VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
@@ -64,6 +93,20 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
         "all_sb3": ("burst_hard_target + linear_eps + grad_clip_10: bench_learning.py's exact SB3 mapping now",
                     {"algorithm": {"update_burst": 128, "target_update_interval": 128, "max_grad_norm": 10.0},
                      "training": {"eps_decay": None, "eps_linear_steps": 8000}}),
+        # Against the learning table's mapping (all_sb3 + the Q head at gain 1), orthogonal init.
+        "exact": ("the learning table's mapping: all_sb3 with the Q head's output layer at gain 1, orthogonal init "
+                  "(DQN's default until `exact_torch_init`)",
+                  EXACT_DQN_CARTPOLE),
+        "exact_torch_init": ("`exact` with torch's default layer init throughout (SB3's QNetwork; DQN's default since "
+                             "this ablation)",
+                             _with(EXACT_DQN_CARTPOLE, {"network": {"encoder_config": {"init_layers": False},
+                                                                    "head_config": {"init_layers": False}}})),
+        "exact_continue_episodes": ("`exact` with the training env's episodes running on across `learn` calls, as "
+                                    "SB3's do (ours resets the env at each call: every `evo_steps`)", EXACT_DQN_CARTPOLE),
+        "exact_latent_gain_sqrt2": ("`exact` with the encoder's latent layer at orthogonal gain sqrt(2) (He's gain "
+                                    "for a ReLU layer; gain 1 is the value-based default)",
+                                    _with(EXACT_DQN_CARTPOLE, {"network": {"encoder_config": {
+                                        "output_gain": math.sqrt(2)}}})),
     },
     "a2c-CartPole-v1": {
         "base": ("the learning table's mapping (SB3's A2C defaults)", {}),
@@ -94,6 +137,49 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
 }  # fmt: skip
 SB3 = "sb3"
 
+
+class _ContinuingEnv:
+    """The training vector env with ``reset`` a no-op after the first call unless the last step ended
+    an episode (one sub-env: the reset then stands in for the auto-reset step): episodes run on
+    across the strategy's ``learn`` calls, as SB3's collection does. A diagnostic only: a resumed
+    run could not rebuild the env's state, which is why the strategies reset it (docs/gym.md)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.obs, self.info, self.ended = inner, None, None, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def reset(self, seed: int | None = None, options: Any = None) -> tuple[Any, Any]:
+        if self.ended:
+            self.obs, self.info = self.inner.reset(seed=seed, options=options)
+            self.ended = False
+        return self.obs, self.info
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        obs, reward, terminated, truncated, info = self.inner.step(action)
+        self.obs, self.info, self.ended = obs, info, bool((terminated | truncated).any())
+        return obs, reward, terminated, truncated, info
+
+
+def _continue_episodes() -> None:
+    from agilerl_plugin_gym.single_agent.strategies import OffPolicyStrategy
+
+    learn = OffPolicyStrategy.learn
+
+    def learn_on(self: Any, agent: Any, run: Any, num_steps: int) -> Any:
+        if run.env.num_envs != 1:
+            raise SystemExit("continue_episodes: one sub-env only")
+        if not isinstance(run.env, _ContinuingEnv):
+            run.env = _ContinuingEnv(run.env)
+        return learn(self, agent, run, num_steps)
+
+    OffPolicyStrategy.learn = learn_on  # type: ignore[method-assign]
+
+
+#: variant -> what it patches in the worker process besides the manifest (semantics with no manifest key).
+RUNTIME: dict[str, Callable[[], None]] = {"exact_continue_episodes": _continue_episodes}
+
 #: What every variant of a cell starts from: the mapping and defaults the learning table was first
 #: recorded with (commit 74537da), kept here so the ablation stays reproducible after
 #: bench_learning.py moved to the exact SB3 mapping and the defaults changed: DQN CartPole spread its gradient steps (`learn_step: 2`), averaged its
@@ -103,24 +189,18 @@ BASE: dict[str, dict[str, dict[str, Any]]] = {
     "dqn-CartPole-v1": {
         "algorithm": {"update_burst": None, "target_update_interval": None, "max_grad_norm": None, "tau": 1 / 64},
         "training": {"eps_linear_steps": None, "eps_decay": float(math.exp(math.log(0.04) / 8000))},
-        # The Q head's output gain .01, DQN's default until the ablation (no_output_vanish) changed it.
-        "network": {"head_config": {"output_vanish": True}},
+        # The Q head's output gain .01, DQN's default until the ablation (no_output_vanish) changed it;
+        # the orthogonal init, DQN's default until the 30-seed ablation (exact_torch_init) changed it.
+        "network": {
+            "encoder_config": {"init_layers": True},
+            "head_config": {"output_vanish": True, "init_layers": True},
+        },
     },
     # The encoder's latent layer at gain 1, A2C's init until the ablation (latent_gain_sqrt2) changed it.
     "a2c-CartPole-v1": {"network": {"encoder_config": {"output_gain": 1.0}}},
     # Likewise PPO's, until its LunarLander ablation (latent_gain_sqrt2) changed it.
     "ppo-LunarLander-v3": {"network": {"encoder_config": {"output_gain": 1.0}}},
 }
-
-
-def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
-    for k, v in patch.items():
-        if isinstance(v, dict) and isinstance(into.get(k), dict):
-            _merge(into[k], v)
-        elif v is None:
-            into.pop(k, None)
-        else:
-            into[k] = v
 
 
 def _variant_cell(cell: bl.Cell, variant: str) -> bl.Cell:
@@ -192,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         (variant,), (seed,) = variants, args.seeds
         side = "sb3" if variant == SB3 else "ours"
         run = cell if variant == SB3 else _variant_cell(cell, variant)
+        if variant in RUNTIME:
+            RUNTIME[variant]()
         record = benchlib.Record(SCRIPT)
         raw = bl.run_cell(run, side, seed, args.steps or cell.budget)
         raw.update(variant=variant, last_quarter=round(last_quarter(raw["curve"]), 2))
