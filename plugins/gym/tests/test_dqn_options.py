@@ -103,7 +103,40 @@ def test_q_head_starts_as_a_value_head_unless_the_manifest_says_otherwise(head: 
     manifest = load_manifest({
         "algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},
         "network": {"latent_dim": 16, "encoder_config": {"arch": "mlp", "hidden_size": [16]},
-                    "head_config": {"hidden_size": [], **head}},
+                    "head_config": {"hidden_size": [], "init_layers": True, **head}},
     })  # fmt: skip
     weight = _agent(manifest, env).nets["actor"].head.output.weight  # orthogonal rows: norm = the gain
     assert torch.linalg.norm(weight, dim=1).detach() == pytest.approx([gain] * weight.shape[0], rel=1e-4)
+
+
+def _dqn_net(network: dict[str, Any], algo: str = "DQN") -> Any:
+    env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    manifest = load_manifest({"algorithm": {"name": algo}, "environment": {"name": "CartPole-v1"},
+                              "network": {"latent_dim": 32, **network}})  # fmt: skip
+    return _agent(manifest, env).nets["actor"]
+
+
+def _torch_default(layer: torch.nn.Linear) -> bool:
+    """nn.Linear's own init: weights and biases uniform in +-1/sqrt(fan_in), biases not all zero."""
+    bound = 1 / layer.in_features**0.5
+    w, b = layer.weight.detach(), layer.bias.detach()
+    return bool(w.abs().max() <= bound and b.abs().max() <= bound and b.abs().max() > 0)
+
+
+def test_q_network_starts_at_torchs_default_init_as_sb3s_unless_the_manifest_sets_init_layers() -> None:
+    """SB3's QNetwork init (the DQN CartPole ablation, benchmarks/README.md): torch's default on the
+    MLP encoder and head (``init_layers`` off on both, so a rebuild starts there too); ``init_layers:
+    true`` on a part keeps the orthogonal init there (zero biases), the other part still at torch's."""
+    net = _dqn_net({"encoder_config": {"arch": "mlp", "hidden_size": [64]}})
+    layers = [*net.encoder.linears, net.encoder.output, net.head.output]
+    assert all(_torch_default(lin) for lin in layers)
+    assert not net.encoder.init_layers and not net.head.init_layers
+
+    net = _dqn_net({"encoder_config": {"arch": "mlp", "hidden_size": [64], "init_layers": True}})
+    assert net.encoder.init_layers and not net.head.init_layers
+    assert all(float(lin.bias.detach().abs().max()) == 0.0 for lin in [*net.encoder.linears, net.encoder.output])
+    assert _torch_default(net.head.output)
+
+    # output_vanish without init_layers: torch's default x0.1 on the Q head's output layer
+    vanish = _dqn_net({"encoder_config": {"arch": "mlp", "hidden_size": [64]}, "head_config": {"output_vanish": True}})
+    assert float(vanish.head.output.weight.detach().abs().max()) <= 0.1 / 32**0.5

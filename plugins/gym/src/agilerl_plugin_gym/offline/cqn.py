@@ -33,6 +33,8 @@ MAX_GRAD_NORM = 1.0
 class CQN(DQN):
     """Offline Q-learning with the conservative (CQL) penalty; trained by the ``single_agent/offline`` strategy."""
 
+    torch_init_default = False  # keeps its own init (DQN.q_network_init)
+
     def __init__(self, spec: CQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
         DISCRETE_ACTIONS.check("CQN", observation_space, action_space)
         super().__init__(spec, observation_space, action_space, **kwargs)  # type: ignore[arg-type]

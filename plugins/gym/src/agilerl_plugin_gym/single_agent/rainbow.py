@@ -40,6 +40,8 @@ MAX_GRAD_NORM = 10.0
 class RainbowDQN(DQN):
     """Distributional dueling double DQN with noisy exploration, PER and n-step returns."""
 
+    torch_init_default = False  # keeps its own init (DQN.q_network_init)
+
     spec: RainbowDQNSpec
 
     def __init__(self, spec: RainbowDQNSpec, observation_space: Any, action_space: Any, **kwargs: Any) -> None:
