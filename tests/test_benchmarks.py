@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import math
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -133,3 +136,29 @@ def test_rank_sum_p_with_ties_counts_splits_as_far_from_the_mean() -> None:
     # take four 500s are as far (sums 13, 16, 17 otherwise): 5 of C(7, 4) = 35.
     assert summarize.rank_sum_p([500.0] * 4, [500.0, 112.0, 41.0]) == pytest.approx(5 / 35)
     assert summarize.rank_sum_p([500.0] * 3, [500.0] * 3) == 1.0
+
+
+def _rank_sum_p_by_listing(a: list[float], b: list[float]) -> float:
+    pooled = sorted(a + b)
+    rank = {x: (2 * pooled.index(x) + pooled.count(x) + 1) / 2 for x in pooled}
+    ranks = [rank[x] for x in a + b]
+    mean = len(a) * (len(pooled) + 1) / 2
+    observed = abs(sum(rank[x] for x in a) - mean)
+    splits = [abs(sum(c) - mean) >= observed - 1e-9 for c in itertools.combinations(ranks, len(a))]
+    return sum(splits) / len(splits)
+
+
+def test_rank_sum_p_counts_the_splits_it_no_longer_lists() -> None:
+    """Counting splits by rank sum gives what listing every split gives (ties, unequal sizes), and
+    30 seeds a side (C(60, 30) splits, past listing) land near the normal approximation."""
+    rng = random.Random(0)
+    for _ in range(40):
+        a = [float(rng.choice([20, 112, 300, 500, 500])) for _ in range(rng.randint(1, 6))]
+        b = [float(rng.choice([20, 150, 300, 500])) for _ in range(rng.randint(1, 6))]
+        assert summarize.rank_sum_p(a, b) == pytest.approx(_rank_sum_p_by_listing(a, b), abs=1e-12)
+    a = [float(rng.gauss(265, 90)) for _ in range(30)]
+    b = [float(rng.gauss(260, 90)) for _ in range(30)]
+    u = sum((x > y) + 0.5 * (x == y) for x in a for y in b)
+    z = (abs(u - 450) - 0.5) / math.sqrt(30 * 30 * 61 / 12)  # with the continuity correction
+    normal = math.erfc(abs(z) / math.sqrt(2))
+    assert 0.01 < normal < 0.5 and summarize.rank_sum_p(a, b) == pytest.approx(normal, rel=0.05)
