@@ -109,9 +109,9 @@ def test_q_head_starts_as_a_value_head_unless_the_manifest_says_otherwise(head: 
     assert torch.linalg.norm(weight, dim=1).detach() == pytest.approx([gain] * weight.shape[0], rel=1e-4)
 
 
-def _dqn_net(network: dict[str, Any], algo: str = "DQN") -> Any:
+def _dqn_net(network: dict[str, Any]) -> Any:
     env = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
-    manifest = load_manifest({"algorithm": {"name": algo}, "environment": {"name": "CartPole-v1"},
+    manifest = load_manifest({"algorithm": {"name": "DQN"}, "environment": {"name": "CartPole-v1"},
                               "network": {"latent_dim": 32, **network}})  # fmt: skip
     return _agent(manifest, env).nets["actor"]
 
