@@ -65,6 +65,11 @@ EXACT_DQN_CARTPOLE: dict[str, dict[str, Any]] = {
     "network": {"head_config": {"output_vanish": False}},
 }
 
+#: EXACT_DQN_CARTPOLE with torch's default layer init throughout (SB3's QNetwork).
+EXACT_DQN_CARTPOLE_TORCH_INIT = _with(
+    EXACT_DQN_CARTPOLE, {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False}}}
+)
+
 #: cell -> variant -> (what it switches, the manifest keys it sets: {section: {key: value}}).
 VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
     "dqn-CartPole-v1": {
@@ -98,11 +103,11 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
                   "(DQN's default until `exact_torch_init`)",
                   EXACT_DQN_CARTPOLE),
         "exact_torch_init": ("`exact` with torch's default layer init throughout (SB3's QNetwork; DQN's default since "
-                             "this ablation)",
-                             _with(EXACT_DQN_CARTPOLE, {"network": {"encoder_config": {"init_layers": False},
-                                                                    "head_config": {"init_layers": False}}})),
+                             "this ablation)", EXACT_DQN_CARTPOLE_TORCH_INIT),
         "exact_continue_episodes": ("`exact` with the training env's episodes running on across `learn` calls, as "
                                     "SB3's do (ours resets the env at each call: every `evo_steps`)", EXACT_DQN_CARTPOLE),
+        "exact_torch_init_continue_episodes": ("`exact_torch_init` and `exact_continue_episodes` together",
+                                               EXACT_DQN_CARTPOLE_TORCH_INIT),
         "exact_latent_gain_sqrt2": ("`exact` with the encoder's latent layer at orthogonal gain sqrt(2) (He's gain "
                                     "for a ReLU layer; gain 1 is the value-based default)",
                                     _with(EXACT_DQN_CARTPOLE, {"network": {"encoder_config": {
@@ -178,7 +183,10 @@ def _continue_episodes() -> None:
 
 
 #: variant -> what it patches in the worker process besides the manifest (semantics with no manifest key).
-RUNTIME: dict[str, Callable[[], None]] = {"exact_continue_episodes": _continue_episodes}
+RUNTIME: dict[str, Callable[[], None]] = {
+    "exact_continue_episodes": _continue_episodes,
+    "exact_torch_init_continue_episodes": _continue_episodes,
+}
 
 #: What every variant of a cell starts from: the mapping and defaults the learning table was first
 #: recorded with (commit 74537da), kept here so the ablation stays reproducible after
