@@ -88,6 +88,23 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_model() -> str | None:
+    """The processor's name (``/proc/cpuinfo``'s ``model name``, else ``platform.processor()``): ratios
+    are measured side by side on one machine, but the host a session lands on changes (the README's
+    tables name an Intel Xeon; 2026-12-07's session ran on an AMD EPYC), so each record says which one
+    measured it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
 def _git_commit() -> str | None:
     """HEAD's short hash, with ``+dirty`` when tracked source files differ from it (results files
     aside): the figures were then measured on code no commit holds."""
@@ -158,6 +175,7 @@ class Record:
             "load_before": self.load_before,
             "load_after": loadavg(),
             "cpus": os.cpu_count(),
+            "cpu_model": cpu_model(),
             "commit": _git_commit(),
             "command": self.command,
             "versions": _versions(),

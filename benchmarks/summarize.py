@@ -56,13 +56,15 @@ def table(docs: list[dict[str, Any]], scripts: list[str]) -> str:
             latest[row["key"]] = (row, doc)
     lines = [
         "| what | against | ours / theirs, wall | per CPU s | figures | target | met? | measured (UTC, load before → "
-        "after, commit) | raw |",
+        "after, commit, processor where recorded) | raw |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     order = {s.removesuffix(".py"): i for i, s in enumerate(scripts)}
     for row, doc in sorted(latest.values(), key=lambda rd: (order.get(rd[1]["script"], 99), rd[0]["key"])):
         load = f"{doc['load_before'][0]:.1f} → {doc['load_after'][0]:.1f}"
         when = f"{doc['date'][:16].replace('T', ' ')}, {load}, {doc.get('commit') or '?'}"
+        if doc.get("cpu_model"):
+            when += f", {doc['cpu_model']}"
         detail = f"{row['detail']} (median of {row['repeats']})" if row.get("repeats", 1) > 1 else row["detail"]
         lines.append(
             f"| {row['what']} | {row['against']} | {_ratio(row['ratio_wall'], _decimals(row))} | "
@@ -153,6 +155,8 @@ LEARNING_SCRIPT = "gym/bench_learning"
 LEARNING_DIR = RESULTS / LEARNING_SCRIPT
 #: Seeds per side a cell needs before the table calls it complete (issue 35).
 LEARNING_SEEDS = 3
+#: What a record made before records named their processor (2026-12-07) ran on.
+UNRECORDED_CPU = "not recorded (before 2026-12-07)"
 #: Wall time to the threshold, ours / SB3's, at most this (issue 35); the rest: continuous control.
 TIME_TARGET = {"ppo": 0.5, "ppo_masked": 0.5, "a2c": 0.5, "dqn": 0.5}
 TIME_TARGET_CONTINUOUS = 0.7
@@ -166,7 +170,7 @@ def learning_runs(docs: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str,
             continue
         raw = doc["raw"]
         side = runs.setdefault((raw["cell"], int(raw["budget"])), {"ours": {}, "sb3": {}})
-        side[raw["side"]][int(raw["seed"])] = {**raw, "_path": doc["_path"]}
+        side[raw["side"]][int(raw["seed"])] = {**raw, "_path": doc["_path"], "_cpu": doc.get("cpu_model")}
     return runs
 
 
@@ -314,6 +318,14 @@ def learning_table(docs: list[dict[str, Any]], cells: list[str] | None = None) -
         lines = ["No `gym/bench_learning.py` record yet."]
     if missing:
         lines += ["", "Cells still short of seeds (run them to fill the table): " + ", ".join(missing) + "."]
+    mixed = []
+    for (cell, budget), sides in sorted(runs.items()):
+        hosts = {raw.get("_cpu") or UNRECORDED_CPU for side in sides.values() for raw in side.values()}
+        if len(hosts) > 1:
+            mixed.append(f"`{cell}` at {budget:,} ({'; '.join(sorted(hosts))})")
+    if mixed:
+        lines += ["", "Cells whose runs come from more than one processor (returns compare across hosts; "
+                  "the time and throughput columns mix them): " + ", ".join(mixed) + "."]  # fmt: skip
     notes = {}
     for (cell, _), sides in sorted(runs.items()):
         for raw in [*sides["ours"].values(), *sides["sb3"].values()][:1]:

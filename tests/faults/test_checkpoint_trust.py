@@ -458,3 +458,29 @@ def test_a_bandit_path_is_code_only_beside_an_entrypoint(tmp_path: Path) -> None
     # Without the env type (or with one no plugin registers) a lone path stays code.
     assert flagged({k: v for k, v in tables.items() if k != "env_type"}) == ["environment.path"]
     assert flagged({**tables, "env_type": "gym"}) == ["environment.path"]
+
+
+def test_the_digest_hashes_tensors_and_arrays_in_place() -> None:
+    """Writing a checkpoint must not hold a second copy of its largest tensor (a replay buffer, an
+    LLM's weights) just to hash it; the digest is still the hash of each tensor's bytes."""
+    import hashlib
+    import tracemalloc
+
+    torch = pytest.importorskip("torch")
+    np = pytest.importorskip("numpy")
+    big = torch.arange(2_000_000, dtype=torch.float32)  # 8 MB
+    arr = np.arange(1_000_000, dtype=np.float64)  # 8 MB
+    tracemalloc.start()
+    try:
+        checkpoint.digest({"t": big, "a": arr})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"hashing copied the data: {peak:,} bytes traced"
+    for value, data in ((big, big.numpy().tobytes()), (arr, arr.tobytes())):
+        h = hashlib.sha256()
+        checkpoint._feed(h, value)
+        kind = b"t" if value is big else b"a"
+        head = f"tensor:{big.dtype}:{tuple(big.shape)}" if value is big else f"ndarray:{arr.dtype.str}:{arr.shape}"
+        expect = hashlib.sha256(kind + len(head.encode()).to_bytes(8, "little") + head.encode() + data)
+        assert h.hexdigest() == expect.hexdigest()

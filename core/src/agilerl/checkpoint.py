@@ -226,6 +226,16 @@ def _feed(h: Any, value: Any) -> None:
         _feed_array(h, value)
 
 
+def _buffer(arr: Any) -> Any:
+    """A contiguous array's bytes for the hash without copying them (a replay buffer or an LLM's
+    weights would otherwise be duplicated in memory while the checkpoint is written); ``tobytes``
+    where the buffer protocol refuses the dtype (e.g. datetime64). The same bytes either way."""
+    try:
+        return memoryview(arr)
+    except (TypeError, ValueError):
+        return arr.tobytes()
+
+
 def _feed_array(h: Any, value: Any) -> None:
     import sys
 
@@ -236,14 +246,15 @@ def _feed_array(h: Any, value: Any) -> None:
         h.update(b"t" + struct.pack("<Q", len(head)) + head)
         if t.numel():
             try:
-                h.update(t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+                h.update(_buffer(t.reshape(-1).contiguous().view(torch.uint8).numpy()))
             except (RuntimeError, TypeError, NotImplementedError):  # a sparse or other exotic layout
                 _feed(h, t.to_dense().tolist() if t.is_sparse else t.tolist())
         return
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.ndarray):
         head = f"ndarray:{value.dtype.str}:{value.shape}".encode()
-        h.update(b"a" + struct.pack("<Q", len(head)) + head + np.ascontiguousarray(value).tobytes())
+        h.update(b"a" + struct.pack("<Q", len(head)) + head)
+        h.update(_buffer(np.ascontiguousarray(value)))
         return
     if np is not None and isinstance(value, np.generic):
         _feed(h, value.item())
