@@ -134,6 +134,14 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
         "torch_init": ("torch's default layer init (SB3's SAC networks) instead of the orthogonal one",
                        {"network": {"encoder_config": {"init_layers": False}, "head_config": {"init_layers": False}}}),
     },
+    "tqc-Hopper-v5": {
+        "base": ("the learning table's mapping (the zoo's Hopper row, sb3-contrib's defaults)", {}),
+        "torch_init": ("torch's default layer init throughout, output layers unscaled (`output_vanish: false`): "
+                       "sb3-contrib's TQC networks, where ours start orthogonal with the actor's and critics' "
+                       "output layers at gain .01",
+                       {"network": {"encoder_config": {"init_layers": False},
+                                    "head_config": {"init_layers": False, "output_vanish": False}}}),
+    },
     "td3-Hopper-v5": {
         "base": ("the learning table's mapping (the zoo's Hopper row)", {}),
         "torch_init": ("torch's default layer init (SB3's TD3 networks) instead of the orthogonal one",
