@@ -120,6 +120,18 @@ def test_learning_table_from_synthetic_records(tmp_path: Path) -> None:
         assert png.name == "dqn-CartPole-v1-1000.png" and png.stat().st_size > 0
 
 
+def test_learning_table_names_cells_whose_runs_mix_processors() -> None:
+    """Curves differ across processors (float rounding) and so do times: a cell whose latest runs
+    come from two hosts is named under the table; one host (or none recorded) is not."""
+    docs = [_learning_doc("ours", 0, 500, 10, 2000), _learning_doc("sb3", 0, 500, 30, 1000)]
+    assert "more than one processor" not in summarize.learning_table(docs, [])
+    docs[1]["cpu_model"] = "AMD EPYC"
+    text = summarize.learning_table(docs, [])
+    assert "`dqn-CartPole-v1` at 1,000 (AMD EPYC; not recorded (before 2026-12-07))" in text
+    docs[0]["cpu_model"] = "AMD EPYC"
+    assert "more than one processor" not in summarize.learning_table(docs, [])
+
+
 @pytest.mark.parametrize(
     ("a", "b"),
     [([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]), ([1.0, 5.0, 9.0, 2.0], [3.0, 4.0, 7.0]),
@@ -162,3 +174,25 @@ def test_rank_sum_p_counts_the_splits_it_no_longer_lists() -> None:
     z = (abs(u - 450) - 0.5) / math.sqrt(30 * 30 * 61 / 12)  # with the continuity correction
     normal = math.erfc(abs(z) / math.sqrt(2))
     assert 0.01 < normal < 0.5 and summarize.rank_sum_p(a, b) == pytest.approx(normal, rel=0.05)
+
+
+def test_ablation_summary_gives_each_variant_a_p_against_its_reference(tmp_path: Path, monkeypatch) -> None:
+    """The ablation table's last column: the exact rank-sum p of a variant's last-quarter means against
+    its reference's (the cell's ``base``, or ``REFERENCE``'s choice), "-" with no reference records."""
+    sys.path.insert(0, str(BENCH / "gym"))
+    import ablate_learning
+    import benchlib
+
+    monkeypatch.setattr(benchlib, "RESULTS", tmp_path)
+    cell = tmp_path / ablate_learning.SCRIPT / "tqc-Hopper-v5"
+    cell.mkdir(parents=True)
+    for variant, tails in (("base", [100.0, 110.0, 120.0]), ("torch_init", [200.0, 210.0, 220.0])):
+        for seed, tail in enumerate(tails):
+            raw = {"cell": "tqc-Hopper-v5", "variant": variant, "seed": seed, "final_return": tail,
+                   "curve": [[1000, 0.0], [2000, tail]], "reached": None}  # fmt: skip
+            (cell / f"{variant}-s{seed}-20261207T000000Z.json").write_text(json.dumps({"raw": raw}))
+    rows = {line.split("|")[2].strip(): line for line in ablate_learning.summary().splitlines()[2:]}
+    assert rows["`base`"].endswith("| - |")
+    # 3 against 3, all of one side above the other: 2 of the C(6, 3) = 20 splits are as extreme
+    assert rows["`torch_init`"].endswith("| 0.1 against `base` |")
+    assert ablate_learning.reference("dqn-CartPole-v1", "exact_torch_init") == "exact"

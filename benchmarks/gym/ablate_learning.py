@@ -8,7 +8,8 @@ evaluation episodes, same budget), one (cell, variant, seed) per process, one re
 ``results/gym/bench_learning_ablation/<cell>/<variant>-s<seed>-<UTC time>.json``. With ``--summary``
 it prints the table of ``benchmarks/README.md`` from the latest record of each (cell, variant,
 seed): the median over seeds of the greedy return at the budget (one evaluation, noisy) and of the
-mean greedy return over the run's last quarter of evaluations (steadier)::
+mean greedy return over the run's last quarter of evaluations (steadier), and the exact two-sided
+rank-sum p of those last-quarter means against the variant's reference (``REFERENCE``)::
 
     python benchmarks/gym/ablate_learning.py --cell dqn-CartPole-v1 --variant base hard_target --seeds 0 1 2
     python benchmarks/gym/ablate_learning.py --cell a2c-CartPole-v1 --variant base sb3 --seeds 0 1 2 3 4 5
@@ -35,6 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 import bench_learning as bl  # noqa: E402
 import benchlib  # noqa: E402
+from summarize import rank_sum_p  # noqa: E402
 
 SCRIPT = "gym/bench_learning_ablation"
 
@@ -150,6 +152,16 @@ VARIANTS: dict[str, dict[str, tuple[str, dict[str, dict[str, Any]]]]] = {
 }  # fmt: skip
 SB3 = "sb3"
 
+#: What the summary's p compares a variant with: the cell's ``base`` unless named here (the DQN
+#: ``exact_*`` rows against ``exact``, the mapping they each change one thing of).
+REFERENCE: dict[str, dict[str, str]] = {
+    "dqn-CartPole-v1": {v: "exact" for v in VARIANTS["dqn-CartPole-v1"] if v.startswith("exact_")},
+}
+
+
+def reference(cell: str, variant: str) -> str:
+    return REFERENCE.get(cell, {}).get(variant, "base")
+
 
 class _ContinuingEnv:
     """The training vector env with ``reset`` a no-op after the first call unless the last step ended
@@ -246,8 +258,9 @@ def summary() -> str:
         raw = json.loads(path.read_text())["raw"]
         latest[(raw["cell"], raw["variant"], raw["seed"])] = raw
     rows = ["| cell | variant | what it switches | seeds | greedy return at budget: median (per seed) | "
-            "mean greedy return, last quarter of the run: median (per seed) | runs reaching the threshold |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
+            "mean greedy return, last quarter of the run: median (per seed) | runs reaching the threshold | "
+            "last quarter against the reference: rank-sum p |",
+            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for (cell, variant, _), raw in sorted(latest.items()):
         groups.setdefault((cell, variant), []).append(raw)
@@ -259,9 +272,14 @@ def summary() -> str:
         what = "SB3's side, unchanged" if variant == SB3 else VARIANTS[cell][variant][0]
         seeds = ",".join(str(r["seed"]) for r in runs)
         reached = sum(r["reached"] is not None for r in runs)
+        ref = reference(cell, variant)
+        against = groups.get((cell, ref)) if ref != variant else None
+        p = "-"
+        if against:
+            p = f"{rank_sum_p(tails, [last_quarter(r['curve']) for r in against]):.2g} against `{ref}`"
         rows.append(f"| {cell} | `{variant}` | {what} | {seeds} | {statistics.median(finals):.0f} "
                     f"({', '.join(f'{x:.0f}' for x in finals)}) | {statistics.median(tails):.0f} "
-                    f"({', '.join(f'{x:.0f}' for x in tails)}) | {reached}/{len(runs)} |")  # fmt: skip
+                    f"({', '.join(f'{x:.0f}' for x in tails)}) | {reached}/{len(runs)} | {p} |")  # fmt: skip
     return "\n".join(rows)
 
 
