@@ -227,9 +227,9 @@ def _feed(h: Any, value: Any) -> None:
 
 
 def _buffer(arr: Any) -> Any:
-    """A contiguous array's bytes for the hash without copying them (a replay buffer or an LLM's
-    weights would otherwise be duplicated in memory while the checkpoint is written); ``tobytes``
-    where the buffer protocol refuses the dtype (e.g. datetime64). The same bytes either way."""
+    """A contiguous array's bytes for the hash without copying them (the largest tensors of a run
+    would otherwise be held twice in memory while the checkpoint is written); ``tobytes`` where the
+    buffer protocol refuses the dtype (e.g. datetime64). The same bytes either way."""
     try:
         return memoryview(arr)
     except (TypeError, ValueError):

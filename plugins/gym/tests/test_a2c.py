@@ -70,9 +70,10 @@ def test_a2c_learns_cartpole(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     result = LocalTrainer.from_manifest(CARTPOLE, run_dir=tmp_path / "run").train()
     fitness = [r["fitness"] for r in result.history]
-    # A random policy scores ~22 (one evaluation episode every 1,000 steps: it swings); seeds 0-3
-    # start at 9-29 and peak at 401, 500, 500, 440 within 20k steps.
-    assert fitness[0] < 150 and max(fitness) >= 300, fitness
+    # A random policy scores ~22, a constant one 9-10 (one evaluation episode every 1,000 steps: it
+    # swings). Seeds 0-3 start at 9-29 and peak within 20k steps at 401, 500, 500, 440 on an Intel
+    # Xeon, at 297, 500, 265, 229 on an AMD EPYC (the hosts' float rounding differs, so do the runs).
+    assert fitness[0] < 150 and max(fitness) >= 200, fitness
 
 
 def test_sb3_defaults() -> None:
