@@ -176,10 +176,12 @@ def test_rank_sum_p_counts_the_splits_it_no_longer_lists() -> None:
     assert 0.01 < normal < 0.5 and summarize.rank_sum_p(a, b) == pytest.approx(normal, rel=0.05)
 
 
-def test_ablation_summary_gives_each_variant_a_p_against_its_reference(tmp_path: Path, monkeypatch) -> None:
+def test_ablation_summary_gives_each_variant_a_p_against_its_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The ablation table's last column: the exact rank-sum p of a variant's last-quarter means against
     its reference's (the cell's ``base``, or ``REFERENCE``'s choice), "-" with no reference records."""
-    sys.path.insert(0, str(BENCH / "gym"))
+    monkeypatch.syspath_prepend(str(BENCH / "gym"))
     import ablate_learning
     import benchlib
 
