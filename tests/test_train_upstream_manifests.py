@@ -99,7 +99,7 @@ _NO_VLLM_BNB = (
 #: Too heavy for a 2-core CI at any budget: one rollout is 2,048 cooperative_pong frames (280x480x3)
 #: through a 3-layer CNN for each of 2 agents, several minutes per generation here; opt in with
 #: AGILERL_TRAIN_HEAVY_MANIFESTS=1 (ippo_cnn trained and resumed in 299 s at load ~5 that way; both in
-#: 8 min 9 s on an idle machine). .ci/run trains them in a step of their own after the test command.
+#: 8 min 9 s on an idle machine). .ci/run trains them in its side lane, beside the test command.
 _HEAVY = "configs/training/multi_agent/ippo_pong.yaml", "tests/manifests/ippo_cnn.yaml"
 _NO_HEAVY = (
     "2,048 cooperative_pong image transitions per rollout through a CNN: minutes per generation on 2 CPU "
